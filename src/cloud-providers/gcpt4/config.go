@@ -1,0 +1,196 @@
+package gcpt4
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+)
+
+// Provisioning models the provider creates podVMs with.
+const (
+	ProvisioningStandard = "STANDARD"
+	ProvisioningSpot     = "SPOT"
+)
+
+// ManagedByLabel marks every instance this provider creates, so that
+// orphans can be found and collected without touching anything else.
+const (
+	ManagedByLabel   = "managed-by"
+	ManagedByValue   = "caa-gcp-t4"
+	SandboxLabel     = "caa-sandbox"
+	PodLabel         = "caa-pod"
+	ProfileLabel     = "caa-profile"
+	SandboxMetadata  = "caa-sandbox-id"
+	UserDataMetadata = "user-data"
+)
+
+// Config is the provider's configuration, from flags and env.
+type Config struct {
+	Credentials       string
+	ProjectID         string
+	Zone              string
+	FallbackZones     commaList
+	ImageName         string
+	Network           string
+	Subnetwork        string
+	DiskType          string
+	RootVolumeSize    int
+	InstanceTemplate  string
+	ProfilesFile      string
+	Profiles          string
+	ProvisioningModel string
+	ServiceAccount    string
+	Labels            provider.KeyValueFlag
+	InstanceTypes     commaList
+	UsePublicIP       bool
+	Endpoint          string
+}
+
+// commaList is a flag.Value of comma-separated names.
+type commaList []string
+
+func (l *commaList) String() string { return strings.Join(*l, ",") }
+
+func (l *commaList) Set(v string) error {
+	*l = nil
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+var (
+	zoneRE       = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
+	projectRE    = regexp.MustCompile(`^[a-z][-a-z0-9.:]{4,61}[a-z0-9]$`)
+	labelKeyRE   = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+	labelValueRE = regexp.MustCompile(`^[a-z0-9_-]{0,63}$`)
+)
+
+// regionOf returns the region of a zone name (us-central1-a → us-central1).
+func regionOf(zone string) string {
+	if i := strings.LastIndex(zone, "-"); i > 0 {
+		return zone[:i]
+	}
+	return zone
+}
+
+// Zones returns the zones to try, the primary first, without duplicates.
+func (c *Config) Zones() []string {
+	zones := []string{c.Zone}
+	for _, z := range c.FallbackZones {
+		dup := false
+		for _, seen := range zones {
+			dup = dup || seen == z
+		}
+		if !dup {
+			zones = append(zones, z)
+		}
+	}
+	return zones
+}
+
+// Validate checks the configuration without calling the API; every error
+// names the environment variable to fix.
+func (c *Config) Validate() error {
+	if c.ProjectID == "" {
+		return fmt.Errorf("GCP_PROJECT_ID (-gcp-project-id) is required: the project the podVMs run in")
+	}
+	if !projectRE.MatchString(c.ProjectID) {
+		return fmt.Errorf("GCP_PROJECT_ID: %q is not a project ID (6-30 lowercase letters, digits, hyphens); use the ID, not the display name or number", c.ProjectID)
+	}
+	if c.Zone == "" {
+		return fmt.Errorf("GCP_ZONE (-zone) is required, e.g. us-central1-a (a zone with %s)", AcceleratorT4)
+	}
+	for i, z := range c.Zones() {
+		name := "GCP_ZONE"
+		if i > 0 {
+			name = "GCP_ZONES"
+		}
+		if !zoneRE.MatchString(z) {
+			return fmt.Errorf("%s: %q is not a zone name such as us-central1-a", name, z)
+		}
+		// The subnetwork is regional, so every fallback zone must share
+		// the primary zone's region.
+		if regionOf(z) != regionOf(c.Zone) {
+			return fmt.Errorf("GCP_ZONES: %s is in region %s but GCP_ZONE %s is in %s; fallback zones must share the subnetwork's region", z, regionOf(z), c.Zone, regionOf(c.Zone))
+		}
+	}
+	if c.InstanceTemplate == "" {
+		if c.ImageName == "" {
+			return fmt.Errorf("PODVM_IMAGE_NAME (-image-name) is required unless GCP_INSTANCE_TEMPLATE is set: the podVM image, e.g. projects/%s/global/images/podvm-t4", c.ProjectID)
+		}
+		if _, err := c.parseImage(c.ImageName); err != nil {
+			return err
+		}
+		if c.Network == "" {
+			return fmt.Errorf("GCP_NETWORK (-network) is required unless GCP_INSTANCE_TEMPLATE is set, e.g. global/networks/default")
+		}
+	} else if _, err := parseTemplateURL(c.InstanceTemplate, c.ProjectID); err != nil {
+		return fmt.Errorf("GCP_INSTANCE_TEMPLATE: %w", err)
+	}
+	if c.RootVolumeSize < 10 || c.RootVolumeSize > 65536 {
+		return fmt.Errorf("ROOT_VOLUME_SIZE: %d GiB is outside 10-65536; the podVM image with the NVIDIA driver needs at least its own size", c.RootVolumeSize)
+	}
+	switch c.ProvisioningModel {
+	case ProvisioningStandard, ProvisioningSpot:
+	default:
+		return fmt.Errorf("GCP_PROVISIONING_MODEL: %q is not STANDARD or SPOT", c.ProvisioningModel)
+	}
+	if c.UsePublicIP {
+		return fmt.Errorf("USE_PUBLIC_IP: gcp-t4 never gives a podVM an external IP (GPU VMs stay private); unset USE_PUBLIC_IP and run CAA on nodes in the podVMs' VPC")
+	}
+	for k, v := range c.Labels {
+		if !labelKeyRE.MatchString(k) || !labelValueRE.MatchString(v) {
+			return fmt.Errorf("GCP_LABELS: label %s=%s is not a GCE label (key: lowercase letter then [a-z0-9_-], value: [a-z0-9_-], at most 63 each)", k, v)
+		}
+		switch k {
+		case ManagedByLabel, SandboxLabel, PodLabel, ProfileLabel:
+			return fmt.Errorf("GCP_LABELS: label %s is set by the provider itself; choose another key", k)
+		}
+	}
+	return nil
+}
+
+// templateRef is a parsed instance-template URL.
+type templateRef struct {
+	project, region, name string
+}
+
+// url is the form instances.insert accepts as sourceInstanceTemplate.
+func (t templateRef) url() string {
+	if t.region == "" {
+		return fmt.Sprintf("projects/%s/global/instanceTemplates/%s", t.project, t.name)
+	}
+	return fmt.Sprintf("projects/%s/regions/%s/instanceTemplates/%s", t.project, t.region, t.name)
+}
+
+// parseTemplateURL accepts the global and regional forms GCE accepts:
+// full https URLs, projects/P/..., global/... and regions/R/..., or a bare
+// name (global, in the provider's project).
+func parseTemplateURL(s, project string) (templateRef, error) {
+	rest := s
+	if i := strings.Index(rest, "/compute/v1/"); i >= 0 {
+		rest = rest[i+len("/compute/v1/"):]
+	}
+	rest = strings.TrimPrefix(rest, "/")
+	parts := strings.Split(rest, "/")
+	ref := templateRef{project: project}
+	if len(parts) >= 2 && parts[0] == "projects" {
+		ref.project, parts = parts[1], parts[2:]
+	}
+	switch {
+	case len(parts) == 1 && parts[0] != "":
+		ref.name = parts[0]
+	case len(parts) == 3 && parts[0] == "global" && parts[1] == "instanceTemplates":
+		ref.name = parts[2]
+	case len(parts) == 4 && parts[0] == "regions" && parts[2] == "instanceTemplates":
+		ref.region, ref.name = parts[1], parts[3]
+	default:
+		return templateRef{}, fmt.Errorf("%q is not an instance template; use projects/P/global/instanceTemplates/T or projects/P/regions/R/instanceTemplates/T", s)
+	}
+	return ref, nil
+}

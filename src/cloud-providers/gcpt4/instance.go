@@ -1,0 +1,244 @@
+package gcpt4
+
+import (
+	"fmt"
+	"strings"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/protobuf/proto"
+)
+
+// podVM is everything that identifies one podVM create.
+type podVM struct {
+	name      string
+	podName   string
+	sandboxID string
+	// userData is CAA's cloud-config, already base64-encoded.
+	userData string
+	// image overrides the configured image (pod image annotation).
+	image string
+}
+
+// labelValue maps s onto GCE's label alphabet and length.
+func labelValue(s string) string {
+	v := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		}
+		return '-'
+	}, s)
+	if len(v) > 63 {
+		v = v[:63]
+	}
+	return v
+}
+
+// podLabels are the labels that let clean-up find a podVM and its pod.
+func (c *Config) podLabels(vm podVM, profile string) map[string]string {
+	labels := map[string]string{}
+	for k, v := range c.Labels {
+		labels[k] = v
+	}
+	labels[ManagedByLabel] = ManagedByValue
+	labels[SandboxLabel] = labelValue(vm.sandboxID)
+	labels[PodLabel] = labelValue(vm.podName)
+	if profile != "" {
+		labels[ProfileLabel] = labelValue(profile)
+	}
+	return labels
+}
+
+// podMetadata carries the cloud-config and the full sandbox ID, which a
+// label (63 characters) cannot hold.
+func podMetadata(vm podVM) []*computepb.Items {
+	return []*computepb.Items{
+		{Key: proto.String(UserDataMetadata), Value: proto.String(vm.userData)},
+		{Key: proto.String("user-data-encoding"), Value: proto.String("base64")},
+		{Key: proto.String(SandboxMetadata), Value: proto.String(vm.sandboxID)},
+	}
+}
+
+// imageURL turns PODVM_IMAGE_NAME into a form GCE accepts: a bare name is
+// an image of the provider's project.
+func (c *Config) imageURL(image string) string {
+	switch {
+	case strings.HasPrefix(image, "https://"), strings.HasPrefix(image, "projects/"), strings.HasPrefix(image, "global/"):
+		return image
+	case strings.HasPrefix(image, "/projects/"):
+		return strings.TrimPrefix(image, "/")
+	}
+	return fmt.Sprintf("projects/%s/global/images/%s", c.ProjectID, image)
+}
+
+// subnetworkURL expands a bare subnetwork name into the zone's region.
+func (c *Config) subnetworkURL(zone string) string {
+	if c.Subnetwork == "" || strings.Contains(c.Subnetwork, "/") {
+		return c.Subnetwork
+	}
+	return fmt.Sprintf("projects/%s/regions/%s/subnetworks/%s", c.ProjectID, regionOf(zone), c.Subnetwork)
+}
+
+// networkURL expands a bare network name.
+func (c *Config) networkURL() string {
+	if strings.Contains(c.Network, "/") {
+		return c.Network
+	}
+	return "global/networks/" + c.Network
+}
+
+// provisioningModel is the profile's model, else the provider's.
+func (c *Config) provisioningModel(p Profile) string {
+	if p.ProvisioningModel != "" {
+		return p.ProvisioningModel
+	}
+	return c.ProvisioningModel
+}
+
+// scheduling is the policy for an ephemeral podVM. GPU and confidential
+// VMs cannot live-migrate, so GCE requires TERMINATE; a podVM is never
+// restarted by GCE because its pod is gone once it stops.
+func scheduling(model string, needsTerminate bool) *computepb.Scheduling {
+	s := &computepb.Scheduling{AutomaticRestart: proto.Bool(false)}
+	if needsTerminate || model == ProvisioningSpot {
+		s.OnHostMaintenance = proto.String("TERMINATE")
+	}
+	if model == ProvisioningSpot {
+		s.ProvisioningModel = proto.String(ProvisioningSpot)
+		// DELETE rather than STOP: a stopped Spot VM still bills its disk
+		// and would be an orphan for clean-up to find.
+		s.InstanceTerminationAction = proto.String("DELETE")
+	}
+	return s
+}
+
+// buildInstance is the insert body for a profile-based podVM. It never has
+// accessConfigs: podVMs get no external IP.
+func (c *Config) buildInstance(vm podVM, p Profile, zone string, diskSizeGB int64) *computepb.Instance {
+	image := c.ImageName
+	if vm.image != "" {
+		image = vm.image
+	}
+	nic := &computepb.NetworkInterface{
+		Network:   proto.String(c.networkURL()),
+		StackType: proto.String("IPV4_ONLY"),
+	}
+	if sub := c.subnetworkURL(zone); sub != "" {
+		nic.Subnetwork = proto.String(sub)
+	}
+	inst := &computepb.Instance{
+		Name:        proto.String(vm.name),
+		MachineType: proto.String(fmt.Sprintf("zones/%s/machineTypes/%s", zone, p.MachineType)),
+		Labels:      c.podLabels(vm, p.Name),
+		Metadata:    &computepb.Metadata{Items: podMetadata(vm)},
+		Disks: []*computepb.AttachedDisk{{
+			Boot:       proto.Bool(true),
+			AutoDelete: proto.Bool(true),
+			InitializeParams: &computepb.AttachedDiskInitializeParams{
+				SourceImage: proto.String(c.imageURL(image)),
+				DiskSizeGb:  proto.Int64(diskSizeGB),
+				DiskType:    proto.String(fmt.Sprintf("zones/%s/diskTypes/%s", zone, c.DiskType)),
+			},
+		}},
+		NetworkInterfaces: []*computepb.NetworkInterface{nic},
+		Scheduling:        scheduling(c.provisioningModel(p), p.gpus > 0 || p.ConfidentialType != ""),
+	}
+	if p.Accelerator != "" {
+		inst.GuestAccelerators = []*computepb.AcceleratorConfig{{
+			AcceleratorType:  proto.String(fmt.Sprintf("zones/%s/acceleratorTypes/%s", zone, p.Accelerator)),
+			AcceleratorCount: proto.Int32(p.AcceleratorCount),
+		}}
+	}
+	if p.ConfidentialType != "" {
+		inst.ConfidentialInstanceConfig = &computepb.ConfidentialInstanceConfig{
+			ConfidentialInstanceType: proto.String(p.ConfidentialType),
+		}
+	}
+	if p.MinCPUPlatform != "" {
+		inst.MinCpuPlatform = proto.String(p.MinCPUPlatform)
+	}
+	if c.ServiceAccount != "" {
+		inst.ServiceAccounts = []*computepb.ServiceAccount{{
+			Email:  proto.String(c.ServiceAccount),
+			Scopes: []string{"https://www.googleapis.com/auth/cloud-platform"},
+		}}
+	}
+	return inst
+}
+
+// templateGPUs counts the GPUs a template's VMs get, attached or bundled.
+func templateGPUs(props *computepb.InstanceProperties) int64 {
+	var n int64
+	for _, a := range props.GetGuestAccelerators() {
+		n += int64(a.GetAcceleratorCount())
+	}
+	if shape, ok := lookupShape(props.GetMachineType()); ok {
+		n += int64(shape.bundledCount)
+	}
+	return n
+}
+
+// buildFromTemplate is the insert body that overrides a template. GCE
+// replaces, not merges, any list or map the body sets, so labels and
+// metadata items are merged here from the template's, and the NIC list is
+// only overridden (with the template's NICs stripped of accessConfigs) when
+// the template would give the VM an external IP.
+func (c *Config) buildFromTemplate(vm podVM, props *computepb.InstanceProperties, zone string) *computepb.Instance {
+	labels := map[string]string{}
+	for k, v := range props.GetLabels() {
+		labels[k] = v
+	}
+	for k, v := range c.podLabels(vm, "template") {
+		labels[k] = v
+	}
+	ours := podMetadata(vm)
+	items := append([]*computepb.Items(nil), ours...)
+	for _, it := range props.GetMetadata().GetItems() {
+		overridden := false
+		for _, o := range ours {
+			overridden = overridden || o.GetKey() == it.GetKey()
+		}
+		if !overridden {
+			items = append(items, proto.Clone(it).(*computepb.Items))
+		}
+	}
+	inst := &computepb.Instance{
+		Name:     proto.String(vm.name),
+		Labels:   labels,
+		Metadata: &computepb.Metadata{Items: items},
+	}
+	external := false
+	for _, nic := range props.GetNetworkInterfaces() {
+		external = external || len(nic.GetAccessConfigs()) > 0 || len(nic.GetIpv6AccessConfigs()) > 0
+	}
+	if external {
+		for _, nic := range props.GetNetworkInterfaces() {
+			n := proto.Clone(nic).(*computepb.NetworkInterface)
+			n.AccessConfigs, n.Ipv6AccessConfigs = nil, nil
+			inst.NetworkInterfaces = append(inst.NetworkInterfaces, n)
+		}
+	}
+	if templateGPUs(props) > 0 && props.GetScheduling().GetOnHostMaintenance() != "TERMINATE" {
+		s := proto.Clone(props.GetScheduling()).(*computepb.Scheduling)
+		if s == nil {
+			s = &computepb.Scheduling{}
+		}
+		s.OnHostMaintenance = proto.String("TERMINATE")
+		s.AutomaticRestart = proto.Bool(false)
+		inst.Scheduling = s
+	}
+	if vm.image != "" {
+		// Overriding disks replaces the template's whole list: keep its
+		// disks and swap only the boot image.
+		for _, d := range props.GetDisks() {
+			d = proto.Clone(d).(*computepb.AttachedDisk)
+			if d.GetBoot() && d.InitializeParams != nil {
+				d.InitializeParams.SourceImage = proto.String(c.imageURL(vm.image))
+			}
+			inst.Disks = append(inst.Disks, d)
+		}
+	}
+	return inst
+}

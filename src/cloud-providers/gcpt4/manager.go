@@ -1,0 +1,61 @@
+package gcpt4
+
+import (
+	"context"
+	"flag"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+)
+
+// ProviderName is the name CAA selects this provider by
+// (cloud-api-adaptor gcp-t4 ...); its build tag is gcp_t4.
+const ProviderName = "gcp-t4"
+
+// Manager is the provider's entry in CAA's provider table; it holds the
+// configuration its flags parse into.
+type Manager struct {
+	cfg Config
+}
+
+func init() {
+	provider.AddCloudProvider(ProviderName, &Manager{})
+}
+
+// ParseCmd registers the provider's flags; each defaults to its env var.
+// Kept in upstream's reg.XxxWithEnv style so config-extractor can read it.
+func (m *Manager) ParseCmd(flags *flag.FlagSet) {
+	reg := provider.NewFlagRegistrar(flags)
+	c := &m.cfg
+
+	reg.StringWithEnv(&c.Credentials, "gcp-credentials", "", "GCP_CREDENTIALS", "Service account key JSON (content); empty uses Application Default Credentials", provider.Secret())
+	reg.StringWithEnv(&c.ProjectID, "gcp-project-id", "", "GCP_PROJECT_ID", "GCP project ID", provider.Required())
+	reg.StringWithEnv(&c.Zone, "zone", "", "GCP_ZONE", "Primary zone for podVMs", provider.Required())
+	reg.CustomTypeWithEnv(&c.FallbackZones, "zones", "", "GCP_ZONES", "Fallback zones of the same region, tried in order when a zone is out of capacity, comma separated")
+	reg.StringWithEnv(&c.ImageName, "image-name", "", "PODVM_IMAGE_NAME", "PodVM image: name, projects/P/global/images/N or projects/P/global/images/family/F")
+	reg.StringWithEnv(&c.Network, "network", "", "GCP_NETWORK", "VPC network for podVMs, e.g. global/networks/default")
+	reg.StringWithEnv(&c.Subnetwork, "subnetwork", "", "GCP_SUBNETWORK", "Subnetwork: a name in the zone's region or a full path")
+	reg.StringWithEnv(&c.DiskType, "disk-type", "pd-balanced", "GCP_DISK_TYPE", "Boot disk type (pd-standard, pd-balanced, pd-ssd)")
+	reg.IntWithEnv(&c.RootVolumeSize, "root-volume-size", 50, "ROOT_VOLUME_SIZE", "Boot disk size in GiB; raised to the image size when that is larger")
+	reg.StringWithEnv(&c.InstanceTemplate, "instance-template", "", "GCP_INSTANCE_TEMPLATE", "Create podVMs from this instance template (global or regional) instead of profiles")
+	reg.StringWithEnv(&c.ProfilesFile, "profiles-file", "", "GCP_PROFILES_FILE", "YAML file with extra podVM profiles")
+	reg.StringWithEnv(&c.Profiles, "profiles", "", "GCP_PROFILES", "YAML document with extra podVM profiles")
+	reg.StringWithEnv(&c.ProvisioningModel, "provisioning-model", ProvisioningStandard, "GCP_PROVISIONING_MODEL", "STANDARD or SPOT")
+	reg.StringWithEnv(&c.ServiceAccount, "service-account", "", "GCP_SERVICE_ACCOUNT", "Service account email attached to podVMs; empty attaches none")
+	reg.CustomTypeWithEnv(&c.Labels, "labels", "", "GCP_LABELS", "Extra labels on podVMs: key1=value1,key2=value2")
+	reg.CustomTypeWithEnv(&c.InstanceTypes, "machine-types", "", "GCP_INSTANCE_TYPES", "Allowed values of the machine_type annotation (profiles or machine types), comma separated")
+	reg.BoolWithEnv(&c.UsePublicIP, "use-public-ip", false, "USE_PUBLIC_IP", "Refused: podVMs never get an external IP")
+	reg.StringWithEnv(&c.Endpoint, "gcp-endpoint", "", "GCP_ENDPOINT", "Compute API endpoint override (a Private Service Connect endpoint or a local emulator)")
+}
+
+// LoadEnv is a no-op kept for upstream's interface: env is read in ParseCmd.
+func (m *Manager) LoadEnv() {}
+
+// NewProvider builds the provider from the parsed configuration.
+func (m *Manager) NewProvider() (provider.Provider, error) {
+	return NewProvider(context.Background(), m.cfg, nil)
+}
+
+// GetConfig returns the parsed configuration.
+func (m *Manager) GetConfig() *Config {
+	return &m.cfg
+}

@@ -1,0 +1,288 @@
+package gcpt4
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v2"
+)
+
+// Profile is one podVM shape the provider may create.
+type Profile struct {
+	Name        string `yaml:"name"`
+	MachineType string `yaml:"machineType"`
+	// Accelerator is the GCE accelerator type to attach (nvidia-tesla-t4);
+	// empty for CPU-only profiles and for types with a bundled GPU.
+	Accelerator      string `yaml:"accelerator,omitempty"`
+	AcceleratorCount int32  `yaml:"acceleratorCount,omitempty"`
+	// VCPUs and MemoryMiB are derived from known machine types and only
+	// needed for others.
+	VCPUs     int64 `yaml:"vcpus,omitempty"`
+	MemoryMiB int64 `yaml:"memoryMiB,omitempty"`
+	// ConfidentialType is TDX, SEV or SEV_SNP; empty for a plain VM.
+	ConfidentialType string `yaml:"confidentialType,omitempty"`
+	MinCPUPlatform   string `yaml:"minCpuPlatform,omitempty"`
+	// ProvisioningModel overrides the provider-wide model (STANDARD, SPOT).
+	ProvisioningModel string `yaml:"provisioningModel,omitempty"`
+	// Explicit profiles are used only when a pod names them, never picked
+	// by fit: a 1-GPU pod must not land on an H100 by accident.
+	Explicit bool `yaml:"explicit,omitempty"`
+
+	// gpus counts attached or bundled GPUs; filled by normalize.
+	gpus int64
+	// gpuModel is the accelerator the GPUs are, attached or bundled.
+	gpuModel string
+}
+
+// GPUs is the number of GPUs a podVM of this profile has.
+func (p Profile) GPUs() int64 { return p.gpus }
+
+// GPUModel is the accelerator type of the profile's GPUs, or "".
+func (p Profile) GPUModel() string { return p.gpuModel }
+
+// BuiltinProfiles are the shapes every deployment starts with. The T4
+// profiles use the smallest N1 type that gives each GPU four vCPUs; h100-cc
+// is the production confidential-GPU shape, explicit only.
+func BuiltinProfiles() []Profile {
+	return []Profile{
+		{Name: "cpu-2", MachineType: "e2-medium"},
+		{Name: "cpu-4", MachineType: "n1-standard-4"},
+		{Name: "t4-1", MachineType: "n1-standard-4", Accelerator: AcceleratorT4, AcceleratorCount: 1},
+		{Name: "t4-2", MachineType: "n1-standard-8", Accelerator: AcceleratorT4, AcceleratorCount: 2},
+		{Name: "t4-4", MachineType: "n1-standard-16", Accelerator: AcceleratorT4, AcceleratorCount: 4},
+		{Name: "h100-cc", MachineType: "a3-highgpu-1g", ConfidentialType: "TDX", MinCPUPlatform: "Intel Sapphire Rapids", Explicit: true},
+	}
+}
+
+var profileNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+
+// confidentialFamilies lists, per confidential type, the machine-type
+// prefixes GCE runs it on.
+var confidentialFamilies = map[string][]string{
+	"TDX":     {"c3-standard-", "a3-highgpu-1g"},
+	"SEV":     {"n2d-", "c2d-", "c3d-"},
+	"SEV_SNP": {"n2d-"},
+}
+
+// normalize fills derived fields and rejects what GCE would reject; field
+// names the profile in error messages, e.g. "profiles[2]".
+func (p *Profile) normalize(field string) error {
+	if !profileNameRE.MatchString(p.Name) {
+		return fmt.Errorf("%s.name: %q must be lowercase letters, digits and '-', starting with a letter (at most 63)", field, p.Name)
+	}
+	field = fmt.Sprintf("%s (%s)", field, p.Name)
+	if p.MachineType == "" {
+		return fmt.Errorf("%s.machineType: required, e.g. n1-standard-4", field)
+	}
+	shape, known := lookupShape(p.MachineType)
+	if !known {
+		if p.VCPUs <= 0 || p.MemoryMiB <= 0 {
+			return fmt.Errorf("%s: machine type %q is not in the built-in catalogue; set vcpus and memoryMiB in the profile", field, p.MachineType)
+		}
+		shape = machineShape{vcpus: p.VCPUs, memoryMiB: p.MemoryMiB}
+	}
+	if p.VCPUs == 0 {
+		p.VCPUs = shape.vcpus
+	}
+	if p.MemoryMiB == 0 {
+		p.MemoryMiB = shape.memoryMiB
+	}
+	switch {
+	case shape.bundledAccelerator != "" && p.Accelerator != "":
+		return fmt.Errorf("%s.accelerator: %s comes with %d×%s; remove accelerator and acceleratorCount", field, p.MachineType, shape.bundledCount, shape.bundledAccelerator)
+	case shape.bundledAccelerator != "":
+		p.gpus, p.gpuModel = int64(shape.bundledCount), shape.bundledAccelerator
+	case p.Accelerator == "" && p.AcceleratorCount != 0:
+		return fmt.Errorf("%s.accelerator: acceleratorCount is %d but no accelerator is named; set accelerator: %s", field, p.AcceleratorCount, AcceleratorT4)
+	case p.Accelerator != "":
+		if p.AcceleratorCount == 0 {
+			p.AcceleratorCount = 1
+		}
+		if shape.sharedCore {
+			return fmt.Errorf("%s.machineType: GPUs cannot attach to shared-core type %s; use an N1 type such as n1-standard-4", field, p.MachineType)
+		}
+		if p.Accelerator == AcceleratorT4 {
+			if err := checkT4Shape(field, p.MachineType, p.AcceleratorCount, shape); err != nil {
+				return err
+			}
+		}
+		p.gpus, p.gpuModel = int64(p.AcceleratorCount), p.Accelerator
+	}
+	if p.ConfidentialType != "" {
+		if err := checkConfidential(field, p.MachineType, p.ConfidentialType); err != nil {
+			return err
+		}
+	}
+	switch p.ProvisioningModel {
+	case "", ProvisioningStandard, ProvisioningSpot:
+	default:
+		return fmt.Errorf("%s.provisioningModel: %q is not STANDARD or SPOT", field, p.ProvisioningModel)
+	}
+	return nil
+}
+
+// checkConfidential refuses confidential computing where GCE has none. N1
+// gets its own message: asking for a confidential T4 is the likely mistake.
+func checkConfidential(field, machineType, ccType string) error {
+	if isN1(machineType) {
+		return fmt.Errorf("%s.confidentialType: N1 machine types (and so the T4) have no Confidential VM support; drop confidentialType for T4 profiles, or use profile h100-cc (a3-highgpu-1g with TDX) for confidential GPU work", field)
+	}
+	families, ok := confidentialFamilies[ccType]
+	if !ok {
+		return fmt.Errorf("%s.confidentialType: %q is not TDX, SEV or SEV_SNP", field, ccType)
+	}
+	for _, f := range families {
+		if strings.HasPrefix(machineType, f) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s.confidentialType: %s does not run on %s; use one of %s", field, ccType, machineType, strings.Join(families, ", "))
+}
+
+// profileFile is the document GCP_PROFILES_FILE or GCP_PROFILES holds.
+type profileFile struct {
+	Profiles []Profile `yaml:"profiles"`
+}
+
+// parseProfiles reads a YAML (or JSON) profile document strictly, so a
+// misspelt key is an error rather than a silently ignored setting.
+func parseProfiles(source string, data []byte) ([]Profile, error) {
+	var doc profileFile
+	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w (expected a document with a 'profiles' list)", source, err)
+	}
+	return doc.Profiles, nil
+}
+
+// Catalog is the normalized set of profiles, built-in first, user
+// profiles replacing built-ins of the same name.
+type Catalog struct {
+	profiles []Profile
+}
+
+// NewCatalog builds a catalog from the built-ins and user documents: the
+// content of a file (path) and an inline document (env), either may be empty.
+func NewCatalog(filePath, inline string) (*Catalog, error) {
+	all := BuiltinProfiles()
+	var user []Profile
+	if filePath != "" {
+		data, err := os.ReadFile(filePath)
+		if err != nil {
+			return nil, fmt.Errorf("GCP_PROFILES_FILE: %w", err)
+		}
+		ps, err := parseProfiles("GCP_PROFILES_FILE "+filePath, data)
+		if err != nil {
+			return nil, err
+		}
+		user = append(user, ps...)
+	}
+	if strings.TrimSpace(inline) != "" {
+		ps, err := parseProfiles("GCP_PROFILES", []byte(inline))
+		if err != nil {
+			return nil, err
+		}
+		user = append(user, ps...)
+	}
+	index := map[string]int{}
+	for i, p := range all {
+		index[p.Name] = i
+	}
+	for _, p := range user {
+		if i, ok := index[p.Name]; ok {
+			all[i] = p
+			continue
+		}
+		index[p.Name] = len(all)
+		all = append(all, p)
+	}
+	for i := range all {
+		if err := all[i].normalize(fmt.Sprintf("profiles[%d]", i)); err != nil {
+			return nil, err
+		}
+	}
+	return &Catalog{profiles: all}, nil
+}
+
+// Profiles returns the catalog's profiles.
+func (c *Catalog) Profiles() []Profile { return append([]Profile(nil), c.profiles...) }
+
+// Lookup returns the profile of that name.
+func (c *Catalog) Lookup(name string) (Profile, bool) {
+	for _, p := range c.profiles {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Profile{}, false
+}
+
+// Request is what a pod asks for, in the units the adaptor passes.
+type Request struct {
+	InstanceType string
+	GPUs         int64
+	VCPUs        int64
+	MemoryMiB    int64
+}
+
+// Select picks the profile for a request: a named profile or machine type
+// first, else the smallest automatic profile with enough GPUs, else the
+// smallest CPU-only one that fits. A CPU-only pod never gets a GPU profile.
+func (c *Catalog) Select(r Request) (Profile, error) {
+	if r.InstanceType != "" {
+		return c.selectNamed(r)
+	}
+	candidates := make([]Profile, 0, len(c.profiles))
+	for _, p := range c.profiles {
+		if !p.Explicit && (p.gpus > 0) == (r.GPUs > 0) {
+			candidates = append(candidates, p)
+		}
+	}
+	sort.SliceStable(candidates, func(i, j int) bool {
+		a, b := candidates[i], candidates[j]
+		if a.gpus != b.gpus {
+			return a.gpus < b.gpus
+		}
+		if a.VCPUs != b.VCPUs {
+			return a.VCPUs < b.VCPUs
+		}
+		return a.MemoryMiB < b.MemoryMiB
+	})
+	for _, p := range candidates {
+		if p.gpus >= r.GPUs && p.VCPUs >= r.VCPUs && p.MemoryMiB >= r.MemoryMiB {
+			return p, nil
+		}
+	}
+	kind := "CPU-only"
+	if r.GPUs > 0 {
+		kind = "GPU"
+	}
+	return Profile{}, fmt.Errorf("no %s profile fits %d GPU(s), %d vCPU(s) and %d MiB (pod annotations default_gpus/default_vcpus/default_memory); lower the pod's requests or add a larger profile in GCP_PROFILES_FILE", kind, r.GPUs, r.VCPUs, r.MemoryMiB)
+}
+
+// selectNamed resolves an explicit instance type: a profile name, or a
+// machine type, to which the requested T4s are attached.
+func (c *Catalog) selectNamed(r Request) (Profile, error) {
+	p, ok := c.Lookup(r.InstanceType)
+	if !ok {
+		p = Profile{Name: "custom", MachineType: r.InstanceType}
+		if r.GPUs > 0 {
+			if _, known := lookupShape(r.InstanceType); known && fixedShapes[r.InstanceType].bundledAccelerator == "" {
+				count, fits := nextT4Count(r.GPUs)
+				if !fits {
+					return Profile{}, fmt.Errorf("machine_type annotation %q with %d GPUs: GCE attaches at most 4 %s to one VM", r.InstanceType, r.GPUs, AcceleratorT4)
+				}
+				p.Accelerator, p.AcceleratorCount = AcceleratorT4, count
+			}
+		}
+		if err := p.normalize("machine_type annotation"); err != nil {
+			return Profile{}, err
+		}
+	}
+	if p.gpus < r.GPUs {
+		return Profile{}, fmt.Errorf("instance type %q has %d GPU(s) but the pod requests %d; name a larger profile or drop the machine_type annotation", r.InstanceType, p.gpus, r.GPUs)
+	}
+	return p, nil
+}
