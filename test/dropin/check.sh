@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Drop-in contract check: copy src/cloud-providers/gcpt4 into an upstream CAA
+# checkout's src/cloud-providers, run `go mod tidy` there (the only change the
+# contract allows) and build, vet and test the package in upstream's module.
+# The upstream tree itself is never modified: it is copied to a temp dir.
+#
+#   test/dropin/check.sh /path/to/cloud-api-adaptor        (a work tree)
+#   test/dropin/check.sh /path/to/cloud-api-adaptor.git    (a bare repo: HEAD)
+set -euo pipefail
+upstream=${1:-}
+if [ -z "$upstream" ] || [ ! -d "$upstream" ]; then
+	echo "usage: $0 UPSTREAM_CAA_CHECKOUT (a cloud-api-adaptor work tree or git dir)" >&2
+	exit 2
+fi
+here=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+if [ -d "$upstream/src/cloud-providers" ]; then
+	cp -a "$upstream/src/cloud-providers" "$work/"
+	rev=$(git -C "$upstream" rev-parse --short HEAD 2>/dev/null || echo unknown)
+else
+	git --git-dir="$upstream" archive HEAD src/cloud-providers | tar -x -C "$work"
+	mv "$work/src/cloud-providers" "$work/cloud-providers"
+	rev=$(git --git-dir="$upstream" rev-parse --short HEAD)
+fi
+cd "$work/cloud-providers"
+echo "upstream $rev: $(grep -E '^go |cloud.google.com/go/compute |google.golang.org/api ' go.mod | tr '\n' ' ')"
+before=$(grep -E '^\s*(cloud.google.com/go/compute|google.golang.org/api|google.golang.org/protobuf|github.com/google/uuid|gopkg.in/yaml.v2) ' go.mod | sort)
+
+cp -a "$here/src/cloud-providers/gcpt4" ./gcpt4
+# The tests need no workspace; upstream's own go.mod is the only one used.
+export GOWORK=off GOFLAGS=-mod=mod
+go mod tidy
+after=$(grep -E '^\s*(cloud.google.com/go/compute|google.golang.org/api|google.golang.org/protobuf|github.com/google/uuid|gopkg.in/yaml.v2) ' go.mod | sort)
+if [ "$before" != "$after" ]; then
+	echo "go mod tidy changed upstream's pinned versions:" >&2
+	diff <(echo "$before") <(echo "$after") >&2 || true
+	exit 1
+fi
+go build ./gcpt4/...
+go vet ./gcpt4/...
+go test -count=1 ./gcpt4/...
+echo "drop-in check passed against upstream $rev"
