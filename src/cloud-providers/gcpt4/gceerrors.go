@@ -147,8 +147,8 @@ func quotaAdvice(metric, region string, spot bool) string {
 	switch {
 	case metric == "GPUS_ALL_REGIONS":
 		return "request an increase of the project-wide GPUS_ALL_REGIONS quota (it is 0 on new projects)"
-	case strings.Contains(metric, "T4") && !spot:
-		return fmt.Sprintf("request more NVIDIA_T4_GPUS quota in %s, or set GCP_PROVISIONING_MODEL=SPOT to use PREEMPTIBLE_NVIDIA_T4_GPUS", region)
+	case strings.HasPrefix(metric, "NVIDIA_") && !spot:
+		return fmt.Sprintf("request more %s quota in %s, or set GCP_PROVISIONING_MODEL=SPOT (or provisioningModel: SPOT in the profile) to use PREEMPTIBLE_%s", metric, region, metric)
 	case metric != "":
 		return fmt.Sprintf("request more %s quota in %s", metric, region)
 	}

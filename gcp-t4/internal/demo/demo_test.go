@@ -1,0 +1,44 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func TestDemoShowsPrivateT4PodVMsAndCleansUp(t *testing.T) {
+	var out bytes.Buffer
+	if err := Run(context.Background(), nil, &out, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	text := out.String()
+	rows := 0
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "mistral-tp-") {
+			continue
+		}
+		rows++
+		f := strings.Fields(line)
+		// POD INSTANCE MACHINE-TYPE N x ACCELERATOR ZONE IP EXTERNAL
+		if len(f) != 9 || f[2] != "n1-standard-4" || f[5] != "nvidia-tesla-t4" || f[8] != "none" {
+			t.Errorf("row %q: want n1-standard-4, 1 x nvidia-tesla-t4 and external IP none", line)
+		}
+	}
+	if rows != 2 {
+		t.Errorf("want 2 podVM rows, got %d:\n%s", rows, text)
+	}
+	if !strings.Contains(text, "Instances left in demo-project: 0") {
+		t.Errorf("demo does not show that nothing is left:\n%s", text)
+	}
+}
+
+func TestDemoPassesProviderFlags(t *testing.T) {
+	var out bytes.Buffer
+	err := Run(context.Background(), []string{"-provisioning-model", "CHEAP"}, &out, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "GCP_PROVISIONING_MODEL") {
+		t.Fatalf("want the provider's validation error, got %v", err)
+	}
+}

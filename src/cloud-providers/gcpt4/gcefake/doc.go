@@ -1,0 +1,25 @@
+// Package gcefake is an in-process fake of the subset of the Compute Engine v1
+// REST API that the gcpt4 provider drives through cloud.google.com/go/compute/apiv1.
+//
+// The fake exists so that provider tests exercise the real Go client (request
+// encoding, operation polling, error surfacing) against a world that behaves
+// like GCE: zones with and without T4 capacity, quotas, instance templates,
+// images, asynchronous operations and the failure shapes GCE produces
+// (synchronous googleapi errors, failed operations with and without an HTTP
+// status, stockouts with zonesAvailable, quota errors with QuotaInfo).
+//
+// Its central rule is that it must reject what GCE rejects. A fake that is
+// more lenient than GCE lets provider bugs (a missing onHostMaintenance
+// TERMINATE, an accelerator in the wrong zone, a typo in an enum) pass tests
+// and fail in production, so validation errs on the strict side and error
+// messages follow GCE's wording where it is known.
+//
+// Deliberate simplifications are documented next to the code that makes them;
+// the most visible ones: quota usage counts every stored instance, including
+// those still PROVISIONING; an instance is visible with status PROVISIONING
+// while its insert operation runs and with STOPPING while its delete
+// operation runs; quota and stockout outcomes are decided when the insert is
+// accepted and reported when its operation completes; a single VPC
+// ("default") exists; Spot/preemptible requests must set automaticRestart
+// false and onHostMaintenance TERMINATE explicitly.
+package gcefake

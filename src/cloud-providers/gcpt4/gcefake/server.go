@@ -1,0 +1,392 @@
+package gcefake
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/api/option"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+const (
+	defaultProject = "demo-project"
+	// apiBase is what GCE puts in selfLinks regardless of the endpoint the
+	// client talked to, so the fake does the same.
+	apiBase   = "https://www.googleapis.com/compute/v1/"
+	pathBase  = "/compute/v1/projects/"
+	timestamp = "2006-01-02T15:04:05.000-07:00"
+	// defaultLongPoll is GCE's documented upper bound for operations.wait.
+	defaultLongPoll = 2 * time.Minute
+)
+
+// Server is a fake Compute Engine endpoint. All state sits behind one mutex,
+// so a Server is safe for concurrent use by clients and test code.
+type Server struct {
+	mu sync.Mutex
+	ts *httptest.Server
+	// closing releases long-polls on Close; httptest.Server.Close waits
+	// for in-flight requests and would otherwise block for the whole poll.
+	closing   chan struct{}
+	closeOnce sync.Once
+
+	project   string
+	now       func() time.Time
+	fakeClock bool
+	longPoll  time.Duration
+
+	world  *world
+	routes []route
+
+	instances  map[string]*instanceRecord // key zone/name
+	ops        map[string]*opRecord       // key operation name
+	opOrder    []*opRecord
+	requestIDs map[string]string // requestId -> operation name
+	serial     map[string]string // key zone/name
+	usedIPs    map[string]bool
+	nextHost   map[string]uint32 // region -> next host offset in the subnet
+	nextNAT    uint32
+
+	stockout   map[string]bool
+	silentFail bool
+	latency    time.Duration
+	faults     []*fault
+
+	calls []*Call
+	seq   uint64
+}
+
+// Option configures a Server at construction time.
+type Option func(*Server)
+
+// WithProject sets the only project the fake serves (default "demo-project").
+func WithProject(id string) Option {
+	return func(s *Server) { s.project = id }
+}
+
+// WithClock injects the time source that drives operation latency. With an
+// injected clock, operations.wait polls that clock instead of sleeping for the
+// remaining latency, so tests advance time explicitly.
+func WithClock(now func() time.Time) Option {
+	return func(s *Server) {
+		s.now = now
+		s.fakeClock = true
+	}
+}
+
+// WithLongPollLimit bounds how long zoneOperations.wait blocks in wall time
+// (GCE: about two minutes). Tests with a fake clock that is never advanced use
+// it to keep a forgotten wait from stalling the suite.
+func WithLongPollLimit(d time.Duration) Option {
+	return func(s *Server) { s.longPoll = d }
+}
+
+// Call is one recorded HTTP request.
+type Call struct {
+	Method   string
+	Kind     string
+	Path     string
+	RawQuery string
+	Body     []byte
+	Status   int
+}
+
+type fault struct {
+	method string
+	kind   string
+	code   int
+	reason string
+	left   int
+}
+
+// New starts a fake with the default world (see world.go).
+func New(opts ...Option) *Server {
+	s := &Server{
+		project:    defaultProject,
+		closing:    make(chan struct{}),
+		now:        time.Now,
+		longPoll:   defaultLongPoll,
+		instances:  map[string]*instanceRecord{},
+		ops:        map[string]*opRecord{},
+		requestIDs: map[string]string{},
+		serial:     map[string]string{},
+		usedIPs:    map[string]bool{},
+		nextHost:   map[string]uint32{},
+		stockout:   map[string]bool{},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	s.world = defaultWorld(s.project)
+	s.routes = routeTable()
+	s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	return s
+}
+
+// Close releases pending long-polls and shuts the HTTP server down. It is
+// safe to call more than once.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.ts.Close()
+}
+
+// URL is the endpoint without a trailing slash; the apiv1 REST client appends
+// "/compute/v1/..." and a trailing slash would produce "//compute".
+func (s *Server) URL() string { return strings.TrimSuffix(s.ts.URL, "/") }
+
+// ClientOptions are what a compute.New*RESTClient needs to talk to the fake.
+func (s *Server) ClientOptions() []option.ClientOption {
+	return []option.ClientOption{
+		option.WithEndpoint(s.URL()),
+		option.WithoutAuthentication(),
+		option.WithHTTPClient(s.ts.Client()),
+	}
+}
+
+// Project is the project the fake serves.
+func (s *Server) Project() string { return s.project }
+
+// SetStockout makes every insert in zone fail asynchronously with
+// ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS.
+func (s *Server) SetStockout(zone string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stockout[zone] = on
+}
+
+// SetSilentOperationFailure makes failed operations omit httpErrorStatusCode
+// and httpErrorMessage, which GCE sometimes does; the apiv1 Wait then reports
+// success and only op.Proto().GetError() reveals the failure.
+func (s *Server) SetSilentOperationFailure(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.silentFail = on
+}
+
+// SetOperationLatency keeps new operations RUNNING for d (measured by the
+// clock) before they complete.
+func (s *Server) SetOperationLatency(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = d
+}
+
+// FailNext makes the next n requests with this HTTP method and kind fail with
+// code before any side effect. The reason follows the code: 429 ->
+// rateLimitExceeded, 503 -> backendError, anything else -> invalid.
+func (s *Server) FailNext(method, kind string, code, n int) {
+	reason := "invalid"
+	switch code {
+	case http.StatusTooManyRequests:
+		reason = "rateLimitExceeded"
+	case http.StatusServiceUnavailable:
+		reason = "backendError"
+	}
+	s.FailNextReason(method, kind, code, reason, n)
+}
+
+// FailNextReason is FailNext with an explicit errors[0].reason, e.g. GCE's
+// 403 "rateLimitExceeded" or 403 "quotaExceeded".
+func (s *Server) FailNextReason(method, kind string, code int, reason string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = append(s.faults, &fault{method: strings.ToUpper(method), kind: kind, code: code, reason: reason, left: n})
+}
+
+// Calls returns copies of the recorded requests, oldest first.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Call, 0, len(s.calls))
+	for _, c := range s.calls {
+		cp := *c
+		cp.Body = slices.Clone(c.Body)
+		out = append(out, cp)
+	}
+	return out
+}
+
+// CountCalls counts recorded requests of one kind.
+func (s *Server) CountCalls(kind string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.calls {
+		if c.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// ResetCalls forgets the recorded requests.
+func (s *Server) ResetCalls() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = nil
+}
+
+// Instances returns deep copies of all stored instances, sorted by zone then
+// name.
+func (s *Server) Instances() []*computepb.Instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settle()
+	recs := make([]*instanceRecord, 0, len(s.instances))
+	for _, r := range s.instances {
+		recs = append(recs, r)
+	}
+	sort.Slice(recs, func(i, j int) bool {
+		if recs[i].zone != recs[j].zone {
+			return recs[i].zone < recs[j].zone
+		}
+		return recs[i].inst.GetName() < recs[j].inst.GetName()
+	})
+	out := make([]*computepb.Instance, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, proto.Clone(r.inst).(*computepb.Instance))
+	}
+	return out
+}
+
+// reqCtx carries what a handler needs about one request.
+type reqCtx struct {
+	r       *http.Request
+	project string
+	params  map[string]string
+	body    []byte
+}
+
+func (rc *reqCtx) query(name string) (string, bool) {
+	v, ok := rc.r.URL.Query()[name]
+	if !ok || len(v) == 0 {
+		return "", false
+	}
+	return v[0], true
+}
+
+// handlerFunc returns the response message; an *apiError becomes GCE's JSON
+// error shape.
+type handlerFunc func(s *Server, rc *reqCtx) (proto.Message, error)
+
+type route struct {
+	method string
+	kind   string
+	segs   []string
+	h      handlerFunc
+	// unlocked handlers manage the mutex themselves (long-polls must not
+	// hold it while they wait).
+	unlocked bool
+	// anyProject lets read-only image lookups reach public image projects
+	// (GCE serves e.g. debian-cloud to everyone).
+	anyProject bool
+}
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.writeError(w, apiErr(http.StatusBadRequest, "badRequest", fmt.Sprintf("reading request body: %v", err)))
+		return
+	}
+	rt, params, project, allowed := s.matchRoute(r.Method, r.URL.Path)
+	kind := ""
+	if rt != nil {
+		kind = rt.kind
+	}
+
+	s.mu.Lock()
+	call := &Call{Method: r.Method, Kind: kind, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Body: bytes.Clone(body)}
+	s.calls = append(s.calls, call)
+
+	var ae *apiError
+	switch {
+	case rt == nil && len(allowed) > 0:
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		ae = apiErr(http.StatusMethodNotAllowed, "badRequest", fmt.Sprintf("Method %s is not allowed for %s.", r.Method, r.URL.Path))
+	case rt == nil:
+		ae = notFoundf("The requested URL %s was not found on this server.", r.URL.Path)
+	default:
+		ae = s.takeFault(r.Method, kind)
+		if ae == nil && project != s.project && !(rt.anyProject && s.world.hasImageProject(project)) {
+			ae = notFoundf("The resource 'projects/%s' was not found", project)
+		}
+	}
+	if ae != nil {
+		call.Status = ae.code
+		s.mu.Unlock()
+		s.writeError(w, ae)
+		return
+	}
+
+	rc := &reqCtx{r: r, project: project, params: params, body: body}
+	var msg proto.Message
+	if rt.unlocked {
+		s.mu.Unlock()
+		msg, err = rt.h(s, rc)
+		s.mu.Lock()
+	} else {
+		s.settle()
+		msg, err = rt.h(s, rc)
+	}
+	status := http.StatusOK
+	if err != nil {
+		status = errorCode(err)
+	}
+	call.Status = status
+	s.mu.Unlock()
+
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.writeProto(w, msg)
+}
+
+func (s *Server) takeFault(method, kind string) *apiError {
+	for i, f := range s.faults {
+		if f.method != method || f.kind != kind || f.left <= 0 {
+			continue
+		}
+		f.left--
+		if f.left == 0 {
+			s.faults = slices.Delete(s.faults, i, i+1)
+		}
+		return apiErr(f.code, f.reason, fmt.Sprintf("Injected failure (%d %s) for %s %s.", f.code, f.reason, method, kind))
+	}
+	return nil
+}
+
+func (s *Server) writeProto(w http.ResponseWriter, m proto.Message) {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		s.writeError(w, fmt.Errorf("marshalling %T response: %w", m, err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, err error) {
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	code := errorCode(err)
+	w.WriteHeader(code)
+	_, _ = w.Write(errorBody(err))
+}
+
+// nextSeq hands out unique numbers for ids, operation names and fingerprints.
+func (s *Server) nextSeq() uint64 {
+	s.seq++
+	return s.seq
+}
+
+func (s *Server) stamp() string { return s.now().Format(timestamp) }

@@ -1,0 +1,337 @@
+package gcefake
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Accelerator and machine-type names the validation rules refer to.
+const (
+	accelT4   = "nvidia-tesla-t4"
+	accelH100 = "nvidia-h100-80gb"
+	accelL4   = "nvidia-l4"
+
+	defaultNetwork = "default"
+	// worldEpoch is the creation time of the built-in world, fixed so that
+	// outputs are stable across runs.
+	worldEpoch = "2020-01-01T00:00:00.000-08:00"
+)
+
+// world is the static part of the fake: geography, catalogues, images,
+// templates and quota limits.
+type world struct {
+	project      string
+	regions      []*regionSpec
+	regionByName map[string]*regionSpec
+	zones        []*zoneSpec
+	zoneByName   map[string]*zoneSpec
+	accels       map[string]*accelSpec
+
+	images    map[string][]*computepb.Image // project -> images in insertion order
+	templates map[string]*computepb.InstanceTemplate
+	quotas    map[string]map[string]float64 // region ("" = project) -> metric -> limit
+}
+
+type regionSpec struct {
+	name   string
+	zones  []string
+	subnet netip.Prefix
+}
+
+type zoneSpec struct {
+	name     string
+	region   string
+	accels   []string
+	machines []*machineSpec
+}
+
+type accelSpec struct {
+	name        string
+	description string
+	maxCards    int32
+	// allowedCounts lists attachable counts; nil for bundled-only GPUs.
+	allowedCounts []int32
+	// quotaMetric and preemptibleMetric name the regional quotas a GPU
+	// consumes.
+	quotaMetric       string
+	preemptibleMetric string
+}
+
+type machineSpec struct {
+	name       string
+	cpus       int32
+	memoryMB   int32
+	shared     bool
+	accel      string // bundled accelerator, "" if none
+	accelCount int32
+}
+
+func (m *machineSpec) family() string {
+	fam, _, _ := strings.Cut(m.name, "-")
+	return fam
+}
+
+func defaultWorld(project string) *world {
+	w := &world{
+		project:      project,
+		regionByName: map[string]*regionSpec{},
+		zoneByName:   map[string]*zoneSpec{},
+		accels: map[string]*accelSpec{
+			accelT4: {name: accelT4, description: "NVIDIA T4", maxCards: 4, allowedCounts: []int32{1, 2, 4},
+				quotaMetric: "NVIDIA_T4_GPUS", preemptibleMetric: "PREEMPTIBLE_NVIDIA_T4_GPUS"},
+			accelH100: {name: accelH100, description: "NVIDIA H100 80GB", maxCards: 8,
+				quotaMetric: "NVIDIA_H100_GPUS", preemptibleMetric: "PREEMPTIBLE_NVIDIA_H100_GPUS"},
+			accelL4: {name: accelL4, description: "NVIDIA L4", maxCards: 8,
+				quotaMetric: "NVIDIA_L4_GPUS", preemptibleMetric: "PREEMPTIBLE_NVIDIA_L4_GPUS"},
+		},
+		images:    map[string][]*computepb.Image{},
+		templates: map[string]*computepb.InstanceTemplate{},
+		quotas:    map[string]map[string]float64{"": {"GPUS_ALL_REGIONS": 16}},
+	}
+	geo := []struct {
+		region   string
+		suffixes []string
+		cidr     string
+	}{
+		{"us-central1", []string{"a", "b", "c", "f"}, "10.128.0.0/20"},
+		{"us-east1", []string{"b", "c", "d"}, "10.142.0.0/20"},
+		{"europe-west4", []string{"a", "b", "c"}, "10.164.0.0/20"},
+		{"us-east5", []string{"a", "b", "c"}, "10.202.0.0/20"},
+	}
+	gpuZones := map[string][]string{
+		accelT4:   {"us-central1-a", "us-central1-b", "us-central1-f", "us-east1-c", "us-east1-d", "europe-west4-b", "europe-west4-c"},
+		accelH100: {"us-central1-a", "us-east5-a", "europe-west4-c"},
+		accelL4:   {"us-central1-a", "us-central1-b", "us-central1-c"},
+	}
+	for _, g := range geo {
+		r := &regionSpec{name: g.region, subnet: netip.MustParsePrefix(g.cidr)}
+		for _, suf := range g.suffixes {
+			zn := g.region + "-" + suf
+			r.zones = append(r.zones, zn)
+			z := &zoneSpec{name: zn, region: g.region}
+			for _, a := range []string{accelT4, accelH100, accelL4} {
+				if slices.Contains(gpuZones[a], zn) {
+					z.accels = append(z.accels, a)
+				}
+			}
+			z.machines = machineCatalog(z.accels)
+			w.zones = append(w.zones, z)
+			w.zoneByName[zn] = z
+		}
+		w.regions = append(w.regions, r)
+		w.regionByName[r.name] = r
+		w.quotas[r.name] = map[string]float64{
+			"CPUS":                         96,
+			"INSTANCES":                    100,
+			"NVIDIA_T4_GPUS":               8,
+			"PREEMPTIBLE_NVIDIA_T4_GPUS":   8,
+			"NVIDIA_H100_GPUS":             0,
+			"PREEMPTIBLE_NVIDIA_H100_GPUS": 2,
+			"NVIDIA_L4_GPUS":               4,
+			"PREEMPTIBLE_NVIDIA_L4_GPUS":   4,
+		}
+	}
+	// GCE lists zones and regions by name.
+	sort.Slice(w.regions, func(i, j int) bool { return w.regions[i].name < w.regions[j].name })
+	sort.Slice(w.zones, func(i, j int) bool { return w.zones[i].name < w.zones[j].name })
+	w.addImage(project, &computepb.Image{
+		Name:       proto.String("podvm-t4"),
+		DiskSizeGb: proto.Int64(20),
+		Family:     proto.String("podvm-t4"),
+		GuestOsFeatures: []*computepb.GuestOsFeature{
+			{Type: proto.String("UEFI_COMPATIBLE")},
+			{Type: proto.String("GVNIC")},
+		},
+		CreationTimestamp: proto.String(worldEpoch),
+	}, worldEpoch)
+	return w
+}
+
+// machineCatalog returns the machine types of a zone. Bundled-GPU types only
+// exist where their GPU does, as on GCE.
+func machineCatalog(zoneAccels []string) []*machineSpec {
+	var ms []*machineSpec
+	for _, n := range []int32{1, 2, 4, 8, 16, 32, 64, 96} {
+		ms = append(ms, &machineSpec{name: fmt.Sprintf("n1-standard-%d", n), cpus: n, memoryMB: n * 3840})
+	}
+	for _, n := range []int32{2, 4, 8, 16, 32, 64, 96} {
+		ms = append(ms, &machineSpec{name: fmt.Sprintf("n1-highmem-%d", n), cpus: n, memoryMB: n * 6656})
+	}
+	for _, n := range []int32{2, 4, 8, 16, 32, 64, 96} {
+		// GCE gives n1-highcpu 0.9 GB per vCPU and rounds the MB value.
+		ms = append(ms, &machineSpec{name: fmt.Sprintf("n1-highcpu-%d", n), cpus: n, memoryMB: int32(math.Round(float64(n) * 921.6))})
+	}
+	ms = append(ms,
+		&machineSpec{name: "e2-medium", cpus: 2, memoryMB: 4096, shared: true},
+		&machineSpec{name: "f1-micro", cpus: 1, memoryMB: 614, shared: true},
+		&machineSpec{name: "g1-small", cpus: 1, memoryMB: 1740, shared: true},
+		&machineSpec{name: "c3-standard-4", cpus: 4, memoryMB: 16384},
+		&machineSpec{name: "n2d-standard-4", cpus: 4, memoryMB: 16384},
+	)
+	if slices.Contains(zoneAccels, accelH100) {
+		ms = append(ms, &machineSpec{name: "a3-highgpu-1g", cpus: 26, memoryMB: 239616, accel: accelH100, accelCount: 1})
+	}
+	if slices.Contains(zoneAccels, accelL4) {
+		ms = append(ms, &machineSpec{name: "g2-standard-4", cpus: 4, memoryMB: 16384, accel: accelL4, accelCount: 1})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].name < ms[j].name })
+	return ms
+}
+
+func (z *zoneSpec) machine(name string) *machineSpec {
+	for _, m := range z.machines {
+		if m.name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+func (z *zoneSpec) hasAccel(name string) bool { return slices.Contains(z.accels, name) }
+
+func (w *world) hasImageProject(p string) bool { return len(w.images[p]) > 0 }
+
+// addImage fills the output-only fields GCE would set and stores a copy.
+func (w *world) addImage(project string, img *computepb.Image, now string) {
+	img = proto.Clone(img).(*computepb.Image)
+	name := img.GetName()
+	img.Kind = proto.String("compute#image")
+	img.Id = proto.Uint64(stableID("image/" + project + "/" + name))
+	img.SelfLink = proto.String(apiBase + "projects/" + project + "/global/images/" + name)
+	if img.Status == nil {
+		img.Status = proto.String("READY")
+	}
+	if img.CreationTimestamp == nil {
+		img.CreationTimestamp = proto.String(now)
+	}
+	list := w.images[project]
+	list = slices.DeleteFunc(list, func(i *computepb.Image) bool { return i.GetName() == name })
+	w.images[project] = append(list, img)
+}
+
+func (w *world) image(project, name string) *computepb.Image {
+	for _, img := range w.images[project] {
+		if img.GetName() == name {
+			return img
+		}
+	}
+	return nil
+}
+
+// imageFromFamily returns the newest usable image of a family, which is how
+// GCE resolves ".../images/family/F".
+func (w *world) imageFromFamily(project, family string) *computepb.Image {
+	var best *computepb.Image
+	var bestT time.Time
+	for _, img := range w.images[project] {
+		if img.GetFamily() != family || img.GetStatus() != "READY" {
+			continue
+		}
+		switch img.GetDeprecated().GetState() {
+		case "DEPRECATED", "OBSOLETE", "DELETED":
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, img.GetCreationTimestamp())
+		if err != nil {
+			t = time.Time{}
+		}
+		// Later insertion wins ties, so the newest AddImage is preferred
+		// when timestamps are equal.
+		if best == nil || !t.Before(bestT) {
+			best, bestT = img, t
+		}
+	}
+	return best
+}
+
+func templateKey(region, name string) string { return region + "/" + name }
+
+// stableID derives a deterministic numeric id for world objects, so repeated
+// runs return the same ids.
+func stableID(key string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(key))
+	return h.Sum64() >> 1
+}
+
+func (s *Server) projectURL() string { return apiBase + "projects/" + s.project }
+func (s *Server) zoneURL(zone string) string {
+	return s.projectURL() + "/zones/" + zone
+}
+func (s *Server) regionURL(region string) string {
+	return s.projectURL() + "/regions/" + region
+}
+func (s *Server) networkURL() string {
+	return s.projectURL() + "/global/networks/" + defaultNetwork
+}
+func (s *Server) subnetURL(region string) string {
+	return s.regionURL(region) + "/subnetworks/" + defaultNetwork
+}
+func (s *Server) instanceURL(zone, name string) string {
+	return s.zoneURL(zone) + "/instances/" + name
+}
+func (s *Server) instancePath(zone, name string) string {
+	return "projects/" + s.project + "/zones/" + zone + "/instances/" + name
+}
+
+// AddImage adds or replaces an image. Images of projects other than the
+// served one stand for public image projects and can be read by anyone.
+func (s *Server) AddImage(project string, img *computepb.Image) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.world.addImage(project, img, s.stamp())
+}
+
+// AddInstanceTemplate stores a template; region "" means a global template.
+// Templates hold bare names for machineType and acceleratorType, as GCE's do.
+func (s *Server) AddInstanceTemplate(region string, t *computepb.InstanceTemplate) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t = proto.Clone(t).(*computepb.InstanceTemplate)
+	if t.GetName() == "" {
+		t.Name = proto.String(fmt.Sprintf("template-%d", s.nextSeq()))
+	}
+	t.Kind = proto.String("compute#instanceTemplate")
+	t.Id = proto.Uint64(stableID("template/" + region + "/" + t.GetName()))
+	if t.CreationTimestamp == nil {
+		t.CreationTimestamp = proto.String(s.stamp())
+	}
+	if region == "" {
+		t.SelfLink = proto.String(s.projectURL() + "/global/instanceTemplates/" + t.GetName())
+		t.Region = nil
+	} else {
+		t.SelfLink = proto.String(s.regionURL(region) + "/instanceTemplates/" + t.GetName())
+		t.Region = proto.String(s.regionURL(region))
+	}
+	if t.Properties == nil {
+		t.Properties = &computepb.InstanceProperties{}
+	}
+	s.world.templates[templateKey(region, t.GetName())] = t
+}
+
+// SetQuota sets a quota limit; region "" addresses project-wide metrics such
+// as GPUS_ALL_REGIONS.
+func (s *Server) SetQuota(region, metric string, limit float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.world.quotas[region] == nil {
+		s.world.quotas[region] = map[string]float64{}
+	}
+	s.world.quotas[region][metric] = limit
+}
+
+// SetSerialOutput sets the whole serial port 1 buffer of an instance.
+func (s *Server) SetSerialOutput(zone, instance, text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.serial[zone+"/"+instance] = text
+}
