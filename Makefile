@@ -5,7 +5,11 @@ BIN := bin
 MODULES := ./src/cloud-providers/... ./gcp-t4/...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test demo bench lint fmt-check vet unit dropin-check tools clean
+# Upstream CAA builds the provider with the Go its go.mod names; check that
+# gcpt4 and the fork build and vet with it (fetched once via GOTOOLCHAIN).
+UPSTREAM_GO ?= go1.25.13
+
+.PHONY: all build test demo bench lint fmt-check vet unit upstream-go dropin-check tools clean
 
 all: build
 
@@ -20,7 +24,10 @@ demo: build
 	$(BIN)/gcp-t4 demo
 
 ## test: everything CI runs
-test: tools lint unit
+test: tools lint unit upstream-go
+
+upstream-go:
+	cd src/cloud-providers && GOWORK=off GOTOOLCHAIN=$(UPSTREAM_GO) $(GO) vet ./...
 
 unit:
 	$(GO) test -count=1 $(MODULES)
@@ -38,9 +45,9 @@ bench: tools
 	$(GO) test -run '^$$' -bench . -benchmem $(MODULES)
 
 ## dropin-check: copy gcpt4 into an upstream CAA checkout and build and test it there
-##   make dropin-check UPSTREAM=/path/to/cloud-api-adaptor
+##   make dropin-check UPSTREAM=/path/to/cloud-api-adaptor [UPSTREAM_REF=v0.22.0]
 dropin-check: tools
-	test/dropin/check.sh "$(UPSTREAM)"
+	test/dropin/check.sh "$(UPSTREAM)" $(UPSTREAM_REF)
 
 clean:
 	rm -rf $(BIN)

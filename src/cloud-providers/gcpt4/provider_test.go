@@ -24,7 +24,7 @@ const sandbox = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde
 var oneT4 = provider.InstanceTypeSpec{GPUs: 1, VCPUs: 2, Memory: 8192}
 
 // newTestProvider starts a fake and a provider on it with the demo layout.
-func newTestProvider(t *testing.T, mutate func(*Config)) (*Provider, *gcefake.Server) {
+func newTestProvider(t testing.TB, mutate func(*Config)) (*Provider, *gcefake.Server) {
 	t.Helper()
 	fake := gcefake.New()
 	t.Cleanup(fake.Close)
