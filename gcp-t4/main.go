@@ -1,6 +1,5 @@
-// Command gcp-t4 is caa-gcp-t4's operator tool: it runs the demo on the
-// embedded GCE emulator and, as the project grows, remediates containerd,
-// installs, checks and cleans up.
+// Command gcp-t4 is caa-gcp-t4's operator tool: the demo on the embedded
+// GCE emulator, and the node and cluster tasks around the provider.
 package main
 
 import (
@@ -10,18 +9,31 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sort"
 	"syscall"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/demo"
 )
 
-const usage = `usage: gcp-t4 <command> [flags]
+// command is one subcommand. Each lives in its own package under internal/
+// and gets its arguments after the command name.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int
+}
 
-commands:
-  demo     provision two single-T4 podVMs on the embedded GCE emulator,
-           print them, delete them and show nothing is left
-  version  print the version
-`
+// commands is the subcommand table; add one line per subcommand.
+var commands = map[string]command{
+	"demo": {"provision two single-T4 podVMs on the embedded GCE emulator, show them, delete them", runDemo},
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	if err := demo.Run(ctx, args, stdout, logger); err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 demo: %v\n", err)
+		return 1
+	}
+	return 0
+}
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -30,9 +42,22 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: gcp-t4 <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  %-12s %s\n", name, commands[name].summary)
+	}
+	fmt.Fprintf(w, "  %-12s %s\n", "version", "print the version")
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		usage(stderr)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -41,19 +66,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// The provider logs through the default logger, as it does inside CAA.
 	slog.SetDefault(logger)
 	switch args[0] {
-	case "demo":
-		if err := demo.Run(ctx, args[1:], stdout, logger); err != nil {
-			fmt.Fprintf(stderr, "gcp-t4 demo: %v\n", err)
-			return 1
-		}
-		return 0
 	case "version":
 		fmt.Fprintln(stdout, version)
 		return 0
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		usage(stdout)
 		return 0
 	}
-	fmt.Fprintf(stderr, "gcp-t4: unknown command %q\n%s", args[0], usage)
-	return 2
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "gcp-t4: unknown command %q\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return cmd.run(ctx, args[1:], stdout, stderr, logger)
 }
