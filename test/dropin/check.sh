@@ -27,26 +27,11 @@ else
 fi
 cd "$work/cloud-providers"
 echo "upstream $rev: $(grep -E '^go |cloud.google.com/go/compute |google.golang.org/api ' go.mod | tr '\n' ' ')"
-before=$(grep -E '^\s*(cloud.google.com/go/compute|google.golang.org/api|google.golang.org/protobuf|github.com/google/uuid|gopkg.in/yaml.v2) ' go.mod | sort)
-
-cp -a "$here/src/cloud-providers/gcpt4" ./gcpt4
 # The tests need no workspace; upstream's own go.mod is the only one used.
 export GOWORK=off
-# First with no change at all; if upstream's go.mod lacks something, the
-# one change the contract allows: go mod tidy, which must keep the pins.
-if go build ./gcpt4/... 2>/dev/null; then
-	echo "builds with upstream's go.mod unchanged"
-else
-	GOFLAGS=-mod=mod go mod tidy
-	after=$(grep -E '^\s*(cloud.google.com/go/compute|google.golang.org/api|google.golang.org/protobuf|github.com/google/uuid|gopkg.in/yaml.v2) ' go.mod | sort)
-	if [ "$before" != "$after" ]; then
-		echo "go mod tidy changed upstream's pinned versions:" >&2
-		diff <(echo "$before") <(echo "$after") >&2 || true
-		exit 1
-	fi
-	echo "builds after go mod tidy, pins unchanged"
-fi
-go build ./gcpt4/...
-go vet ./gcpt4/...
-go test -count=1 ./gcpt4/...
+# shellcheck source=../../scripts/upstream-patch/common.sh
+. "$here/scripts/upstream-patch/common.sh"
+dropin_copy "$here" .
+dropin_tidy .
+dropin_test .
 echo "drop-in check passed against upstream $rev"

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
@@ -46,6 +47,14 @@ type Config struct {
 	InstanceTypes     commaList
 	UsePublicIP       bool
 	Endpoint          string
+	// UnavailableTTL is how long a stocked-out offering is skipped.
+	UnavailableTTL time.Duration
+	// SpotFallback lets a Spot create fall back to standard capacity when
+	// every zone is out of Spot capacity or Spot quota.
+	SpotFallback bool
+	// MutationsPerSecond limits inserts and deletes, so a burst of pods
+	// stays under GCE's per-project write rate instead of meeting 429s.
+	MutationsPerSecond float64
 }
 
 // commaList is a flag.Value of comma-separated names.
@@ -78,9 +87,18 @@ func regionOf(zone string) string {
 	return zone
 }
 
-// Zones returns the zones to try, the primary first, without duplicates.
+// autoZones reports whether fallback zones are to be discovered.
+func (c *Config) autoZones() bool {
+	return len(c.FallbackZones) == 1 && c.FallbackZones[0] == ZonesAuto
+}
+
+// Zones returns the configured zones to try, the primary first, without
+// duplicates (with GCP_ZONES=auto, only the primary).
 func (c *Config) Zones() []string {
 	zones := []string{c.Zone}
+	if c.autoZones() {
+		return zones
+	}
 	for _, z := range c.FallbackZones {
 		dup := false
 		for _, seen := range zones {
@@ -113,10 +131,10 @@ func (c *Config) Validate() error {
 		if !zoneRE.MatchString(z) {
 			return fmt.Errorf("%s: %q is not a zone name such as us-central1-a", name, z)
 		}
-		// The subnetwork is regional, so every fallback zone must share
-		// the primary zone's region.
-		if regionOf(z) != regionOf(c.Zone) {
-			return fmt.Errorf("GCP_ZONES: %s is in region %s but GCP_ZONE %s is in %s; fallback zones must share the subnetwork's region", z, regionOf(z), c.Zone, regionOf(c.Zone))
+		// A subnetwork given as a path is one region's: every zone must
+		// be in it. A bare name is looked up in each zone's region.
+		if r := c.subnetworkRegion(); r != "" && regionOf(z) != r {
+			return fmt.Errorf("%s: %s is in region %s but GCP_SUBNETWORK %s is in %s; use zones of %s, or give GCP_SUBNETWORK as a bare name that exists in every zone's region", name, z, regionOf(z), c.Subnetwork, r, r)
 		}
 	}
 	if c.InstanceTemplate == "" {
@@ -140,6 +158,15 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("GCP_PROVISIONING_MODEL: %q is not STANDARD or SPOT", c.ProvisioningModel)
 	}
+	if c.UnavailableTTL < 0 {
+		return fmt.Errorf("GCP_UNAVAILABLE_OFFERING_TTL: %s is negative; use 0 to disable the cache or a duration such as 3m", c.UnavailableTTL)
+	}
+	if c.MutationsPerSecond < 0 {
+		return fmt.Errorf("GCP_MUTATIONS_PER_SECOND: %g is negative; use 0 for no limit", c.MutationsPerSecond)
+	}
+	if c.SpotFallback && c.ProvisioningModel != ProvisioningSpot {
+		return fmt.Errorf("GCP_SPOT_FALLBACK: only meaningful with GCP_PROVISIONING_MODEL=SPOT (it is %s)", c.ProvisioningModel)
+	}
 	if c.UsePublicIP {
 		return fmt.Errorf("USE_PUBLIC_IP: gcp-t4 never gives a podVM an external IP (GPU VMs stay private); unset USE_PUBLIC_IP and run CAA on nodes in the podVMs' VPC")
 	}
@@ -153,6 +180,17 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// subnetworkRegion is the region of a subnetwork given as a path, or "".
+func (c *Config) subnetworkRegion() string {
+	parts := strings.Split(c.Subnetwork, "/")
+	for i := 0; i+1 < len(parts); i++ {
+		if parts[i] == "regions" {
+			return parts[i+1]
+		}
+	}
+	return ""
 }
 
 // templateRef is a parsed instance-template URL.

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"time"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
@@ -29,7 +30,13 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.ProjectID = "My Project" }, "GCP_PROJECT_ID: \"My Project\" is not a project ID"},
 		{func(c *Config) { c.Zone = "" }, "GCP_ZONE (-zone) is required"},
 		{func(c *Config) { c.Zone = "us-central1" }, "GCP_ZONE: \"us-central1\" is not a zone"},
-		{func(c *Config) { c.FallbackZones = commaList{"europe-west4-b"} }, "GCP_ZONES: europe-west4-b is in region europe-west4"},
+		{func(c *Config) {
+			c.Subnetwork = "projects/demo-project/regions/us-central1/subnetworks/podvms"
+			c.FallbackZones = commaList{"europe-west4-b"}
+		}, "GCP_ZONES: europe-west4-b is in region europe-west4 but GCP_SUBNETWORK"},
+		{func(c *Config) { c.UnavailableTTL = -time.Second }, "GCP_UNAVAILABLE_OFFERING_TTL"},
+		{func(c *Config) { c.MutationsPerSecond = -1 }, "GCP_MUTATIONS_PER_SECOND"},
+		{func(c *Config) { c.SpotFallback = true }, "GCP_SPOT_FALLBACK: only meaningful with GCP_PROVISIONING_MODEL=SPOT"},
 		{func(c *Config) { c.ImageName = "" }, "PODVM_IMAGE_NAME (-image-name) is required"},
 		{func(c *Config) { c.ImageName = "projects/p/zones/z/disks/d" }, "PODVM_IMAGE_NAME: \"projects/p/zones/z/disks/d\" is not an image"},
 		{func(c *Config) { c.Network = "" }, "GCP_NETWORK (-network) is required"},
@@ -51,6 +58,11 @@ func TestValidateNamesTheField(t *testing.T) {
 	c := validConfig()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("valid config rejected: %v", err)
+	}
+	// A bare subnetwork name may span regions (an auto-mode network).
+	c.FallbackZones = commaList{"us-east1-c"}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("multi-region zones with a bare subnetwork rejected: %v", err)
 	}
 	// A template replaces image and network.
 	c.ImageName, c.Network, c.InstanceTemplate = "", "", "projects/demo-project/regions/us-central1/instanceTemplates/t4"

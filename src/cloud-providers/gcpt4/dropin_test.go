@@ -24,6 +24,7 @@ var allowedImports = []string{
 	"github.com/google/uuid",
 	"github.com/googleapis/gax-go/v2/",
 	"gopkg.in/yaml.v2",
+	"golang.org/x/time/rate",
 }
 
 func TestImportsStayInsideTheDropInContract(t *testing.T) {

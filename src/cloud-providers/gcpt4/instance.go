@@ -116,7 +116,7 @@ func scheduling(model string, needsTerminate bool) *computepb.Scheduling {
 
 // buildInstance is the insert body for a profile-based podVM. It never has
 // accessConfigs: podVMs get no external IP.
-func (c *Config) buildInstance(vm podVM, p Profile, zone string, diskSizeGB int64) *computepb.Instance {
+func (c *Config) buildInstance(vm podVM, p Profile, zone, model string, diskSizeGB int64) *computepb.Instance {
 	image := c.ImageName
 	if vm.image != "" {
 		image = vm.image
@@ -143,7 +143,7 @@ func (c *Config) buildInstance(vm podVM, p Profile, zone string, diskSizeGB int6
 			},
 		}},
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
-		Scheduling:        scheduling(c.provisioningModel(p), p.gpus > 0 || p.ConfidentialType != ""),
+		Scheduling:        scheduling(model, p.gpus > 0 || p.ConfidentialType != ""),
 	}
 	if p.Accelerator != "" {
 		inst.GuestAccelerators = []*computepb.AcceleratorConfig{{

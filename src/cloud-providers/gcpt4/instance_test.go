@@ -16,7 +16,7 @@ func TestBuildInstanceT4(t *testing.T) {
 	c.Subnetwork = "podvms"
 	cat := mustCatalog(t, "", "")
 	p, _ := cat.Lookup("t4-1")
-	inst := c.buildInstance(testVM(), p, "us-central1-b", 50)
+	inst := c.buildInstance(testVM(), p, "us-central1-b", ProvisioningStandard, 50)
 
 	if got := inst.GetMachineType(); got != "zones/us-central1-b/machineTypes/n1-standard-4" {
 		t.Errorf("machineType = %s", got)
@@ -55,17 +55,15 @@ func TestBuildInstanceT4(t *testing.T) {
 
 func TestBuildInstanceSpotAndConfidential(t *testing.T) {
 	c := validConfig()
-	c.ProvisioningModel = ProvisioningSpot
 	cat := mustCatalog(t, "", "")
 	p, _ := cat.Lookup("cpu-2")
-	s := c.buildInstance(testVM(), p, "us-central1-a", 50).GetScheduling()
+	s := c.buildInstance(testVM(), p, "us-central1-a", ProvisioningSpot, 50).GetScheduling()
 	if s.GetProvisioningModel() != "SPOT" || s.GetInstanceTerminationAction() != "DELETE" || s.GetOnHostMaintenance() != "TERMINATE" || s.GetAutomaticRestart() {
 		t.Errorf("spot scheduling = %v", s)
 	}
 
-	c.ProvisioningModel = ProvisioningStandard
 	h, _ := cat.Lookup("h100-cc")
-	inst := c.buildInstance(testVM(), h, "us-central1-a", 50)
+	inst := c.buildInstance(testVM(), h, "us-central1-a", ProvisioningStandard, 50)
 	if inst.GetConfidentialInstanceConfig().GetConfidentialInstanceType() != "TDX" {
 		t.Errorf("h100-cc must be TDX: %v", inst.GetConfidentialInstanceConfig())
 	}

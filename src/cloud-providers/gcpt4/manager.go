@@ -3,6 +3,7 @@ package gcpt4
 import (
 	"context"
 	"flag"
+	"time"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
@@ -30,7 +31,7 @@ func (m *Manager) ParseCmd(flags *flag.FlagSet) {
 	reg.StringWithEnv(&c.Credentials, "gcp-credentials", "", "GCP_CREDENTIALS", "Service account key JSON (content); empty uses Application Default Credentials", provider.Secret())
 	reg.StringWithEnv(&c.ProjectID, "gcp-project-id", "", "GCP_PROJECT_ID", "GCP project ID", provider.Required())
 	reg.StringWithEnv(&c.Zone, "zone", "", "GCP_ZONE", "Primary zone for podVMs", provider.Required())
-	reg.CustomTypeWithEnv(&c.FallbackZones, "zones", "", "GCP_ZONES", "Fallback zones of the same region, tried in order when a zone is out of capacity, comma separated")
+	reg.CustomTypeWithEnv(&c.FallbackZones, "zones", "", "GCP_ZONES", "Fallback zones, tried in order when a zone is out of capacity, comma separated; 'auto' discovers the region's zones that offer the accelerator")
 	reg.StringWithEnv(&c.ImageName, "image-name", "", "PODVM_IMAGE_NAME", "PodVM image: name, projects/P/global/images/N or projects/P/global/images/family/F")
 	reg.StringWithEnv(&c.Network, "network", "", "GCP_NETWORK", "VPC network for podVMs, e.g. global/networks/default")
 	reg.StringWithEnv(&c.Subnetwork, "subnetwork", "", "GCP_SUBNETWORK", "Subnetwork: a name in the zone's region or a full path")
@@ -40,6 +41,9 @@ func (m *Manager) ParseCmd(flags *flag.FlagSet) {
 	reg.StringWithEnv(&c.ProfilesFile, "profiles-file", "", "GCP_PROFILES_FILE", "YAML file with extra podVM profiles")
 	reg.StringWithEnv(&c.Profiles, "profiles", "", "GCP_PROFILES", "YAML document with extra podVM profiles")
 	reg.StringWithEnv(&c.ProvisioningModel, "provisioning-model", ProvisioningStandard, "GCP_PROVISIONING_MODEL", "STANDARD or SPOT")
+	reg.DurationWithEnv(&c.UnavailableTTL, "unavailable-offering-ttl", 3*time.Minute, "GCP_UNAVAILABLE_OFFERING_TTL", "How long a stocked-out offering (model, machine type, accelerator, zone) is skipped; 0 disables")
+	reg.BoolWithEnv(&c.SpotFallback, "spot-fallback", false, "GCP_SPOT_FALLBACK", "With SPOT, fall back to standard capacity when Spot capacity or quota is exhausted everywhere")
+	reg.Float64WithEnv(&c.MutationsPerSecond, "mutations-per-second", 10, "GCP_MUTATIONS_PER_SECOND", "Client-side limit on instance inserts and deletes per second; 0 for none")
 	reg.StringWithEnv(&c.ServiceAccount, "service-account", "", "GCP_SERVICE_ACCOUNT", "Service account email attached to podVMs; empty attaches none")
 	reg.CustomTypeWithEnv(&c.Labels, "labels", "", "GCP_LABELS", "Extra labels on podVMs: key1=value1,key2=value2")
 	reg.CustomTypeWithEnv(&c.InstanceTypes, "machine-types", "", "GCP_INSTANCE_TYPES", "Allowed values of the machine_type annotation (profiles or machine types), comma separated")

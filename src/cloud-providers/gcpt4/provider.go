@@ -2,10 +2,10 @@ package gcpt4
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"sync"
@@ -14,12 +14,11 @@ import (
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/google/uuid"
+	"golang.org/x/time/rate"
 	"google.golang.org/api/option"
 	"google.golang.org/protobuf/proto"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
 
 // maxInstanceName is GCE's limit on instance names.
@@ -43,6 +42,11 @@ type Provider struct {
 
 	closers []interface{ Close() error }
 
+	// offerings skips stocked-out offerings for a while.
+	offerings *offeringCache
+	// limiter paces inserts and deletes; nil means no limit.
+	limiter *rate.Limiter
+
 	// backoff is the pause before retry n (1-based); tests shorten it.
 	backoff func(n int) time.Duration
 
@@ -53,6 +57,8 @@ type Provider struct {
 	// template is the instance template's properties, read once: GCE
 	// templates are immutable, so the copy never goes stale.
 	template *computepb.InstanceProperties
+	// discovered holds GCP_ZONES=auto's zones per accelerator.
+	discovered map[string][]string
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -91,7 +97,16 @@ func NewProvider(ctx context.Context, cfg Config, logger *slog.Logger, extra ...
 		cfg:     cfg,
 		catalog: catalog,
 		log:     logger.With("provider", "gcp-t4"),
-		backoff: func(n int) time.Duration { return time.Duration(1<<(n-1)) * time.Second },
+		backoff:    jitteredBackoff,
+		offerings:  newOfferingCache(cfg.UnavailableTTL, time.Now),
+		discovered: map[string][]string{},
+	}
+	if cfg.MutationsPerSecond > 0 {
+		burst := int(cfg.MutationsPerSecond)
+		if burst < 1 {
+			burst = 1
+		}
+		p.limiter = rate.NewLimiter(rate.Limit(cfg.MutationsPerSecond), burst)
 	}
 	opts := append(cfg.clientOptions(), extra...)
 	if err := p.makeClients(ctx, opts); err != nil {
@@ -154,101 +169,6 @@ func parseInstanceID(id string) (zone, name string) {
 	return "", id
 }
 
-// CreateInstance creates the podVM for a pod, trying the configured zones in
-// turn when one is out of T4s. Calling it again for the same pod and
-// sandbox returns the same VM instead of making a second.
-func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string, cloudConfig cloudinit.CloudConfigGenerator, spec provider.InstanceTypeSpec) (*provider.Instance, error) {
-	name := util.GenerateInstanceName(podName, sandboxID, maxInstanceName)
-	log := p.log.With("pod", podName, "instance", name)
-	userData, err := cloudConfig.Generate()
-	if err != nil {
-		return nil, fmt.Errorf("generating the podVM cloud-config: %w", err)
-	}
-	vm := podVM{name: name, podName: podName, sandboxID: sandboxID, userData: base64.StdEncoding.EncodeToString([]byte(userData)), image: spec.Image}
-
-	build, shape, err := p.planCreate(ctx, vm, spec)
-	if err != nil {
-		return nil, err
-	}
-	log = log.With("shape", shape)
-
-	zones := p.cfg.Zones()
-	var tried []string
-	var lastStockout *gceError
-	for len(zones) > 0 {
-		zone := zones[0]
-		zones = zones[1:]
-		tried = append(tried, zone)
-		inst, gerr, err := p.createInZone(ctx, log, vm, zone, build(zone))
-		if err == nil {
-			return inst, nil
-		}
-		if gerr == nil || gerr.kind != failStockout {
-			return inst, err
-		}
-		lastStockout = gerr
-		log.Warn("zone out of capacity, trying the next", "zone", zone, "code", gerr.code, "zonesAvailable", gerr.zonesAvailable)
-		zones = preferZones(zones, gerr.zonesAvailable)
-	}
-	return nil, fmt.Errorf("creating podVM %s (%s): every configured zone is out of capacity (%s; last: %s); add zones with T4s to GCP_ZONES, use GCP_PROVISIONING_MODEL=SPOT, or retry later: %w",
-		name, shape, strings.Join(tried, ", "), lastStockout.code, lastStockout)
-}
-
-// preferZones moves GCE's zonesAvailable hint to the front of the queue.
-func preferZones(queue, available []string) []string {
-	var first, rest []string
-	for _, z := range queue {
-		hit := false
-		for _, a := range available {
-			hit = hit || strings.TrimSpace(a) == z
-		}
-		if hit {
-			first = append(first, z)
-		} else {
-			rest = append(rest, z)
-		}
-	}
-	return append(first, rest...)
-}
-
-// planCreate decides the shape once per create and returns the per-zone
-// body builder and a short description for logs and errors.
-func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.InstanceTypeSpec) (func(zone string) *computepb.Instance, string, error) {
-	if p.cfg.InstanceTemplate != "" {
-		props, err := p.templateProperties(ctx)
-		if err != nil {
-			return nil, "", err
-		}
-		if have := templateGPUs(props); spec.GPUs > have {
-			return nil, "", fmt.Errorf("pod requests %d GPU(s) but GCP_INSTANCE_TEMPLATE %s gives %d; use a template with more GPUs or lower the pod's nvidia.com/gpu request", spec.GPUs, p.cfg.InstanceTemplate, have)
-		}
-		return func(zone string) *computepb.Instance { return p.cfg.buildFromTemplate(vm, props, zone) },
-			"template " + p.cfg.InstanceTemplate, nil
-	}
-	if spec.InstanceType != "" && len(p.cfg.InstanceTypes) > 0 && !contains(p.cfg.InstanceTypes, spec.InstanceType) {
-		return nil, "", fmt.Errorf("machine_type annotation %q is not in GCP_INSTANCE_TYPES (%s); use one of those or extend the list", spec.InstanceType, p.cfg.InstanceTypes.String())
-	}
-	profile, err := p.catalog.Select(Request{InstanceType: spec.InstanceType, GPUs: spec.GPUs, VCPUs: spec.VCPUs, MemoryMiB: spec.Memory})
-	if err != nil {
-		return nil, "", err
-	}
-	disk := p.diskSizeGB()
-	shape := fmt.Sprintf("profile %s: %s", profile.Name, profile.MachineType)
-	if profile.gpus > 0 {
-		shape += fmt.Sprintf(" + %d×%s", profile.gpus, profile.gpuModel)
-	}
-	return func(zone string) *computepb.Instance { return p.cfg.buildInstance(vm, profile, zone, disk) }, shape, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
 // diskSizeGB is the boot disk size: the configured size, raised to the
 // image's size when ConfigVerifier learned it.
 func (p *Provider) diskSizeGB() int64 {
@@ -259,47 +179,6 @@ func (p *Provider) diskSizeGB() int64 {
 		size = p.imageSizeGB
 	}
 	return size
-}
-
-// createInZone inserts the VM in one zone and waits for it. It returns the
-// classified GCE error, when there is one, so the caller can fall back.
-func (p *Provider) createInZone(ctx context.Context, log *slog.Logger, vm podVM, zone string, body *computepb.Instance) (*provider.Instance, *gceError, error) {
-	req := &computepb.InsertInstanceRequest{
-		Project:          p.cfg.ProjectID,
-		Zone:             zone,
-		InstanceResource: body,
-		RequestId:        proto.String(requestID("insert", p.cfg.ProjectID, zone, vm.name, vm.sandboxID)),
-	}
-	if p.cfg.InstanceTemplate != "" {
-		ref, _ := parseTemplateURL(p.cfg.InstanceTemplate, p.cfg.ProjectID)
-		req.SourceInstanceTemplate = proto.String(ref.url())
-	}
-	var op *computepb.Operation
-	err := p.retry(ctx, "insert", func() error {
-		o, err := p.instances.Insert(ctx, req)
-		if err == nil {
-			op = o.Proto()
-		}
-		return err
-	})
-	if err != nil {
-		gerr := asGCE(err)
-		if gerr != nil && gerr.kind == failExists {
-			return p.adopt(ctx, log, vm, zone)
-		}
-		return nil, gerr, p.createError(vm, zone, err)
-	}
-	log.Info("podVM insert accepted", "zone", zone, "operation", op.GetName())
-	op, err = p.wait(ctx, zone, op)
-	if err != nil {
-		// The insert was accepted: the VM may exist, so hand back its ID
-		// for the adaptor to delete.
-		return &provider.Instance{ID: InstanceID(zone, vm.name), Name: vm.name}, asGCE(err), p.createError(vm, zone, err)
-	}
-	if gerr := classifyOperation(op); gerr != nil {
-		return nil, gerr, p.createError(vm, zone, gerr)
-	}
-	return p.readInstance(ctx, log, vm, zone)
 }
 
 // adopt handles a name already taken: a VM of this sandbox (an earlier try
@@ -377,6 +256,26 @@ func asGCE(err error) *gceError {
 	return classifyCall(err)
 }
 
+// jitteredBackoff is full jitter over 1 s, 2 s, 4 s …: many podVMs that
+// hit a rate limit together do not retry together.
+func jitteredBackoff(n int) time.Duration {
+	ceiling := time.Duration(1<<(n-1)) * time.Second
+	return time.Duration(rand.Int64N(int64(ceiling))) + 50*time.Millisecond
+}
+
+// retryMutation is retry for inserts and deletes, paced by the limiter
+// so that a burst of pods does not turn into a burst of 429s.
+func (p *Provider) retryMutation(ctx context.Context, what string, call func() error) error {
+	return p.retry(ctx, what, func() error {
+		if p.limiter != nil {
+			if err := p.limiter.Wait(ctx); err != nil {
+				return fmt.Errorf("waiting for the mutation rate limit: %w", err)
+			}
+		}
+		return call()
+	})
+}
+
 // retry runs call until it succeeds, fails for good, or the attempts run
 // out; only transient failures are retried. Every retried mutation carries
 // the same requestId, so GCE runs it at most once.
@@ -431,7 +330,7 @@ func (p *Provider) DeleteInstance(ctx context.Context, instanceID string) error 
 	rid := uuid.NewString()
 	for _, z := range zones {
 		var op *computepb.Operation
-		err := p.retry(ctx, "delete", func() error {
+		err := p.retryMutation(ctx, "delete", func() error {
 			o, err := p.instances.Delete(ctx, &computepb.DeleteInstanceRequest{Project: p.cfg.ProjectID, Zone: z, Instance: name, RequestId: proto.String(rid)})
 			if err == nil {
 				op = o.Proto()
