@@ -41,6 +41,10 @@ type createPlan struct {
 // standard when allowed. Calling it again for the same pod and sandbox
 // returns the same VM instead of making a second.
 func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string, cloudConfig cloudinit.CloudConfigGenerator, spec provider.InstanceTypeSpec) (*provider.Instance, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.inflight.Done()
 	name := util.GenerateInstanceName(podName, sandboxID, maxInstanceName)
 	log := p.log.With("pod", podName, "instance", name)
 	userData, err := cloudConfig.Generate()
@@ -86,7 +90,7 @@ func (p *Provider) tryZones(ctx context.Context, log *slog.Logger, vm podVM, pla
 			tried.add(zone, model, "skipped: out of capacity until "+until.UTC().Format(time.TimeOnly))
 			continue
 		}
-		inst, gerr, err := p.createInZone(ctx, log, vm, zone, plan.build(zone, model))
+		inst, gerr, err := p.createInZone(ctx, log, vm, zone, model, plan.build(zone, model))
 		if err == nil {
 			return inst, true, nil
 		}
@@ -244,12 +248,12 @@ func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.Insta
 // classified GCE error, when there is one, so the caller can fall back.
 // Once GCE has accepted the insert, any later failure deletes the VM; only
 // if that delete fails too is the instance returned for CAA to delete.
-func (p *Provider) createInZone(ctx context.Context, log *slog.Logger, vm podVM, zone string, body *computepb.Instance) (*provider.Instance, *gceError, error) {
+func (p *Provider) createInZone(ctx context.Context, log *slog.Logger, vm podVM, zone, model string, body *computepb.Instance) (*provider.Instance, *gceError, error) {
 	req := &computepb.InsertInstanceRequest{
 		Project:          p.cfg.ProjectID,
 		Zone:             zone,
 		InstanceResource: body,
-		RequestId:        proto.String(requestID("insert", p.cfg.ProjectID, zone, vm.name, vm.sandboxID)),
+		RequestId:        proto.String(requestID(p.cfg.ProjectID, zone, model, vm.name, vm.sandboxID)),
 	}
 	if p.cfg.InstanceTemplate != "" {
 		ref, _ := parseTemplateURL(p.cfg.InstanceTemplate, p.cfg.ProjectID)
@@ -296,7 +300,7 @@ func (p *Provider) abandon(ctx context.Context, log *slog.Logger, vm podVM, zone
 	id := InstanceID(zone, vm.name)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if derr := p.DeleteInstance(cctx, id); derr != nil {
+	if derr := p.deleteInstance(cctx, id); derr != nil {
 		log.Error("podVM create failed and its clean-up too; returning it for the adaptor to delete", "zone", zone, "err", cause, "deleteErr", derr)
 		return &provider.Instance{ID: id, Name: vm.name}, gerr, cause
 	}

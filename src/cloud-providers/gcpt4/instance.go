@@ -19,6 +19,10 @@ type podVM struct {
 	image string
 }
 
+// LabelValue is how a pod name or sandbox ID appears in a podVM's labels;
+// clean-up tools compare cluster names through it.
+func LabelValue(s string) string { return labelValue(s) }
+
 // labelValue maps s onto GCE's label alphabet and length.
 func labelValue(s string) string {
 	v := strings.Map(func(r rune) rune {

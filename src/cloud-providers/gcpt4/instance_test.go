@@ -121,14 +121,14 @@ func TestBuildFromTemplateMergesAndStripsExternalIP(t *testing.T) {
 }
 
 func TestRequestIDDeterministic(t *testing.T) {
-	a := requestID("insert", "p", "us-central1-a", "podvm-x-1", "sid")
-	if a != requestID("insert", "p", "us-central1-a", "podvm-x-1", "sid") {
+	a := requestID("p", "us-central1-a", "STANDARD", "podvm-x-1", "sid")
+	if a != requestID("p", "us-central1-a", "STANDARD", "podvm-x-1", "sid") {
 		t.Fatal("same create must give the same requestId")
 	}
 	for _, other := range []string{
-		requestID("insert", "p", "us-central1-b", "podvm-x-1", "sid"),
-		requestID("insert", "p", "us-central1-a", "podvm-x-1", "sid2"),
-		requestID("delete", "p", "us-central1-a", "podvm-x-1", "sid"),
+		requestID("p", "us-central1-b", "STANDARD", "podvm-x-1", "sid"),
+		requestID("p", "us-central1-a", "STANDARD", "podvm-x-1", "sid2"),
+		requestID("p", "us-central1-a", "SPOT", "podvm-x-1", "sid"),
 	} {
 		if other == a {
 			t.Fatal("different creates share a requestId")

@@ -27,6 +27,10 @@ type ManagedVM struct {
 // restart this is how its VMs are found again; clean-up decides which
 // are orphans.
 func (p *Provider) ListManaged(ctx context.Context) ([]ManagedVM, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.inflight.Done()
 	it := p.instances.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{
 		Project: p.cfg.ProjectID,
 		Filter:  stringPtr(fmt.Sprintf("labels.%s = %q", ManagedByLabel, ManagedByValue)),

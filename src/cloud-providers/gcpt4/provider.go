@@ -59,6 +59,9 @@ type Provider struct {
 	template *computepb.InstanceProperties
 	// discovered holds GCP_ZONES=auto's zones per accelerator.
 	discovered map[string][]string
+	// closed is set by Teardown; inflight counts calls it waits for.
+	closed   bool
+	inflight sync.WaitGroup
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -94,9 +97,9 @@ func NewProvider(ctx context.Context, cfg Config, logger *slog.Logger, extra ...
 		logger = slog.Default()
 	}
 	p := &Provider{
-		cfg:     cfg,
-		catalog: catalog,
-		log:     logger.With("provider", "gcp-t4"),
+		cfg:        cfg,
+		catalog:    catalog,
+		log:        logger.With("provider", "gcp-t4"),
 		backoff:    jitteredBackoff,
 		offerings:  newOfferingCache(cfg.UnavailableTTL, time.Now),
 		discovered: map[string][]string{},
@@ -210,7 +213,7 @@ func (p *Provider) toInstance(ctx context.Context, log *slog.Logger, zone string
 	id := InstanceID(zone, inst.GetName())
 	for _, nic := range inst.GetNetworkInterfaces() {
 		if len(nic.GetAccessConfigs()) > 0 || len(nic.GetIpv6AccessConfigs()) > 0 {
-			derr := p.DeleteInstance(ctx, id)
+			derr := p.deleteInstance(ctx, id)
 			return nil, nil, fmt.Errorf("podVM %s came up with an external IP (check GCP_INSTANCE_TEMPLATE's network interfaces); it was deleted (delete error: %v)", inst.GetName(), derr)
 		}
 	}
@@ -319,6 +322,14 @@ func (p *Provider) wait(ctx context.Context, zone string, op *computepb.Operatio
 
 // DeleteInstance deletes a podVM; a VM that is already gone is success.
 func (p *Provider) DeleteInstance(ctx context.Context, instanceID string) error {
+	if err := p.enter(); err != nil {
+		return err
+	}
+	defer p.inflight.Done()
+	return p.deleteInstance(ctx, instanceID)
+}
+
+func (p *Provider) deleteInstance(ctx context.Context, instanceID string) error {
 	zone, name := parseInstanceID(instanceID)
 	zones := []string{zone}
 	if zone == "" {
@@ -357,8 +368,28 @@ func (p *Provider) DeleteInstance(ctx context.Context, instanceID string) error 
 	return nil
 }
 
-// Teardown closes the clients.
+// errTornDown is returned by calls made after Teardown.
+var errTornDown = errors.New("gcp-t4 provider is torn down")
+
+// enter registers an API-facing call so that Teardown waits for it: a
+// create cut off mid-way could leave a VM nobody deletes.
+func (p *Provider) enter() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errTornDown
+	}
+	p.inflight.Add(1)
+	return nil
+}
+
+// Teardown refuses new calls, waits for those in flight (each bounded by
+// its own context), then closes the clients.
 func (p *Provider) Teardown() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.inflight.Wait()
 	var errs []error
 	for _, c := range p.closers {
 		errs = append(errs, c.Close())

@@ -28,8 +28,16 @@ func newTestProvider(t testing.TB, mutate func(*Config)) (*Provider, *gcefake.Se
 	t.Helper()
 	fake := gcefake.New()
 	t.Cleanup(fake.Close)
+	return newTestProviderOn(t, fake, mutate)
+}
+
+// newTestProviderOn makes a provider on an existing fake, as a restarted
+// adaptor would find the same project.
+func newTestProviderOn(t testing.TB, fake *gcefake.Server, mutate func(*Config)) (*Provider, *gcefake.Server) {
+	t.Helper()
 	cfg := validConfig()
 	cfg.Subnetwork = "default"
+	cfg.UnavailableTTL = 3 * time.Minute
 	if mutate != nil {
 		mutate(&cfg)
 	}

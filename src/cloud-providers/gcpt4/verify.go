@@ -23,6 +23,10 @@ func (p *Provider) ConfigVerifier() error {
 	if err := p.cfg.Validate(); err != nil {
 		return err
 	}
+	if err := p.enter(); err != nil {
+		return err
+	}
+	defer p.inflight.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), verifyTimeout)
 	defer cancel()
 	err := p.verifyAPI(ctx)

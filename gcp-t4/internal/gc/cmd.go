@@ -1,0 +1,114 @@
+package gc
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Main is `gcp-t4 gc`: the provider's own flags (and env), plus what to
+// do with orphans. It exits non-zero when an orphan is left undeleted, so
+// a CronJob or a CI check notices.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	fs := flag.NewFlagSet("gcp-t4 gc", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cloud := provider.Get(gcpt4.ProviderName)
+	cloud.ParseCmd(fs)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account, then $KUBECONFIG")
+	grace := fs.Duration("grace", 10*time.Minute, "leave VMs younger than this alone")
+	del := fs.Bool("delete", false, "delete the orphans (default: only list them)")
+	interval := fs.Duration("interval", 0, "run every interval until stopped (the sidecar loop); 0 runs once")
+	output := fs.String("o", "table", "output: table or json")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *output != "table" && *output != "json" {
+		fmt.Fprintf(stderr, "gcp-t4 gc: -o %q: use table or json\n", *output)
+		return 2
+	}
+	prov, err := cloud.NewProvider()
+	if err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
+		return 2
+	}
+	defer prov.Teardown()
+	kube, err := kubeClient(*kubeconfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
+		return 2
+	}
+	c := &Collector{VMs: prov.(VMs), Pods: KubePods{Client: kube}, Grace: *grace, Skew: 2 * time.Minute, Delete: *del, Now: time.Now, Log: logger}
+	for {
+		code := once(ctx, c, *output, stdout, stderr)
+		if *interval <= 0 {
+			return code
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(*interval):
+		}
+	}
+}
+
+func once(ctx context.Context, c *Collector, output string, stdout, stderr io.Writer) int {
+	findings, err := c.Run(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
+		return 1
+	}
+	if err := Print(stdout, output, findings); err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
+		return 1
+	}
+	for _, f := range findings {
+		if f.Verdict == Orphan || f.Verdict == DeleteErr {
+			return 1
+		}
+	}
+	return 0
+}
+
+// Print writes findings as a table or JSON.
+func Print(w io.Writer, output string, findings []Finding) error {
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(findings)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VM\tPOD\tCREATED\tVERDICT\tREASON")
+	for _, f := range findings {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.VM.ID, f.VM.Pod, f.VM.Created.UTC().Format(time.RFC3339), f.Verdict, f.Reason)
+	}
+	return tw.Flush()
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+		}
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w (pass -kubeconfig, set KUBECONFIG, or run in the cluster)", err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}
