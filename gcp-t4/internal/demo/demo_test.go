@@ -26,6 +26,11 @@ func TestDemoShowsPrivateT4PodVMsAndCleansUp(t *testing.T) {
 		if len(f) != 9 || f[2] != "n1-standard-4" || f[5] != "nvidia-tesla-t4" || f[8] != "none" {
 			t.Errorf("row %q: want n1-standard-4, 1 x nvidia-tesla-t4 and external IP none", line)
 		}
+		// The instance name comes from the CRI sandbox-name annotation and
+		// the sandbox ID the shim sent over the socket.
+		if len(f) == 9 && !strings.HasPrefix(f[1], "podvm-"+f[0]+"-") {
+			t.Errorf("row %q: instance %s is not named after pod %s", line, f[1], f[0])
+		}
 	}
 	if rows != 2 {
 		t.Errorf("want 2 podVM rows, got %d:\n%s", rows, text)

@@ -1,0 +1,484 @@
+package adaptor
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/hypervisor"
+	"github.com/caa-gcp-t4/gcp-t4/internal/shimclient"
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
+)
+
+const (
+	sid0 = "5f1c0a6e9b2d4c7fa1e3b5d7c9f0e2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1d3e5"
+	sid1 = "a9e7c5b3d1f0e2c4a6b8d0f1e3c5a7b9d1f3e5c7a9b1d3f5e7c9a1b3d5f7e9c1"
+)
+
+var t4Pod = shimclient.Sandbox{Namespace: "llm", VCPUs: 3, MemoryMiB: 12288, GPUs: 1}
+
+func gpuPod(name string) shimclient.Sandbox {
+	p := t4Pod
+	p.Name = name
+	return p
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// shortDir keeps socket paths under the 108-byte sun_path limit, which
+// t.TempDir's test-named paths can exceed.
+func shortDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "adaptor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+type testEnv struct {
+	fake    *gcefake.Server
+	srv     *Server
+	shim    *shimclient.Client
+	podsDir string
+}
+
+// startAdaptor runs `gcp-t4 adaptor` as a user would, with the provider
+// pointed at a GCE fake, and a shim client on its socket. The adaptor is
+// stopped at the end of the test unless the test stopped it.
+func startAdaptor(t testing.TB, extra ...string) *testEnv {
+	t.Helper()
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	dir := shortDir(t)
+	sock := filepath.Join(dir, "hypervisor.sock")
+	pods := filepath.Join(dir, "pods")
+	args := append([]string{
+		"-socket", sock,
+		"-pods-dir", pods,
+		"-gcp-endpoint", fake.URL(),
+		"-gcp-project-id", fake.Project(),
+		"-zone", "us-central1-a",
+		"-image-name", "podvm-t4",
+		"-network", "global/networks/default",
+		"-subnetwork", "default",
+	}, extra...)
+	var stderr bytes.Buffer
+	srv, err := Start(args, "v-test", &stderr, quietLogger())
+	if err != nil {
+		t.Fatalf("Start: %v\n%s", err, stderr.String())
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	return &testEnv{fake: fake, srv: srv, shim: shimclient.New(sock, 0), podsDir: pods}
+}
+
+func (e *testEnv) create(t *testing.T, sid string, sb shimclient.Sandbox) string {
+	t.Helper()
+	sock, err := e.shim.CreateVM(context.Background(), sid, "/var/run/netns/cni-"+sid[:8], sb)
+	if err != nil {
+		t.Fatalf("CreateVM %s: %v", sid[:8], err)
+	}
+	return sock
+}
+
+func (e *testEnv) start(t *testing.T, sid string) {
+	t.Helper()
+	if err := e.shim.StartVM(context.Background(), sid, 0); err != nil {
+		t.Fatalf("StartVM %s: %v", sid[:8], err)
+	}
+}
+
+// vmOf finds the podVM of a sandbox by the full ID in its metadata.
+func vmOf(fake *gcefake.Server, sid string) *computepb.Instance {
+	for _, vm := range fake.Instances() {
+		for _, it := range vm.GetMetadata().GetItems() {
+			if it.GetKey() == gcpt4.SandboxMetadata && it.GetValue() == sid {
+				return vm
+			}
+		}
+	}
+	return nil
+}
+
+func wantCode(t *testing.T, err error, code codes.Code, contains string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("want a %s error, got none", code)
+	}
+	if got := status.Code(err); got != code {
+		t.Errorf("code %s, want %s: %v", got, code, err)
+	}
+	if !strings.Contains(err.Error(), contains) {
+		t.Errorf("error %q does not mention %q", err, contains)
+	}
+}
+
+func TestTwoGPUSandboxesEndToEnd(t *testing.T) {
+	e := startAdaptor(t)
+	ctx := context.Background()
+	if v, err := e.shim.Version(ctx); err != nil || v != "v-test" {
+		t.Fatalf("Version: %q, %v", v, err)
+	}
+	for i, sid := range []string{sid0, sid1} {
+		sock := e.create(t, sid, gpuPod([]string{"mistral-tp-0", "mistral-tp-1"}[i]))
+		if want := filepath.Join(e.podsDir, sid, AgentSocketName); sock != want {
+			t.Errorf("agent socket %q, want %q", sock, want)
+		}
+		if fi, err := os.Stat(filepath.Dir(sock)); err != nil || !fi.IsDir() {
+			t.Errorf("sandbox directory for the agent socket missing: %v", err)
+		}
+	}
+	if n := len(e.fake.Instances()); n != 0 {
+		t.Fatalf("CreateVM must boot nothing; %d VMs exist", n)
+	}
+	e.start(t, sid0)
+	e.start(t, sid1)
+
+	for i, sid := range []string{sid0, sid1} {
+		pod := []string{"mistral-tp-0", "mistral-tp-1"}[i]
+		vm := vmOf(e.fake, sid)
+		if vm == nil {
+			t.Fatalf("no VM for sandbox %s", sid[:8])
+		}
+		if want := "podvm-" + pod + "-" + sid[:8]; vm.GetName() != want {
+			t.Errorf("VM name %q, want %q (from the sandbox-name annotation and the sandbox ID)", vm.GetName(), want)
+		}
+		acc := vm.GetGuestAccelerators()
+		if len(acc) != 1 || acc[0].GetAcceleratorCount() != 1 || !strings.HasSuffix(acc[0].GetAcceleratorType(), "/nvidia-tesla-t4") {
+			t.Errorf("%s: accelerators %v, want 1 x nvidia-tesla-t4", pod, acc)
+		}
+		if !strings.HasSuffix(vm.GetMachineType(), "/n1-standard-4") {
+			t.Errorf("%s: machine type %s, want n1-standard-4 for 1 GPU, 3 vCPUs, 12 GiB", pod, vm.GetMachineType())
+		}
+		if vm.GetLabels()[gcpt4.PodLabel] != pod {
+			t.Errorf("%s: pod label %q", pod, vm.GetLabels()[gcpt4.PodLabel])
+		}
+		// The cloud-config carries the pod's identity to the podVM.
+		for _, it := range vm.GetMetadata().GetItems() {
+			if it.GetKey() != gcpt4.UserDataMetadata {
+				continue
+			}
+			ud, _ := base64.StdEncoding.DecodeString(it.GetValue())
+			if !strings.Contains(string(ud), apfConfigPath) || !strings.Contains(string(ud), `pod-namespace`) || !strings.Contains(string(ud), pod) {
+				t.Errorf("%s: user data lacks %s with the pod's name and namespace:\n%s", pod, apfConfigPath, ud)
+			}
+		}
+	}
+	// A repeated StartVM must not make a second VM.
+	e.start(t, sid0)
+	if n := e.fake.CountCalls("instances.insert"); n != 2 {
+		t.Errorf("%d inserts, want 2", n)
+	}
+
+	for _, sid := range []string{sid0, sid1} {
+		if err := e.shim.StopVM(ctx, sid); err != nil {
+			t.Fatalf("StopVM %s: %v", sid[:8], err)
+		}
+		if _, err := os.Stat(filepath.Join(e.podsDir, sid)); !os.IsNotExist(err) {
+			t.Errorf("sandbox directory of %s left behind: %v", sid[:8], err)
+		}
+	}
+	if left := e.fake.Instances(); len(left) != 0 {
+		t.Errorf("%d VMs left after StopVM", len(left))
+	}
+	if ids := e.srv.Service().Sandboxes(); len(ids) != 0 {
+		t.Errorf("sandboxes left: %v", ids)
+	}
+}
+
+func TestCPUOnlySandboxGetsNoGPU(t *testing.T) {
+	e := startAdaptor(t)
+	e.create(t, sid0, shimclient.Sandbox{Name: "web", Namespace: "default", VCPUs: 2, MemoryMiB: 2048})
+	e.start(t, sid0)
+	vm := vmOf(e.fake, sid0)
+	if vm == nil || len(vm.GetGuestAccelerators()) != 0 {
+		t.Fatalf(`default_gpus "0" must give a VM without accelerators, got %v`, vm)
+	}
+}
+
+func TestStopVMOfUnknownSandbox(t *testing.T) {
+	e := startAdaptor(t)
+	wantCode(t, e.shim.StopVM(context.Background(), "0000000000000000"), codes.NotFound, "does not exist")
+	wantCode(t, e.shim.StartVM(context.Background(), "0000000000000000", 0), codes.NotFound, "CreateVM it first")
+	if n := e.fake.CountCalls("instances.delete") + e.fake.CountCalls("instances.insert"); n != 0 {
+		t.Errorf("%d GCE mutations for an unknown sandbox", n)
+	}
+}
+
+func TestDuplicateCreateVM(t *testing.T) {
+	e := startAdaptor(t)
+	ctx := context.Background()
+	e.create(t, sid0, gpuPod("mistral-tp-0"))
+	_, err := e.shim.CreateVM(ctx, sid0, "", gpuPod("impostor"))
+	wantCode(t, err, codes.AlreadyExists, "already exists")
+	// The first registration stands: its pod name names the VM.
+	e.start(t, sid0)
+	if vm := vmOf(e.fake, sid0); vm == nil || !strings.Contains(vm.GetName(), "mistral-tp-0") {
+		t.Fatalf("want the first CreateVM's VM, got %v", vm)
+	}
+	if n := len(e.fake.Instances()); n != 1 {
+		t.Errorf("%d VMs, want 1", n)
+	}
+	// Once stopped, the ID can be created again.
+	if err := e.shim.StopVM(ctx, sid0); err != nil {
+		t.Fatal(err)
+	}
+	e.create(t, sid0, gpuPod("mistral-tp-0"))
+}
+
+func TestShutdownDeletesLiveSandboxes(t *testing.T) {
+	e := startAdaptor(t)
+	e.create(t, sid0, gpuPod("mistral-tp-0"))
+	e.create(t, sid1, gpuPod("mistral-tp-1"))
+	e.start(t, sid0)
+	e.start(t, sid1)
+	e.create(t, "c0ffee00c0ffee00", gpuPod("never-started"))
+	if n := len(e.fake.Instances()); n != 2 {
+		t.Fatalf("%d VMs before shutdown, want 2", n)
+	}
+	if err := e.srv.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if left := e.fake.Instances(); len(left) != 0 {
+		t.Errorf("%d VMs left after shutdown, want 0", len(left))
+	}
+	if n := e.fake.CountCalls("instances.delete"); n != 2 {
+		t.Errorf("%d deletes, want 2 (the never-started sandbox has no VM)", n)
+	}
+	if _, err := os.Stat(e.srv.SocketPath()); !os.IsNotExist(err) {
+		t.Errorf("socket left behind: %v", err)
+	}
+	if _, err := e.shim.CreateVM(context.Background(), sid0, "", gpuPod("late")); err == nil {
+		t.Error("CreateVM after shutdown succeeded")
+	}
+}
+
+func TestBadAnnotationsCreateNoVM(t *testing.T) {
+	e := startAdaptor(t)
+	ctx := context.Background()
+	bad := map[string]shimclient.Sandbox{
+		"1111111111111111": {Namespace: "llm", GPUs: 1},                                 // no pod name
+		"2222222222222222": {Name: "p", GPUs: 1},                                        // no namespace
+		"3333333333333333": {Name: "p", Namespace: "llm", MachineType: "t4-1", GPUs: 9}, // valid annotations, unsatisfiable
+	}
+	wantErr := map[string]string{
+		"1111111111111111": AnnotationSandboxName,
+		"2222222222222222": AnnotationSandboxNamespace,
+	}
+	for sid, sb := range bad {
+		_, err := e.shim.CreateVM(ctx, sid, "", sb)
+		if want, isBad := wantErr[sid]; isBad {
+			wantCode(t, err, codes.InvalidArgument, want)
+			wantCode(t, e.shim.StartVM(ctx, sid, 0), codes.NotFound, "does not exist")
+			continue
+		}
+		if err != nil {
+			t.Fatalf("CreateVM %s: %v", sid, err)
+		}
+		// The provider refuses the shape at StartVM; nothing is made.
+		if err := e.shim.StartVM(ctx, sid, 0); err == nil || !strings.Contains(err.Error(), "GPU") {
+			t.Errorf("StartVM of a 9-GPU t4-1 pod: want the provider's GPU error, got %v", err)
+		}
+		if err := e.shim.StopVM(ctx, sid); err != nil {
+			t.Errorf("StopVM after a failed start: %v", err)
+		}
+	}
+	// Malformed numbers, sent as raw annotations (kata only sends decimals).
+	for _, raw := range []map[string]string{
+		{AnnotationSandboxName: "p", AnnotationSandboxNamespace: "llm", AnnotationGPUs: "one"},
+		{AnnotationSandboxName: "p", AnnotationSandboxNamespace: "llm", AnnotationMemory: "-12288"},
+		{AnnotationSandboxName: "p", AnnotationSandboxNamespace: "llm", AnnotationVCPUs: "0.5"},
+	} {
+		_, err := e.srv.Service().CreateVM(ctx, createReq("4444444444444444", raw))
+		wantCode(t, err, codes.InvalidArgument, "annotation io.katacontainers.config.hypervisor.")
+	}
+	for _, sid := range []string{"", "../../etc", ".hidden", strings.Repeat("a", 129)} {
+		_, err := e.srv.Service().CreateVM(ctx, createReq(sid, kataAnnotations()))
+		wantCode(t, err, codes.InvalidArgument, "sandbox id")
+	}
+	if ids := e.srv.Service().Sandboxes(); len(ids) != 0 {
+		t.Errorf("sandboxes registered from bad requests: %v", ids)
+	}
+	if n := e.fake.CountCalls("instances.insert"); n != 0 || len(e.fake.Instances()) != 0 {
+		t.Errorf("%d inserts, %d VMs from bad requests; want none", n, len(e.fake.Instances()))
+	}
+}
+
+func TestFailedDeleteKeepsSandboxForRetry(t *testing.T) {
+	e := startAdaptor(t)
+	ctx := context.Background()
+	e.create(t, sid0, gpuPod("mistral-tp-0"))
+	e.start(t, sid0)
+	e.fake.FailNext("DELETE", "instances.delete", 400, 1)
+	if err := e.shim.StopVM(ctx, sid0); err == nil || !strings.Contains(err.Error(), "kept for a retry") {
+		t.Fatalf("StopVM with a failing delete: want an error, got %v", err)
+	}
+	if ids := e.srv.Service().Sandboxes(); len(ids) != 1 {
+		t.Fatalf("sandbox forgotten after a failed delete: %v", ids)
+	}
+	if err := e.shim.StopVM(ctx, sid0); err != nil {
+		t.Fatalf("retried StopVM: %v", err)
+	}
+	if left := e.fake.Instances(); len(left) != 0 {
+		t.Errorf("%d VMs left", len(left))
+	}
+}
+
+func TestStaleSocketIsReplacedLiveOneRefused(t *testing.T) {
+	e := startAdaptor(t)
+	// A second adaptor on a live socket must not steal it.
+	if _, err := Listen(e.srv.SocketPath(), NewService(nil, e.podsDir, "", quietLogger())); err == nil || !strings.Contains(err.Error(), "another process serves") {
+		t.Errorf("Listen on a live socket: %v", err)
+	}
+	notSocket := filepath.Join(shortDir(t), "file")
+	if err := os.WriteFile(notSocket, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(notSocket, NewService(nil, e.podsDir, "", quietLogger())); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("Listen on a regular file: %v", err)
+	}
+	// After a crash the socket file stays; a new adaptor takes it over.
+	sock := e.srv.SocketPath()
+	if err := e.srv.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	leaveStaleSocket(t, sock)
+	srv2, err := Listen(sock, NewService(nil, e.podsDir, "again", quietLogger()))
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	defer srv2.Stop(context.Background())
+	if v, err := shimclient.New(sock, 0).Version(context.Background()); err != nil || v != "again" {
+		t.Errorf("Version from the new adaptor: %q, %v", v, err)
+	}
+}
+
+// recordingProvider keeps CreateInstance's arguments.
+type recordingProvider struct {
+	mu      sync.Mutex
+	pod     string
+	sandbox string
+	spec    provider.InstanceTypeSpec
+	config  string
+	deleted []string
+}
+
+func (p *recordingProvider) CreateInstance(_ context.Context, podName, sandboxID string, cc cloudinit.CloudConfigGenerator, spec provider.InstanceTypeSpec) (*provider.Instance, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cfg, err := cc.Generate()
+	if err != nil {
+		return nil, err
+	}
+	p.pod, p.sandbox, p.spec, p.config = podName, sandboxID, spec, cfg
+	return &provider.Instance{ID: "vm-" + sandboxID[:8], Name: "vm", IPs: []netip.Addr{netip.MustParseAddr("10.128.0.9")}}, nil
+}
+
+func (p *recordingProvider) DeleteInstance(_ context.Context, id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.deleted = append(p.deleted, id)
+	return nil
+}
+
+func (p *recordingProvider) Teardown() error       { return nil }
+func (p *recordingProvider) ConfigVerifier() error { return nil }
+
+func TestStartVMCallsProviderLikeCAA(t *testing.T) {
+	prov := &recordingProvider{}
+	sock := filepath.Join(shortDir(t), "h.sock")
+	srv, err := Listen(sock, NewService(prov, shortDir(t), "v", quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(context.Background())
+	shim := shimclient.New(sock, 0)
+	ctx := context.Background()
+	sb := shimclient.Sandbox{Name: "k8s_mistral-tp-0_llm_uid_0", Namespace: "llm", MachineType: "t4-2", Image: "podvm-t4-v2", VCPUs: 8, MemoryMiB: 30720, GPUs: 2, GPUModel: "nvidia-tesla-t4"}
+	if _, err := shim.CreateVM(ctx, sid0, "/var/run/netns/x", sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := shim.StartVM(ctx, sid0, 0); err != nil {
+		t.Fatal(err)
+	}
+	want := provider.InstanceTypeSpec{InstanceType: "t4-2", Image: "podvm-t4-v2", VCPUs: 8, Memory: 30720, GPUs: 2}
+	if prov.pod != "mistral-tp-0" || prov.sandbox != sid0 || prov.spec.InstanceType != want.InstanceType || prov.spec.Image != want.Image ||
+		prov.spec.VCPUs != want.VCPUs || prov.spec.Memory != want.Memory || prov.spec.GPUs != want.GPUs {
+		t.Errorf("CreateInstance(%q, %q, %+v), want (mistral-tp-0, %s, %+v)", prov.pod, prov.sandbox, prov.spec, sid0, want)
+	}
+	if !strings.Contains(prov.config, apfConfigPath) {
+		t.Errorf("cloud-config lacks %s:\n%s", apfConfigPath, prov.config)
+	}
+	apf, _ := json.Marshal(apfConfig{PodName: "mistral-tp-0", PodNamespace: "llm"})
+	if !strings.Contains(prov.config, string(apf)) && !strings.Contains(prov.config, strings.ReplaceAll(string(apf), `"`, `\"`)) {
+		t.Errorf("cloud-config lacks the pod identity %s:\n%s", apf, prov.config)
+	}
+	if err := shim.StopVM(ctx, sid0); err != nil {
+		t.Fatal(err)
+	}
+	if len(prov.deleted) != 1 || prov.deleted[0] != "vm-"+sid0[:8] {
+		t.Errorf("deleted %v, want the started VM", prov.deleted)
+	}
+}
+
+// leaveStaleSocket leaves a socket file nobody listens on, as a crashed
+// adaptor does.
+func leaveStaleSocket(t *testing.T, path string) {
+	t.Helper()
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("stale socket not left: %v", err)
+	}
+}
+
+func createReq(sid string, annotations map[string]string) *hypervisor.CreateVMRequest {
+	return &hypervisor.CreateVMRequest{Id: sid, Annotations: annotations}
+}
+
+// TestStopVMDuringStartVMLeavesNoVM races StopVM against a slow StartVM.
+// Whichever takes the sandbox first, no VM may survive both.
+func TestStopVMDuringStartVMLeavesNoVM(t *testing.T) {
+	e := startAdaptor(t)
+	e.fake.SetOperationLatency(200 * time.Millisecond)
+	ctx := context.Background()
+	e.create(t, sid0, gpuPod("mistral-tp-0"))
+	started := make(chan error, 1)
+	go func() { started <- e.shim.StartVM(ctx, sid0, 0) }()
+	// StopVM may run before or after the create, never beside it.
+	if err := e.shim.StopVM(ctx, sid0); err != nil {
+		t.Fatalf("StopVM: %v", err)
+	}
+	if err := <-started; err != nil && status.Code(err) != codes.NotFound {
+		t.Fatalf("StartVM: %v", err)
+	}
+	if left := e.fake.Instances(); len(left) != 0 {
+		t.Errorf("%d VMs survived StopVM racing StartVM", len(left))
+	}
+	if ids := e.srv.Service().Sandboxes(); len(ids) != 0 {
+		t.Errorf("sandboxes left: %v", ids)
+	}
+}

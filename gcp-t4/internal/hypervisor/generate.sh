@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Regenerates the Go code for hypervisor.proto:
+#   generate.sh            write hypervisor.pb.go and hypervisor_ttrpc.pb.go here
+#   generate.sh OUTDIR     write them to OUTDIR instead (the freshness test)
+#   generate.sh --tools    only install the generators and print their bin dir
+#
+# protoc comes from Debian's protobuf-compiler (installed with apt-get when
+# root). protoc-gen-go and protoc-gen-go-ttrpc are installed with `go
+# install` at the versions gcp-t4/go.mod requires for their runtimes, so the
+# generated code always matches the libraries it is compiled against; they
+# live in a per-version cache outside the repository.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+module_dir=$(cd "$here/../.." && pwd)
+cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4
+
+mod_version() {
+	(cd "$module_dir" && go list -m -f '{{.Version}}' "$1")
+}
+
+protobuf_version=$(mod_version google.golang.org/protobuf)
+ttrpc_version=$(mod_version github.com/containerd/ttrpc)
+if [ -z "$protobuf_version" ] || [ -z "$ttrpc_version" ]; then
+	echo "generate.sh: gcp-t4/go.mod must require google.golang.org/protobuf and github.com/containerd/ttrpc" >&2
+	exit 1
+fi
+
+ensure_protoc() {
+	if command -v protoc >/dev/null 2>&1; then
+		return
+	fi
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "generate.sh: protoc is missing; install it with: sudo apt-get install -y protobuf-compiler" >&2
+		exit 1
+	fi
+	# Other tools may hold the dpkg lock briefly; wait rather than fail.
+	echo "generate.sh: installing protobuf-compiler with apt-get" >&2
+	apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
+	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends protobuf-compiler >&2
+}
+
+# ensure_plugin NAME PACKAGE VERSION: go install PACKAGE@VERSION into
+# $cache_root/NAME-VERSION/bin unless it is already there, and print the dir.
+ensure_plugin() {
+	local name=$1 pkg=$2 version=$3
+	local bin=$cache_root/$name-$version/bin
+	if [ ! -x "$bin/$name" ]; then
+		echo "generate.sh: installing $pkg@$version" >&2
+		mkdir -p "$bin"
+		# Build into a temp dir and move, so an interrupted install never
+		# leaves a half-written plugin that later runs would trust.
+		local tmp
+		tmp=$(mktemp -d "$cache_root/.install.XXXXXX")
+		(cd "$tmp" && GOWORK=off GOFLAGS= GOBIN="$tmp" go install "$pkg@$version")
+		mv -f "$tmp/$name" "$bin/$name"
+		rm -rf "$tmp"
+	fi
+	echo "$bin"
+}
+
+ensure_protoc
+mkdir -p "$cache_root"
+go_bin=$(ensure_plugin protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$protobuf_version")
+ttrpc_bin=$(ensure_plugin protoc-gen-go-ttrpc github.com/containerd/ttrpc/cmd/protoc-gen-go-ttrpc "$ttrpc_version")
+
+if [ "${1:-}" = "--tools" ]; then
+	echo "$go_bin:$ttrpc_bin"
+	exit 0
+fi
+
+out=${1:-$here}
+mkdir -p "$out"
+PATH="$go_bin:$ttrpc_bin:$PATH" protoc \
+	-I "$here" \
+	--go_out="$out" --go_opt=paths=source_relative \
+	--go-ttrpc_out="$out" --go-ttrpc_opt=paths=source_relative \
+	"$here/hypervisor.proto"
