@@ -1,0 +1,523 @@
+package remediate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
+	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	fakecorev1 "k8s.io/client-go/kubernetes/typed/core/v1/fake"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// Unit tests: no containerd, a Probe and Restarter of the test's own.
+
+type fakeProbe struct {
+	mu      sync.Mutex
+	version string
+	state   HandlerState
+	err     error
+}
+
+func (p *fakeProbe) RuntimeVersion(context.Context) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version, p.err
+}
+
+func (p *fakeProbe) Handler(context.Context, string) (HandlerState, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state, p.err
+}
+
+type fakeRestarter struct {
+	mu        sync.Mutex
+	started   time.Time
+	calls     int
+	err       error
+	onRestart func()
+}
+
+func (f *fakeRestarter) StartedAt(context.Context) (time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.started, nil
+}
+
+func (f *fakeRestarter) Restart(context.Context) error {
+	f.mu.Lock()
+	f.calls++
+	err := f.err
+	if err == nil {
+		f.started = time.Now()
+	}
+	cb := f.onRestart
+	f.mu.Unlock()
+	if cb != nil && err == nil {
+		cb()
+	}
+	return err
+}
+
+type fixture struct {
+	dir    string
+	cfg    Config
+	probe  *fakeProbe
+	rs     *fakeRestarter
+	events *[]*corev1.Event
+	core   *fakecorev1.FakeCoreV1
+}
+
+func newFixture(t testing.TB, main string) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fixture{dir: dir, probe: &fakeProbe{version: "1.7.29"}, rs: &fakeRestarter{started: time.Now().Add(-time.Hour)}}
+	f.cfg = Config{
+		Handler:       DefaultHandler(),
+		Target:        Target{Config: filepath.Join(dir, "etc", "config.toml"), DropInDir: filepath.Join(dir, "etc", "conf.d"), DropInName: "50-kata-remote.toml"},
+		Host:          Host{Root: filepath.Join(dir, "host")},
+		Lock:          HostLock{Path: filepath.Join(dir, "lock")},
+		VerifyTimeout: 2 * time.Second,
+	}
+	for _, p := range []string{f.cfg.Handler.RuntimePath, f.cfg.Handler.ConfigPath} {
+		full := filepath.Join(f.cfg.Host.Root, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		os.WriteFile(full, []byte("x"), 0o755)
+	}
+	os.MkdirAll(filepath.Dir(f.cfg.Target.Config), 0o755)
+	if main != "" {
+		os.WriteFile(f.cfg.Target.Config, []byte(main), 0o644)
+	}
+	// Loaded once the restarter ran: what a real containerd does.
+	f.rs.onRestart = func() {
+		f.probe.mu.Lock()
+		f.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: "nydus"}
+		f.probe.mu.Unlock()
+	}
+	f.probe.state = HandlerState{Known: true}
+	var evs []*corev1.Event
+	f.events = &evs
+	fake := &clienttesting.Fake{}
+	fake.AddReactor("create", "events", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		ev := a.(clienttesting.CreateAction).GetObject().(*corev1.Event)
+		evs = append(evs, ev)
+		return true, ev, nil
+	})
+	f.core = &fakecorev1.FakeCoreV1{Fake: fake}
+	return f
+}
+
+func (f *fixture) remediator(t *testing.T, d Deps) *Remediator {
+	t.Helper()
+	if d.Probe == nil {
+		d.Probe = f.probe
+	}
+	if d.Restarter == nil {
+		d.Restarter = f.rs
+	}
+	if d.Events.Client == nil {
+		d.Events = Events{Client: f.core, NodeName: "gke-pool-1-abc"}
+	}
+	r, err := New(f.cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (f *fixture) reasons() []string {
+	var out []string
+	for _, e := range *f.events {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+func gkeFixture(t testing.TB) string {
+	t.Helper()
+	data, err := os.ReadFile("testdata/gke-v2.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.ReplaceAll(string(data), "@TMP@", "/tmp/x")
+}
+
+func TestMalformedLeftUntouched(t *testing.T) {
+	bad := "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd\ndiscard_unpacked_layers = true\n"
+	f := newFixture(t, bad)
+	m := NewMetrics()
+	r := f.remediator(t, Deps{Metrics: m})
+	_, err := r.Reconcile(context.Background())
+	if !errors.Is(err, ErrMalformed) {
+		t.Fatalf("err = %v, want ErrMalformed", err)
+	}
+	got, _ := os.ReadFile(f.cfg.Target.Config)
+	if string(got) != bad {
+		t.Fatal("malformed config was modified")
+	}
+	if _, err := os.Stat(f.cfg.Target.Config + BackupSuffix); err == nil {
+		t.Fatal("backup written for a file that was not changed")
+	}
+	if f.rs.calls != 0 {
+		t.Fatal("containerd restarted over a malformed config")
+	}
+	if got := testutil.ToFloat64(m.Failures.WithLabelValues("ConfigMalformed")); got != 1 {
+		t.Fatalf("failures{ConfigMalformed} = %v, want 1", got)
+	}
+	if r := f.reasons(); len(r) != 1 || r[0] != "ConfigMalformed" {
+		t.Fatalf("events %v, want one ConfigMalformed", r)
+	}
+	ev := (*f.events)[0]
+	if ev.InvolvedObject.Kind != "Node" || ev.InvolvedObject.Name != "gke-pool-1-abc" || ev.Type != corev1.EventTypeWarning {
+		t.Fatalf("event %+v: want a Warning on Node gke-pool-1-abc", ev.InvolvedObject)
+	}
+	// The same failure on the next resync is not re-reported.
+	r.Reconcile(context.Background())
+	if len(*f.events) != 1 {
+		t.Fatalf("repeated failure emitted %d events, want 1", len(*f.events))
+	}
+}
+
+func TestNeverWritesSchemaNewerThanRunning(t *testing.T) {
+	f := newFixture(t, "version = 3\n[plugins.\"io.containerd.cri.v1.images\"]\n")
+	r := f.remediator(t, Deps{})
+	_, err := r.Reconcile(context.Background())
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "at most 2") {
+		t.Fatalf("version 3 file on containerd 1.7: err = %v, want refusal naming the limit", err)
+	}
+	if _, err := os.Stat(f.cfg.Target.DropIn()); err == nil {
+		t.Fatal("drop-in written")
+	}
+}
+
+func TestMissingLiteralImportRefused(t *testing.T) {
+	f := newFixture(t, "version = 2\nimports = [\"/opt/kata/containerd/config.d/kata-deploy.toml\"]\n")
+	f.probe.version = "2.0.4"
+	r := f.remediator(t, Deps{})
+	_, err := r.Reconcile(context.Background())
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("err = %v, want refusal over the missing literal import", err)
+	}
+}
+
+func TestUnknownRuntimeVersionRefused(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	f.probe.err = errors.New("no socket")
+	r := f.remediator(t, Deps{})
+	if _, err := r.Reconcile(context.Background()); !errors.Is(err, ErrUnknownRun) {
+		t.Fatalf("err = %v, want ErrUnknownRun", err)
+	}
+}
+
+func TestRuntimeVersionFromNode(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	f.probe.err = errors.New("no socket")
+	node := &corev1.Node{Status: corev1.NodeStatus{
+		NodeInfo:        corev1.NodeSystemInfo{ContainerRuntimeVersion: "containerd://2.0.4", OSImage: "Ubuntu 22.04.5 LTS"},
+		RuntimeHandlers: []corev1.NodeRuntimeHandler{{Name: "runc"}},
+	}}
+	f.rs.onRestart = func() {
+		node.Status.RuntimeHandlers = append(node.Status.RuntimeHandlers, corev1.NodeRuntimeHandler{Name: "kata-remote"})
+	}
+	r := f.remediator(t, Deps{Node: func(context.Context) (*corev1.Node, error) { return node, nil }})
+	res, err := r.Reconcile(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Plan.Mode != "drop-in" || !res.Restarted || !res.Converged {
+		t.Fatalf("%+v: want the 2.x drop-in, a restart, and the Node's runtimeHandlers to confirm it", res)
+	}
+}
+
+func TestSkipsWithoutKataOrOnCOS(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	os.Remove(filepath.Join(f.cfg.Host.Root, f.cfg.Handler.RuntimePath))
+	r := f.remediator(t, Deps{})
+	res, err := r.Reconcile(context.Background())
+	if err != nil || !strings.Contains(res.Skipped, f.cfg.Handler.RuntimePath) {
+		t.Fatalf("shim missing: res %+v err %v, want a skip naming the shim", res, err)
+	}
+	if got, _ := os.ReadFile(f.cfg.Target.Config); string(got) != gkeFixture(t) {
+		t.Fatal("config changed although the shim is missing")
+	}
+
+	f = newFixture(t, gkeFixture(t))
+	cos := &corev1.Node{}
+	cos.Labels = map[string]string{"cloud.google.com/gke-os-distribution": "cos"}
+	r = f.remediator(t, Deps{Node: func(context.Context) (*corev1.Node, error) { return cos, nil }})
+	res, err = r.Reconcile(context.Background())
+	if err != nil || !strings.Contains(res.Skipped, "Container-Optimized OS") || r.Ready() {
+		t.Fatalf("COS label: res %+v err %v, want a skip, not ready", res, err)
+	}
+
+	f = newFixture(t, gkeFixture(t))
+	os.MkdirAll(filepath.Join(f.cfg.Host.Root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(f.cfg.Host.Root, "etc", "os-release"), []byte("NAME=\"Container-Optimized OS\"\nID=cos\n"), 0o644)
+	r = f.remediator(t, Deps{})
+	if res, _ := r.Reconcile(context.Background()); !strings.Contains(res.Skipped, "ID=cos") {
+		t.Fatalf("COS os-release: %+v, want a skip", res)
+	}
+}
+
+func TestDryRunPrintsDiffWritesNothing(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"--dry-run", "--config", f.cfg.Target.Config, "--host-root", f.cfg.Host.Root,
+		"--lock", f.cfg.Lock.Path, "--containerd-version", "1.7.29", "--cri-socket", ""}, &out, &errb, nil)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"-  discard_unpacked_layers = true", "+  discard_unpacked_layers = false", "+[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.kata-remote]"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("diff lacks %q:\n%s", want, out.String())
+		}
+	}
+	if got, _ := os.ReadFile(f.cfg.Target.Config); string(got) != gkeFixture(t) {
+		t.Fatal("dry run changed the config")
+	}
+}
+
+func TestFlagsAndEnv(t *testing.T) {
+	t.Setenv(EnvPrefix+"SNAPSHOTTER", "nydus-for-kata-tee")
+	t.Setenv(EnvPrefix+"SNAPSHOTTER_ADDRESS", "/run/nydus-for-kata-tee/containerd-nydus-grpc.sock")
+	o, err := parseFlags([]string{"--handler", "kata-remote"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.cfg.Handler.Snapshotter != "nydus-for-kata-tee" || o.cfg.Target.DropInDir != "/etc/containerd/conf.d" {
+		t.Fatalf("env not applied or default drop-in dir wrong: %+v", o.cfg)
+	}
+	for _, args := range [][]string{
+		{"--restart", "signal"},
+		{"--config", "relative/config.toml"},
+		{"--dropin-name", "../x.toml"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("parseFlags(%v) accepted bad input", args)
+		}
+	}
+	h := DefaultHandler()
+	h.Snapshotter = "bad name"
+	if err := h.Validate(); err == nil || !strings.Contains(err.Error(), "--snapshotter") {
+		t.Errorf("Validate: %v, want an error naming --snapshotter", err)
+	}
+}
+
+func TestNoRestartWhenContainerdStartedAfterWrite(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	r := f.remediator(t, Deps{})
+	f.rs.started = time.Now().Add(time.Hour) // containerd (re)started after any write
+	_, err := r.Reconcile(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "not restarting") {
+		t.Fatalf("err = %v, want a report instead of a restart", err)
+	}
+	if f.rs.calls != 0 {
+		t.Fatal("restarted a containerd that already read the config")
+	}
+}
+
+func TestNoRestartWhenLoaded(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	f.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: "nydus"}
+	r := f.remediator(t, Deps{})
+	res, err := r.Reconcile(context.Background())
+	if err != nil || res.Restarted || f.rs.calls != 0 || !res.Converged {
+		t.Fatalf("res %+v err %v calls %d: want no restart for a loaded handler", res, err, f.rs.calls)
+	}
+}
+
+func TestRestartBudget(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	f.rs.err = errors.New("job failed")
+	now := time.Now()
+	clock := func() time.Time { return now }
+	m := NewMetrics()
+	r := f.remediator(t, Deps{Budget: restart.NewBudget(10*time.Minute, 3), Now: clock, Metrics: m})
+	for i := 1; i <= 3; i++ {
+		_, err := r.Reconcile(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "job failed") {
+			t.Fatalf("attempt %d: err = %v, want the restart failure", i, err)
+		}
+		if i == 3 {
+			break
+		}
+		// Within the interval: deferred, not retried.
+		res, err := r.Reconcile(context.Background())
+		if err != nil || res.RetryIn <= 0 || f.rs.calls != i {
+			t.Fatalf("attempt %d, again at once: res %+v err %v calls %d; want a deferral", i, res, err, f.rs.calls)
+		}
+		now = now.Add(10 * time.Minute)
+	}
+	_, err := r.Reconcile(context.Background())
+	if !errors.Is(err, restart.ErrExhausted) || f.rs.calls != 3 {
+		t.Fatalf("after 3 failures: err %v calls %d, want ErrExhausted and no 4th restart", err, f.rs.calls)
+	}
+	if got := testutil.ToFloat64(m.Restarts); got != 3 {
+		t.Fatalf("restarts metric %v, want 3", got)
+	}
+	reasons := strings.Join(f.reasons(), ",")
+	if !strings.Contains(reasons, "RestartBudgetExhausted") {
+		t.Fatalf("events %s: want RestartBudgetExhausted", reasons)
+	}
+}
+
+func TestSettleDefersRestart(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	f.cfg.Settle = time.Hour
+	r := f.remediator(t, Deps{})
+	res, err := r.Reconcile(context.Background())
+	if err != nil || len(res.Wrote) != 1 || res.RetryIn <= 0 || f.rs.calls != 0 {
+		t.Fatalf("res %+v err %v: want the file written now and the restart deferred", res, err)
+	}
+}
+
+func TestHostLockExcludes(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	unlock, err := f.cfg.Lock.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.remediator(t, Deps{})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := r.Reconcile(ctx); err == nil || !strings.Contains(err.Error(), "host lock") {
+		t.Fatalf("err = %v, want a wait on the held host lock", err)
+	}
+	if got, _ := os.ReadFile(f.cfg.Target.Config); string(got) != gkeFixture(t) {
+		t.Fatal("wrote while kata-deploy held the lock")
+	}
+	unlock()
+	if _, err := r.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatchLoopRestoresAndServesReadiness(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	f.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: "nydus"}
+	m := NewMetrics()
+	r := f.remediator(t, Deps{Metrics: m})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := r.Serve(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	passes := make(chan Result, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(ctx, Loop{Debounce: 20 * time.Millisecond, Resync: time.Hour, Reconciled: func(res Result, _ error) { passes <- res }})
+	}()
+	waitConverged := func() {
+		t.Helper()
+		for {
+			select {
+			case res := <-passes:
+				if res.Converged {
+					return
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("no converged pass")
+			}
+		}
+	}
+	waitConverged()
+	// A rewrite as GKE does it: the loop notices it without a resync.
+	os.WriteFile(f.cfg.Target.Config, []byte(gkeFixture(t)), 0o644)
+	waitConverged()
+	got, _ := os.ReadFile(f.cfg.Target.Config)
+	if doc, err := tomledit.Decode(got); err != nil || !strings.Contains(string(got), "kata-remote") {
+		t.Fatalf("config not restored (%v):\n%s", err, got)
+	} else if tomledit.Leaves(doc)[`plugins."io.containerd.grpc.v1.cri".containerd.discard_unpacked_layers`] != false {
+		t.Fatal("discard_unpacked_layers not restored")
+	}
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/readyz = %d after converging", resp.StatusCode)
+	}
+	resp, err = http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"gcpt4_remediate_files_written_total 2", "gcpt4_remediate_drift_detected_total 2", "gcpt4_remediate_converged 1", "gcpt4_remediate_last_converged_timestamp_seconds"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	// Malformed content makes it unready.
+	os.WriteFile(f.cfg.Target.Config, []byte("version = [\n"), 0o644)
+	deadline := time.Now().Add(30 * time.Second)
+	for r.Ready() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err = http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz = %d with a malformed config, want 503", resp.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	d := Diff("/x", []byte("a\nb\nc\nd\ne\n"), []byte("a\nb\nC\nd\ne\n"))
+	want := "--- a/x\n+++ b/x\n@@\nb\n-c\n+C\nd\n@@\n"
+	if strings.ReplaceAll(d, " ", "") != strings.ReplaceAll(want, " ", "") {
+		t.Fatalf("Diff:\n%s\nwant:\n%s", d, want)
+	}
+}
+
+// TestLoopRetriesTransientErrors: with containerd's socket down (GKE
+// restarting it), a failed pass is retried with backoff, not left to the
+// next resync or file event.
+func TestLoopRetriesTransientErrors(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	f.probe.err = errors.New("connection refused")
+	f.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: "nydus"}
+	r := f.remediator(t, Deps{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	passes := make(chan error, 100)
+	go r.Run(ctx, Loop{Resync: time.Hour, Reconciled: func(_ Result, err error) { passes <- err }})
+	if err := <-passes; err == nil {
+		t.Fatal("first pass succeeded although the probe fails")
+	}
+	f.probe.mu.Lock()
+	f.probe.err = nil
+	f.probe.mu.Unlock()
+	select {
+	case err := <-passes:
+		if err != nil {
+			t.Fatalf("retry failed: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no retry after a failed pass (resync is an hour)")
+	}
+	if !r.Ready() {
+		t.Fatal("not ready after the retry converged")
+	}
+}
