@@ -8,8 +8,31 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # Upstream CAA builds the provider with the Go its go.mod names; check that
 # gcpt4 and the fork build and vet with it (fetched once via GOTOOLCHAIN).
 UPSTREAM_GO ?= go1.25.13
+# The upstream release the image and docs/upstream.md target, and the Go the
+# image builds our go.work with; the Dockerfile's ARGs must match (tested).
+UPSTREAM_RELEASE ?= v0.22.0
+IMAGE_GO ?= go1.26.8
 
-.PHONY: all build test demo bench lint fmt-check vet unit upstream-go dropin-check tools clean
+# containerd releases the `gcp-t4 remediate` tests run for real: 1.7 (GKE <= 1.32),
+# 2.0 (GKE 1.33; config version 3) and the newest 2.x (config version 4); built
+# from the module proxy, cached by version. Any 2.x can be added (e.g. v2.2.1).
+CONTAINERD17 ?= v1.7.29
+CONTAINERD2 ?= v2.0.14 v2.4.2
+
+.PHONY: all build test demo bench lint fmt-check vet unit upstream-go dropin-check tools clean podvm podvm-verify podvm-test containerd remediate-fuzz
+.PHONY: delivery upstream-patch image
+.PHONY: controlplane controlplane-test kuberay
+
+# The test control plane (test/controlplane): kube-apiserver and etcd for the
+# tests against a real API server, and the kustomize CLI (the engine
+# `kubectl apply -k` embeds; its version matches gcp-t4's kustomize/api).
+# Built from the module proxy, cached by version outside the repo.
+KUBE_VERSION ?= v1.37.2
+ETCD_VERSION ?= v3.6.7
+KUSTOMIZE_VERSION ?= v5.8.2
+TOOL_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/caa-gcp-t4
+CONTROLPLANE_ENV := CONTROLPLANE_KUBE_APISERVER=$(TOOL_CACHE)/kube-apiserver-$(KUBE_VERSION)/kube-apiserver \
+	CONTROLPLANE_ETCD=$(TOOL_CACHE)/etcd-$(ETCD_VERSION)/etcd KUSTOMIZE_BIN=$(TOOL_CACHE)/kustomize-$(KUSTOMIZE_VERSION)/kustomize
 
 all: build
 
@@ -24,13 +47,38 @@ demo: build
 	$(BIN)/gcp-t4 demo
 
 ## test: everything CI runs
-test: tools lint unit upstream-go
+test: tools lint containerd controlplane controlplane-test unit remediate-fuzz upstream-go podvm-test delivery kuberay
 
 upstream-go:
 	cd src/cloud-providers && GOWORK=off GOTOOLCHAIN=$(UPSTREAM_GO) $(GO) vet ./...
 
 unit:
-	$(GO) test -count=1 $(MODULES)
+	$(CONTROLPLANE_ENV) CONTAINERD17_VERSION=$(CONTAINERD17) CONTAINERD2_VERSIONS="$(CONTAINERD2)" $(GO) test -count=1 $(MODULES)
+
+## containerd: build containerd 1.7 and 2.x for the remediate tests (cached outside the repo)
+containerd: tools
+	test/containerd/deps.sh
+	for v in $(CONTAINERD17) $(CONTAINERD2); do test/containerd/build.sh $$v >/dev/null || exit 1; done
+
+## controlplane: build (or reuse) kube-apiserver, etcd and kustomize for the install tests; prints the env to export
+controlplane: tools
+	test/controlplane/build.sh kube-apiserver $(KUBE_VERSION) >/dev/null
+	test/controlplane/build.sh etcd $(ETCD_VERSION) >/dev/null
+	test/controlplane/build.sh kustomize $(KUSTOMIZE_VERSION) >/dev/null
+	@echo "export $(CONTROLPLANE_ENV)"
+
+## controlplane-test: vet and test the control-plane harness module itself
+controlplane-test: controlplane
+	cd test/controlplane && GOWORK=off $(GO) vet ./... && GOWORK=off $(CONTROLPLANE_ENV) $(GO) test -count=1 ./...
+
+## kuberay: install/examples/mistral-tp2 decoded strictly into KubeRay's Go types, checked against
+## KubeRay's validation and the runbook, and server-side applied to a real kube-apiserver (own module)
+kuberay: controlplane
+	cd test/kuberay && GOWORK=off $(GO) vet ./... && GOWORK=off $(CONTROLPLANE_ENV) $(GO) test -count=1 ./...
+
+## remediate-fuzz: short fuzz run of the format-preserving TOML edit
+remediate-fuzz: tools
+	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime=20s ./gcp-t4/internal/tomledit/
 
 lint: fmt-check vet
 
@@ -40,6 +88,18 @@ fmt-check:
 vet:
 	$(GO) vet $(MODULES)
 
+## podvm: build the podVM disk image (cached by a hash of its inputs); docs/podvm-build-guide.md
+podvm: tools
+	podvm/scripts/build.sh
+
+## podvm-verify: build the podVM twice from scratch and compare (slow: not part of make test)
+podvm-verify: tools
+	podvm/scripts/verify.sh
+
+## podvm-test: shellcheck + systemd-analyze verify, build (cached), boot under QEMU
+podvm-test: tools
+	test/podvm/run.sh
+
 ## bench: benchmarks recorded in docs/benchmarks.md
 bench: tools
 	$(GO) test -run '^$$' -bench . -benchmem $(MODULES)
@@ -48,6 +108,24 @@ bench: tools
 ##   make dropin-check UPSTREAM=/path/to/cloud-api-adaptor [UPSTREAM_REF=v0.22.0]
 dropin-check: tools
 	test/dropin/check.sh "$(UPSTREAM)" $(UPSTREAM_REF)
+
+## delivery: the patch script on a synthetic upstream tree (incl. refusal), the
+## provider API check, and the Dockerfile parsed with BuildKit's parser
+delivery:
+	cd test/upstream && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -count=1 ./...
+
+## upstream-patch: the gcp-t4 contribution series (git format-patch) for review
+##   make upstream-patch UPSTREAM=/path/to/cloud-api-adaptor [UPSTREAM_REF=HEAD] [PATCH_OUT=bin/upstream-patches]
+PATCH_OUT ?= $(BIN)/upstream-patches
+upstream-patch: tools
+	scripts/upstream-patch/patch.sh -r "$(or $(UPSTREAM_REF),HEAD)" -o "$(PATCH_OUT)" "$(UPSTREAM)"
+
+## image: CAA $(UPSTREAM_RELEASE) with gcp-t4 plus the gcp-t4 binary (needs Docker with BuildKit)
+IMAGE ?= caa-gcp-t4:$(VERSION)
+image:
+	scripts/upstream-patch/image.sh "$(IMAGE)" --build-arg UPSTREAM_RELEASE=$(UPSTREAM_RELEASE) \
+		--build-arg UPSTREAM_GO_VERSION=$(UPSTREAM_GO:go%=%) --build-arg GO_VERSION=$(IMAGE_GO:go%=%) \
+		--build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown)
 
 clean:
 	rm -rf $(BIN)

@@ -29,7 +29,7 @@ cd "$work/cloud-providers"
 echo "upstream $rev: $(grep -E '^go |cloud.google.com/go/compute |google.golang.org/api ' go.mod | tr '\n' ' ')"
 # The tests need no workspace; upstream's own go.mod is the only one used.
 export GOWORK=off
-# shellcheck source=../../scripts/upstream-patch/common.sh
+# shellcheck source=scripts/upstream-patch/common.sh
 . "$here/scripts/upstream-patch/common.sh"
 dropin_copy "$here" .
 dropin_tidy .

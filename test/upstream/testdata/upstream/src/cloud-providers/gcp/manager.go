@@ -1,0 +1,19 @@
+// Package gcp is a stand-in provider that only registers itself.
+package gcp
+
+import (
+	"errors"
+	"flag"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+)
+
+func init() { provider.AddCloudProvider("gcp", manager{}) }
+
+type manager struct{}
+
+func (manager) ParseCmd(*flag.FlagSet) {}
+func (manager) LoadEnv()               {}
+func (manager) NewProvider() (provider.Provider, error) {
+	return nil, errors.New("gcp: stand-in provider")
+}
