@@ -217,10 +217,7 @@ func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.Insta
 			build:       func(zone, _ string) *computepb.Instance { return p.cfg.buildFromTemplate(vm, props, zone) },
 		}, nil
 	}
-	if spec.InstanceType != "" && len(p.cfg.InstanceTypes) > 0 && !contains(p.cfg.InstanceTypes, spec.InstanceType) {
-		return createPlan{}, fmt.Errorf("machine_type annotation %q is not in GCP_INSTANCE_TYPES (%s); use one of those or extend the list", spec.InstanceType, p.cfg.InstanceTypes.String())
-	}
-	profile, err := p.catalog.Select(Request{InstanceType: spec.InstanceType, GPUs: spec.GPUs, VCPUs: spec.VCPUs, MemoryMiB: spec.Memory})
+	profile, models, err := p.cfg.chooseProfile(p.catalog, spec)
 	if err != nil {
 		return createPlan{}, err
 	}
@@ -228,10 +225,6 @@ func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.Insta
 	describe := fmt.Sprintf("profile %s: %s", profile.Name, profile.MachineType)
 	if profile.gpus > 0 {
 		describe += fmt.Sprintf(" + %d×%s", profile.gpus, profile.gpuModel)
-	}
-	models := []string{p.cfg.provisioningModel(profile)}
-	if models[0] == ProvisioningSpot && p.cfg.SpotFallback {
-		models = append(models, ProvisioningStandard)
 	}
 	return createPlan{
 		describe:    describe,
@@ -242,6 +235,24 @@ func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.Insta
 			return p.cfg.buildInstance(vm, profile, zone, model, disk)
 		},
 	}, nil
+}
+
+// chooseProfile is the shape decision shared by creates and plans: the
+// GCP_INSTANCE_TYPES allow-list, profile selection, and the provisioning
+// models to try in order.
+func (c *Config) chooseProfile(catalog *Catalog, spec provider.InstanceTypeSpec) (Profile, []string, error) {
+	if spec.InstanceType != "" && len(c.InstanceTypes) > 0 && !contains(c.InstanceTypes, spec.InstanceType) {
+		return Profile{}, nil, fmt.Errorf("machine_type annotation %q is not in GCP_INSTANCE_TYPES (%s); use one of those or extend the list", spec.InstanceType, c.InstanceTypes.String())
+	}
+	profile, err := catalog.Select(Request{InstanceType: spec.InstanceType, GPUs: spec.GPUs, VCPUs: spec.VCPUs, MemoryMiB: spec.Memory})
+	if err != nil {
+		return Profile{}, nil, err
+	}
+	models := []string{c.provisioningModel(profile)}
+	if models[0] == ProvisioningSpot && c.SpotFallback {
+		models = append(models, ProvisioningStandard)
+	}
+	return profile, models, nil
 }
 
 // createInZone inserts the VM in one zone and waits for it. It returns the

@@ -370,7 +370,7 @@ func (s *Server) handleSubnetworksGet(rc *reqCtx) (proto.Message, error) {
 		GatewayAddress:        proto.String(r.subnet.Addr().Next().String()),
 		Region:                proto.String(s.regionURL(r.name)),
 		SelfLink:              proto.String(s.subnetURL(r.name)),
-		PrivateIpGoogleAccess: proto.Bool(false),
+		PrivateIpGoogleAccess: proto.Bool(s.world.infra.pga[r.name]),
 		StackType:             proto.String("IPV4_ONLY"),
 		Purpose:               proto.String("PRIVATE"),
 		Fingerprint:           proto.String("fake-fingerprint"),

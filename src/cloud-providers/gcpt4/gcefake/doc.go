@@ -21,5 +21,8 @@
 // operation runs; quota and stockout outcomes are decided when the insert is
 // accepted and reported when its operation completes; a single VPC
 // ("default") exists; Spot/preemptible requests must set automaticRestart
-// false and onHostMaintenance TERMINATE explicitly.
+// false and onHostMaintenance TERMINATE explicitly. Firewall rules and Cloud
+// Routers are added through Server methods (validated as their inserts are)
+// and read through the API; Resource Manager's testIamPermissions is served
+// at its own /v3 path against a permission set the tests control.
 package gcefake

@@ -36,6 +36,10 @@ func routeTable() []route {
 		{method: get, kind: "regionInstanceTemplates.get", segs: split("regions/{region}/instanceTemplates/{template}"), h: (*Server).handleRegionTemplateGet},
 		{method: get, kind: "networks.get", segs: split("global/networks/{network}"), h: (*Server).handleNetworksGet},
 		{method: get, kind: "subnetworks.get", segs: split("regions/{region}/subnetworks/{subnetwork}"), h: (*Server).handleSubnetworksGet},
+		{method: get, kind: "firewalls.list", segs: split("global/firewalls"), h: (*Server).handleFirewallsList},
+		{method: get, kind: "firewalls.get", segs: split("global/firewalls/{firewall}"), h: (*Server).handleFirewallsGet},
+		{method: get, kind: "routers.list", segs: split("regions/{region}/routers"), h: (*Server).handleRoutersList},
+		{method: get, kind: "routers.get", segs: split("regions/{region}/routers/{router}"), h: (*Server).handleRoutersGet},
 	}
 }
 

@@ -129,6 +129,8 @@ func New(opts ...Option) *Server {
 	s.world = defaultWorld(s.project)
 	s.routes = routeTable()
 	s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	// After the listener: resource references resolve against its URL.
+	s.world.infra = newInfra(s)
 	return s
 }
 
@@ -295,6 +297,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		s.writeError(w, apiErr(http.StatusBadRequest, "badRequest", fmt.Sprintf("reading request body: %v", err)))
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, crmPrefix) {
+		s.serveResourceManager(w, r, body)
 		return
 	}
 	rt, params, project, allowed := s.matchRoute(r.Method, r.URL.Path)

@@ -39,6 +39,8 @@ type world struct {
 	images    map[string][]*computepb.Image // project -> images in insertion order
 	templates map[string]*computepb.InstanceTemplate
 	quotas    map[string]map[string]float64 // region ("" = project) -> metric -> limit
+	// infra is the network plumbing and IAM grants (network.go, iam.go).
+	infra *infra
 }
 
 type regionSpec struct {

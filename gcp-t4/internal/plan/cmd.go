@@ -1,0 +1,192 @@
+package plan
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/fit"
+	"github.com/caa-gcp-t4/gcp-t4/internal/prices"
+)
+
+// Stand-ins for required provider settings, so that plan runs without a
+// cloud account or configuration; each use is reported in a note.
+var placeholders = []struct {
+	env, value string
+	field      func(*gcpt4.Config) *string
+}{
+	{"GCP_PROJECT_ID", "example-project", func(c *gcpt4.Config) *string { return &c.ProjectID }},
+	{"GCP_ZONE", "us-central1-a", func(c *gcpt4.Config) *string { return &c.Zone }},
+	{"PODVM_IMAGE_NAME", "podvm-t4", func(c *gcpt4.Config) *string { return &c.ImageName }},
+	{"GCP_NETWORK", "global/networks/default", func(c *gcpt4.Config) *string { return &c.Network }},
+}
+
+// Main is `gcp-t4 plan`. It takes the provider's flags (and env), a
+// manifest (-f) or a bare request (-gpus, -vcpus, -memory,
+// -machine-type), and prints the podVMs that would be created.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	// Sub-modes (`gcp-t4 plan serve …`) are a first word that is not a
+	// flag; each gets a case here and reuses ParseManifests and Planner.
+	if len(args) > 0 && args[0] == "serve" {
+		return fit.Main(ctx, args[1:], stdout, stderr, logger)
+	}
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "gcp-t4 plan: unknown mode %q; give the manifest with -f (see -h)\n", args[0])
+		return 2
+	}
+	if err := run(ctx, args, stdout, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "gcp-t4 plan: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gcp-t4 plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cloud := provider.Get(gcpt4.ProviderName)
+	mgr, ok := cloud.(interface{ GetConfig() *gcpt4.Config })
+	if cloud == nil || !ok {
+		return fmt.Errorf("provider %q is not registered; this binary was built without it", gcpt4.ProviderName)
+	}
+	// Start from a clean configuration: flags re-read env defaults, and a
+	// map-valued flag would otherwise keep an earlier parse's pairs.
+	*mgr.GetConfig() = gcpt4.Config{}
+	cloud.ParseCmd(fs)
+	file := fs.String("f", "", "manifest: a Pod, Deployment, StatefulSet, Job, CronJob, RayService, RayCluster or RayJob (YAML or JSON, several documents allowed; - for stdin)")
+	output := fs.String("o", OutputTable, "output: table, json, or request (the exact instances.insert request per pod group, protojson)")
+	runtimeClass := fs.String("runtime-class", DefaultRuntimeClass, "the runtime class the peer-pods webhook acts on (its TARGET_RUNTIMECLASS)")
+	gpus := fs.Int64("gpus", 0, "without -f: nvidia.com/gpu the pod requests")
+	vcpus := fs.String("vcpus", "", "without -f: CPU the pod requests, e.g. 2 or 1500m")
+	memory := fs.String("memory", "", "without -f: memory the pod requests, e.g. 8Gi")
+	machineType := fs.String("machine-type", "", "without -f: the pod's machine_type annotation (a profile or machine type)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: give the manifest with -f", fs.Args())
+	}
+	if *output != OutputTable && *output != OutputJSON && *output != OutputRequest {
+		return fmt.Errorf("-o %q: use table, json or request", *output)
+	}
+	cfg := *mgr.GetConfig()
+	var notes []string
+	for _, p := range placeholders {
+		if f := p.field(&cfg); *f == "" {
+			*f = p.value
+			notes = append(notes, fmt.Sprintf("%s is not set; planned with %s", p.env, p.value))
+		}
+	}
+	if cfg.Endpoint == "" && cfg.Credentials == "" {
+		notes = append(notes, "no API was called: profiles, zones and the insert come from the provider's code and settings alone")
+	}
+	if len(cfg.FallbackZones) == 1 && cfg.FallbackZones[0] == gcpt4.ZonesAuto {
+		notes = append(notes, "GCP_ZONES=auto: the fallback zones are discovered at run time (the region's zones offering the accelerator)")
+	}
+	notes = append(notes, "the boot disk is ROOT_VOLUME_SIZE GiB, or the image's size when larger; user-data is a placeholder for CAA's per-pod cloud-config")
+	catalog, err := gcpt4.NewCatalog(cfg.ProfilesFile, cfg.Profiles)
+	if err != nil {
+		return err
+	}
+	tab, err := prices.Load()
+	if err != nil {
+		return err
+	}
+
+	var workloads []Workload
+	if *file != "" {
+		if *gpus != 0 || *vcpus != "" || *memory != "" || *machineType != "" {
+			return fmt.Errorf("-f and -gpus/-vcpus/-memory/-machine-type are exclusive: the manifest carries the requests")
+		}
+		var skipped []string
+		workloads, skipped, err = readManifest(*file)
+		if err != nil {
+			return err
+		}
+		for _, s := range skipped {
+			notes = append(notes, "skipped "+s+": it makes no pods")
+		}
+	} else {
+		w, err := flagWorkload(*gpus, *vcpus, *memory, *machineType, *runtimeClass)
+		if err != nil {
+			return err
+		}
+		workloads = []Workload{w}
+	}
+	pl := &Planner{Config: cfg, Catalog: catalog, Prices: tab, RuntimeClass: *runtimeClass}
+	var entries []Entry
+	for _, w := range workloads {
+		es, err := pl.Plan(w)
+		if err != nil {
+			return err
+		}
+		entries = append(entries, es...)
+	}
+	return Render(stdout, *output, entries, notes, tab)
+}
+
+func readManifest(path string) ([]Workload, []string, error) {
+	if path == "-" {
+		w, s, err := ParseManifests(os.Stdin)
+		if err != nil {
+			return nil, nil, fmt.Errorf("stdin: %w", err)
+		}
+		return w, s, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-f: %w", err)
+	}
+	defer f.Close()
+	w, s, err := ParseManifests(f)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return w, s, nil
+}
+
+// flagWorkload is the one-container pod the request flags describe.
+func flagWorkload(gpus int64, vcpus, memory, machineType, runtimeClass string) (Workload, error) {
+	if gpus < 0 {
+		return Workload{}, fmt.Errorf("-gpus %d: want 0 or more", gpus)
+	}
+	res := corev1.ResourceList{}
+	for flagName, v := range map[string]string{"vcpus": vcpus, "memory": memory} {
+		if v == "" {
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return Workload{}, fmt.Errorf("-%s %q: %v (e.g. 2, 1500m, 8Gi)", flagName, v, err)
+		}
+		name := corev1.ResourceCPU
+		if flagName == "memory" {
+			name = corev1.ResourceMemory
+		}
+		res[name] = q
+	}
+	if gpus > 0 {
+		res[GPUResource] = resource.MustParse(strconv.FormatInt(gpus, 10))
+	}
+	g := Group{Name: "pod", Replicas: 1, Annotations: map[string]string{}}
+	g.Spec.RuntimeClassName = &runtimeClass
+	g.Spec.Containers = []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{Requests: res, Limits: res}}}
+	if machineType != "" {
+		g.Annotations[AnnotationMachineType] = machineType
+	}
+	return Workload{Kind: "Pod", Name: "pod", Namespace: "default", Groups: []Group{g}}, nil
+}

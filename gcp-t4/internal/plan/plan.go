@@ -1,0 +1,144 @@
+package plan
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/prices"
+)
+
+// PlaceholderCloudConfig stands in for the cloud-config CAA generates per
+// pod (agent TLS material, pod network, initdata): plan has no pod to
+// generate it for, so the insert's user-data carries this instead.
+const PlaceholderCloudConfig = "#cloud-config\n# placeholder: CAA writes this pod's /run/peerpod files here at create time\n"
+
+// Planner plans podVMs with the provider's configuration and catalog.
+type Planner struct {
+	Config       gcpt4.Config
+	Catalog      *gcpt4.Catalog
+	Prices       *prices.Table
+	RuntimeClass string
+}
+
+// Entry is the podVM one pod group gets.
+type Entry struct {
+	Workload     string            `json:"workload"`
+	Group        string            `json:"group"`
+	Replicas     int64             `json:"replicas"`
+	Pod          string            `json:"pod"`
+	Annotations  map[string]string `json:"annotations"`
+	VCPUs        int64             `json:"vcpus"`
+	MemoryMiB    int64             `json:"memoryMiB"`
+	GPUs         int64             `json:"gpus"`
+	InstanceType string            `json:"instanceType,omitempty"`
+
+	Profile            string   `json:"profile"`
+	MachineType        string   `json:"machineType"`
+	Accelerator        string   `json:"accelerator,omitempty"`
+	AcceleratorCount   int64    `json:"acceleratorCount"`
+	Zones              []string `json:"zones"`
+	ZonesDiscovered    bool     `json:"zonesDiscoveredAtRunTime,omitempty"`
+	ProvisioningModels []string `json:"provisioningModels"`
+	ExternalIP         string   `json:"externalIP"`
+	Instance           string   `json:"instanceName"`
+
+	PerVM prices.Estimate `json:"costPerVM"`
+	Total float64         `json:"costPerHourAllReplicas"`
+
+	Warnings []string `json:"warnings,omitempty"`
+
+	// Insert is the exact request for the first zone and model.
+	Insert *computepb.InsertInstanceRequest `json:"-"`
+}
+
+// Plan plans every group of a workload.
+func (p *Planner) Plan(w Workload) ([]Entry, error) {
+	var out []Entry
+	for _, g := range w.Groups {
+		e, err := p.planGroup(w, g)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s, %s: %w", w.Kind, w.Name, g.Name, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (p *Planner) planGroup(w Workload, g Group) (Entry, error) {
+	rc := p.RuntimeClass
+	if rc == "" {
+		rc = DefaultRuntimeClass
+	}
+	req, err := Request(g, rc)
+	if err != nil {
+		return Entry{}, err
+	}
+	pod := podName(w, g)
+	ip, err := p.Config.PlanInsert(p.Catalog, req.Spec, pod, sandboxID(w, g), PlaceholderCloudConfig)
+	if err != nil {
+		return Entry{}, err
+	}
+	prof := ip.Profile
+	e := Entry{
+		Workload:           w.Kind + "/" + w.Name,
+		Group:              g.Name,
+		Replicas:           g.Replicas,
+		Pod:                pod,
+		Annotations:        req.Annotations,
+		VCPUs:              req.Spec.VCPUs,
+		MemoryMiB:          req.Spec.Memory,
+		GPUs:               req.Spec.GPUs,
+		InstanceType:       req.Spec.InstanceType,
+		Profile:            prof.Name,
+		MachineType:        prof.MachineType,
+		Accelerator:        prof.GPUModel(),
+		AcceleratorCount:   prof.GPUs(),
+		Zones:              ip.Zones,
+		ZonesDiscovered:    ip.AutoZones,
+		ProvisioningModels: ip.Models,
+		ExternalIP:         "none",
+		Instance:           ip.Name,
+		Warnings:           req.Warnings,
+		Insert:             ip.Request(ip.Zones[0], ip.Models[0]),
+	}
+	if p.Prices != nil {
+		// Bundled GPUs are in the machine type's price; attached ones are
+		// priced per card.
+		e.PerVM = p.Prices.Hourly(prof.MachineType, prof.Accelerator, int64(prof.AcceleratorCount), ip.Models[0] == gcpt4.ProvisioningSpot)
+		e.Total = e.PerVM.Total * float64(g.Replicas)
+	}
+	return e, nil
+}
+
+// podName is a representative pod name: controllers add random suffixes,
+// which only change the instance name and requestId.
+func podName(w Workload, g Group) string {
+	switch {
+	case w.Kind == "Pod":
+		return w.Name
+	case g.Name == "pod":
+		return w.Name + "-0"
+	}
+	return w.Name + "-" + sanitize(g.Name) + "-0"
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+// sandboxID is a stable stand-in for the kata sandbox ID (64 hex), so plan
+// output is reproducible.
+func sandboxID(w Workload, g Group) string {
+	sum := sha256.Sum256([]byte("gcp-t4 plan\x00" + w.Namespace + "\x00" + w.Kind + "\x00" + w.Name + "\x00" + g.Name))
+	return hex.EncodeToString(sum[:])
+}

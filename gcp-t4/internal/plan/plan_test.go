@@ -1,0 +1,256 @@
+package plan
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+const examplePod = "../../../install/examples/gpu-pod/pod.yaml"
+
+// clearEnv keeps the machine's GCP_* settings out of the tests.
+func clearEnv(t *testing.T) {
+	for _, v := range []string{"GCP_PROJECT_ID", "GCP_ZONE", "GCP_ZONES", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_SUBNETWORK",
+		"GCP_PROVISIONING_MODEL", "GCP_SPOT_FALLBACK", "GCP_PROFILES", "GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_INSTANCE_TYPES",
+		"GCP_LABELS", "GCP_ENDPOINT", "GCP_CREDENTIALS", "USE_PUBLIC_IP", "ROOT_VOLUME_SIZE"} {
+		t.Setenv(v, "")
+	}
+}
+
+func runPlan(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	clearEnv(t)
+	var out, errOut bytes.Buffer
+	code := Main(context.Background(), args, &out, &errOut, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return out.String(), errOut.String(), code
+}
+
+func TestPlanExamplePodTable(t *testing.T) {
+	out, errOut, code := runPlan(t, "-f", examplePod)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"Pod/cuda-vectoradd", "t4-1", "n1-standard-4", "1 x nvidia-tesla-t4", "us-central1-a", "STANDARD", "none",
+		"estimated total: $0.54/h",
+		"GCP_PROJECT_ID is not set; planned with example-project",
+		"as of 2026-08-03",
+		"cloud.google.com/compute/gpus-pricing",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestPlanExamplePodInsertRequest(t *testing.T) {
+	out, errOut, code := runPlan(t, "-f", examplePod, "-o", "request", "-gcp-project-id", "my-proj", "-zone", "us-central1-b",
+		"-zones", "us-central1-a,us-central1-f", "-subnetwork", "podvms", "-image-name", "projects/my-proj/global/images/podvm-t4")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var req computepb.InsertInstanceRequest
+	if err := protojson.Unmarshal([]byte(out), &req); err != nil {
+		t.Fatalf("output is not one InsertInstanceRequest: %v\n%s", err, out)
+	}
+	inst := req.GetInstanceResource()
+	if req.GetProject() != "my-proj" || req.GetZone() != "us-central1-b" || req.GetRequestId() == "" {
+		t.Errorf("request = project %s zone %s requestId %q", req.GetProject(), req.GetZone(), req.GetRequestId())
+	}
+	if inst.GetMachineType() != "zones/us-central1-b/machineTypes/n1-standard-4" ||
+		len(inst.GetGuestAccelerators()) != 1 || inst.GetGuestAccelerators()[0].GetAcceleratorType() != "zones/us-central1-b/acceleratorTypes/nvidia-tesla-t4" {
+		t.Errorf("shape = %s %v", inst.GetMachineType(), inst.GetGuestAccelerators())
+	}
+	nic := inst.GetNetworkInterfaces()
+	if len(nic) != 1 || len(nic[0].GetAccessConfigs()) != 0 || nic[0].GetSubnetwork() != "projects/my-proj/regions/us-central1/subnetworks/podvms" {
+		t.Errorf("nic = %v (want no accessConfigs)", nic)
+	}
+	if inst.GetScheduling().GetOnHostMaintenance() != "TERMINATE" || inst.GetLabels()["caa-pod"] != "cuda-vectoradd" {
+		t.Errorf("scheduling %v labels %v", inst.GetScheduling(), inst.GetLabels())
+	}
+}
+
+func TestPlanDeploymentJSON(t *testing.T) {
+	out, errOut, code := runPlan(t, "-f", "testdata/deployment.yaml", "-o", "json", "-zones", "us-central1-b")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var doc struct {
+		PodVMs []struct {
+			Group       string            `json:"group"`
+			Replicas    int64             `json:"replicas"`
+			VCPUs       int64             `json:"vcpus"`
+			MemoryMiB   int64             `json:"memoryMiB"`
+			GPUs        int64             `json:"gpus"`
+			Profile     string            `json:"profile"`
+			Zones       []string          `json:"zones"`
+			Annotations map[string]string `json:"annotations"`
+			Total       float64           `json:"costPerHourAllReplicas"`
+			Insert      json.RawMessage   `json:"insertRequest"`
+		} `json:"podVMs"`
+		Notes []string `json:"notes"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	if len(doc.PodVMs) != 1 {
+		t.Fatalf("podVMs = %d, want 1 (the Service makes no pods)", len(doc.PodVMs))
+	}
+	e := doc.PodVMs[0]
+	// Init container summed with the server, as the webhook does: 6.5
+	// CPUs round up to 7, 20 GiB + 512 MiB.
+	if e.VCPUs != 7 || e.MemoryMiB != 20992 || e.GPUs != 2 || e.Profile != "t4-2" || e.Replicas != 2 {
+		t.Errorf("entry = %+v", e)
+	}
+	if strings.Join(e.Zones, ",") != "us-central1-a,us-central1-b" {
+		t.Errorf("zones = %v", e.Zones)
+	}
+	if e.Annotations[AnnotationGPUs] != "2" || e.Annotations[AnnotationVCPUs] != "7" || e.Annotations[AnnotationMemory] != "20992" {
+		t.Errorf("annotations = %v", e.Annotations)
+	}
+	if e.Total < 2.15 || e.Total > 2.17 {
+		t.Errorf("total = %v, want 2 x (0.38 + 2 x 0.35)", e.Total)
+	}
+	var req computepb.InsertInstanceRequest
+	if err := protojson.Unmarshal(e.Insert, &req); err != nil || req.GetInstanceResource().GetGuestAccelerators()[0].GetAcceleratorCount() != 2 {
+		t.Errorf("insertRequest: %v %v", err, req.GetInstanceResource().GetGuestAccelerators())
+	}
+	if !strings.Contains(strings.Join(doc.Notes, "\n"), "skipped Service llm") {
+		t.Errorf("notes = %v", doc.Notes)
+	}
+}
+
+func TestPlanRayServiceGroups(t *testing.T) {
+	out, errOut, code := runPlan(t, "-f", "testdata/rayservice.yaml", "-provisioning-model", "SPOT")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(out, "\n")
+	var head, worker string
+	for _, l := range lines {
+		switch {
+		case !strings.HasPrefix(l, "RayService/"):
+		case strings.Contains(l, " head "):
+			head = l
+		case strings.Contains(l, "worker/gpu"):
+			worker = l
+		}
+	}
+	if f := strings.Fields(head); len(f) < 8 || f[2] != "1" || f[3] != "2" || f[4] != "4096" || f[6] != "cpu-2" {
+		t.Errorf("head row = %q", head)
+	}
+	// machine_type annotation with 1 GPU: the T4 is attached to the named
+	// N1 type; requests 3 CPU, limit 4 -> 4; limits-only GPU counts.
+	if f := strings.Fields(worker); len(f) < 8 || f[2] != "3" || f[3] != "4" || f[4] != "24576" || f[5] != "1" || f[6] != "custom" || f[7] != "n1-highmem-8" {
+		t.Errorf("worker row = %q", worker)
+	}
+	if !strings.Contains(worker, "SPOT") || !strings.Contains(worker, "n/a") {
+		t.Errorf("worker row should be SPOT with no cited price: %q", worker)
+	}
+}
+
+func TestPlanFlagsAndErrors(t *testing.T) {
+	out, errOut, code := runPlan(t, "-gpus", "4", "-vcpus", "8", "-memory", "32Gi")
+	if code != 0 || !strings.Contains(out, "t4-4") || !strings.Contains(out, "n1-standard-16") || !strings.Contains(out, "4 x nvidia-tesla-t4") {
+		t.Errorf("flags plan: exit %d\n%s%s", code, out, errOut)
+	}
+	// An explicit profile is only used when named; its bundled H100 is in
+	// the machine type's price.
+	out, errOut, code = runPlan(t, "-gpus", "1", "-machine-type", "h100-cc")
+	if code != 0 || !strings.Contains(out, "h100-cc") || !strings.Contains(out, "a3-highgpu-1g") || !strings.Contains(out, "11.06") {
+		t.Errorf("h100-cc plan: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-gpus", "8"}, "no GPU profile fits 8 GPU"},
+		{[]string{"-vcpus", "lots"}, "-vcpus"},
+		{[]string{"-f", examplePod, "-gpus", "1"}, "exclusive"},
+		{[]string{"-o", "yaml"}, "-o"},
+		{[]string{"-f", "testdata/missing.yaml"}, "no such file"},
+		{[]string{"-gpus", "1", "-instance-template", "global/instanceTemplates/t"}, "GCP_INSTANCE_TEMPLATE"},
+		{[]string{"-gpus", "1", "-use-public-ip"}, "USE_PUBLIC_IP"},
+		{[]string{"bogus", "-f", examplePod}, "unknown mode"},
+	} {
+		_, errOut, code := runPlan(t, c.args...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+func TestRequestFollowsTheWebhook(t *testing.T) {
+	q := resource.MustParse
+	kata := DefaultRuntimeClass
+	pod := func(cs ...corev1.ResourceRequirements) Group {
+		g := Group{Name: "pod", Replicas: 1}
+		g.Spec.RuntimeClassName = &kata
+		for _, r := range cs {
+			g.Spec.Containers = append(g.Spec.Containers, corev1.Container{Name: "c", Resources: r})
+		}
+		return g
+	}
+	cases := []struct {
+		name             string
+		g                Group
+		vcpus, mem, gpus int64
+	}{
+		{"limit wins when larger", pod(corev1.ResourceRequirements{Requests: corev1.ResourceList{"cpu": q("1"), "memory": q("1Gi")}, Limits: corev1.ResourceList{"cpu": q("3"), "memory": q("2Gi")}}), 3, 2048, 0},
+		{"request when no limit", pod(corev1.ResourceRequirements{Requests: corev1.ResourceList{"cpu": q("1500m"), "memory": q("1000M")}}), 2, 954, 0},
+		{"limits default requests", pod(corev1.ResourceRequirements{Limits: corev1.ResourceList{"cpu": q("2"), GPUResource: q("1")}}), 2, 0, 1},
+		{"containers summed", pod(
+			corev1.ResourceRequirements{Requests: corev1.ResourceList{GPUResource: q("1")}},
+			corev1.ResourceRequirements{Requests: corev1.ResourceList{GPUResource: q("1")}}), 0, 0, 2},
+		{"nothing requested", pod(corev1.ResourceRequirements{}), 0, 0, 0},
+	}
+	for _, c := range cases {
+		r, err := Request(c.g, kata)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if r.Spec.VCPUs != c.vcpus || r.Spec.Memory != c.mem || r.Spec.GPUs != c.gpus || len(r.Warnings) != 0 {
+			t.Errorf("%s: got %d vCPU %d MiB %d GPU (warnings %v), want %d %d %d", c.name, r.Spec.VCPUs, r.Spec.Memory, r.Spec.GPUs, r.Warnings, c.vcpus, c.mem, c.gpus)
+		}
+		if c.gpus == 0 {
+			if _, ok := r.Annotations[AnnotationGPUs]; ok {
+				t.Errorf("%s: default_gpus set without GPUs", c.name)
+			}
+		}
+	}
+	g := pod(corev1.ResourceRequirements{})
+	g.Spec.RuntimeClassName = nil
+	if r, _ := Request(g, kata); len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "not kata-remote") {
+		t.Errorf("runc pod warnings = %v", r.Warnings)
+	}
+	g = pod(corev1.ResourceRequirements{})
+	g.Annotations = map[string]string{AnnotationVCPUs: "two"}
+	if _, err := Request(g, kata); err == nil || !strings.Contains(err.Error(), AnnotationVCPUs) {
+		t.Errorf("bad annotation: %v", err)
+	}
+}
+
+func TestParseManifestsErrors(t *testing.T) {
+	for doc, want := range map[string]string{
+		"kind: ConfigMap\nmetadata: {name: x}\n":                                                                      "no Pod, Deployment",
+		"kind: Pod\nmetadata: {name: x}\nspec: {containers: []}\n":                                                    "at least one container",
+		"kind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: a\n    resources: {requests: {cpu: lots}}\n": "spec",
+		"kind: RayService\nmetadata: {name: x}\nspec: {}\n":                                                           "spec.rayClusterConfig",
+		"kind: Deployment\nmetadata: {name: x}\nspec: {replicas: 1}\n":                                                "spec.template",
+	} {
+		_, _, err := ParseManifests(strings.NewReader(doc))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want %q", doc, err, want)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package preflight
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/caa-gcp-t4/test/controlplane"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// TestClusterChecksOnARealAPIServer runs `gcp-t4 preflight -kubeconfig`
+// end to end against a real kube-apiserver and the GCE emulator: objects
+// go through the server's validation and defaulting, node status (with
+// runtimeHandlers) and DaemonSet status through their status subresources.
+func TestClusterChecksOnARealAPIServer(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	cs := kubernetes.NewForConfigOrDie(cp.Config())
+	c := t.Context()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, spec := range []struct {
+		name, ip, runtime string
+		handlers          []string
+	}{
+		{"gke-pool-1", "10.128.0.21", "containerd://2.0.6", []string{"runc", "kata-remote"}},
+		{"gke-pool-2", "10.128.0.22", "containerd://2.0.6", []string{"runc"}},
+	} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: spec.name, Labels: map[string]string{
+			labelNodePool: "peer-pods", labelOS: "ubuntu", "node.kubernetes.io/worker": ""}}}
+		n, err := cs.CoreV1().Nodes().Create(c, n, metav1.CreateOptions{})
+		must(err)
+		n.Status.NodeInfo.ContainerRuntimeVersion = spec.runtime
+		n.Status.NodeInfo.OSImage = "Ubuntu 22.04.5 LTS"
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: spec.ip}}
+		for _, h := range spec.handlers {
+			n.Status.RuntimeHandlers = append(n.Status.RuntimeHandlers, corev1.NodeRuntimeHandler{Name: h})
+		}
+		_, err = cs.CoreV1().Nodes().UpdateStatus(c, n, metav1.UpdateOptions{})
+		must(err)
+	}
+	_, err := cs.NodeV1().RuntimeClasses().Create(c, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata-remote"}, Handler: "kata-remote"}, metav1.CreateOptions{})
+	must(err)
+	_, err = cs.CoreV1().Namespaces().Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	must(err)
+	labels := map[string]string{"app": "cloud-api-adaptor"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: dsName, Namespace: ns}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"node.kubernetes.io/worker": ""},
+			Containers:   []corev1.Container{{Name: "cloud-api-adaptor-con", Image: "cloud-api-adaptor"}},
+		}},
+	}}
+	ds, err = cs.AppsV1().DaemonSets(ns).Create(c, ds, metav1.CreateOptions{})
+	must(err)
+	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, CurrentNumberScheduled: 2, NumberReady: 1, UpdatedNumberScheduled: 2, NumberAvailable: 1}
+	_, err = cs.AppsV1().DaemonSets(ns).UpdateStatus(c, ds, metav1.UpdateOptions{})
+	must(err)
+
+	project := readyProject(t)
+	preflightMain := func() (int, []Result) {
+		var out, errOut bytes.Buffer
+		code := Main(context.Background(), []string{"-kubeconfig", cp.Kubeconfig, "-o", "json",
+			"-gcp-project-id", project.Project(), "-zone", "us-central1-a", "-image-name", "podvm-t4",
+			"-network", "default", "-subnetwork", "default", "-gcp-endpoint", project.URL()}, &out, &errOut, quiet())
+		var doc struct {
+			Results []Result `json:"results"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+			t.Fatalf("preflight output: %v\n%s%s", err, out.String(), errOut.String())
+		}
+		return code, doc.Results
+	}
+	code, rs := preflightMain()
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	expect(t, rs, "node os image", Pass, "2 node(s)", "")
+	expect(t, rs, "node containerd", Pass, "2.0.6 on 2 node(s)", "")
+	expect(t, rs, "runtimeclass kata-remote", Pass, "handler kata-remote", "")
+	expect(t, rs, "runtime handler kata-remote", Fail, "gke-pool-2", "logs ds/cloud-api-adaptor-daemonset")
+	expect(t, rs, "daemonset", Fail, "1 of 2 pods ready", "rollout status")
+	// The firewall checks used the nodes' InternalIPs from the API server.
+	expect(t, rs, "firewall tcp:15150 nodes→podVMs", Pass, "default-allow-internal", "")
+	if r, _ := find(rs, "firewall tcp:15150"); strings.Contains(r.Detail, "assumed") {
+		t.Errorf("firewall check assumed node addresses despite the kubeconfig: %s", r.Detail)
+	}
+
+	// Repair what failed, through the API, and preflight passes.
+	n, err := cs.CoreV1().Nodes().Get(c, "gke-pool-2", metav1.GetOptions{})
+	must(err)
+	n.Status.RuntimeHandlers = append(n.Status.RuntimeHandlers, corev1.NodeRuntimeHandler{Name: "kata-remote"})
+	_, err = cs.CoreV1().Nodes().UpdateStatus(c, n, metav1.UpdateOptions{})
+	must(err)
+	ds, err = cs.AppsV1().DaemonSets(ns).Get(c, dsName, metav1.GetOptions{})
+	must(err)
+	ds.Status.NumberReady, ds.Status.NumberAvailable = 2, 2
+	_, err = cs.AppsV1().DaemonSets(ns).UpdateStatus(c, ds, metav1.UpdateOptions{})
+	must(err)
+	code, rs = preflightMain()
+	for _, r := range rs {
+		if r.Status != Pass {
+			t.Errorf("%s: %s %s", r.Check, r.Status, r.Detail)
+		}
+	}
+	if code != 0 {
+		t.Errorf("exit %d after the repairs, want 0", code)
+	}
+}

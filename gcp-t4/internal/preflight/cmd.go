@@ -1,0 +1,173 @@
+package preflight
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"google.golang.org/api/option"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Main is `gcp-t4 preflight`: the provider's flags and env (as CAA reads
+// them), plus the cluster to check. Exit 0 all pass (warnings allowed), 1
+// any failure, 2 bad usage.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	fs := flag.NewFlagSet("gcp-t4 preflight", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cloud := provider.Get(gcpt4.ProviderName)
+	mgr, ok := cloud.(interface{ GetConfig() *gcpt4.Config })
+	if cloud == nil || !ok {
+		fmt.Fprintf(stderr, "gcp-t4 preflight: provider %q is not registered\n", gcpt4.ProviderName)
+		return 2
+	}
+	*mgr.GetConfig() = gcpt4.Config{}
+	cloud.ParseCmd(fs)
+	output := fs.String("o", "table", "output: table or json")
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster to check as well (default $KUBECONFIG); empty checks the project only")
+	nodeCIDRs := fs.String("node-cidrs", "", "worker node address ranges for the firewall checks, comma separated (default: the nodes' InternalIPs with -kubeconfig, else the podVM subnet)")
+	crmEndpoint := fs.String("resourcemanager-endpoint", "", "Cloud Resource Manager endpoint for testIamPermissions (default: Google's; GCP_ENDPOINT when that is a local emulator)")
+	member := fs.String("member", "", "IAM member the permission fix grants roles to, e.g. serviceAccount:caa@P.iam.gserviceaccount.com (default: from GCP_CREDENTIALS)")
+	runtimeClass := fs.String("runtime-class", "kata-remote", "the peer-pods runtime class and containerd handler")
+	namespace := fs.String("caa-namespace", "confidential-containers-system", "namespace of the CAA DaemonSet")
+	daemonSet := fs.String("caa-daemonset", "cloud-api-adaptor-daemonset", "name of the CAA DaemonSet")
+	gkeCluster := fs.String("gke-cluster", "", "GKE cluster name, used in fix commands")
+	timeout := fs.Duration("timeout", 2*time.Minute, "limit for all checks together")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *output != "table" && *output != "json" {
+		fmt.Fprintf(stderr, "gcp-t4 preflight: -o %q: use table or json\n", *output)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gcp-t4 preflight: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	cfg := *mgr.GetConfig()
+	opts := Options{Cfg: cfg, Member: *member, CRMEndpoint: *crmEndpoint}
+	if *nodeCIDRs != "" {
+		for _, s := range strings.Split(*nodeCIDRs, ",") {
+			p, err := netip.ParsePrefix(strings.TrimSpace(s))
+			if err != nil {
+				fmt.Fprintf(stderr, "gcp-t4 preflight: -node-cidrs %q: %v (e.g. 10.128.0.0/20)\n", s, err)
+				return 2
+			}
+			opts.NodeCIDRs = append(opts.NodeCIDRs, p)
+		}
+	}
+	if *kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+		if err == nil {
+			opts.Kube, err = kubernetes.NewForConfig(rc)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "gcp-t4 preflight: -kubeconfig %s: %v\n", *kubeconfig, err)
+			return 2
+		}
+		opts.Cluster = &Cluster{RuntimeClass: *runtimeClass, Namespace: *namespace, DaemonSet: *daemonSet, GKECluster: *gkeCluster}
+	}
+	rs := Run(ctx, opts, logger)
+	if err := Print(stdout, *output, rs); err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 preflight: %v\n", err)
+		return 2
+	}
+	if Failed(rs) {
+		return 1
+	}
+	return 0
+}
+
+// Options is everything one preflight run needs.
+type Options struct {
+	Cfg         gcpt4.Config
+	Member      string
+	CRMEndpoint string
+	NodeCIDRs   []netip.Prefix
+	// Kube and Cluster are set for the cluster checks.
+	Kube    kubernetes.Interface
+	Cluster *Cluster
+	// Extra client options (a test server's HTTP client).
+	Extra []option.ClientOption
+}
+
+// Run runs the project checks and, with a cluster, the cluster checks.
+func Run(ctx context.Context, o Options, logger *slog.Logger) []Result {
+	var rs []Result
+	if o.Cluster != nil {
+		o.Cluster.Client = o.Kube
+		if len(o.NodeCIDRs) == 0 {
+			cidrs, err := o.Cluster.NodeCIDRs(ctx)
+			if err != nil {
+				logger.Warn("reading node addresses for the firewall checks", "err", err)
+			}
+			o.NodeCIDRs = cidrs
+		}
+	}
+	catalog, err := gcpt4.NewCatalog(o.Cfg.ProfilesFile, o.Cfg.Profiles)
+	if err != nil {
+		rs = append(rs, fail("profiles", "fix GCP_PROFILES / GCP_PROFILES_FILE as the message says", "%v", err))
+	} else {
+		g := &GCE{Cfg: o.Cfg, Catalog: catalog, NodeCIDRs: o.NodeCIDRs, Member: o.Member}
+		if g.Member == "" {
+			g.Member = memberFromCredentials(o.Cfg.Credentials)
+		}
+		opts := append(o.Cfg.ClientOptions(), o.Extra...)
+		if err := g.Connect(ctx, opts, append(crmOptions(o.Cfg, o.CRMEndpoint), o.Extra...)); err != nil {
+			rs = append(rs, fail("credentials", "gcloud auth application-default login", "%v", err))
+		} else {
+			rs = append(rs, g.Run(ctx)...)
+			g.Close()
+		}
+	}
+	if o.Cluster != nil {
+		rs = append(rs, o.Cluster.Run(ctx)...)
+	}
+	return rs
+}
+
+// crmOptions point Resource Manager at the flag's endpoint, or at a local
+// emulator that GCP_ENDPOINT names (which serves both APIs).
+func crmOptions(cfg gcpt4.Config, endpoint string) []option.ClientOption {
+	var opts []option.ClientOption
+	if endpoint == "" && strings.HasPrefix(cfg.Endpoint, "http://") {
+		endpoint = cfg.Endpoint
+	}
+	if endpoint != "" {
+		// The discovery-based client joins paths to an endpoint ending in "/".
+		opts = append(opts, option.WithEndpoint(strings.TrimSuffix(endpoint, "/")+"/"))
+		if strings.HasPrefix(endpoint, "http://") {
+			opts = append(opts, option.WithoutAuthentication())
+		}
+	}
+	if cfg.Credentials != "" && !strings.HasPrefix(endpoint, "http://") {
+		opts = append(opts, option.WithAuthCredentialsJSON(option.ServiceAccount, []byte(cfg.Credentials)))
+	}
+	return opts
+}
+
+func memberFromCredentials(creds string) string {
+	var key struct {
+		ClientEmail string `json:"client_email"`
+	}
+	if json.Unmarshal([]byte(creds), &key) == nil && key.ClientEmail != "" {
+		return "serviceAccount:" + key.ClientEmail
+	}
+	return ""
+}

@@ -1,0 +1,510 @@
+package preflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"google.golang.org/api/cloudresourcemanager/v3"
+	"google.golang.org/api/googleapi"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+	"google.golang.org/protobuf/proto"
+)
+
+// Ports the worker nodes and podVMs talk on: CAA dials the podVM's
+// agent-protocol-forwarder on tcp 15150, and the pod network is a VXLAN
+// tunnel on udp 4789 in both directions.
+const (
+	AgentPort = 15150
+	VXLANPort = 4789
+)
+
+// GCE runs the project checks with the provider's configuration.
+type GCE struct {
+	Cfg     gcpt4.Config
+	Catalog *gcpt4.Catalog
+	// NodeCIDRs are the worker nodes' addresses; empty means the podVM
+	// subnet's range (nodes and podVMs sharing a subnet).
+	NodeCIDRs []netip.Prefix
+	// Member is who the permission fix grants roles to.
+	Member string
+
+	projects     *compute.ProjectsClient
+	regions      *compute.RegionsClient
+	accelerators *compute.AcceleratorTypesClient
+	networks     *compute.NetworksClient
+	subnetworks  *compute.SubnetworksClient
+	firewalls    *compute.FirewallsClient
+	routers      *compute.RoutersClient
+	images       *compute.ImagesClient
+	crm          *cloudresourcemanager.Service
+	closers      []interface{ Close() error }
+}
+
+// Connect makes the API clients: Compute with opts, Resource Manager with
+// crmOpts (a different API, so possibly a different endpoint).
+func (g *GCE) Connect(ctx context.Context, opts, crmOpts []option.ClientOption) error {
+	var err error
+	mk := func(name string, f func() (interface{ Close() error }, error)) {
+		if err != nil {
+			return
+		}
+		var c interface{ Close() error }
+		if c, err = f(); err != nil {
+			err = fmt.Errorf("creating the %s client: %w", name, err)
+			return
+		}
+		g.closers = append(g.closers, c)
+	}
+	mk("projects", func() (interface{ Close() error }, error) {
+		c, e := compute.NewProjectsRESTClient(ctx, opts...)
+		g.projects = c
+		return c, e
+	})
+	mk("regions", func() (interface{ Close() error }, error) {
+		c, e := compute.NewRegionsRESTClient(ctx, opts...)
+		g.regions = c
+		return c, e
+	})
+	mk("accelerator types", func() (interface{ Close() error }, error) {
+		c, e := compute.NewAcceleratorTypesRESTClient(ctx, opts...)
+		g.accelerators = c
+		return c, e
+	})
+	mk("networks", func() (interface{ Close() error }, error) {
+		c, e := compute.NewNetworksRESTClient(ctx, opts...)
+		g.networks = c
+		return c, e
+	})
+	mk("subnetworks", func() (interface{ Close() error }, error) {
+		c, e := compute.NewSubnetworksRESTClient(ctx, opts...)
+		g.subnetworks = c
+		return c, e
+	})
+	mk("firewalls", func() (interface{ Close() error }, error) {
+		c, e := compute.NewFirewallsRESTClient(ctx, opts...)
+		g.firewalls = c
+		return c, e
+	})
+	mk("routers", func() (interface{ Close() error }, error) {
+		c, e := compute.NewRoutersRESTClient(ctx, opts...)
+		g.routers = c
+		return c, e
+	})
+	mk("images", func() (interface{ Close() error }, error) {
+		c, e := compute.NewImagesRESTClient(ctx, opts...)
+		g.images = c
+		return c, e
+	})
+	if err != nil {
+		g.Close()
+		return err
+	}
+	if g.crm, err = cloudresourcemanager.NewService(ctx, crmOpts...); err != nil {
+		g.Close()
+		return fmt.Errorf("creating the Resource Manager client: %w", err)
+	}
+	return nil
+}
+
+// Close closes the clients.
+func (g *GCE) Close() {
+	for _, c := range g.closers {
+		_ = c.Close()
+	}
+	g.closers = nil
+}
+
+// Run runs every project check in order; later checks that depend on an
+// earlier one (the subnet on the network) report it instead of an API error.
+func (g *GCE) Run(ctx context.Context) []Result {
+	var rs []Result
+	if err := g.Cfg.Validate(); err != nil {
+		return []Result{fail("config", "set the variable the message names (or its flag); see docs/provider.md", "%v", err)}
+	}
+	rs = append(rs, pass("config", "provider settings are valid (project %s, zones %s)", g.Cfg.ProjectID, strings.Join(g.Cfg.Zones(), ",")))
+	cred := g.checkProject(ctx)
+	rs = append(rs, cred)
+	if cred.Status == Fail {
+		// Without access to the project every other call fails the same way.
+		return rs
+	}
+	rs = append(rs, g.checkAccelerators(ctx)...)
+	rs = append(rs, g.checkQuotas(ctx)...)
+	rs = append(rs, g.checkNetworking(ctx)...)
+	rs = append(rs, g.checkImage(ctx))
+	rs = append(rs, g.checkPermissions(ctx))
+	return rs
+}
+
+func apiCode(err error) int {
+	var ge *googleapi.Error
+	if errors.As(err, &ge) {
+		return ge.Code
+	}
+	return 0
+}
+
+func (g *GCE) checkProject(ctx context.Context) Result {
+	const check = "credentials"
+	p := g.Cfg.ProjectID
+	_, err := g.projects.Get(ctx, &computepb.GetProjectRequest{Project: p})
+	switch code := apiCode(err); {
+	case err == nil:
+		return pass(check, "the Compute API answers for project %s with these credentials", p)
+	case code == 401:
+		return fail(check, "gcloud auth application-default login", "the credentials were refused: %v", err)
+	case code == 403:
+		return fail(check, fmt.Sprintf("gcloud services enable compute.googleapis.com --project=%s", p), "project %s refused access (Compute API disabled, or no rights): %v", p, err)
+	case code == 404:
+		return fail(check, "gcloud projects list --format='value(projectId)'   # then set GCP_PROJECT_ID to the ID", "project %s does not exist or is not visible: %v", p, err)
+	default:
+		return fail(check, "gcloud auth application-default print-access-token   # checks the credentials; GCP_ENDPOINT must reach the Compute API", "calling the Compute API: %v", err)
+	}
+}
+
+// autoProfiles are the profiles picked by fit, the ones quota and zones
+// must be ready for; explicit ones (h100-cc) only matter when named.
+func (g *GCE) autoProfiles() []gcpt4.Profile {
+	var out []gcpt4.Profile
+	for _, p := range g.Catalog.Profiles() {
+		if !p.Explicit && p.Accelerator != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (g *GCE) accelNames() []string {
+	var names []string
+	for _, p := range g.autoProfiles() {
+		if !contains(names, p.Accelerator) {
+			names = append(names, p.Accelerator)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *GCE) regionNames() []string {
+	var rs []string
+	for _, z := range g.Cfg.Zones() {
+		if r := gcpt4.Region(z); !contains(rs, r) {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+func (g *GCE) checkAccelerators(ctx context.Context) []Result {
+	var rs []Result
+	auto := len(g.Cfg.FallbackZones) == 1 && g.Cfg.FallbackZones[0] == gcpt4.ZonesAuto
+	for _, acc := range g.accelNames() {
+		if auto {
+			rs = append(rs, g.checkAutoZones(ctx, acc))
+		}
+		for _, zone := range g.Cfg.Zones() {
+			check := fmt.Sprintf("accelerator %s in %s", acc, zone)
+			_, err := g.accelerators.Get(ctx, &computepb.GetAcceleratorTypeRequest{Project: g.Cfg.ProjectID, Zone: zone, AcceleratorType: acc})
+			switch {
+			case err == nil:
+				rs = append(rs, pass(check, "offered"))
+			case apiCode(err) == 404:
+				rs = append(rs, fail(check, fmt.Sprintf("gcloud compute accelerator-types list --project=%s --filter='name=%s' --format='value(zone)'   # then set GCP_ZONE/GCP_ZONES to zones listed", g.Cfg.ProjectID, acc),
+					"zone %s does not offer %s", zone, acc))
+			default:
+				rs = append(rs, fail(check, "", "reading the accelerator type: %v", err))
+			}
+		}
+	}
+	return rs
+}
+
+// quotaMetric is the regional quota an accelerator counts against.
+func quotaMetric(accelerator string, spot bool) string {
+	known := map[string]string{"nvidia-tesla-t4": "NVIDIA_T4_GPUS", "nvidia-l4": "NVIDIA_L4_GPUS", "nvidia-h100-80gb": "NVIDIA_H100_GPUS"}
+	m, ok := known[accelerator]
+	if !ok {
+		m = strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(accelerator, "nvidia-"), "tesla-"), "-", "_"))
+		m = "NVIDIA_" + m + "_GPUS"
+	}
+	if spot {
+		m = "PREEMPTIBLE_" + m
+	}
+	return m
+}
+
+// quotaFix is the Cloud Quotas request that raises a limit.
+func quotaFix(project, metric, region string, want int64) string {
+	id := strings.ReplaceAll(metric, "_", "-") + "-per-project"
+	dims := ""
+	if region != "" {
+		id += "-region"
+		dims = " --dimensions=region=" + region
+	}
+	return fmt.Sprintf("gcloud beta quotas preferences create --service=compute.googleapis.com --project=%s --quota-id=%s --preferred-value=%d%s", project, id, want, dims)
+}
+
+// models are the provisioning models creates may use.
+func (g *GCE) models() []bool {
+	switch {
+	case g.Cfg.ProvisioningModel == gcpt4.ProvisioningSpot && g.Cfg.SpotFallback:
+		return []bool{true, false}
+	case g.Cfg.ProvisioningModel == gcpt4.ProvisioningSpot:
+		return []bool{true}
+	}
+	return []bool{false}
+}
+
+func quotaOf(qs []*computepb.Quota, metric string) (*computepb.Quota, bool) {
+	for _, q := range qs {
+		if q.GetMetric() == metric {
+			return q, true
+		}
+	}
+	return nil, false
+}
+
+// judgeQuota compares free quota with the largest podVM a profile makes.
+func judgeQuota(check, fix string, q *computepb.Quota, found bool, need int64, metric string) Result {
+	if !found {
+		return warn(check, fix, "GCE reports no %s quota here; creates will fail if the limit is 0", metric)
+	}
+	free := int64(q.GetLimit() - q.GetUsage())
+	switch {
+	case q.GetLimit() < 1:
+		return fail(check, fix, "%s limit is %g: no GPU podVM can be created", metric, q.GetLimit())
+	case free < need:
+		return warn(check, fix, "%s: %d of %g free, the largest profile needs %d", metric, free, q.GetLimit(), need)
+	}
+	return pass(check, "%s: %d of %g free (largest profile needs %d)", metric, free, q.GetLimit(), need)
+}
+
+func (g *GCE) checkQuotas(ctx context.Context) []Result {
+	need := map[string]int64{}
+	var maxAll int64
+	for _, p := range g.autoProfiles() {
+		if int64(p.AcceleratorCount) > need[p.Accelerator] {
+			need[p.Accelerator] = int64(p.AcceleratorCount)
+		}
+		if int64(p.AcceleratorCount) > maxAll {
+			maxAll = int64(p.AcceleratorCount)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	var rs []Result
+	for _, region := range g.regionNames() {
+		reg, err := g.regions.Get(ctx, &computepb.GetRegionRequest{Project: g.Cfg.ProjectID, Region: region})
+		if err != nil {
+			rs = append(rs, fail("quota in "+region, "", "reading region %s: %v", region, err))
+			continue
+		}
+		for _, acc := range g.accelNames() {
+			for _, spot := range g.models() {
+				metric := quotaMetric(acc, spot)
+				q, ok := quotaOf(reg.GetQuotas(), metric)
+				rs = append(rs, judgeQuota(fmt.Sprintf("quota %s in %s", metric, region), quotaFix(g.Cfg.ProjectID, metric, region, need[acc]), q, ok, need[acc], metric))
+			}
+		}
+	}
+	proj, err := g.projects.Get(ctx, &computepb.GetProjectRequest{Project: g.Cfg.ProjectID})
+	if err != nil {
+		return append(rs, fail("quota GPUS_ALL_REGIONS", "", "reading project quotas: %v", err))
+	}
+	const metric = "GPUS_ALL_REGIONS"
+	q, ok := quotaOf(proj.GetQuotas(), metric)
+	return append(rs, judgeQuota("quota "+metric, quotaFix(g.Cfg.ProjectID, metric, "", maxAll), q, ok, maxAll, metric))
+}
+
+func lastSegment(s string) string { return s[strings.LastIndex(s, "/")+1:] }
+
+// subnetRef is a subnetwork's region and name.
+type subnetRef struct{ project, region, name string }
+
+// subnetFor finds the subnet podVMs of a region land in: GCP_SUBNETWORK,
+// or the network's subnet in that region (auto-mode networks).
+func (g *GCE) subnetFor(net *computepb.Network, region string) (subnetRef, bool) {
+	// The provider expands a bare GCP_SUBNETWORK into a zone's region;
+	// any zone name of the region gives the same URL.
+	if url := g.Cfg.SubnetworkURL(region + "-a"); url != "" {
+		parts := strings.Split(url, "/")
+		ref := subnetRef{project: g.Cfg.ProjectID, region: region, name: lastSegment(url)}
+		for i := 0; i+1 < len(parts); i++ {
+			if parts[i] == "projects" {
+				ref.project = parts[i+1]
+			}
+			if parts[i] == "regions" {
+				ref.region = parts[i+1]
+			}
+		}
+		return ref, true
+	}
+	for _, s := range net.GetSubnetworks() {
+		if strings.Contains(s, "/regions/"+region+"/subnetworks/") {
+			return subnetRef{project: g.Cfg.ProjectID, region: region, name: lastSegment(s)}, true
+		}
+	}
+	return subnetRef{}, false
+}
+
+func (g *GCE) checkNetworking(ctx context.Context) []Result {
+	netName := lastSegment(g.Cfg.NetworkURL())
+	if g.Cfg.InstanceTemplate != "" {
+		return []Result{warn("network", "", "GCP_INSTANCE_TEMPLATE is set: the podVM network comes from the template; networking checks skipped")}
+	}
+	net, err := g.networks.Get(ctx, &computepb.GetNetworkRequest{Project: g.Cfg.ProjectID, Network: netName})
+	if err != nil {
+		fix := ""
+		if apiCode(err) == 404 {
+			fix = fmt.Sprintf("gcloud compute networks create %s --project=%s --subnet-mode=custom", netName, g.Cfg.ProjectID)
+		}
+		return []Result{fail("network "+netName, fix, "reading network %s: %v", netName, err)}
+	}
+	rs := []Result{pass("network "+netName, "exists")}
+	fws, err := g.listFirewalls(ctx)
+	if err != nil {
+		rs = append(rs, fail("firewall", "", "listing firewall rules: %v", err))
+	}
+	for _, region := range g.regionNames() {
+		ref, ok := g.subnetFor(net, region)
+		if !ok {
+			rs = append(rs, fail("subnetwork in "+region, fmt.Sprintf("gcloud compute networks subnets create podvms --project=%s --network=%s --region=%s --range=10.10.0.0/20 --enable-private-ip-google-access   # then GCP_SUBNETWORK=podvms", g.Cfg.ProjectID, netName, region),
+				"network %s has no subnet in %s and GCP_SUBNETWORK is not set", netName, region))
+			continue
+		}
+		sub, err := g.subnetworks.Get(ctx, &computepb.GetSubnetworkRequest{Project: ref.project, Region: ref.region, Subnetwork: ref.name})
+		if err != nil {
+			fix := ""
+			if apiCode(err) == 404 {
+				fix = fmt.Sprintf("gcloud compute networks subnets create %s --project=%s --network=%s --region=%s --range=10.10.0.0/20 --enable-private-ip-google-access", ref.name, ref.project, netName, ref.region)
+			}
+			rs = append(rs, fail("subnetwork "+ref.name+" in "+region, fix, "reading the subnet: %v", err))
+			continue
+		}
+		if lastSegment(sub.GetNetwork()) != netName {
+			rs = append(rs, fail("subnetwork "+ref.name+" in "+region, "set GCP_SUBNETWORK to a subnet of "+netName, "belongs to network %s, not GCP_NETWORK %s", lastSegment(sub.GetNetwork()), netName))
+			continue
+		}
+		rs = append(rs, pass("subnetwork "+ref.name+" in "+region, "exists, %s", sub.GetIpCidrRange()))
+		nat := g.checkNAT(ctx, net, sub, region)
+		rs = append(rs, g.checkPGA(sub, region, nat.Status == Pass), nat)
+		if fws != nil {
+			rs = append(rs, g.checkFirewalls(fws, net, sub)...)
+		}
+	}
+	return rs
+}
+
+func (g *GCE) checkPGA(sub *computepb.Subnetwork, region string, natOK bool) Result {
+	check := fmt.Sprintf("private google access on %s", sub.GetName())
+	fix := fmt.Sprintf("gcloud compute networks subnets update %s --project=%s --region=%s --enable-private-ip-google-access", sub.GetName(), g.Cfg.ProjectID, region)
+	switch {
+	case sub.GetPrivateIpGoogleAccess():
+		return pass(check, "on: podVMs reach Google APIs and registries (gcr.io, *.pkg.dev) without an external IP")
+	case natOK:
+		return warn(check, fix, "off: podVMs reach Google APIs through Cloud NAT instead; turning it on keeps that traffic inside Google's network")
+	}
+	return fail(check, fix, "off, and no Cloud NAT either: private podVMs cannot pull images or reach Google APIs")
+}
+
+func (g *GCE) checkNAT(ctx context.Context, net *computepb.Network, sub *computepb.Subnetwork, region string) Result {
+	check := "cloud nat in " + region
+	netName := net.GetName()
+	routerFix := fmt.Sprintf("gcloud compute routers create caa-nat-router --project=%[1]s --network=%[2]s --region=%[3]s && gcloud compute routers nats create caa-nat --project=%[1]s --router=caa-nat-router --region=%[3]s --nat-custom-subnet-ip-ranges=%[4]s --auto-allocate-nat-external-ips",
+		g.Cfg.ProjectID, netName, region, sub.GetName())
+	it := g.routers.List(ctx, &computepb.ListRoutersRequest{Project: g.Cfg.ProjectID, Region: region})
+	var onNetwork []string
+	for {
+		r, err := it.Next()
+		if err == iterator.Done {
+			break
+		}
+		if err != nil {
+			return fail(check, "", "listing Cloud Routers: %v", err)
+		}
+		if lastSegment(r.GetNetwork()) != netName {
+			continue
+		}
+		onNetwork = append(onNetwork, r.GetName())
+		for _, n := range r.GetNats() {
+			switch n.GetSourceSubnetworkIpRangesToNat() {
+			case "ALL_SUBNETWORKS_ALL_IP_RANGES", "ALL_SUBNETWORKS_ALL_PRIMARY_IP_RANGES":
+				return pass(check, "router %s, NAT %s covers every subnet of %s", r.GetName(), n.GetName(), netName)
+			case "LIST_OF_SUBNETWORKS":
+				for _, s := range n.GetSubnetworks() {
+					if lastSegment(s.GetName()) == sub.GetName() && strings.Contains(s.GetName(), "/regions/"+region+"/") {
+						return pass(check, "router %s, NAT %s covers subnet %s", r.GetName(), n.GetName(), sub.GetName())
+					}
+				}
+			}
+		}
+	}
+	if len(onNetwork) > 0 {
+		return fail(check, fmt.Sprintf("gcloud compute routers nats create caa-nat --project=%s --router=%s --region=%s --nat-custom-subnet-ip-ranges=%s --auto-allocate-nat-external-ips", g.Cfg.ProjectID, onNetwork[0], region, sub.GetName()),
+			"router(s) %s on %s have no NAT covering subnet %s: private podVMs cannot pull images from the internet", strings.Join(onNetwork, ","), netName, sub.GetName())
+	}
+	return fail(check, routerFix, "no Cloud Router with NAT on %s in %s: private podVMs cannot pull images from the internet", netName, region)
+}
+
+func (g *GCE) listFirewalls(ctx context.Context) ([]*computepb.Firewall, error) {
+	it := g.firewalls.List(ctx, &computepb.ListFirewallsRequest{Project: g.Cfg.ProjectID})
+	fws := []*computepb.Firewall{}
+	for {
+		fw, err := it.Next()
+		if err == iterator.Done {
+			return fws, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		fws = append(fws, fw)
+	}
+}
+
+// checkAutoZones lists, as GCP_ZONES=auto does at run time, the zones of
+// the primary zone's region that offer the accelerator.
+func (g *GCE) checkAutoZones(ctx context.Context, acc string) Result {
+	region := gcpt4.Region(g.Cfg.Zone)
+	check := fmt.Sprintf("accelerator %s zones in %s (GCP_ZONES=auto)", acc, region)
+	it := g.accelerators.AggregatedList(ctx, &computepb.AggregatedListAcceleratorTypesRequest{Project: g.Cfg.ProjectID, Filter: proto.String(fmt.Sprintf("name = %q", acc))})
+	var zones []string
+	for {
+		pair, err := it.Next()
+		if err == iterator.Done {
+			break
+		}
+		if err != nil {
+			return fail(check, "", "listing accelerator types: %v", err)
+		}
+		zone := strings.TrimPrefix(pair.Key, "zones/")
+		if gcpt4.Region(zone) == region && len(pair.Value.GetAcceleratorTypes()) > 0 {
+			zones = append(zones, zone)
+		}
+	}
+	sort.Strings(zones)
+	switch {
+	case len(zones) == 0:
+		return fail(check, fmt.Sprintf("gcloud compute accelerator-types list --project=%s --filter='name=%s' --format='value(zone)'   # then set GCP_ZONE to a zone listed", g.Cfg.ProjectID, acc), "no zone of %s offers %s", region, acc)
+	case len(zones) == 1:
+		return warn(check, "", "only %s offers %s in %s: no fallback zone on a stockout", zones[0], acc, region)
+	}
+	return pass(check, "the provider will try %s", strings.Join(zones, ","))
+}

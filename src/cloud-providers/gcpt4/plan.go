@@ -1,0 +1,111 @@
+package gcpt4
+
+import (
+	"encoding/base64"
+	"fmt"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/api/option"
+	"google.golang.org/protobuf/proto"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util"
+)
+
+// InsertPlan is what CreateInstance would send for one pod, decided without
+// calling GCE: the profile the catalog selects, the provisioning models and
+// zones in the order they are tried, and the insert body for each. Operator
+// tools (`gcp-t4 plan`) use it so that what they show is what the provider
+// sends, not a re-implementation of it.
+type InsertPlan struct {
+	Profile Profile
+	// Models are the provisioning models in the order tried (SPOT, then
+	// STANDARD with GCP_SPOT_FALLBACK).
+	Models []string
+	// Zones are the configured zones in fallback order, primary first.
+	// With GCP_ZONES=auto only the primary is known without the API.
+	Zones     []string
+	AutoZones bool
+	// Name is the podVM's instance name.
+	Name string
+	// DiskSizeGB is the configured boot disk size; at run time it is
+	// raised to the image's size when that is larger.
+	DiskSizeGB int64
+
+	cfg Config
+	vm  podVM
+}
+
+// PlanInsert decides a pod's podVM as CreateInstance does (allow-list,
+// catalog selection, provisioning models, zones), without any API call.
+// cloudConfig is the cloud-config text CAA would generate; the provider
+// sends it base64-encoded. A nil catalog is built from the configuration.
+// Template mode is refused: its shape lives in the template, which only
+// the API can read.
+func (c *Config) PlanInsert(catalog *Catalog, spec provider.InstanceTypeSpec, podName, sandboxID, cloudConfig string) (*InsertPlan, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if c.InstanceTemplate != "" {
+		return nil, fmt.Errorf("GCP_INSTANCE_TEMPLATE is set: the podVM's shape comes from template %s, which only the API can read; unset it to plan with profiles", c.InstanceTemplate)
+	}
+	if catalog == nil {
+		var err error
+		if catalog, err = NewCatalog(c.ProfilesFile, c.Profiles); err != nil {
+			return nil, err
+		}
+	}
+	profile, models, err := c.chooseProfile(catalog, spec)
+	if err != nil {
+		return nil, err
+	}
+	name := util.GenerateInstanceName(podName, sandboxID, maxInstanceName)
+	return &InsertPlan{
+		Profile:    profile,
+		Models:     models,
+		Zones:      c.Zones(),
+		AutoZones:  c.autoZones(),
+		Name:       name,
+		DiskSizeGB: int64(c.RootVolumeSize),
+		cfg:        *c,
+		vm: podVM{
+			name:      name,
+			podName:   podName,
+			sandboxID: sandboxID,
+			userData:  base64.StdEncoding.EncodeToString([]byte(cloudConfig)),
+			image:     spec.Image,
+		},
+	}, nil
+}
+
+// Request is the exact instances.insert request for one zone and model,
+// requestId included.
+func (p *InsertPlan) Request(zone, model string) *computepb.InsertInstanceRequest {
+	return &computepb.InsertInstanceRequest{
+		Project:          p.cfg.ProjectID,
+		Zone:             zone,
+		InstanceResource: p.cfg.buildInstance(p.vm, p.Profile, zone, model, p.DiskSizeGB),
+		RequestId:        proto.String(requestID(p.cfg.ProjectID, zone, model, p.vm.name, p.vm.sandboxID)),
+	}
+}
+
+// ImageRef is PODVM_IMAGE_NAME parsed as the provider reads it: an image
+// (project, name) or an image family (project, family).
+func (c *Config) ImageRef() (project, name, family string, err error) {
+	ref, err := c.parseImage(c.ImageName)
+	return ref.project, ref.name, ref.family, err
+}
+
+// ClientOptions are the options the provider makes its Google API clients
+// with (endpoint, credentials), for tools that call the same project.
+func (c *Config) ClientOptions() []option.ClientOption { return c.clientOptions() }
+
+// SubnetworkURL is GCP_SUBNETWORK as the provider sends it for a zone
+// (a bare name expanded into the zone's region), or "".
+func (c *Config) SubnetworkURL(zone string) string { return c.subnetworkURL(zone) }
+
+// NetworkURL is GCP_NETWORK as the provider sends it.
+func (c *Config) NetworkURL() string { return c.networkURL() }
+
+// Region is the region of a zone name.
+func Region(zone string) string { return regionOf(zone) }
