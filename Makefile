@@ -60,7 +60,7 @@ containerd: tools
 	test/containerd/deps.sh
 	for v in $(CONTAINERD17) $(CONTAINERD2); do test/containerd/build.sh $$v >/dev/null || exit 1; done
 
-## controlplane: build (or reuse) kube-apiserver, etcd and kustomize for the install tests; prints the env to export
+## controlplane: build (or reuse) kube-apiserver, etcd and kustomize for the API-server tests; prints the env to export
 controlplane: tools
 	test/controlplane/build.sh kube-apiserver $(KUBE_VERSION) >/dev/null
 	test/controlplane/build.sh etcd $(ETCD_VERSION) >/dev/null

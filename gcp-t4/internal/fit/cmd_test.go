@@ -1,0 +1,159 @@
+package fit
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+)
+
+func runMain(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	rc := Main(t.Context(), args, &out, &errb, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return rc, out.String(), errb.String()
+}
+
+// The command the example's comment and the runbook give.
+func TestMainExampleCommand(t *testing.T) {
+	rc, out, stderr := runMain(t, "--model", "mistralai/Mistral-Nemo-Instruct-2407", "--gpu", "t4", "--tp", "2",
+		"--max-model-len", "8192", "--gpu-memory-utilization", "0.95", "--enforce-eager", "--dtype", "half")
+	if rc != 0 {
+		t.Fatalf("exit %d, stderr %s", rc, stderr)
+	}
+	for _, want := range []string{
+		"parameters               12247782400 (12.25B)",
+		"weights                  22.81 GiB (24.5 GB) at half",
+		"weights per GPU          11.41 GiB",
+		"vLLM budget per GPU      14.01 GiB (gpu_memory_utilization 0.95)",
+		"CUDA graphs none (enforce_eager)",
+		"KV-cache room per GPU    1.11 GiB",
+		"KV cache per token       80 KiB per GPU",
+		"KV capacity              14480 tokens (max_model_len 8192: 1.77 sequences at once)",
+		"verdict                  FITS (TIGHT)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// The issue's form: a size, no architecture.
+func TestMainModelSize(t *testing.T) {
+	rc, out, stderr := runMain(t, "--model-size", "20GB", "--gpu", "t4", "--tp", "2")
+	if rc != 0 {
+		t.Fatalf("exit %d, stderr %s", rc, stderr)
+	}
+	for _, want := range []string{"weights per GPU          9.31 GiB", "KV-cache room per GPU    1.96 GiB", "verdict                  FITS:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestMainDoesNotFitExitsOne(t *testing.T) {
+	rc, out, _ := runMain(t, "--params", "23.57B", "--layers", "40", "--kv-heads", "8", "--head-dim", "128", "--tp", "2")
+	if rc != 1 || !strings.Contains(out, "verdict                  DOES NOT FIT") {
+		t.Fatalf("exit %d, want 1 with DOES NOT FIT:\n%s", rc, out)
+	}
+}
+
+func TestMainBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tp", "2"}, "exactly one of --model, --model-size, --params"},
+		{[]string{"--model-size", "20", "--tp", "2"}, `"20" has no unit`},
+		{[]string{"--model-size", "20GB", "--params", "7B"}, "exactly one"},
+		{[]string{"--model", "mistral-large"}, `model "mistral-large" is not in the catalogue`},
+		{[]string{"--model-size", "20GB", "--gpu", "a100"}, `gpu "a100" is unknown`},
+		{[]string{"--model-size", "20GB", "--layers", "40"}, "give all of --layers, --kv-heads and --head-dim"},
+		{[]string{"--model-size", "20GB", "--dtype", "bfloat16"}, "use --dtype half"},
+		{[]string{"--model-size", "20GB", "--gpu-memory", "lots"}, "--gpu-memory"},
+		{[]string{"--params", "many"}, "--params"},
+		{[]string{"--model-size", "20GB", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--model", "mistralai/Mistral-7B-Instruct-v0.3", "--layers", "3"}, "brings its own architecture"},
+		{[]string{"--model-size", "20GB", "--heads", "-4"}, "must not be negative"},
+	} {
+		rc, _, stderr := runMain(t, tc.args...)
+		if rc != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, rc, stderr, tc.want)
+		}
+	}
+}
+
+func TestMainGPUMemoryOverride(t *testing.T) {
+	// ECC off: 16 GiB, and nothing else changes.
+	rc, out, _ := runMain(t, "--model-size", "20GB", "--tp", "2", "--gpu-memory", "16GiB")
+	if rc != 0 || !strings.Contains(out, "2 x T4, 16.00 GiB each") {
+		t.Fatalf("exit %d:\n%s", rc, out)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"20GB": 20e9, "18.6GiB": 19971597926, "512MiB": 512 << 20, "0": 0, " 1.5 GB": 1.5e9, "1TB": 1e12,
+	} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "20", "-1GB", "GB", "1e999GB", "NaNGB"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) accepted", in)
+		}
+	}
+	// The defaults print in a form ParseSize reads back.
+	if got, err := ParseSize(size(DefaultOverheads.NonTorch)); err != nil || got != DefaultOverheads.NonTorch {
+		t.Errorf("round trip of %d: %d, %v", DefaultOverheads.NonTorch, got, err)
+	}
+}
+
+func TestParseCount(t *testing.T) {
+	for in, want := range map[string]int64{"12.25B": 12_250_000_000, "7000M": 7e9, "12247782400": 12_247_782_400} {
+		if got, err := ParseCount(in); err != nil || got != want {
+			t.Errorf("ParseCount(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "-3B", "B", "x"} {
+		if _, err := ParseCount(in); err == nil {
+			t.Errorf("ParseCount(%q) accepted", in)
+		}
+	}
+}
+
+// The runbook shows `gcp-t4 plan serve` and its output; both must be what
+// the command prints today. A line ending in "..." is compared up to there.
+func TestRunbookShowsCurrentOutput(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/runbook-mistral-tp2.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	i := strings.Index(doc, "```sh\ngcp-t4 plan serve ")
+	if i < 0 {
+		t.Fatal("the runbook has no sh block starting with gcp-t4 plan serve")
+	}
+	rest := doc[i+len("```sh\n"):]
+	cmd, rest, _ := strings.Cut(rest, "\n")
+	_, rest, ok := strings.Cut(rest, "```text\n")
+	if !ok {
+		t.Fatal("no text block with the output after the command")
+	}
+	shown, _, _ := strings.Cut(rest, "```")
+	rc, out, stderr := runMain(t, strings.Fields(cmd)[3:]...)
+	if rc != 0 {
+		t.Fatalf("%s: exit %d: %s", cmd, rc, stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(shown), "\n") {
+		if p, ok := strings.CutSuffix(line, "..."); ok {
+			line = p
+		}
+		if !strings.Contains(out, line) {
+			t.Errorf("the runbook shows %q; the command prints:\n%s", line, out)
+		}
+	}
+}

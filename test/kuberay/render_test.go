@@ -1,0 +1,183 @@
+package kuberay
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// exampleDir is the example under test, from this module's directory, and
+// checkDir its bring-up check.
+const (
+	exampleDir = "../../install/examples/mistral-tp2"
+	checkDir   = exampleDir + "/nccl-check"
+)
+
+// object is one rendered manifest, as YAML and as the typed value it
+// decoded into.
+type object struct {
+	kind, name string
+	yaml       []byte
+	typed      any
+}
+
+// render builds the kustomization in dir of fsys, as `kubectl apply -k`
+// would.
+func render(fsys filesys.FileSystem, dir string) ([][]byte, error) {
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
+	}
+	var docs [][]byte
+	for _, r := range m.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s as YAML: %w", r.GetKind(), r.GetName(), err)
+		}
+		docs = append(docs, y)
+	}
+	return docs, nil
+}
+
+// decodeStrict decodes one manifest the way the API server reads it: YAML
+// to JSON without a target type (so `1` stays a number and "1" a string),
+// then JSON into the Go type with unknown fields refused. yaml.UnmarshalStrict
+// would convert scalars to the target's types and accept `num-gpus: 1`.
+func decodeStrict(doc []byte, into any) error {
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return fmt.Errorf("YAML to JSON: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("trailing data after the object")
+	}
+	return nil
+}
+
+// typeFor is the Go type each kind of the example decodes into; a kind not
+// listed is an error, so nothing in the example goes unchecked.
+func typeFor(apiVersion, kind string) (any, error) {
+	switch apiVersion + " " + kind {
+	case "ray.io/v1 RayService":
+		return &rayv1.RayService{}, nil
+	case "v1 Service":
+		return &corev1.Service{}, nil
+	case "v1 Namespace":
+		return &corev1.Namespace{}, nil
+	case "v1 Pod":
+		return &corev1.Pod{}, nil
+	case "v1 ConfigMap":
+		return &corev1.ConfigMap{}, nil
+	}
+	return nil, fmt.Errorf("no Go type registered for %s %s: add it to typeFor", apiVersion, kind)
+}
+
+// decodeAll renders dir and strictly decodes every manifest.
+func decodeAll(fsys filesys.FileSystem, dir string) ([]object, error) {
+	docs, err := render(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	var objs []object
+	for _, d := range docs {
+		var meta struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(d, &meta); err != nil {
+			return nil, fmt.Errorf("reading apiVersion/kind: %w", err)
+		}
+		typed, err := typeFor(meta.APIVersion, meta.Kind)
+		if err != nil {
+			return nil, err
+		}
+		if err := decodeStrict(d, typed); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", meta.Kind, meta.Metadata.Name, err)
+		}
+		objs = append(objs, object{kind: meta.Kind, name: meta.Metadata.Name, yaml: d, typed: typed})
+	}
+	return objs, nil
+}
+
+// example renders and decodes the example from disk, failing the test on
+// any error.
+func example(t *testing.T) []object { return fromDisk(t, exampleDir) }
+
+// ncclCheck does the same for the bring-up check.
+func ncclCheck(t *testing.T) []object { return fromDisk(t, checkDir) }
+
+func fromDisk(t *testing.T, dir string) []object {
+	t.Helper()
+	objs, err := decodeAll(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// mutated renders the example from an in-memory copy in which file name
+// has had old replaced by new (exactly once).
+func mutated(t *testing.T, name, old, new string) ([]object, error) {
+	t.Helper()
+	fsys := filesys.MakeFsInMemory()
+	entries, err := os.ReadDir(exampleDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(exampleDir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() == name {
+			if n := bytes.Count(b, []byte(old)); n != 1 {
+				t.Fatalf("%s holds %q %d times; the mutation needs exactly one", name, old, n)
+			}
+			b = bytes.Replace(b, []byte(old), []byte(new), 1)
+			found = true
+		}
+		if err := fsys.WriteFile(filepath.Join("/example", e.Name()), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !found {
+		t.Fatalf("no file %s in the example", name)
+	}
+	return decodeAll(fsys, "/example")
+}
+
+func only[T any](t *testing.T, objs []object) T {
+	t.Helper()
+	var found []T
+	for _, o := range objs {
+		if v, ok := o.typed.(T); ok {
+			found = append(found, v)
+		}
+	}
+	if len(found) != 1 {
+		var zero T
+		t.Fatalf("want exactly one %T in the example, found %d", zero, len(found))
+	}
+	return found[0]
+}

@@ -1,0 +1,207 @@
+package kuberay
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+const (
+	repoRoot = "../.."
+	runbook  = repoRoot + "/docs/runbook-mistral-tp2.md"
+)
+
+// commands returns the runbook's shell commands: the lines of its ```sh
+// blocks, continuation lines joined.
+func commands(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open(runbook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var cmds []string
+	in, cont := false, ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "```sh"):
+			in = true
+		case strings.HasPrefix(line, "```"):
+			in = false
+		case in:
+			line = strings.TrimSpace(line)
+			if s, ok := strings.CutSuffix(line, `\`); ok {
+				cont += s
+				continue
+			}
+			if c := cont + line; c != "" && !strings.HasPrefix(c, "#") {
+				cmds = append(cmds, c)
+			}
+			cont = ""
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(cmds) < 10 {
+		t.Fatalf("found %d commands in %s; the parser or the runbook is broken", len(cmds), runbook)
+	}
+	return cmds
+}
+
+// flagValue returns the word after flag in fields ("" if absent).
+func flagValue(fields []string, flag string) string {
+	for i, f := range fields {
+		if f == flag && i+1 < len(fields) {
+			return strings.Trim(fields[i+1], `"'`)
+		}
+		if v, ok := strings.CutPrefix(f, flag+"="); ok {
+			return strings.Trim(v, `"'`)
+		}
+	}
+	return ""
+}
+
+// The runbook's commands name the example's files, namespace, resources,
+// Secret, labels, model and settings as they are.
+func TestRunbookCommandsMatchTheExample(t *testing.T) {
+	objs := example(t)
+	check := ncclCheck(t)
+	rs := only[*rayv1.RayService](t, objs)
+	svc := only[*corev1.Service](t, objs)
+	llm := theLLM(t, rs)
+	ns := rs.Namespace
+	head := rs.Spec.RayClusterSpec.HeadGroupSpec.Template
+	var token *corev1.SecretKeySelector
+	for _, e := range head.Spec.Containers[0].Env {
+		if e.Name == "HF_TOKEN" {
+			token = e.ValueFrom.SecretKeyRef
+		}
+	}
+	if token == nil {
+		t.Fatal("head has no HF_TOKEN from a Secret")
+	}
+	names := map[string]bool{} // kind/name
+	for _, o := range append(slices.Clone(objs), check...) {
+		names[strings.ToLower(o.kind)+"/"+o.name] = true
+	}
+	applied := map[string]bool{}
+	var planned bool
+
+	pathRe := regexp.MustCompile(`\binstall/[A-Za-z0-9_./-]+`)
+	refRe := regexp.MustCompile(`\b(svc|service|pod|rayservice)/([a-z0-9-]+)`)
+	for _, c := range commands(t) {
+		fields := strings.Fields(c)
+		for _, p := range pathRe.FindAllString(c, -1) {
+			if _, err := os.Stat(filepath.Join(repoRoot, p)); err != nil {
+				t.Errorf("%q: %s does not exist", c, p)
+			}
+		}
+		for _, m := range refRe.FindAllStringSubmatch(c, -1) {
+			kind := map[string]string{"svc": "service"}[m[1]]
+			if kind == "" {
+				kind = m[1]
+			}
+			if !names[kind+"/"+m[2]] {
+				t.Errorf("%q: no %s %s in the example", c, kind, m[2])
+			}
+		}
+		if len(fields) < 2 {
+			continue
+		}
+		switch fields[0] {
+		case "kubectl":
+			if n := flagValue(fields, "-n"); n != "" && n != ns && !strings.Contains(c, "kuberay-operator") {
+				t.Errorf("%q: namespace %s, the example's is %s", c, n, ns)
+			}
+			if k := flagValue(fields, "-k"); strings.HasPrefix(k, "install/") {
+				applied[k] = true
+			}
+			if i := slices.Index(fields, "namespace"); i > 0 && fields[i-1] == "create" && fields[i+1] != ns {
+				t.Errorf("%q: creates namespace %s, the example's is %s", c, fields[i+1], ns)
+			}
+			if i := slices.Index(fields, "generic"); i > 0 {
+				if fields[i+1] != token.Name || !strings.Contains(c, "--from-literal="+token.Key+"=") {
+					t.Errorf("%q: the pods read Secret %s key %s", c, token.Name, token.Key)
+				}
+			}
+			if i := slices.Index(fields, "rayservice"); i > 0 && i+1 < len(fields) && fields[i+1] != rs.Name {
+				t.Errorf("%q: the RayService is %s", c, rs.Name)
+			}
+			if i := slices.Index(fields, "logs"); i > 0 && !names["pod/"+fields[i+1]] {
+				t.Errorf("%q: no pod %s", c, fields[i+1])
+			}
+			if sel := flagValue(fields, "-l"); sel != "" {
+				for _, kv := range strings.Split(sel, ",") {
+					k, v, _ := strings.Cut(kv, "=")
+					// ray.io/node-type is KubeRay's own pod label.
+					if head.Labels[k] != v && k != "ray.io/node-type" {
+						t.Errorf("%q: label %s=%s is not on the Ray pods", c, k, v)
+					}
+				}
+			}
+			if i := slices.Index(fields, "port-forward"); i > 0 {
+				port := strconv.Itoa(int(svc.Spec.Ports[0].Port))
+				if !strings.HasSuffix(c, ":"+port+" &") && !strings.HasSuffix(c, ":"+port) {
+					t.Errorf("%q: the Service listens on %s", c, port)
+				}
+			}
+		case "gcp-t4":
+			if fields[1] != "plan" || len(fields) < 3 || fields[2] != "serve" {
+				continue
+			}
+			planned = true
+			ek := llm.EngineKwargs
+			for flag, want := range map[string]string{
+				"--model":                  llm.ModelLoadingConfig.ModelSource,
+				"--tp":                     strconv.Itoa(ek.TensorParallelSize),
+				"--max-model-len":          strconv.Itoa(ek.MaxModelLen),
+				"--gpu-memory-utilization": strconv.FormatFloat(ek.GPUMemoryUtilization, 'f', -1, 64),
+				"--dtype":                  ek.Dtype,
+				"--gpu":                    "t4",
+			} {
+				if got := flagValue(fields, flag); got != want {
+					t.Errorf("%q: %s %q, the example has %q", c, flag, got, want)
+				}
+			}
+			if slices.Contains(fields, "--enforce-eager") != ek.EnforceEager {
+				t.Errorf("%q: --enforce-eager must match enforce_eager: %v", c, ek.EnforceEager)
+			}
+		case "curl":
+			if strings.Contains(c, `"model"`) && !strings.Contains(c, `"model": "`+llm.ModelLoadingConfig.ModelID+`"`) {
+				t.Errorf("%q: the served model id is %s", c, llm.ModelLoadingConfig.ModelID)
+			}
+		}
+	}
+	for _, dir := range []string{"install/examples/mistral-tp2", "install/examples/mistral-tp2/nccl-check"} {
+		if !applied[dir] {
+			t.Errorf("the runbook never applies or deletes -k %s", dir)
+		}
+	}
+	if !planned {
+		t.Error("the runbook does not show the gcp-t4 plan serve command behind the settings")
+	}
+}
+
+// The prose states the model, its size and the image the manifests use.
+func TestRunbookStatesModelAndImage(t *testing.T) {
+	b, err := os.ReadFile(runbook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{modelSource, "24.5 GB", image, "KubeRay | v1.6.2", "no NVIDIA Confidential Computing", "H100"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the runbook does not say %q", want)
+		}
+	}
+}
