@@ -25,6 +25,9 @@ WORKDIR /src
 COPY go.work go.work.su[m] ./
 COPY src/cloud-providers ./src/cloud-providers
 COPY gcp-t4 ./gcp-t4
+# gcp-t4's go.mod names the test harness module (its tests use it); Go reads
+# that go.mod on every build, so it has to be there.
+COPY test/controlplane/go.mod test/controlplane/go.sum ./test/controlplane/
 COPY test/upstream ./test/upstream
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/gcp-t4 ./gcp-t4 && \

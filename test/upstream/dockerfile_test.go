@@ -2,6 +2,7 @@ package upstream_test
 
 import (
 	"go/version"
+	"golang.org/x/mod/modfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -372,5 +373,68 @@ func TestImageHasTheCommandsInstallRuns(t *testing.T) {
 	}
 	if found == 0 {
 		t.Error("no manifest under install/ names a /usr/local/bin program; this check has nothing to hold")
+	}
+}
+
+// TestLocalReplacesAreInTheBuildContext: Go reads the go.mod of every
+// module a local replace names on each build, tests-only ones included, so
+// each must be copied into the image build or `go build ./gcp-t4` fails.
+func TestLocalReplacesAreInTheBuildContext(t *testing.T) {
+	root := repoRoot(t)
+	f, err := os.Open(filepath.Join(root, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	patterns, err := ignorefile.ReadAll(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sources []string
+	for _, s := range parseDockerfile(t).stages {
+		for _, c := range s.Commands {
+			if cp, ok := c.(*instructions.CopyCommand); ok && cp.From == "" {
+				sources = append(sources, cp.SourcePaths...)
+			}
+		}
+	}
+	copied := func(rel string) bool {
+		if ex, _ := pm.MatchesOrParentMatches(rel); ex {
+			return false
+		}
+		for _, src := range sources {
+			if src == rel || strings.HasPrefix(rel, strings.TrimSuffix(src, "/")+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	checked := 0
+	for _, modDir := range []string{"gcp-t4", "src/cloud-providers"} {
+		data, err := os.ReadFile(filepath.Join(root, modDir, "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mf, err := modfile.Parse(modDir+"/go.mod", data, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range mf.Replace {
+			if !modfile.IsDirectoryPath(r.New.Path) {
+				continue
+			}
+			target := filepath.ToSlash(filepath.Join(modDir, r.New.Path, "go.mod"))
+			checked++
+			if !copied(target) {
+				t.Errorf("%s/go.mod replaces %s with %s, but the image build does not copy %s", modDir, r.Old.Path, r.New.Path, target)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no local replace found; the test checks nothing")
 	}
 }
