@@ -12,7 +12,14 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/adaptor"
 	"github.com/caa-gcp-t4/gcp-t4/internal/demo"
+	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
+	"github.com/caa-gcp-t4/gcp-t4/internal/gpuinit"
+	"github.com/caa-gcp-t4/gcp-t4/internal/install"
+	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/preflight"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate"
 )
 
 // command is one subcommand. Each lives in its own package under internal/
@@ -24,12 +31,28 @@ type command struct {
 
 // commands is the subcommand table; add one line per subcommand.
 var commands = map[string]command{
-	"demo": {"provision two single-T4 podVMs on the embedded GCE emulator, show them, delete them", runDemo},
+	"adaptor":   {"serve the kata remote-hypervisor protocol (ttrpc) on a unix socket in front of the gcp-t4 provider", runAdaptor},
+	"gc":        {"list podVMs labelled as ours whose pod is gone; -delete removes them, -interval loops (sidecar)", gc.Main},
+	"demo":      {"provision two single-T4 podVMs on the embedded GCE emulator, show them, delete them", runDemo},
+	"preflight": {"check the project (quota, zones, NAT, firewall, image, permissions) and with -kubeconfig the cluster before deploying; -o json", preflight.Main},
+	"plan":      {"show the podVM a pod, Deployment or RayService would get (profile, zones, insert request, $/h); no cloud account needed", plan.Main},
+	"gpu-init":  {"inside a podVM: load the NVIDIA driver, write the CDI spec, print the readiness line", gpuinit.Main},
+	"remediate": {"keep the kata-remote runtime handler in this GKE node's containerd config (sidecar; --once, --dry-run)", remediate.Main},
+	"install":   {"install CAA with gcp-t4 (embedded kustomize overlays; detects GKE; server-side apply; --dry-run prints the YAML)", install.Main},
+	"uninstall": {"remove exactly what `gcp-t4 install` created", install.MainUninstall},
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
 	if err := demo.Run(ctx, args, stdout, logger); err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 demo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runAdaptor(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	if err := adaptor.Run(ctx, args, version, stdout, stderr, logger); err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 adaptor: %v\n", err)
 		return 1
 	}
 	return 0

@@ -1,0 +1,472 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/kustomize/api/resmap"
+)
+
+// repoInstall is the canonical kustomize tree, relative to this package.
+const repoInstall = "../../../install"
+
+// TestEmbeddedMatchesInstallDir: the embedded copy is install/ byte for
+// byte, so `gcp-t4 install` and `kubectl apply -k install/...` deploy the
+// same thing.
+func TestEmbeddedMatchesInstallDir(t *testing.T) {
+	want := map[string][]byte{}
+	for _, tree := range []string{"base", "overlays", "components"} {
+		root := filepath.Join(repoInstall, tree)
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), ".") {
+				return err
+			}
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(repoInstall, p)
+			want[filepath.ToSlash(rel)] = data
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string][]byte{}
+	err := fs.WalkDir(manifests, manifestsRoot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := manifests.ReadFile(p)
+		got[strings.TrimPrefix(p, manifestsRoot+"/")] = data
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fix = "run `go generate ./gcp-t4/internal/install` after editing install/"
+	for p, data := range want {
+		if g, ok := got[p]; !ok {
+			t.Errorf("install/%s is not embedded; %s", p, fix)
+		} else if !bytes.Equal(g, data) {
+			t.Errorf("embedded %s differs from install/%s; %s", p, p, fix)
+		}
+	}
+	for p := range got {
+		if _, ok := want[p]; !ok {
+			t.Errorf("embedded %s has no install/%s; %s", p, p, fix)
+		}
+	}
+}
+
+// TestNoSecretCommitted: nothing under install/ carries a key, and the
+// base's Secret is empty until the user's file is merged in.
+func TestNoSecretCommitted(t *testing.T) {
+	err := filepath.WalkDir(repoInstall, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if d.Name() == credentialsFile || strings.HasSuffix(d.Name(), ".json") {
+			t.Errorf("%s: credentials files must not be committed", p)
+		}
+		data, err := os.ReadFile(p)
+		if bytes.Contains(data, []byte("PRIVATE KEY")) || bytes.Contains(data, []byte("private_key")) {
+			t.Errorf("%s holds key material", p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mustRender(t, Settings{})
+	sec := secretOf(t, m)
+	if len(sec.Data) != 0 || len(sec.StringData) != 0 {
+		t.Errorf("default Secret has data %v; want none (Workload Identity)", sec.Data)
+	}
+	m = mustRender(t, Settings{Credentials: []byte(`{"type":"service_account","client_email":"caa@p.iam.gserviceaccount.com"}`)})
+	if got := string(secretOf(t, m).Data[credentialsFile]); !strings.Contains(got, "caa@p.iam") {
+		t.Errorf("GCP_CREDENTIALS = %q, want the key file's content", got)
+	}
+}
+
+func mustRender(t *testing.T, s Settings) resmap.ResMap {
+	t.Helper()
+	m, err := Render(s)
+	if err != nil {
+		t.Fatalf("render %+v: %v", s, err)
+	}
+	return m
+}
+
+// decode converts one rendered object into its typed form.
+func decode[T any](t *testing.T, m resmap.ResMap, kind, namePrefix string) *T {
+	t.Helper()
+	for _, r := range m.Resources() {
+		if r.GetKind() == kind && strings.HasPrefix(r.GetName(), namePrefix) {
+			var out T
+			obj, err := r.Map()
+			if err != nil {
+				t.Fatalf("decode %s %s: %v", kind, r.GetName(), err)
+			}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &out); err != nil {
+				t.Fatalf("decode %s %s: %v", kind, r.GetName(), err)
+			}
+			return &out
+		}
+	}
+	t.Fatalf("no %s %s* rendered", kind, namePrefix)
+	return nil
+}
+
+func daemonSetOf(t *testing.T, m resmap.ResMap) *appsv1.DaemonSet {
+	return decode[appsv1.DaemonSet](t, m, "DaemonSet", DaemonSetName)
+}
+
+func secretOf(t *testing.T, m resmap.ResMap) *corev1.Secret {
+	return decode[corev1.Secret](t, m, "Secret", SecretName)
+}
+
+func container(ds *appsv1.DaemonSet, name string) *corev1.Container {
+	for i := range ds.Spec.Template.Spec.Containers {
+		if c := &ds.Spec.Template.Spec.Containers[i]; c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// TestOverlay: the gcp-t4 image and command, the provider's keys, the
+// ConfigMap and Secret wired through envFrom, the v0.22 probe on loopback,
+// upstream's node selector, and no sidecar without the GKE component.
+func TestOverlay(t *testing.T) {
+	m := mustRender(t, Settings{Config: map[string]string{"GCP_PROJECT_ID": "p", "GCP_ZONE": "us-central1-a"}})
+	ds := daemonSetOf(t, m)
+	caa := container(ds, "cloud-api-adaptor-con")
+	if caa == nil {
+		t.Fatal("no CAA container")
+	}
+	if caa.Image != ImageName+":latest" {
+		t.Errorf("image %q, want %s:latest", caa.Image, ImageName)
+	}
+	if !slices.Equal(caa.Command, []string{"/usr/local/bin/cloud-api-adaptor", "gcp-t4"}) {
+		t.Errorf("command %q", caa.Command)
+	}
+	if p := caa.StartupProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.IntValue() != 8000 {
+		t.Errorf("startup probe %+v: CAA v0.22 listens on 127.0.0.1:8000 only", p)
+	}
+	if sc := caa.SecurityContext; sc == nil || sc.Privileged == nil || *sc.Privileged || !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "SYS_ADMIN"}) {
+		t.Errorf("CAA security context %+v: want NET_ADMIN, SYS_ADMIN, not privileged", sc)
+	}
+	if !ds.Spec.Template.Spec.HostNetwork {
+		t.Error("CAA needs hostNetwork")
+	}
+	if got := ds.Spec.Template.Spec.NodeSelector; len(got) != 1 || got[labelWorker] != "" {
+		t.Errorf("nodeSelector %v, want upstream's %s", got, labelWorker)
+	}
+	if container(ds, "remediate") != nil {
+		t.Error("remediation sidecar present without the GKE component")
+	}
+	cm := decode[corev1.ConfigMap](t, m, "ConfigMap", ConfigMapName)
+	if cm.Data["CLOUD_PROVIDER"] != "gcp-t4" || cm.Data["GCP_ZONE"] != "us-central1-a" || cm.Data["PROXY_TIMEOUT"] != "5m" {
+		t.Errorf("peer-pods-cm %v", cm.Data)
+	}
+	var refs []string
+	for _, e := range caa.EnvFrom {
+		if e.ConfigMapRef != nil {
+			refs = append(refs, e.ConfigMapRef.Name)
+		}
+		if e.SecretRef != nil {
+			refs = append(refs, e.SecretRef.Name)
+		}
+	}
+	if !slices.Contains(refs, cm.Name) || !slices.Contains(refs, secretOf(t, m).Name) {
+		t.Errorf("envFrom %v does not name the generated %s and secret", refs, cm.Name)
+	}
+}
+
+// TestSidecarLeastPrivilege asserts the remediation sidecar's security
+// context and host mounts.
+func TestSidecarLeastPrivilege(t *testing.T) {
+	m := mustRender(t, Settings{GKERemediation: true, Image: "registry.example/caa-gcp-t4:v9"})
+	ds := daemonSetOf(t, m)
+	spec := ds.Spec.Template.Spec
+	if spec.HostPID {
+		t.Error("hostPID set")
+	}
+	if spec.HostIPC {
+		t.Error("hostIPC set")
+	}
+	rem, caa := container(ds, "remediate"), container(ds, "cloud-api-adaptor-con")
+	if rem == nil {
+		t.Fatal("no remediate container")
+	}
+	if rem.Image != caa.Image || rem.Image != "registry.example/caa-gcp-t4:v9" {
+		t.Errorf("sidecar image %q, CAA image %q: want both the --image", rem.Image, caa.Image)
+	}
+	if !slices.Equal(rem.Command, []string{"/usr/local/bin/gcp-t4", "remediate"}) {
+		t.Errorf("command %q", rem.Command)
+	}
+	sc := rem.SecurityContext
+	switch {
+	case sc == nil:
+		t.Fatal("no security context")
+	case sc.Privileged == nil || *sc.Privileged:
+		t.Error("privileged not false")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Error("allowPrivilegeEscalation not false")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Error("root file system not read-only")
+	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0:
+		t.Errorf("capabilities %+v, want drop ALL and add none", sc.Capabilities)
+	case sc.RunAsUser == nil || *sc.RunAsUser != 0:
+		t.Error("runAsUser not 0 (systemd authenticates the bus peer as root)")
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Error("seccomp not RuntimeDefault")
+	}
+	vols := map[string]*corev1.HostPathVolumeSource{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = v.HostPath
+	}
+	type mount struct {
+		host, in string
+		ro       bool
+	}
+	var got []mount
+	for _, vm := range rem.VolumeMounts {
+		hp := vols[vm.Name]
+		if hp == nil {
+			t.Errorf("mount %s is not a host path; want only host paths", vm.Name)
+			continue
+		}
+		got = append(got, mount{hp.Path, vm.MountPath, vm.ReadOnly})
+		if hp.Path == "/run/systemd/private" && (hp.Type == nil || *hp.Type != corev1.HostPathSocket) {
+			t.Errorf("/run/systemd/private type %v, want Socket", hp.Type)
+		}
+	}
+	sort.Slice(got, func(i, j int) bool { return got[i].host < got[j].host })
+	want := []mount{
+		{"/etc/containerd", "/etc/containerd", false},
+		{"/opt/kata", "/host/opt/kata", true},
+		{"/run/lock", "/run/lock", false},
+		{"/run/systemd/private", "/run/systemd/private", false},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("sidecar host mounts\n got %+v\nwant %+v", got, want)
+	}
+	if !slices.Contains(rem.Args, "--host-root=/host") || !slices.Contains(rem.Args, "--cri-socket=") {
+		t.Errorf("args %q: want --host-root=/host (kata under /host/opt/kata) and no CRI socket", rem.Args)
+	}
+	if p := rem.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.IntValue() == 8000 {
+		t.Errorf("liveness probe %+v: want loopback, off CAA's port 8000", p)
+	}
+	if sel := spec.NodeSelector; len(sel) != 2 || sel[SelectionLabel] != "true" || sel[labelGKEOS] != "ubuntu" {
+		t.Errorf("nodeSelector %v, want %s=true on Ubuntu only", sel, SelectionLabel)
+	}
+}
+
+// TestSidecarFollowsDefaultImage: without --image the sidecar still runs
+// the CAA container's image.
+func TestSidecarFollowsDefaultImage(t *testing.T) {
+	ds := daemonSetOf(t, mustRender(t, Settings{GKERemediation: true}))
+	if a, b := container(ds, "remediate").Image, container(ds, "cloud-api-adaptor-con").Image; a != b {
+		t.Errorf("sidecar %q, CAA %q", a, b)
+	}
+}
+
+// TestWorkloadIdentityFederation: the credential configuration lands in a
+// ConfigMap next to a ServiceAccount token for its audience, and ADC points
+// at it; no Secret data.
+func TestWorkloadIdentityFederation(t *testing.T) {
+	m := mustRender(t, Settings{WIFCredentialConfig: testWIFConfig})
+	ds := daemonSetOf(t, m)
+	caa := container(ds, "cloud-api-adaptor-con")
+	env := map[string]string{}
+	for _, e := range caa.Env {
+		env[e.Name] = e.Value
+	}
+	if env["GOOGLE_APPLICATION_CREDENTIALS"] != "/var/run/gcp-wif/credential-configuration.json" {
+		t.Errorf("GOOGLE_APPLICATION_CREDENTIALS = %q", env["GOOGLE_APPLICATION_CREDENTIALS"])
+	}
+	cm := decode[corev1.ConfigMap](t, m, "ConfigMap", wifConfigMap+"-")
+	if cm.Namespace != Namespace || !strings.Contains(cm.Data[wifConfigFile], "external_account") {
+		t.Errorf("WIF ConfigMap %s/%s data %v", cm.Namespace, cm.Name, cm.Data)
+	}
+	var projected *corev1.ProjectedVolumeSource
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name == "gcp-wif" {
+			projected = v.Projected
+		}
+	}
+	if projected == nil || len(projected.Sources) != 2 {
+		t.Fatalf("no projected gcp-wif volume: %+v", projected)
+	}
+	tok, ref := projected.Sources[0].ServiceAccountToken, projected.Sources[1].ConfigMap
+	if tok == nil || tok.Audience != "//iam.googleapis.com/projects/123456789/locations/global/workloadIdentityPools/caa/providers/cluster" || tok.Path != "token" {
+		t.Errorf("token source %+v", tok)
+	}
+	if ref == nil || ref.Name != cm.Name {
+		t.Errorf("projected ConfigMap %+v, want the generated %s", ref, cm.Name)
+	}
+	if len(secretOf(t, m).Data) != 0 {
+		t.Error("Secret has data with Workload Identity Federation")
+	}
+	for cfg, want := range map[string]string{
+		`{"type":"service_account"}`:                 "want external_account",
+		`{"type":"external_account","audience":"x"}`: "audience \"x\"",
+		`{"type":"external_account","audience":"//iam.googleapis.com/p","credential_source":{"file":"/tmp/t"}}`: "--credential-source-file=/var/run/gcp-wif/token",
+	} {
+		if err := (Settings{WIFCredentialConfig: []byte(cfg)}).Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", cfg, err, want)
+		}
+	}
+	if err := (Settings{WIFCredentialConfig: testWIFConfig, Credentials: []byte(`{"type":"service_account"}`)}).Validate(); err == nil {
+		t.Error("both a key and WIF accepted")
+	}
+}
+
+func TestRuntimeClassComponent(t *testing.T) {
+	m := mustRender(t, Settings{RuntimeClass: true})
+	found := false
+	for _, r := range m.Resources() {
+		if r.GetKind() == "RuntimeClass" && r.GetName() == runtimeClassName {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no kata-remote RuntimeClass")
+	}
+	for _, r := range mustRender(t, Settings{}).Resources() {
+		if r.GetKind() == "RuntimeClass" {
+			t.Error("RuntimeClass rendered without the component")
+		}
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	for _, c := range []struct {
+		s    Settings
+		want string
+	}{
+		{Settings{Config: map[string]string{"GCP_ZONEZ": "x"}}, `setting "GCP_ZONEZ": not a peer-pods-cm key`},
+		{Settings{Config: map[string]string{"CLOUD_PROVIDER": "gcp"}}, "CLOUD_PROVIDER"},
+		{Settings{Config: map[string]string{"GCP_LABELS": "a=b\nc=d"}}, "GCP_LABELS: the value has a line break"},
+		{Settings{Image: "Not An Image"}, "--image"},
+		{Settings{Credentials: []byte("nope")}, "credentials file: not JSON"},
+		{Settings{Credentials: []byte(`{"a":1}`)}, `no "type" field`},
+	} {
+		err := c.s.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: err = %v, want %q", c.s, err, c.want)
+		}
+	}
+}
+
+func TestParseImage(t *testing.T) {
+	for ref, want := range map[string]string{
+		"caa":                                "caa:latest",
+		"localhost:5000/caa-gcp-t4":          "localhost:5000/caa-gcp-t4:latest",
+		"localhost:5000/caa-gcp-t4:v1.2":     "localhost:5000/caa-gcp-t4:v1.2",
+		"ghcr.io/o/caa@sha256:" + hex64():    "ghcr.io/o/caa@sha256:" + hex64(),
+		"ghcr.io/o/caa:v1@sha256:" + hex64(): "ghcr.io/o/caa:v1@sha256:" + hex64(),
+	} {
+		img, err := parseImage(ref)
+		if err != nil {
+			t.Errorf("%s: %v", ref, err)
+			continue
+		}
+		got := img.NewName
+		if img.NewTag != "" {
+			got += ":" + img.NewTag
+		}
+		if img.Digest != "" {
+			got += "@" + img.Digest
+		}
+		if got != want {
+			t.Errorf("%s → %s, want %s", ref, got, want)
+		}
+	}
+}
+
+func hex64() string { return strings.Repeat("ab", 32) }
+
+// TestDryRunNeedsNoCluster: `gcp-t4 install --dry-run` prints the
+// manifests with no kubeconfig at all.
+func TestDryRunNeedsNoCluster(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
+	t.Setenv("HOME", t.TempDir())
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), []string{"--dry-run", "--gke=on", "--zone=us-central1-a"}, &stdout, &stderr, nil)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"kind: DaemonSet", "name: remediate", "GCP_ZONE: us-central1-a", "kind: Namespace"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry-run output lacks %q", want)
+		}
+	}
+	if !strings.Contains(stderr.String(), "--project") {
+		t.Errorf("stderr %q: want a note that --project is needed for a real install", stderr.String())
+	}
+}
+
+func TestInstallRefusesMissingRequired(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), []string{"--zone=z"}, &stdout, &stderr, nil)
+	if code != 1 || !strings.Contains(stderr.String(), "missing --project, --podvm-image, --network") {
+		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
+	code = Main(context.Background(), []string{"--gke=maybe"}, &stdout, &stderr, nil)
+	if code != 2 || !strings.Contains(stderr.String(), `--gke "maybe": want auto, on or off`) {
+		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestPinnedReleaseMatchesMakefile: the versions the installer tells users
+// to install are the ones the build targets.
+func TestPinnedReleaseMatchesMakefile(t *testing.T) {
+	data, err := os.ReadFile("../../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^UPSTREAM_RELEASE \?= (\S+)$`).FindSubmatch(data)
+	if m == nil || string(m[1]) != UpstreamRelease {
+		t.Errorf("Makefile UPSTREAM_RELEASE %q, installer %s", m, UpstreamRelease)
+	}
+}
+
+// TestDecideWithoutSelectedNodes: GKE with no labelled node still installs
+// (the label can come later) and says which pools to label and how.
+func TestDecideWithoutSelectedNodes(t *testing.T) {
+	env := Environment{GKE: true, GKESignals: []string{"gce:// providerID"}, Pools: []Pool{
+		{Name: "default-pool", COS: true, Nodes: []string{"a"}},
+		{Name: "peer", Nodes: []string{"b"}},
+	}, KataDeploy: "x", Webhook: "y"}
+	d, err := Decide(env, ModeAuto, ModeAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.GKERemediation || !d.RuntimeClass {
+		t.Errorf("decision %+v", d)
+	}
+	w := strings.Join(d.Warnings, "\n")
+	if !strings.Contains(w, "label an Ubuntu node pool (node pool peer)") || !strings.Contains(w, "--node-labels="+SelectionLabel+"=true") {
+		t.Errorf("warnings %q", w)
+	}
+	d, err = Decide(env, ModeOff, ModeOff)
+	if err != nil || d.GKERemediation || d.RuntimeClass || !strings.Contains(strings.Join(d.Warnings, "\n"), "--gke=off") {
+		t.Errorf("--gke=off on GKE: %+v, %v", d, err)
+	}
+}
