@@ -131,6 +131,11 @@ func Apply(src []byte, changes []Change, render func(any) (string, error)) ([]by
 		if v, ok := leaves[c.Path()]; ok && sameValue(v, c.Value) {
 			continue
 		}
+		// The key holds a table (e.g. dotted keys under it): setting a
+		// value there would redefine it, which only a person can sort out.
+		if hasPrefixKey(leaves, c.Path()+".") {
+			return nil, fmt.Errorf("%s is a table in this document, not a value: %w", c.Path(), ErrUnsupported)
+		}
 		text, err := render(c.Value)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", c.Path(), err)
