@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Builds the podVM disk image with mkosi, or reuses a cached build whose
+# inputs hash to the same key, and prints the directory holding it:
+#   podvm.raw  podvm.manifest  podvm.nvidia-modules.json  build-info.json  SHA256SUMS
+#
+# Inputs of the key: every file under podvm/ that mkosi reads, the generated
+# apt sources, the mkosi version, the gcp-t4/nvidia-ctk/nvidia-cdi-hook
+# binaries and the guest binaries. Package versions in the archive are not
+# part of it: pin PODVM_DEBIAN_MIRROR to a snapshot for a fixed universe.
+#
+# Environment:
+#   PODVM_BINARIES        guest binaries input dir (default podvm/binaries)
+#   PODVM_DEBIAN_MIRROR   Debian archive URL (default: this machine's apt source)
+#   PODVM_DEBIAN_SECURITY_MIRROR  security archive URL (default: likewise)
+#   PODVM_SNAPSHOT=1      the mirrors are snapshots: accept expired Release files
+#   PODVM_CACHE           cache root (default ${XDG_CACHE_HOME:-~/.cache}/caa-gcp-t4)
+#   PODVM_FORCE=1         rebuild even if a cached image matches
+#   PODVM_OUT=<dir>       build into this directory instead (no cache, not even
+#                         mkosi's incremental one unless PODVM_INCREMENTAL=1; podvm-verify)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+
+podvm/scripts/setup-host.sh
+cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4}
+mkdir -p "$cache"
+# One build at a time per cache: builds share mkosi's incremental cache.
+exec 9>"$cache/podvm.lock"
+flock 9
+binaries=${PODVM_BINARIES:-$repo/podvm/binaries}
+
+gen=$(mktemp -d "$cache/podvm-inputs.XXXXXX")
+trap 'rm -rf "$gen"' EXIT
+
+# 1. Tools that go into the image: gcp-t4 (static, for the GPU init unit)
+#    and NVIDIA's CDI tools.
+tools=$gen/tools-tree/usr/bin
+mkdir -p "$tools"
+(cd gcp-t4 && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w -buildid= -X main.version=podvm" -o "$tools/gcp-t4" .)
+nvbin=$(podvm/scripts/nvidia-tools.sh)
+install -m 0755 "$nvbin/nvidia-ctk" "$nvbin/nvidia-cdi-hook" "$tools/"
+
+# 2. Guest binaries slots, checked against the input's checksum manifest.
+podvm/scripts/stage-binaries.sh "$binaries" "$gen/binaries-tree"
+
+# 3. apt sources for the build (mkosi's own list would add the debug archive).
+mirror=$(podvm/scripts/debian-mirror.sh)
+security=${PODVM_DEBIAN_SECURITY_MIRROR:-}
+if [ -z "$security" ]; then
+	security=$(awk '/^URIs:/ {u=$2} /^Suites:/ && / bookworm-security/ {print u; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+fi
+security=${security:-${mirror%/debian}/debian-security}
+pm=$gen/pkgmngr/etc/apt
+mkdir -p "$pm/sources.list.d" "$pm/apt.conf.d"
+cat >"$pm/sources.list.d/mkosi.sources" <<SRC
+Types: deb
+URIs: ${mirror%/}
+Suites: bookworm bookworm-updates
+Components: main contrib non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: ${security%/}
+Suites: bookworm-security
+Components: main contrib non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+if [ "${PODVM_SNAPSHOT:-0}" = 1 ]; then
+	echo 'Acquire::Check-Valid-Until "false";' >"$pm/apt.conf.d/10-snapshot.conf"
+fi
+
+# 4. Cache key over every input.
+mkosi_version=$(mkosi --version | awk '{print $2}')
+key=$( {
+	echo "mkosi $mkosi_version"
+	find podvm -path podvm/binaries -prune -o -type f ! -name '*.md' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+	(cd "$gen" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
+} | sha256sum | cut -c1-16)
+
+if [ -n "${PODVM_OUT:-}" ]; then
+	final=$PODVM_OUT
+else
+	final=$cache/podvm-$key
+	if [ "${PODVM_FORCE:-0}" != 1 ] && [ -f "$final/SHA256SUMS" ]; then
+		echo "podvm: inputs unchanged (key $key), reusing $final" >&2
+		echo "$final"
+		exit 0
+	fi
+fi
+
+# 5. Build. The workspace must be outside the config dir; mkosi's incremental
+#    cache keeps the package-installed tree (the DKMS compile) across builds
+#    whose package set is unchanged.
+out=$(mktemp -d "$cache/podvm-build.XXXXXX")
+trap 'rm -rf "$gen" "$out"' EXIT
+mkdir -p "$cache/mkosi-cache" "$cache/mkosi-packages" "$cache/mkosi-workspace"
+start=$(date +%s)
+# ukify runs under this interpreter; a python3 earlier on PATH (pyenv, venv)
+# may lack the pefile module from Debian.
+export MKOSI_INTERPRETER=${MKOSI_INTERPRETER:-/usr/bin/python3}
+incremental=yes
+if [ -n "${PODVM_OUT:-}" ] && [ "${PODVM_INCREMENTAL:-0}" != 1 ]; then
+	incremental=no
+fi
+nice mkosi -C podvm \
+	--package-manager-tree="$repo/podvm/pkgmngr,$gen/pkgmngr" \
+	--extra-tree="$gen/tools-tree" \
+	--extra-tree="$gen/binaries-tree" \
+	--output-dir="$out" \
+	--workspace-dir="$cache/mkosi-workspace" \
+	--cache-dir="$cache/mkosi-cache" \
+	--package-cache-dir="$cache/mkosi-packages" \
+	--incremental="$incremental" \
+	--force build >&2
+seconds=$(( $(date +%s) - start ))
+
+# 6. Check the result, then record what it is made of and its checksums.
+podvm/scripts/check-image.sh "$out" >&2
+cat >"$out/build-info.json" <<INFO
+{"key":"$key","mkosi":"$mkosi_version","build_seconds":$seconds,"incremental":"$incremental","raw_bytes":$(stat -c %s "$out/podvm.raw"),"raw_allocated_bytes":$(( $(stat -c %b "$out/podvm.raw") * $(stat -c %B "$out/podvm.raw") ))}
+INFO
+rm -f "$out"/*.tmp
+files=$(cd "$out" && find . -maxdepth 1 -type f ! -name build-info.json -printf '%P\n' | LC_ALL=C sort)
+# shellcheck disable=SC2086 # one file name per line, no spaces
+(cd "$out" && sha256sum $files >SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)
+chmod 0755 "$out"
+if [ -n "${PODVM_OUT:-}" ]; then
+	rm -rf "$final"
+	mkdir -p "$(dirname "$final")"
+fi
+rm -rf "$final.old"
+if [ -e "$final" ]; then mv "$final" "$final.old"; fi
+mv "$out" "$final"
+rm -rf "$final.old"
+trap 'rm -rf "$gen"' EXIT
+if [ -z "${PODVM_OUT:-}" ]; then
+	# Keep the three newest images (about 1 GB each): every change to the
+	# Go tools or podvm/ makes a new key.
+	# shellcheck disable=SC2012,SC2010 # names are podvm-<hex key>
+	ls -dt "$cache"/podvm-* 2>/dev/null | grep -E '/podvm-[0-9a-f]{16}$' | tail -n +4 | while read -r old; do
+		rm -rf "$old" "$old.boot"
+	done
+fi
+echo "podvm: built in ${seconds}s (key $key): $final" >&2
+echo "$final"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Tests podvm/scripts/stage-binaries.sh: what it accepts, what it refuses,
+# and what it writes into the guest-binaries tree.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+stage=podvm/scripts/stage-binaries.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+n=0
+expect_fail() { # name, input dir, message fragment
+	local out
+	if out=$("$stage" "$2" "$work/tree-$1" 2>&1); then
+		echo "stage-binaries-test: $1: accepted, want a refusal mentioning '$3'" >&2
+		exit 1
+	fi
+	grep -q -- "$3" <<<"$out" || { echo "stage-binaries-test: $1: message '$out' lacks '$3'" >&2; exit 1; }
+	n=$((n + 1))
+}
+mk() { mkdir -p "$work/$1"; printf '#!/bin/sh\necho %s\n' "$2" >"$work/$1/$2"; }
+
+# No input directory, or only the README: every slot stays empty.
+"$stage" "$work/absent" "$work/tree-absent" 2>/dev/null
+[ ! -s "$work/tree-absent/usr/lib/caa-gcp-t4/guest-binaries.sha256" ] || { echo "manifest not empty without input" >&2; exit 1; }
+n=$((n + 1))
+
+mk nosums kata-agent
+expect_fail nosums "$work/nosums" "no SHA256SUMS"
+
+mk unknown kata-agent
+mk unknown sshd
+expect_fail unknown "$work/unknown" "not a guest binary slot"
+
+mk unlisted kata-agent
+mk unlisted process-user-data
+(cd "$work/unlisted" && sha256sum kata-agent >SHA256SUMS)
+expect_fail unlisted "$work/unlisted" "process-user-data is not listed"
+
+mk tampered kata-agent
+(cd "$work/tampered" && sha256sum kata-agent >SHA256SUMS && echo tampered >>kata-agent)
+expect_fail tampered "$work/tampered" "checksum mismatch"
+
+mk listed kata-agent
+(cd "$work/listed" && sha256sum kata-agent >SHA256SUMS && echo "$(sha256sum kata-agent | cut -d' ' -f1)  process-user-data" >>SHA256SUMS)
+expect_fail listed-absent "$work/listed" "checksum mismatch"
+
+mk good kata-agent
+mk good agent-protocol-forwarder
+(cd "$work/good" && sha256sum kata-agent agent-protocol-forwarder >SHA256SUMS)
+"$stage" "$work/good" "$work/tree-good" 2>/dev/null
+for b in kata-agent agent-protocol-forwarder; do
+	[ -x "$work/tree-good/usr/local/bin/$b" ] || { echo "$b not staged executable" >&2; exit 1; }
+done
+[ ! -e "$work/tree-good/usr/local/bin/process-user-data" ] || { echo "absent slot filled" >&2; exit 1; }
+diff <(sort "$work/good/SHA256SUMS") <(sort "$work/tree-good/usr/lib/caa-gcp-t4/guest-binaries.sha256") ||
+	{ echo "image manifest differs from the input's SHA256SUMS" >&2; exit 1; }
+n=$((n + 1))
+echo "stage-binaries-test: ok ($n cases)"
