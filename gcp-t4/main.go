@@ -35,7 +35,7 @@ var commands = map[string]command{
 	"gc":        {"list podVMs labelled as ours whose pod is gone; -delete removes them, -interval loops (sidecar)", gc.Main},
 	"demo":      {"provision two single-T4 podVMs on the embedded GCE emulator, show them, delete them", runDemo},
 	"preflight": {"check the project (quota, zones, NAT, firewall, image, permissions) and with -kubeconfig the cluster before deploying; -o json", preflight.Main},
-	"plan":      {"show the podVM a pod, Deployment or RayService would get (profile, zones, insert request, $/h); no cloud account needed", plan.Main},
+	"plan":      {"show the podVM a pod, Deployment or RayService would get (profile, zones, insert request, $/h); `plan serve` sizes a model over T4s; no cloud account needed", plan.Main},
 	"gpu-init":  {"inside a podVM: load the NVIDIA driver, write the CDI spec, print the readiness line", gpuinit.Main},
 	"remediate": {"keep the kata-remote runtime handler in this GKE node's containerd config (sidecar; --once, --dry-run)", remediate.Main},
 	"install":   {"install CAA with gcp-t4 (embedded kustomize overlays; detects GKE; server-side apply; --dry-run prints the YAML)", install.Main},
