@@ -246,35 +246,7 @@ func TestDockerfileFinalStage(t *testing.T) {
 // rest of the repository, bin/ and .git included, stays out of the context.
 func TestDockerignoreKeepsWhatTheBuildCopies(t *testing.T) {
 	root := repoRoot(t)
-	f, err := os.Open(filepath.Join(root, ".dockerignore"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	patterns, err := ignorefile.ReadAll(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pm, err := patternmatcher.New(patterns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	excluded := func(p string) bool {
-		ex, err := pm.MatchesOrParentMatches(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ex
-	}
-	d := parseDockerfile(t)
-	var sources []string
-	for _, s := range d.stages {
-		for _, c := range s.Commands {
-			if cp, ok := c.(*instructions.CopyCommand); ok && cp.From == "" {
-				sources = append(sources, cp.SourcePaths...)
-			}
-		}
-	}
+	excluded, sources := buildContext(t, root)
 	if len(sources) == 0 {
 		t.Fatal("no COPY from the build context")
 	}
@@ -381,29 +353,9 @@ func TestImageHasTheCommandsInstallRuns(t *testing.T) {
 // each must be copied into the image build or `go build ./gcp-t4` fails.
 func TestLocalReplacesAreInTheBuildContext(t *testing.T) {
 	root := repoRoot(t)
-	f, err := os.Open(filepath.Join(root, ".dockerignore"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	patterns, err := ignorefile.ReadAll(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pm, err := patternmatcher.New(patterns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sources []string
-	for _, s := range parseDockerfile(t).stages {
-		for _, c := range s.Commands {
-			if cp, ok := c.(*instructions.CopyCommand); ok && cp.From == "" {
-				sources = append(sources, cp.SourcePaths...)
-			}
-		}
-	}
+	excluded, sources := buildContext(t, root)
 	copied := func(rel string) bool {
-		if ex, _ := pm.MatchesOrParentMatches(rel); ex {
+		if excluded(rel) {
 			return false
 		}
 		for _, src := range sources {
@@ -437,4 +389,39 @@ func TestLocalReplacesAreInTheBuildContext(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no local replace found; the test checks nothing")
 	}
+}
+
+// buildContext returns what the image build sees: a matcher for the paths
+// .dockerignore leaves out (BuildKit's own), and the COPY sources taken
+// from the build context.
+func buildContext(t *testing.T, root string) (excluded func(string) bool, sources []string) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(root, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	patterns, err := ignorefile.ReadAll(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	excluded = func(p string) bool {
+		ex, err := pm.MatchesOrParentMatches(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ex
+	}
+	for _, s := range parseDockerfile(t).stages {
+		for _, c := range s.Commands {
+			if cp, ok := c.(*instructions.CopyCommand); ok && cp.From == "" {
+				sources = append(sources, cp.SourcePaths...)
+			}
+		}
+	}
+	return excluded, sources
 }
