@@ -75,13 +75,13 @@ func TestFaultMatrix(t *testing.T) {
 			},
 			wantErr: "ZONE_RESOURCE_POOL_EXHAUSTED", wantInserts: 2},
 		{name: "slow operation past the deadline",
-			setup: func(f *gcefake.Server) { f.SetOperationLatency(800 * time.Millisecond) },
+			setup: func(f *gcefake.Server) { f.SetOperationLatency(2 * time.Second) },
 			ctx: func(ctx context.Context, _ *gcefake.Server) (context.Context, context.CancelFunc) {
 				return context.WithTimeout(ctx, 150*time.Millisecond)
 			},
 			wantErr: "deadline exceeded", wantInserts: 1},
 		{name: "cancellation mid-create",
-			setup: func(f *gcefake.Server) { f.SetOperationLatency(800 * time.Millisecond) },
+			setup: func(f *gcefake.Server) { f.SetOperationLatency(2 * time.Second) },
 			ctx: func(ctx context.Context, f *gcefake.Server) (context.Context, context.CancelFunc) {
 				ctx, cancel := context.WithCancel(ctx)
 				go func() {

@@ -445,7 +445,7 @@ func TestConcurrentCreatesAndDeletes(t *testing.T) {
 
 func TestCreateHonoursContext(t *testing.T) {
 	p, fake := newTestProvider(t, nil)
-	fake.SetOperationLatency(time.Second)
+	fake.SetOperationLatency(2 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	inst, err := p.CreateInstance(ctx, "llm-0", sandbox, cloudConfig("llm-0"), oneT4)
