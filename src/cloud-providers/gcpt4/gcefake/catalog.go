@@ -104,23 +104,15 @@ func (s *Server) handleProjectGet(_ *reqCtx) (proto.Message, error) {
 }
 
 func (s *Server) handleZonesList(rc *reqCtx) (proto.Message, error) {
-	lp, err := parseListParams(rc)
-	if err != nil {
-		return nil, err
-	}
-	zones, err := filterItems(lp, s.world.zones, func(z *zoneSpec) fieldGetter {
+	pg, next, err := listPage(rc, s.world.zones, func(z *zoneSpec) fieldGetter {
 		return simpleGetter(map[string]string{"name": z.name, "status": "UP", "region": s.regionURL(z.region)})
 	})
 	if err != nil {
 		return nil, err
 	}
-	pg, next := page(lp, zones)
-	out := &computepb.ZoneList{Kind: proto.String("compute#zoneList"), SelfLink: proto.String(s.projectURL() + "/zones")}
+	out := &computepb.ZoneList{Kind: proto.String("compute#zoneList"), SelfLink: proto.String(s.projectURL() + "/zones"), NextPageToken: next}
 	for _, z := range pg {
 		out.Items = append(out.Items, s.zoneProto(z))
-	}
-	if next != "" {
-		out.NextPageToken = proto.String(next)
 	}
 	return out, nil
 }
@@ -134,23 +126,15 @@ func (s *Server) handleZonesGet(rc *reqCtx) (proto.Message, error) {
 }
 
 func (s *Server) handleRegionsList(rc *reqCtx) (proto.Message, error) {
-	lp, err := parseListParams(rc)
-	if err != nil {
-		return nil, err
-	}
-	regions, err := filterItems(lp, s.world.regions, func(r *regionSpec) fieldGetter {
+	pg, next, err := listPage(rc, s.world.regions, func(r *regionSpec) fieldGetter {
 		return simpleGetter(map[string]string{"name": r.name, "status": "UP"})
 	})
 	if err != nil {
 		return nil, err
 	}
-	pg, next := page(lp, regions)
-	out := &computepb.RegionList{Kind: proto.String("compute#regionList"), SelfLink: proto.String(s.projectURL() + "/regions")}
+	out := &computepb.RegionList{Kind: proto.String("compute#regionList"), SelfLink: proto.String(s.projectURL() + "/regions"), NextPageToken: next}
 	for _, r := range pg {
 		out.Items = append(out.Items, s.regionProto(r))
-	}
-	if next != "" {
-		out.NextPageToken = proto.String(next)
 	}
 	return out, nil
 }
@@ -177,21 +161,13 @@ func (s *Server) handleMachineTypesList(rc *reqCtx) (proto.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	lp, err := parseListParams(rc)
+	pg, next, err := listPage(rc, z.machines, machineGetter)
 	if err != nil {
 		return nil, err
 	}
-	ms, err := filterItems(lp, z.machines, machineGetter)
-	if err != nil {
-		return nil, err
-	}
-	pg, next := page(lp, ms)
-	out := &computepb.MachineTypeList{Kind: proto.String("compute#machineTypeList"), SelfLink: proto.String(s.zoneURL(z.name) + "/machineTypes")}
+	out := &computepb.MachineTypeList{Kind: proto.String("compute#machineTypeList"), SelfLink: proto.String(s.zoneURL(z.name) + "/machineTypes"), NextPageToken: next}
 	for _, m := range pg {
 		out.Items = append(out.Items, s.machineTypeProto(z.name, m))
-	}
-	if next != "" {
-		out.NextPageToken = proto.String(next)
 	}
 	return out, nil
 }
@@ -225,21 +201,13 @@ func (s *Server) handleAcceleratorTypesList(rc *reqCtx) (proto.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	lp, err := parseListParams(rc)
+	pg, next, err := listPage(rc, s.zoneAccels(z), accelGetter)
 	if err != nil {
 		return nil, err
 	}
-	as, err := filterItems(lp, s.zoneAccels(z), accelGetter)
-	if err != nil {
-		return nil, err
-	}
-	pg, next := page(lp, as)
-	out := &computepb.AcceleratorTypeList{Kind: proto.String("compute#acceleratorTypeList"), SelfLink: proto.String(s.zoneURL(z.name) + "/acceleratorTypes")}
+	out := &computepb.AcceleratorTypeList{Kind: proto.String("compute#acceleratorTypeList"), SelfLink: proto.String(s.zoneURL(z.name) + "/acceleratorTypes"), NextPageToken: next}
 	for _, a := range pg {
 		out.Items = append(out.Items, s.acceleratorTypeProto(z.name, a))
-	}
-	if next != "" {
-		out.NextPageToken = proto.String(next)
 	}
 	return out, nil
 }

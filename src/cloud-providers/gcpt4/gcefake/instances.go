@@ -385,9 +385,7 @@ func (s *Server) handleInstancesList(rc *reqCtx) (proto.Message, error) {
 	for _, r := range pg {
 		out.Items = append(out.Items, proto.Clone(r.inst).(*computepb.Instance))
 	}
-	if next != "" {
-		out.NextPageToken = proto.String(next)
-	}
+	out.NextPageToken = nextToken(next)
 	return out, nil
 }
 
@@ -426,9 +424,7 @@ func (s *Server) handleInstancesAggregated(rc *reqCtx) (proto.Message, error) {
 			}
 		}
 	}
-	if next != "" {
-		out.NextPageToken = proto.String(next)
-	}
+	out.NextPageToken = nextToken(next)
 	return out, nil
 }
 

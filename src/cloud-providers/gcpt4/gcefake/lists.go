@@ -2,6 +2,7 @@ package gcefake
 
 import (
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"strconv"
 )
 
@@ -86,4 +87,27 @@ func filterItems[T any](lp *listParams, items []T, get func(T) fieldGetter) ([]T
 		}
 	}
 	return out, nil
+}
+
+// listPage is what every flat list call does: read the list parameters,
+// keep the items the filter matches, and cut out the requested page.
+func listPage[T any](rc *reqCtx, items []T, get func(T) fieldGetter) ([]T, *string, error) {
+	lp, err := parseListParams(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	kept, err := filterItems(lp, items, get)
+	if err != nil {
+		return nil, nil, err
+	}
+	pg, next := page(lp, kept)
+	return pg, nextToken(next), nil
+}
+
+// nextToken is a list response's nextPageToken: absent on the last page.
+func nextToken(next string) *string {
+	if next == "" {
+		return nil
+	}
+	return proto.String(next)
 }

@@ -230,10 +230,6 @@ func firewallGetter(fw *computepb.Firewall) fieldGetter {
 }
 
 func (s *Server) handleFirewallsList(rc *reqCtx) (proto.Message, error) {
-	lp, err := parseListParams(rc)
-	if err != nil {
-		return nil, err
-	}
 	names := make([]string, 0, len(s.world.infra.firewalls))
 	for n := range s.world.infra.firewalls {
 		names = append(names, n)
@@ -243,17 +239,11 @@ func (s *Server) handleFirewallsList(rc *reqCtx) (proto.Message, error) {
 	for _, n := range names {
 		fws = append(fws, s.world.infra.firewalls[n])
 	}
-	fws, err = filterItems(lp, fws, firewallGetter)
+	pg, next, err := listPage(rc, fws, firewallGetter)
 	if err != nil {
 		return nil, err
 	}
-	pg, next := page(lp, fws)
-	out := &computepb.FirewallList{Kind: proto.String("compute#firewallList"), SelfLink: proto.String(s.projectURL() + "/global/firewalls")}
-	out.Items = append(out.Items, pg...)
-	if next != "" {
-		out.NextPageToken = proto.String(next)
-	}
-	return out, nil
+	return &computepb.FirewallList{Kind: proto.String("compute#firewallList"), SelfLink: proto.String(s.projectURL() + "/global/firewalls"), Items: pg, NextPageToken: next}, nil
 }
 
 func (s *Server) handleFirewallsGet(rc *reqCtx) (proto.Message, error) {
@@ -356,23 +346,13 @@ func (s *Server) handleRoutersList(rc *reqCtx) (proto.Message, error) {
 	if s.world.regionByName[region] == nil {
 		return nil, resourceNotFound(fmt.Sprintf("projects/%s/regions/%s", s.project, region))
 	}
-	lp, err := parseListParams(rc)
-	if err != nil {
-		return nil, err
-	}
-	rs, err := filterItems(lp, s.regionRouters(region), func(r *computepb.Router) fieldGetter {
+	pg, next, err := listPage(rc, s.regionRouters(region), func(r *computepb.Router) fieldGetter {
 		return simpleGetter(map[string]string{"name": r.GetName(), "network": r.GetNetwork()})
 	})
 	if err != nil {
 		return nil, err
 	}
-	pg, next := page(lp, rs)
-	out := &computepb.RouterList{Kind: proto.String("compute#routerList"), SelfLink: proto.String(s.regionURL(region) + "/routers")}
-	out.Items = append(out.Items, pg...)
-	if next != "" {
-		out.NextPageToken = proto.String(next)
-	}
-	return out, nil
+	return &computepb.RouterList{Kind: proto.String("compute#routerList"), SelfLink: proto.String(s.regionURL(region) + "/routers"), Items: pg, NextPageToken: next}, nil
 }
 
 func (s *Server) handleRoutersGet(rc *reqCtx) (proto.Message, error) {
