@@ -13,8 +13,8 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 )
 
 // Main is `gcp-t4 gc`: the provider's own flags (and env), plus what to
@@ -95,20 +95,10 @@ func Print(w io.Writer, output string, findings []Finding) error {
 	return tw.Flush()
 }
 
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-		if err != nil {
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
-		}
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
+func kubeClient(path string) (kubernetes.Interface, error) {
+	cfg, err := kubeconfig.Load(path, "", "gcp-t4-gc")
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w (pass -kubeconfig, set KUBECONFIG, or run in the cluster)", err)
+		return nil, err
 	}
 	return kubernetes.NewForConfig(cfg)
 }

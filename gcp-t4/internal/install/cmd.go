@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"io"
 	"log/slog"
 	"os"
@@ -19,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // kvFlag collects repeated --set KEY=VALUE.
@@ -46,15 +46,10 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 }
 
 func (c *clusterFlags) restConfig() (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if c.kubeconfig != "" {
-		rules.ExplicitPath = c.kubeconfig
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.context}).ClientConfig()
+	cfg, err := kubeconfig.Load(c.kubeconfig, c.context, "gcp-t4-install")
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig (--kubeconfig, --context): %w", err)
+		return nil, fmt.Errorf("--kubeconfig, --context: %w", err)
 	}
-	cfg.UserAgent = "gcp-t4-install"
 	return cfg, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -17,7 +18,6 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"google.golang.org/api/option"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Main is `gcp-t4 preflight`: the provider's flags and env (as CAA reads
@@ -35,7 +35,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	*mgr.GetConfig() = gcpt4.Config{}
 	cloud.ParseCmd(fs)
 	output := fs.String("o", "table", "output: table or json")
-	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster to check as well (default $KUBECONFIG); empty checks the project only")
+	kubeconfigPath := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster to check as well (default $KUBECONFIG); empty checks the project only")
 	nodeCIDRs := fs.String("node-cidrs", "", "worker node address ranges for the firewall checks, comma separated (default: the nodes' InternalIPs with -kubeconfig, else the podVM subnet)")
 	crmEndpoint := fs.String("resourcemanager-endpoint", "", "Cloud Resource Manager endpoint for testIamPermissions (default: Google's; GCP_ENDPOINT when that is a local emulator)")
 	member := fs.String("member", "", "IAM member the permission fix grants roles to, e.g. serviceAccount:caa@P.iam.gserviceaccount.com (default: from GCP_CREDENTIALS)")
@@ -72,13 +72,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 			opts.NodeCIDRs = append(opts.NodeCIDRs, p)
 		}
 	}
-	if *kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if *kubeconfigPath != "" {
+		rc, err := kubeconfig.Load(*kubeconfigPath, "", "gcp-t4-preflight")
 		if err == nil {
 			opts.Kube, err = kubernetes.NewForConfig(rc)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "gcp-t4 preflight: -kubeconfig %s: %v\n", *kubeconfig, err)
+			fmt.Fprintf(stderr, "gcp-t4 preflight: -kubeconfig %s: %v\n", *kubeconfigPath, err)
 			return 2
 		}
 		opts.Cluster = &Cluster{RuntimeClass: *runtimeClass, Namespace: *namespace, DaemonSet: *daemonSet, GKECluster: *gkeCluster}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"io"
 	"log/slog"
 	"os"
@@ -16,8 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // EnvPrefix prefixes the environment variable of every flag:
@@ -133,20 +132,15 @@ func splitList(s string) []string {
 }
 
 func kubeClient(o *options) (corev1client.CoreV1Interface, error) {
-	var cfg *rest.Config
-	var err error
-	switch {
-	case o.kubeconfig != "":
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
-		cfg, err = rest.InClusterConfig()
-	default:
+	// Without a cluster (a node debugged by hand) Events and the Node's
+	// runtimeHandlers are simply not used.
+	if o.kubeconfig == "" && !kubeconfig.InCluster() {
 		return nil, nil
 	}
+	cfg, err := kubeconfig.Load(o.kubeconfig, "", "gcp-t4-remediate")
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config (--kubeconfig): %w", err)
+		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
-	cfg.UserAgent = "gcp-t4-remediate"
 	return corev1client.NewForConfig(cfg)
 }
 

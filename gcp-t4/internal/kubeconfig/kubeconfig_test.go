@@ -1,0 +1,50 @@
+package kubeconfig
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const twoContexts = `apiVersion: v1
+kind: Config
+clusters:
+- name: a
+  cluster: {server: "https://127.0.0.1:6443"}
+- name: b
+  cluster: {server: "https://127.0.0.2:6443"}
+users:
+- name: u
+  user: {token: t}
+contexts:
+- name: ctx-a
+  context: {cluster: a, user: u}
+- name: ctx-b
+  context: {cluster: b, user: u}
+current-context: ctx-a
+`
+
+func TestLoadFileAndContext(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	path := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(path, []byte(twoContexts), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path, "", "gcp-t4-test")
+	if err != nil || cfg.Host != "https://127.0.0.1:6443" || cfg.UserAgent != "gcp-t4-test" {
+		t.Fatalf("current context: %+v, %v", cfg, err)
+	}
+	cfg, err = Load(path, "ctx-b", "x")
+	if err != nil || cfg.Host != "https://127.0.0.2:6443" {
+		t.Fatalf("ctx-b: %+v, %v", cfg, err)
+	}
+}
+
+func TestLoadMissingFileSaysWhatToDo(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	_, err := Load(filepath.Join(t.TempDir(), "none"), "", "x")
+	if err == nil || !strings.Contains(err.Error(), "pass -kubeconfig") {
+		t.Fatalf("want an error naming the fix, got %v", err)
+	}
+}
