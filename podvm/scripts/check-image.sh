@@ -57,4 +57,20 @@ for u in caa-gcp-t4-gpu-init.service caa-gcp-t4-slots.service kata-agent.service
 	grep -qx "$u" <<<"$(ls_root /etc/systemd/system/multi-user.target.wants)" || fail "root fs: $u not enabled"
 done
 grep -qx nvidia-current.ko <<<"$mods"
-echo "check-image: ok: kernel $kver, NVIDIA $driver, modules $(echo "$mods" | grep -c '\.ko') in updates/dkms, GSP firmware, headers removed" >&2
+
+# ESP (read in place with mtools at its byte offset): the UKI and the boot
+# loader, and no baked-in random seed (mkosi.finalize).
+read -r estart < <(jq -r '.partitiontable.partitions[] | select(.type == "C12A7328-F81F-11D2-BA4B-00A0C93EC93B") | .start' <<<"$json")
+esp="$raw@@$((estart * ssz))"
+ukis=$(MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" ::/EFI/Linux 2>/dev/null | grep -c '\.efi$' || true)
+[ "$ukis" = 1 ] || fail "ESP: want exactly one UKI in /EFI/Linux, found ${ukis:-0}"
+MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" ::/EFI/BOOT 2>/dev/null | grep -qi 'BOOTX64.EFI$' || fail "ESP: /EFI/BOOT/BOOTX64.EFI missing"
+if MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" ::/loader 2>/dev/null | grep -q 'random-seed$'; then
+	fail "ESP: /loader/random-seed is baked in (every podVM would share it; mkosi.finalize removes it)"
+fi
+# The initrd carries no build-time logs or caches (podvm/initrd/mkosi.conf).
+if [ -f "$dir/podvm.initrd" ]; then
+	left=$(zstdcat "$dir/podvm.initrd" | cpio -t --quiet 2>/dev/null | grep -E '^var/(log|cache)/.' || true)
+	[ -z "$left" ] || fail "initrd: build-time files left: $(echo "$left" | tr '\n' ' ')"
+fi
+echo "check-image: ok: kernel $kver, NVIDIA $driver, modules $(echo "$mods" | grep -c '\.ko') in updates/dkms, GSP firmware, headers removed, ESP with one UKI and no random seed" >&2

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 podvm/scripts/setup-host.sh
 scripts=(podvm/scripts/*.sh test/podvm/*.sh)
 shellcheck -x "${scripts[@]}"
-shellcheck -s sh podvm/mkosi.postinst podvm/mkosi.extra/usr/lib/caa-gcp-t4/slot-report
+shellcheck -s sh podvm/mkosi.postinst podvm/mkosi.finalize podvm/mkosi.extra/usr/lib/caa-gcp-t4/slot-report
 
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT

@@ -25,4 +25,18 @@ case_ mismatched-driver '(.packages[] | select(.name == "libcuda1") | .version) 
 case_ no-gsp-firmware 'del(.packages[] | select(.name == "firmware-nvidia-gsp"))' "firmware-nvidia-gsp is 'absent'"
 case_ toolchain-left '.packages += [{"name": "gcc", "version": "4:12.2.0-3"}]' "gcc must not be in the image"
 case_ ssh '.packages += [{"name": "openssh-server", "version": "1:9.2p1-2"}]' "openssh-server must not be in the image"
+# A disk whose ESP carries a random seed again (a sparse copy; the original
+# is never written).
+mkdir -p "$work/seed"
+cp --sparse=always "$dir/podvm.raw" "$work/seed/podvm.raw"
+cp "$dir/podvm.manifest" "$work/seed/"
+estart=$(sfdisk -J "$work/seed/podvm.raw" | jq -r '.partitiontable.partitions[] | select(.type == "C12A7328-F81F-11D2-BA4B-00A0C93EC93B") | .start')
+head -c 32 /dev/urandom >"$work/random-seed"
+MTOOLS_SKIP_CHECK=1 mcopy -o -i "$work/seed/podvm.raw@@$((estart * 512))" "$work/random-seed" ::/loader/random-seed
+if out=$(podvm/scripts/check-image.sh "$work/seed" 2>&1); then
+	echo "check-image-test: seed: accepted an ESP with /loader/random-seed" >&2
+	exit 1
+fi
+grep -q "random-seed is baked in" <<<"$out" || { echo "check-image-test: seed: '$out'" >&2; exit 1; }
+n=$((n + 1))
 echo "check-image-test: ok ($n cases)"
