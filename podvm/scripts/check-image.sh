@@ -70,7 +70,7 @@ if MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" ::/loader 2>/dev/null | grep -q 'random
 fi
 # The initrd carries no build-time logs or caches (podvm/initrd/mkosi.conf).
 if [ -f "$dir/podvm.initrd" ]; then
-	left=$(zstdcat "$dir/podvm.initrd" | cpio -t --quiet 2>/dev/null | grep -E '^var/(log|cache)/.' || true)
+	left=$(zstdcat "$dir/podvm.initrd" | cpio -t --quiet 2>/dev/null | grep -E '^(\./)?var/(log|cache)/.' || true)
 	[ -z "$left" ] || fail "initrd: build-time files left: $(echo "$left" | tr '\n' ' ')"
 fi
 echo "check-image: ok: kernel $kver, NVIDIA $driver, modules $(echo "$mods" | grep -c '\.ko') in updates/dkms, GSP firmware, headers removed, ESP with one UKI and no random seed" >&2

@@ -25,6 +25,19 @@ case_ mismatched-driver '(.packages[] | select(.name == "libcuda1") | .version) 
 case_ no-gsp-firmware 'del(.packages[] | select(.name == "firmware-nvidia-gsp"))' "firmware-nvidia-gsp is 'absent'"
 case_ toolchain-left '.packages += [{"name": "gcc", "version": "4:12.2.0-3"}]' "gcc must not be in the image"
 case_ ssh '.packages += [{"name": "openssh-server", "version": "1:9.2p1-2"}]' "openssh-server must not be in the image"
+# An initrd that still carries a build-time log (the real disk, a made-up initrd).
+mkdir -p "$work/initrd/tree/var/log" "$work/initrd/out"
+echo "install dkms" >"$work/initrd/tree/var/log/dpkg.log"
+ln -s "$dir/podvm.raw" "$work/initrd/out/podvm.raw"
+cp "$dir/podvm.manifest" "$work/initrd/out/"
+(cd "$work/initrd/tree" && find . | cpio -o -H newc --quiet) | zstd -q >"$work/initrd/out/podvm.initrd"
+if out=$(podvm/scripts/check-image.sh "$work/initrd/out" 2>&1); then
+	echo "check-image-test: initrd: accepted an initrd with var/log/dpkg.log" >&2
+	exit 1
+fi
+grep -q "initrd: build-time files left: var/log/dpkg.log" <<<"$out" || { echo "check-image-test: initrd: '$out'" >&2; exit 1; }
+n=$((n + 1))
+
 # A disk whose ESP carries a random seed again (a sparse copy; the original
 # is never written).
 mkdir -p "$work/seed"
