@@ -518,6 +518,7 @@ func (e *env) testGKEUbuntu(t *testing.T) {
 			t.Errorf("CAA's ServiceAccount %s %s/%s (ns %q): allowed=%v, want %v", c.verb, c.res, c.sub, c.ns, got, c.want)
 		}
 	}
+	t.Run("SidecarIdentity", func(t *testing.T) { e.testSidecarIdentity(t, "gke-c-peer-1") })
 
 	before := e.resourceVersions(t)
 	if code, out, errs := e.install(t, "--wif-credential-config="+wif); code != 0 || !strings.Contains(out, "0 changed") {
