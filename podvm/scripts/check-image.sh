@@ -65,6 +65,8 @@ esp="$raw@@$((estart * ssz))"
 ukis=$(MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" ::/EFI/Linux 2>/dev/null | grep -c '\.efi$' || true)
 [ "$ukis" = 1 ] || fail "ESP: want exactly one UKI in /EFI/Linux, found ${ukis:-0}"
 MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" ::/EFI/BOOT 2>/dev/null | grep -qi 'BOOTX64.EFI$' || fail "ESP: /EFI/BOOT/BOOTX64.EFI missing"
+stray=$(MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" :: 2>/dev/null | grep -E '/(vmlinuz|config|System\.map)-' || true)
+[ -z "$stray" ] || fail "ESP: kernel files outside the UKI: $(echo "$stray" | tr '\n' ' ')"
 if MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" ::/loader 2>/dev/null | grep -q 'random-seed$'; then
 	fail "ESP: /loader/random-seed is baked in (every podVM would share it; mkosi.finalize removes it)"
 fi
