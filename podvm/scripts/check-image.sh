@@ -62,12 +62,13 @@ grep -qx nvidia-current.ko <<<"$mods"
 # loader, and no baked-in random seed (mkosi.finalize).
 read -r estart < <(jq -r '.partitiontable.partitions[] | select(.type == "C12A7328-F81F-11D2-BA4B-00A0C93EC93B") | .start' <<<"$json")
 esp="$raw@@$((estart * ssz))"
-ukis=$(MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" ::/EFI/Linux 2>/dev/null | grep -c '\.efi$' || true)
+ls_esp() { MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" "::$1" 2>/dev/null || true; }
+ukis=$(ls_esp /EFI/Linux | grep -c '\.efi$' || true)
 [ "$ukis" = 1 ] || fail "ESP: want exactly one UKI in /EFI/Linux, found ${ukis:-0}"
-MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" ::/EFI/BOOT 2>/dev/null | grep -qi 'BOOTX64.EFI$' || fail "ESP: /EFI/BOOT/BOOTX64.EFI missing"
-stray=$(MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" :: 2>/dev/null | grep -E '/(vmlinuz|config|System\.map)-' || true)
+ls_esp /EFI/BOOT | grep -qi 'BOOTX64.EFI$' || fail "ESP: /EFI/BOOT/BOOTX64.EFI missing"
+stray=$(ls_esp / | grep -E '/(vmlinuz|config|System\.map)-' || true)
 [ -z "$stray" ] || fail "ESP: kernel files outside the UKI: $(echo "$stray" | tr '\n' ' ')"
-if MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" ::/loader 2>/dev/null | grep -q 'random-seed$'; then
+if ls_esp /loader | grep -q 'random-seed$'; then
 	fail "ESP: /loader/random-seed is baked in (every podVM would share it; mkosi.finalize removes it)"
 fi
 # The initrd carries no build-time logs or caches (podvm/initrd/mkosi.conf).
