@@ -33,7 +33,8 @@ json=$(sfdisk -J "$raw")
 ssz=$(jq -r '.partitiontable.sectorsize // 512' <<<"$json")
 read -r start size < <(jq -r '.partitiontable.partitions[] | select(.type == "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709") | "\(.start) \(.size)"' <<<"$json")
 [ -n "${start:-}" ] || fail "no x86-64 root partition in the GPT"
-jq -e '.partitiontable.partitions[] | select(.type == "C12A7328-F81F-11D2-BA4B-00A0C93EC93B")' <<<"$json" >/dev/null || fail "no ESP in the GPT"
+estart=$(jq -r '.partitiontable.partitions[] | select(.type == "C12A7328-F81F-11D2-BA4B-00A0C93EC93B") | .start' <<<"$json")
+[ -n "$estart" ] || fail "no ESP in the GPT"
 part=$(mktemp "$dir/.root.XXXXXX.tmp")
 trap 'rm -f "$part"' EXIT
 dd if="$raw" of="$part" bs="$ssz" skip="$start" count="$size" conv=sparse status=none
@@ -60,7 +61,6 @@ grep -qx nvidia-current.ko <<<"$mods"
 
 # ESP (read in place with mtools at its byte offset): the UKI and the boot
 # loader, and no baked-in random seed (mkosi.finalize).
-read -r estart < <(jq -r '.partitiontable.partitions[] | select(.type == "C12A7328-F81F-11D2-BA4B-00A0C93EC93B") | .start' <<<"$json")
 esp="$raw@@$((estart * ssz))"
 ls_esp() { MTOOLS_SKIP_CHECK=1 mdir -b -i "$esp" "::$1" 2>/dev/null || true; }
 ukis=$(ls_esp /EFI/Linux | grep -c '\.efi$' || true)

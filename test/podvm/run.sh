@@ -13,10 +13,9 @@ test/podvm/boot-test.sh "$dir" "$dir.boot"
 # Same inputs, same bits: one more build on mkosi's cached package tree must
 # reproduce every output of the cached image (make podvm-verify does this
 # from scratch, twice).
-# Next to the cache (same filesystem as the build's staging directory, so
-# the 1.1 GB image is renamed, not copied into a tmpfs).
-cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4}
-again=$(mktemp -d "$cache/podvm-again.XXXXXX")
+# Next to the cached image (same filesystem as the build's staging
+# directory, so the 1.1 GB image is renamed, not copied into a tmpfs).
+again=$(mktemp -d "$(dirname "$dir")/podvm-again.XXXXXX")
 trap 'rm -rf "$again"' EXIT
 PODVM_OUT=$again/out PODVM_INCREMENTAL=1 podvm/scripts/build.sh >/dev/null
 if ! diff "$dir/SHA256SUMS" "$again/out/SHA256SUMS"; then
