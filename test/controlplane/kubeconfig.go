@@ -36,3 +36,10 @@ current-context: controlplane
 	}
 	return nil
 }
+
+// WriteKubeconfig writes a kubeconfig for this API server that logs in with
+// token instead of the admin's: a ServiceAccount's token from a
+// TokenRequest, so a tool under test meets RBAC as it would in a pod.
+func (cp *ControlPlane) WriteKubeconfig(path, token string) error {
+	return writeKubeconfig(path, cp.URL, cp.caPEM, token)
+}

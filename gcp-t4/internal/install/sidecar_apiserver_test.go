@@ -14,8 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // runSidecarAs runs one `gcp-t4 remediate --once` pass for node, logged in
@@ -34,13 +32,8 @@ func (e *env) runSidecarAs(t *testing.T, ns, sa, node string) string {
 		t.Fatalf("token for %s/%s: %v", ns, sa, err)
 	}
 	dir := t.TempDir()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: e.cp.URL, CertificateAuthorityData: e.cp.Config().CAData}
-	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "sa"}
-	kc.CurrentContext = "test"
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+	if err := e.cp.WriteKubeconfig(kubeconfig, tok.Status.Token); err != nil {
 		t.Fatal(err)
 	}
 
