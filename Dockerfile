@@ -2,8 +2,9 @@
 #
 # caa-gcp-t4 image: upstream Cloud API Adaptor at a pinned release with the
 # gcp-t4 provider linked in (build tag gcp_t4), and our gcp-t4 operator
-# binary, so the DaemonSet's main container and its remediation sidecar run
-# from one image. Build with `make image`; docs/upstream.md explains the steps.
+# binaries (gcp-t4, and gcp-t4-node for the node sidecar), so CAA and the
+# remediation sidecar run from one image. Build with `make image`;
+# docs/upstream.md explains the steps.
 #
 # Pinned versions, defined here once; a test in test/upstream checks them
 # against the Makefile's UPSTREAM_RELEASE, UPSTREAM_GO and IMAGE_GO.
@@ -30,9 +31,9 @@ COPY gcp-t4 ./gcp-t4
 COPY test/controlplane/go.mod test/controlplane/go.sum ./test/controlplane/
 COPY test/upstream ./test/upstream
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/gcp-t4 ./gcp-t4 && \
+	(cd gcp-t4 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/gcp-t4 ./cmd/gcp-t4-node) && \
 	cd test/upstream && CGO_ENABLED=0 GOWORK=off go build -trimpath -o /out/caa-api-check ./cmd/caa-api-check && \
-	/out/gcp-t4 version
+	/out/gcp-t4 version && /out/gcp-t4-node version
 
 # Upstream at the pinned release, patched exactly as `make upstream-patch`
 # does (API check, gcpt4 tests in upstream's module, registrations, tidy),
@@ -87,7 +88,7 @@ RUN apt-get update && \
 COPY --from=iptables-wrapper /iptables-wrapper /usr/sbin/iptables-wrapper
 RUN /usr/sbin/iptables-wrapper install
 COPY --from=caa /out/cloud-api-adaptor /out/entrypoint.sh /usr/local/bin/
-COPY --from=gcp-t4 /out/gcp-t4 /usr/local/bin/gcp-t4
+COPY --from=gcp-t4 /out/gcp-t4 /out/gcp-t4-node /usr/local/bin/
 # The series the binary was built from, for provenance.
 COPY --from=caa /out/patches /usr/share/caa-gcp-t4/patches
 LABEL org.opencontainers.image.title="caa-gcp-t4" \
@@ -102,7 +103,7 @@ LABEL org.opencontainers.image.title="caa-gcp-t4" \
 	io.github.caa-gcp-t4.upstream.revision="${UPSTREAM_COMMIT}" \
 	io.github.caa-gcp-t4.upstream.go="${UPSTREAM_GO_VERSION}" \
 	io.github.caa-gcp-t4.go="${GO_VERSION}"
-# Non-root by default: the remediation sidecar (gcp-t4) runs as this user.
+# Non-root by default; the operator CLI (gcp-t4) runs as this user.
 # cloud-api-adaptor sets up VXLAN and routes in pod network namespaces, so
 # its container must set runAsUser: 0 with NET_ADMIN and SYS_ADMIN added
 # (docs/upstream.md, "The image").

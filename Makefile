@@ -39,8 +39,10 @@ all: build
 tools:
 	@scripts/require-go.sh
 
+## build: the three binaries, one per place they run: gcp-t4 (operator CLI),
+## gcp-t4-node (node sidecar), gpu-init (podVM); static, as they ship
 build: tools
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/gcp-t4 ./gcp-t4
+	cd gcp-t4 && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o ../$(BIN)/ ./cmd/gcp-t4 ./cmd/gcp-t4-node ./cmd/gpu-init
 
 ## demo: the main job on the embedded GCE emulator, no cloud account needed
 demo: build

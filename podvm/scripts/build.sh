@@ -4,7 +4,7 @@
 #   podvm.raw  podvm.manifest  podvm.nvidia-modules.json  build-info.json  SHA256SUMS
 #
 # Inputs of the key: every file under podvm/ that mkosi reads, the generated
-# apt sources, the mkosi version, the gcp-t4/nvidia-ctk/nvidia-cdi-hook
+# apt sources, the mkosi version, the gpu-init/nvidia-ctk/nvidia-cdi-hook
 # binaries and the guest binaries. Package versions in the archive are not
 # part of it: pin PODVM_DEBIAN_MIRROR to a snapshot for a fixed universe.
 #
@@ -32,11 +32,11 @@ binaries=${PODVM_BINARIES:-$repo/podvm/binaries}
 gen=$(mktemp -d "$cache/podvm-inputs.XXXXXX")
 trap 'rm -rf "$gen"' EXIT
 
-# 1. Tools that go into the image: gcp-t4 (static, for the GPU init unit)
-#    and NVIDIA's CDI tools.
+# 1. Tools that go into the image: gpu-init (static, the GPU init unit; the
+#    only binary of ours in the podVM) and NVIDIA's CDI tools.
 tools=$gen/tools-tree/usr/bin
 mkdir -p "$tools"
-(cd gcp-t4 && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w -buildid= -X main.version=podvm" -o "$tools/gcp-t4" .)
+(cd gcp-t4 && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/gpu-init" ./cmd/gpu-init)
 nvbin=$(podvm/scripts/nvidia-tools.sh)
 install -m 0755 "$nvbin/nvidia-ctk" "$nvbin/nvidia-cdi-hook" "$tools/"
 

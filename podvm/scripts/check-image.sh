@@ -51,7 +51,7 @@ grep -qx gsp_tu10x.bin <<<"$(ls_root "/usr/lib/firmware/nvidia/$fwver")" ||
 	fail "root fs: /usr/lib/firmware/nvidia/$fwver/gsp_tu10x.bin missing (firmware-nvidia-gsp)"
 src=$(ls_root /usr/src | grep -v '^\.\.\?$' || true)
 [ -z "$src" ] || fail "root fs: /usr/src still holds: $src (headers must be removed)"
-for f in gcp-t4 nvidia-ctk nvidia-cdi-hook; do
+for f in gpu-init nvidia-ctk nvidia-cdi-hook; do
 	grep -qx "$f" <<<"$(ls_root /usr/bin)" || fail "root fs: /usr/bin/$f missing"
 done
 for u in caa-gcp-t4-gpu-init.service caa-gcp-t4-slots.service kata-agent.service; do

@@ -13,7 +13,7 @@ shellcheck -s sh podvm/mkosi.postinst podvm/mkosi.finalize podvm/mkosi.extra/usr
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 cp -a podvm/mkosi.extra/. "$root/"
-for b in bin/mkdir usr/bin/gcp-t4 usr/local/bin/kata-agent usr/local/bin/agent-protocol-forwarder usr/local/bin/process-user-data; do
+for b in bin/mkdir usr/bin/gpu-init usr/local/bin/kata-agent usr/local/bin/agent-protocol-forwarder usr/local/bin/process-user-data; do
 	mkdir -p "$root/$(dirname "$b")"
 	printf '#!/bin/sh\n' >"$root/$b"
 	chmod +x "$root/$b"

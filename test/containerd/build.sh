@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds one containerd release from the Go module proxy and caches it
 # outside the repository, keyed by version, so that the real-containerd
-# tests of `gcp-t4 remediate` run against the daemon GKE ships.
+# tests of `gcp-t4-node remediate` run against the daemon GKE ships.
 #
 #   test/containerd/build.sh v2.2.1   -> prints the path of the binary
 #   test/containerd/build.sh v1.7.29

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# System packages the `gcp-t4 remediate` tests need besides containerd:
+# System packages the `gcp-t4-node remediate` tests need besides containerd:
 # dbus-daemon, the real message bus the systemd restarter is tested over.
 set -euo pipefail
 if command -v dbus-daemon >/dev/null 2>&1; then

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Idle cost of `gcp-t4 remediate` on a converged node: RSS and CPU time of
+# Idle cost of `gcp-t4-node remediate` on a converged node: RSS and CPU time of
 # the watch loop over a window (default 60 s), with the default debounce and
 # resync, and /metrics scraped every 15 s as Prometheus would. Figures go to
 # docs/benchmarks.md.
 #
-#   test/containerd/idle-cost.sh [path/to/gcp-t4] [seconds] [port]
+#   test/containerd/idle-cost.sh [path/to/gcp-t4-node] [seconds] [port]
 set -euo pipefail
-bin=${1:-bin/gcp-t4}
+bin=${1:-bin/gcp-t4-node}
 secs=${2:-60}
 port=${3:-19102}
 [ -x "$bin" ] || { echo "idle-cost.sh: $bin not built; run make build" >&2; exit 1; }

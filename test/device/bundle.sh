@@ -1,31 +1,14 @@
 #!/usr/bin/env bash
 # Builds what test/device/gpu-check.sh needs into DIR: a small static
-# gpu-init binary (the same package `gcp-t4 gpu-init` runs) and nvidia-ctk
+# gpu-init binary (the podVM's own, cmd/gpu-init) and nvidia-ctk
 # plus nvidia-cdi-hook from the NVIDIA Container Toolkit's Go module.
 set -euo pipefail
 out=$(mkdir -p "${1:?usage: bundle.sh DIR}" && cd "$1" && pwd)
 here=$(cd "$(dirname "$0")/../.." && pwd)
 ctk=${NVIDIA_CTK_VERSION:-v1.19.1}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp" "$here/gcp-t4/internal/gpuinit/cmd/devicecheck"' EXIT
-# A main inside the gcp-t4 module may import its internal package.
-mkdir -p "$here/gcp-t4/internal/gpuinit/cmd/devicecheck"
-cat >"$here/gcp-t4/internal/gpuinit/cmd/devicecheck/main.go" <<'GO'
-package main
-
-import (
-	"context"
-	"log/slog"
-	"os"
-
-	"github.com/caa-gcp-t4/gcp-t4/internal/gpuinit"
-)
-
-func main() {
-	os.Exit(gpuinit.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr, slog.New(slog.NewJSONHandler(os.Stderr, nil))))
-}
-GO
-(cd "$here" && CGO_ENABLED=0 go build -ldflags "-s -w" -o "$out/gpu-init" ./gcp-t4/internal/gpuinit/cmd/devicecheck)
+trap 'rm -rf "$tmp"' EXIT
+(cd "$here/gcp-t4" && CGO_ENABLED=0 go build -ldflags "-s -w" -o "$out/gpu-init" ./cmd/gpu-init)
 # nvidia-ctk needs cgo (its dxcore package).
 (cd "$tmp" && GOBIN="$out" CGO_ENABLED=1 go install -ldflags "-s -w" \
 	"github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@$ctk" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check for a machine with a real NVIDIA driver: runs the podVM's GPU
-# init logic (`gcp-t4 gpu-init`) and `nvidia-ctk cdi generate` against it.
+# init logic (`gpu-init`) and `nvidia-ctk cdi generate` against it.
 # Build the inputs first with test/device/bundle.sh DIR, copy DIR to the GPU
 # machine, and run: gpu-check.sh DIR OUTDIR
 set -uo pipefail

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Runs `gcp-t4 gpu-init` against the real root of a machine with an NVIDIA
+# Runs `gpu-init` (the podVM's binary) against the real root of a machine with an NVIDIA
 # GPU and its driver installed, writing the CDI spec to a scratch path so the
 # host's own /var/run/cdi is untouched. Collects the readiness lines, the
 # spec and the environment into $OUT (default /tmp/caa-gcp-t4-gpu-check).
-#   gpu-device-check.sh <dir or .tar.gz with gcp-t4, nvidia-ctk, nvidia-cdi-hook>
+#   gpu-device-check.sh <dir or .tar.gz with gpu-init, nvidia-ctk, nvidia-cdi-hook>
 set -uo pipefail
 src=$1
 out=${OUT:-/tmp/caa-gcp-t4-gpu-check}
@@ -30,7 +30,7 @@ cdi=/tmp/caa-gcp-t4-cdi/nvidia.yaml
 run() {
 	local name=$1
 	shift
-	"$bin/gcp-t4" gpu-init --root / --timeout 60s --console "" \
+	"$bin/gpu-init" --root / --timeout 60s --console "" \
 		--nvidia-smi "$smi" --modprobe "$modprobe" \
 		--nvidia-ctk "$bin/nvidia-ctk" --nvidia-cdi-hook "$bin/nvidia-cdi-hook" "$@" \
 		>"$out/$name.line" 2>"$out/$name.stderr"

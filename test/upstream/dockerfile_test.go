@@ -178,7 +178,7 @@ func TestDockerfileStages(t *testing.T) {
 		}
 	}
 	ours := runs("gcp-t4")
-	for _, want := range []string{"CGO_ENABLED=0 go build", "-o /out/gcp-t4 ./gcp-t4", "./cmd/caa-api-check"} {
+	for _, want := range []string{"CGO_ENABLED=0 go build", "-o /out/ ./cmd/gcp-t4 ./cmd/gcp-t4-node", "./cmd/caa-api-check"} {
 		if !strings.Contains(ours, want) {
 			t.Errorf("stage gcp-t4 does not run %q", want)
 		}
@@ -233,7 +233,8 @@ func TestDockerfileFinalStage(t *testing.T) {
 	for src, dest := range map[string]string{
 		"caa:/out/cloud-api-adaptor": "/usr/local/bin/",
 		"caa:/out/entrypoint.sh":     "/usr/local/bin/",
-		"gcp-t4:/out/gcp-t4":         "/usr/local/bin/gcp-t4",
+		"gcp-t4:/out/gcp-t4":         "/usr/local/bin/",
+		"gcp-t4:/out/gcp-t4-node":    "/usr/local/bin/",
 	} {
 		if got, ok := copied[src]; !ok || got != dest {
 			t.Errorf("final stage copies %s to %q, want %s", src, got, dest)

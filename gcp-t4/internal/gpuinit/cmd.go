@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// Main is the `gcp-t4 gpu-init` subcommand. Exit status: 0 when the GPUs are
+// Main is the `gpu-init` subcommand. Exit status: 0 when the GPUs are
 // ready or there is no GPU (CPU-only podVMs boot the same image), 1 when a
 // GPU is present but could not be brought up, 2 for bad flags.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
@@ -32,7 +32,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gcp-t4 gpu-init: unexpected argument %q: all settings are flags\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "gpu-init: unexpected argument %q: all settings are flags\n", fs.Arg(0))
 		return 2
 	}
 	for _, m := range strings.Split(modules, ",") {
@@ -41,7 +41,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		}
 	}
 	if len(cfg.Modules) == 0 {
-		fmt.Fprintln(stderr, "gcp-t4 gpu-init: --modules is empty: name at least nvidia")
+		fmt.Fprintln(stderr, "gpu-init: --modules is empty: name at least nvidia")
 		return 2
 	}
 
@@ -57,10 +57,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		}
 	}
 	if err := Print(r, stdout, con); err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 gpu-init: %v\n", err)
+		fmt.Fprintf(stderr, "gpu-init: %v\n", err)
 	}
 	if runErr != nil {
-		fmt.Fprintf(stderr, "gcp-t4 gpu-init: %v\n", runErr)
+		fmt.Fprintf(stderr, "gpu-init: %v\n", runErr)
 		return 1
 	}
 	return 0

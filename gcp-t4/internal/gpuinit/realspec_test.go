@@ -7,7 +7,7 @@ import (
 )
 
 // TestDevicesOfARealSpec parses the spec nvidia-ctk v1.19.1 generated
-// through `gcp-t4 gpu-init` on a real GPU machine (NVIDIA H200, open kernel
+// through `gpu-init` on a real GPU machine (NVIDIA H200, open kernel
 // module 580.159.04; only the cdi-hook path was normalized). The device
 // list is what the readiness line reports and what kata's CDI lookup of
 // nvidia.com/gpu=all needs.

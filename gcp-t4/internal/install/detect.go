@@ -218,7 +218,7 @@ func Decide(env Environment, gke, rc Mode) (Decision, error) {
 		if len(env.Pools) > 0 && len(ubuntu) == 0 {
 			return d, fmt.Errorf("every node pool runs Container-Optimized OS, whose read-only root cannot hold the kata shim under /opt/kata; %s", cosFix)
 		}
-		d.Notes = append(d.Notes, "enabling containerd remediation (components/gke-remediation): the `gcp-t4 remediate` sidecar keeps kata-remote in the nodes' containerd config, which GKE rewrites at every node bootstrap")
+		d.Notes = append(d.Notes, "enabling containerd remediation (components/gke-remediation): the `gcp-t4-node remediate` sidecar keeps kata-remote in the nodes' containerd config, which GKE rewrites at every node bootstrap")
 		if selected == 0 {
 			which := "an Ubuntu node pool"
 			if len(ubuntu) > 0 {

@@ -215,7 +215,7 @@ func TestSidecarLeastPrivilege(t *testing.T) {
 	if rem.Image != caa.Image || rem.Image != "registry.example/caa-gcp-t4:v9" {
 		t.Errorf("sidecar image %q, CAA image %q: want both the --image", rem.Image, caa.Image)
 	}
-	if !slices.Equal(rem.Command, []string{"/usr/local/bin/gcp-t4", "remediate"}) {
+	if !slices.Equal(rem.Command, []string{"/usr/local/bin/gcp-t4-node", "remediate"}) {
 		t.Errorf("command %q", rem.Command)
 	}
 	sc := rem.SecurityContext

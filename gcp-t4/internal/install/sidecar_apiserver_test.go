@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 )
 
-// runSidecarAs runs one `gcp-t4 remediate --once` pass for node, logged in
+// runSidecarAs runs one `gcp-t4-node remediate --once` pass for node, logged in
 // to the real API server with a token of the ServiceAccount sa (namespace
 // ns), against a GKE-like containerd config under a scratch host root. The
 // Node read and the Event go through the API server's authentication, RBAC

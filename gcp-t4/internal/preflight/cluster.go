@@ -174,7 +174,7 @@ func (c *Cluster) checkHandlers(nodes []corev1.Node) Result {
 			without = append(without, n.Name)
 		}
 	}
-	diag := fmt.Sprintf("kubectl -n %s logs ds/%s --all-containers   # the remediate sidecar (gcp-t4 remediate) adds the handler to containerd", c.Namespace, c.DaemonSet)
+	diag := fmt.Sprintf("kubectl -n %s logs ds/%s --all-containers   # the remediate sidecar (gcp-t4-node remediate) adds the handler to containerd", c.Namespace, c.DaemonSet)
 	switch {
 	case len(without) > 0:
 		return fail(check, diag, "nodes without %s in status.runtimeHandlers: %s", c.RuntimeClass, strings.Join(without, ", "))

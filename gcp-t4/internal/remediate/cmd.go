@@ -45,7 +45,7 @@ type options struct {
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	h := DefaultHandler()
 	o := &options{}
-	fs := flag.NewFlagSet("gcp-t4 remediate", flag.ContinueOnError)
+	fs := flag.NewFlagSet("gcp-t4-node remediate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.cfg.Target.Config, "config", "/etc/containerd/config.toml", "containerd's main config file (host path; mount the host's /etc/containerd at the same path)")
 	fs.StringVar(&o.cfg.Target.DropInDir, "dropin-dir", "", "drop-in directory imported by a glob on containerd 2.x (default: conf.d next to --config)")
@@ -144,7 +144,7 @@ func kubeClient(o *options) (corev1client.CoreV1Interface, error) {
 	return corev1client.NewForConfig(cfg)
 }
 
-// Main is `gcp-t4 remediate`. It logs through its own JSON handler at
+// Main is `gcp-t4-node remediate`. It logs through its own JSON handler at
 // --log-level rather than the caller's logger: a sidecar's info lines
 // (what it wrote, when it restarted) are its audit trail.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
@@ -153,7 +153,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintf(stderr, "gcp-t4 remediate: %v\n", err)
+		fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)
 		return 2
 	}
 	var lvl slog.Level
@@ -162,7 +162,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 
 	kc, err := kubeClient(o)
 	if err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 remediate: %v\n", err)
+		fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)
 		return 2
 	}
 	deps := Deps{
@@ -188,7 +188,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 	}
 	r, err := New(o.cfg, deps)
 	if err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 remediate: %v\n", err)
+		fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)
 		return 2
 	}
 	if o.once || o.cfg.DryRun {
@@ -197,13 +197,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 	if o.listen != "" {
 		addr, err := r.Serve(ctx, o.listen)
 		if err != nil {
-			fmt.Fprintf(stderr, "gcp-t4 remediate: %v\n", err)
+			fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)
 			return 2
 		}
 		logger.Info("serving metrics and readiness", "addr", addr)
 	}
 	if err := r.Run(ctx, Loop{Debounce: o.debounce, Resync: o.resync}); err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 remediate: %v\n", err)
+		fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)
 		return 1
 	}
 	return 0
@@ -215,7 +215,7 @@ func runOnce(ctx context.Context, r *Remediator, stdout, stderr io.Writer) int {
 	for {
 		res, err := r.Reconcile(ctx)
 		if err != nil {
-			fmt.Fprintf(stderr, "gcp-t4 remediate: %v\n", err)
+			fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)
 			return 1
 		}
 		if r.cfg.DryRun {

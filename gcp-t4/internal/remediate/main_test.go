@@ -12,7 +12,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart/systemdtest"
 )
 
-// TestMainOnceOverDBus runs `gcp-t4 remediate --once` as an installer
+// TestMainOnceOverDBus runs `gcp-t4-node remediate --once` as an installer
 // would, against a real containerd, with the restart going through the
 // systemd D-Bus restarter to a stand-in systemd that restarts that
 // containerd.

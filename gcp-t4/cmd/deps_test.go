@@ -1,0 +1,68 @@
+// Package cmd holds the binaries, one per place caa-gcp-t4 runs. This test
+// keeps each binary to what its place needs: the podVM image is inside the
+// trust boundary and the node sidecar holds root-equivalent host access, so
+// neither may carry the GCE emulator, the cloud client, or kustomize.
+package cmd
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// forbidden prefixes for every binary but the operator CLI.
+var offNode = []string{
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake",
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4",
+	"cloud.google.com/go",
+	"google.golang.org/api",
+	"sigs.k8s.io/kustomize",
+	"github.com/caa-gcp-t4/gcp-t4/internal/install",
+	"github.com/caa-gcp-t4/gcp-t4/internal/demo",
+}
+
+func TestNodeSidecarLinksNoCloudOrInstaller(t *testing.T) {
+	for _, d := range deps(t, "./gcp-t4-node") {
+		for _, p := range offNode {
+			if d == p || strings.HasPrefix(d, p+"/") {
+				t.Errorf("gcp-t4-node links %s (forbidden: %s)", d, p)
+			}
+		}
+	}
+}
+
+// gpu-init runs in the podVM: the standard library and our gpuinit package
+// only. A module path has a dot in its first element; the standard
+// library's never does.
+func TestGPUInitLinksStandardLibraryOnly(t *testing.T) {
+	allowed := map[string]bool{
+		"github.com/caa-gcp-t4/gcp-t4/cmd/gpu-init":     true,
+		"github.com/caa-gcp-t4/gcp-t4/internal/gpuinit": true,
+	}
+	for _, d := range deps(t, "./gpu-init") {
+		first, _, _ := strings.Cut(d, "/")
+		if strings.Contains(first, ".") && !allowed[d] {
+			t.Errorf("gpu-init links %s: the podVM binary may use the standard library and internal/gpuinit only", d)
+		}
+	}
+}
+
+// The operator CLI must not carry the node's job, nor the podVM's.
+func TestOperatorCLILinksNoNodeOrGuestCode(t *testing.T) {
+	for _, d := range deps(t, "./gcp-t4") {
+		for _, p := range []string{"github.com/caa-gcp-t4/gcp-t4/internal/remediate", "github.com/caa-gcp-t4/gcp-t4/internal/gpuinit", "github.com/caa-gcp-t4/gcp-t4/internal/restart"} {
+			if d == p {
+				t.Errorf("gcp-t4 links %s, which belongs to another binary", d)
+			}
+		}
+	}
+}

@@ -1,0 +1,24 @@
+// Command gcp-t4-node is the node sidecar: it runs on every peer-pod node
+// with access to the host's containerd configuration and systemd, so it
+// links only what that job needs (no GCE client, emulator or kustomize).
+package main
+
+import (
+	"os"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(program().Run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func program() cli.Program {
+	return cli.Program{Name: "gcp-t4-node", Version: version, Commands: map[string]cli.Command{
+		"remediate": {Summary: "keep the kata-remote runtime handler in this node's containerd config (sidecar; --once, --dry-run)", Run: remediate.Main},
+	}}
+}

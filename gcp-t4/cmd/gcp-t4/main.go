@@ -1,0 +1,56 @@
+// Command gcp-t4 is caa-gcp-t4's operator tool: the demo on the embedded GCE
+// emulator, install, plan, preflight and gc, and the adaptor for testing
+// without CAA. It runs on an operator's machine or in the CAA pod, never on
+// a node's host namespaces (that is gcp-t4-node) or in a podVM (gpu-init).
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/adaptor"
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
+	"github.com/caa-gcp-t4/gcp-t4/internal/demo"
+	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
+	"github.com/caa-gcp-t4/gcp-t4/internal/install"
+	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/preflight"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(program().Run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func program() cli.Program {
+	return cli.Program{Name: "gcp-t4", Version: version, Commands: map[string]cli.Command{
+		"adaptor":   {Summary: "serve the kata remote-hypervisor protocol (ttrpc) on a unix socket in front of the gcp-t4 provider", Run: runAdaptor},
+		"gc":        {Summary: "list podVMs labelled as ours whose pod is gone; -delete removes them, -interval loops", Run: gc.Main},
+		"demo":      {Summary: "provision two single-T4 podVMs on the embedded GCE emulator, show them, delete them", Run: runDemo},
+		"preflight": {Summary: "check the project (quota, zones, NAT, firewall, image, permissions) and with -kubeconfig the cluster before deploying; -o json", Run: preflight.Main},
+		"plan":      {Summary: "show the podVM a pod, Deployment or RayService would get (profile, zones, insert request, $/h); `plan serve` sizes a model over T4s; no cloud account needed", Run: plan.Main},
+		"install":   {Summary: "install CAA with gcp-t4 (embedded kustomize overlays; detects GKE; server-side apply; --dry-run prints the YAML)", Run: install.Main},
+		"uninstall": {Summary: "remove exactly what `gcp-t4 install` created", Run: install.MainUninstall},
+	}}
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	if err := demo.Run(ctx, args, stdout, logger); err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 demo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runAdaptor(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	if err := adaptor.Run(ctx, args, version, stdout, stderr, logger); err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 adaptor: %v\n", err)
+		return 1
+	}
+	return 0
+}
