@@ -8,10 +8,13 @@
 // (synchronous googleapi errors, failed operations with and without an HTTP
 // status, stockouts with zonesAvailable, quota errors with QuotaInfo).
 //
-// Its central rule is that it must reject what GCE rejects. A fake that is
-// more lenient than GCE lets provider bugs (a missing onHostMaintenance
-// TERMINATE, an accelerator in the wrong zone, a typo in an enum) pass tests
-// and fail in production, so validation errs on the strict side and error
+// Its central rule is that it rejects what GCE rejects and accepts what GCE
+// accepts. A fake more lenient than GCE lets provider bugs (a missing
+// onHostMaintenance TERMINATE, a TDX VM from an image without TDX_CAPABLE, a
+// typo in an enum) pass tests and fail in production; one stricter than GCE
+// makes the provider send what GCE does not need and hides the shapes it
+// could use (N1 custom types with T4s). Each rule cites the Google
+// documentation or discovery-document field it comes from, and error
 // messages follow GCE's wording where it is known.
 //
 // Deliberate simplifications are documented next to the code that makes them;
@@ -19,9 +22,10 @@
 // those still PROVISIONING; an instance is visible with status PROVISIONING
 // while its insert operation runs and with STOPPING while its delete
 // operation runs; quota and stockout outcomes are decided when the insert is
-// accepted and reported when its operation completes; a single VPC
-// ("default") exists; Spot/preemptible requests must set automaticRestart
-// false and onHostMaintenance TERMINATE explicitly. Firewall rules and Cloud
+// accepted and reported when its operation completes, per zone and
+// provisioning model (SetStockout, SetStockoutFor); a single VPC
+// ("default") exists; reservations are not modelled: an insert that
+// targets a specific reservation is accepted as if it existed. Firewall rules and Cloud
 // Routers are added through Server methods (validated as their inserts are)
 // and read through the API; Resource Manager's testIamPermissions is served
 // at its own /v3 path against a permission set the tests control.

@@ -609,9 +609,8 @@ func TestSchedulingValidation(t *testing.T) {
 		contain string
 	}{
 		{"spot with restart", func(i *computepb.Instance) { spot(i); i.Scheduling.AutomaticRestart = proto.Bool(true) }, "resource.scheduling.automaticRestart"},
-		{"spot restart unset", func(i *computepb.Instance) { spot(i); i.Scheduling.AutomaticRestart = nil }, "resource.scheduling.automaticRestart"},
 		{"preemptible with restart", func(i *computepb.Instance) {
-			i.Scheduling = &computepb.Scheduling{Preemptible: proto.Bool(true), OnHostMaintenance: proto.String("TERMINATE")}
+			i.Scheduling = &computepb.Scheduling{Preemptible: proto.Bool(true), OnHostMaintenance: proto.String("TERMINATE"), AutomaticRestart: proto.Bool(true)}
 		}, "resource.scheduling.automaticRestart"},
 		{"termination action on standard", func(i *computepb.Instance) {
 			i.Scheduling.InstanceTerminationAction = proto.String("DELETE")
@@ -657,10 +656,16 @@ func TestConfidentialValidation(t *testing.T) {
 	sevN1.ConfidentialInstanceConfig = &computepb.ConfidentialInstanceConfig{EnableConfidentialCompute: proto.Bool(true)}
 	insertErr(t, s, zoneA, sevN1, 400, "invalid")
 
+	// A TDX image: UEFI, TDX_CAPABLE, and GVNIC, which A3 networks through
+	// (see rules_test.go for each missing piece).
+	s.AddImage(testProject, &computepb.Image{Name: proto.String("podvm-tdx"), DiskSizeGb: proto.Int64(20), GuestOsFeatures: features("UEFI_COMPATIBLE", "TDX_CAPABLE", "GVNIC")})
+	s.AddImage(testProject, &computepb.Image{Name: proto.String("podvm-sev"), DiskSizeGb: proto.Int64(20), GuestOsFeatures: features("UEFI_COMPATIBLE", "SEV_CAPABLE", "SEV_SNP_CAPABLE")})
 	a3 := func(name string) *computepb.Instance {
 		inst := t4Instance(name, zoneA, 1)
 		inst.GuestAccelerators = nil
 		inst.MachineType = proto.String("zones/us-central1-a/machineTypes/a3-highgpu-1g")
+		inst.Disks[0].InitializeParams.SourceImage = proto.String("global/images/podvm-tdx")
+		inst.Disks[0].Interface = proto.String("NVME")
 		inst.ConfidentialInstanceConfig = &computepb.ConfidentialInstanceConfig{ConfidentialInstanceType: proto.String("TDX")}
 		inst.Scheduling = &computepb.Scheduling{
 			ProvisioningModel: proto.String("SPOT"),
@@ -685,6 +690,8 @@ func TestConfidentialValidation(t *testing.T) {
 		inst := t4Instance("n2d-"+strings.ToLower(strings.ReplaceAll(typ, "_", "-"))+"-"+strings.ToLower(ohm), zoneA, 1)
 		inst.GuestAccelerators = nil
 		inst.MachineType = proto.String("zones/us-central1-a/machineTypes/n2d-standard-4")
+		inst.Disks[0].InitializeParams.SourceImage = proto.String("global/images/podvm-sev")
+		inst.Disks[0].Interface = proto.String("NVME")
 		inst.ConfidentialInstanceConfig = &computepb.ConfidentialInstanceConfig{EnableConfidentialCompute: proto.Bool(true), ConfidentialInstanceType: proto.String(typ)}
 		inst.Scheduling = &computepb.Scheduling{OnHostMaintenance: proto.String(ohm)}
 		return inst
@@ -697,6 +704,7 @@ func TestConfidentialValidation(t *testing.T) {
 	// TDX on c3 needs TERMINATE.
 	c3 := n2d("TDX", "MIGRATE")
 	c3.MachineType = proto.String("zones/us-central1-a/machineTypes/c3-standard-4")
+	c3.Disks[0].InitializeParams.SourceImage = proto.String("global/images/podvm-tdx")
 	if gerr := insertErr(t, s, zoneA, c3, 400, "invalid"); !strings.Contains(gerr.Message, "resource.scheduling.onHostMaintenance") {
 		t.Fatalf("message %q", gerr.Message)
 	}

@@ -1,6 +1,7 @@
 package gcefake
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
@@ -51,17 +52,45 @@ func requestID(rc *reqCtx) (string, error) {
 	return v, nil
 }
 
+// requestKey scopes a requestId: GCE deduplicates a repeated request of
+// the same method on the same (zonal) resource collection, so an insert
+// and a delete, or inserts in two zones, never collide even with one ID.
+func requestKey(method, zone, rid string) string {
+	return method + "\x00" + zone + "\x00" + rid
+}
+
 // replayed returns the operation a repeated requestId created, which is how
-// GCE makes a retried mutation safe: nothing else happens.
-func (s *Server) replayed(rid string) proto.Message {
+// GCE makes a retried mutation safe: it "will ignore the second request"
+// (InsertInstanceRequest.requestId in the discovery document), so a repeat
+// gets the first request's operation whatever its body. A repeat with
+// another body is counted: the caller reused an ID for a different
+// request, which on GCE silently does nothing.
+func (s *Server) replayed(method, zone, rid string, body []byte) proto.Message {
 	if rid == "" {
 		return nil
 	}
-	name, ok := s.requestIDs[rid]
+	name, ok := s.requestIDs[requestKey(method, zone, rid)]
 	if !ok {
 		return nil
 	}
-	return proto.Clone(s.ops[name].op)
+	rec := s.ops[name]
+	if !bytes.Equal(rec.body, body) {
+		rec.otherBodies++
+	}
+	return proto.Clone(rec.op)
+}
+
+// ReplaysWithAnotherBody counts requests that repeated a requestId with a
+// different body: GCE ignored them, so a provider that does this lost a
+// request it meant to make.
+func (s *Server) ReplaysWithAnotherBody() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, rec := range s.ops {
+		n += rec.otherBodies
+	}
+	return n
 }
 
 func (s *Server) handleInstancesInsert(rc *reqCtx) (proto.Message, error) {
@@ -73,7 +102,8 @@ func (s *Server) handleInstancesInsert(rc *reqCtx) (proto.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	if op := s.replayed(rid); op != nil {
+	body := insertKey(rc)
+	if op := s.replayed("instances.insert", z.name, rid, body); op != nil {
 		return op, nil
 	}
 	req := &computepb.Instance{}
@@ -100,6 +130,7 @@ func (s *Server) handleInstancesInsert(rc *reqCtx) (proto.Message, error) {
 	}
 	id := s.newInstanceID()
 	rec := s.newOperation(z.name, "insert", inst.GetName(), id, rid)
+	rec.body = body
 	if f := s.insertFailure(plan); f != nil {
 		rec.failure = f
 	} else {
@@ -116,6 +147,14 @@ func (s *Server) handleInstancesInsert(rc *reqCtx) (proto.Message, error) {
 	return proto.Clone(rec.op), nil
 }
 
+// insertKey is what makes two inserts the same request: the body and the
+// query parameters that shape it (the template, the machine image).
+func insertKey(rc *reqCtx) []byte {
+	q := rc.r.URL.Query()
+	q.Del("requestId")
+	return append([]byte(q.Encode()+"\x00"), rc.body...)
+}
+
 // insertFailure decides the asynchronous outcome: quota first (as GCE checks
 // quota before capacity), then stockout.
 func (s *Server) insertFailure(plan *insertPlan) *opFailure {
@@ -124,13 +163,15 @@ func (s *Server) insertFailure(plan *insertPlan) *opFailure {
 	if q := s.checkQuota(z.region, probe.usage(s.world)); q != nil {
 		return &opFailure{errs: []*computepb.Errors{q.operationError()}, httpCode: http.StatusForbidden, httpMsg: httpStatusText(http.StatusForbidden)}
 	}
-	if !s.stockout[z.name] {
+	// Capacity runs out per provisioning model: Spot can be exhausted
+	// while standard capacity remains (and the other way round).
+	if !s.stockedOut(z.name, plan.model) {
 		return nil
 	}
 	var avail []string
 	for _, zn := range s.world.regionByName[z.region].zones {
 		other := s.world.zoneByName[zn]
-		if zn == z.name || s.stockout[zn] || other.machine(plan.machine.name) == nil {
+		if zn == z.name || s.stockedOut(zn, plan.model) || other.machine(plan.machine.name) == nil {
 			continue
 		}
 		if plan.gpu != "" && !other.hasAccel(plan.gpu) {
@@ -201,9 +242,11 @@ func (s *Server) storeInstance(plan *insertPlan, req *computepb.Instance, id uin
 		sc = &computepb.Scheduling{}
 		inst.Scheduling = sc
 	}
-	sc.OnHostMaintenance = proto.String(orDefault(sc.GetOnHostMaintenance(), "MIGRATE"))
+	// GCE's defaults: TERMINATE and no automatic restart for Spot and
+	// preemptible VMs, MIGRATE and restart for the others.
+	sc.OnHostMaintenance = proto.String(onHostMaintenance(sc))
 	if sc.AutomaticRestart == nil {
-		sc.AutomaticRestart = proto.Bool(true)
+		sc.AutomaticRestart = proto.Bool(!plan.spot)
 	}
 	sc.ProvisioningModel = proto.String(orDefault(sc.GetProvisioningModel(), "STANDARD"))
 	sc.Preemptible = proto.Bool(sc.GetPreemptible())
@@ -291,14 +334,15 @@ func (s *Server) handleInstancesGet(rc *reqCtx) (proto.Message, error) {
 }
 
 func (s *Server) handleInstancesDelete(rc *reqCtx) (proto.Message, error) {
-	if _, err := s.zoneOf(rc); err != nil {
+	z, err := s.zoneOf(rc)
+	if err != nil {
 		return nil, err
 	}
 	rid, err := requestID(rc)
 	if err != nil {
 		return nil, err
 	}
-	if op := s.replayed(rid); op != nil {
+	if op := s.replayed("instances.delete", z.name, rid, []byte(rc.params["instance"])); op != nil {
 		return op, nil
 	}
 	ir, err := s.lookupInstance(rc)
@@ -307,6 +351,7 @@ func (s *Server) handleInstancesDelete(rc *reqCtx) (proto.Message, error) {
 	}
 	ir.inst.Status = proto.String("STOPPING")
 	rec := s.newOperation(ir.zone, "delete", ir.inst.GetName(), ir.inst.GetId(), rid)
+	rec.body = []byte(rc.params["instance"])
 	key := ir.zone + "/" + ir.inst.GetName()
 	rec.onDone = func() {
 		if s.instances[key] != ir {

@@ -22,6 +22,10 @@ type opRecord struct {
 	// onDone applies a successful outcome; failure replaces it.
 	onDone  func()
 	failure *opFailure
+	// body is what made the request (for requestId replays); otherBodies
+	// counts repeats of its requestId that sent something else.
+	body        []byte
+	otherBodies int
 }
 
 type opFailure struct {
@@ -55,7 +59,7 @@ func (s *Server) newOperation(zone, opType, targetName string, targetID uint64, 
 	}
 	if requestID != "" {
 		op.ClientOperationId = proto.String(requestID)
-		s.requestIDs[requestID] = name
+		s.requestIDs[requestKey("instances."+opType, zone, requestID)] = name
 	}
 	rec := &opRecord{op: op, zone: zone, doneAt: now.Add(s.latency)}
 	s.ops[name] = rec

@@ -70,6 +70,8 @@ func TestQuotaExceeded(t *testing.T) {
 	a3 := t4Instance("a3", zoneA, 1)
 	a3.GuestAccelerators = nil
 	a3.MachineType = proto.String("zones/us-central1-a/machineTypes/a3-highgpu-1g")
+	// On demand, a3-highgpu-1g comes only from a reservation (rules_test.go).
+	a3.ReservationAffinity = &computepb.ReservationAffinity{ConsumeReservationType: proto.String("SPECIFIC_RESERVATION"), Key: proto.String("compute.googleapis.com/reservation-name"), Values: []string{"h100"}}
 	op, err = c.Insert(ctx, insertReq(zoneA, a3))
 	if err != nil {
 		t.Fatalf("insert: %v", err)

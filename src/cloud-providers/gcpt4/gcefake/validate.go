@@ -18,9 +18,14 @@ import (
 var (
 	// These patterns are GCE's documented constraints; they are compiled
 	// once and never modified.
-	nameRE        = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
-	labelKeyRE    = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
-	labelValueRE  = regexp.MustCompile(`^[a-z0-9_-]{0,63}$`)
+	nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	// Labels: keys start with a lowercase letter; keys and values hold
+	// lowercase letters, international ones included, digits, '_' and
+	// '-', at most 63 characters (compute/docs/labeling-resources#requirements:
+	// "International characters are allowed"; the Ll/Lo classes are the
+	// pattern Google's label fields document, e.g. \p{Ll}\p{Lo}{0,62}).
+	labelKeyRE    = regexp.MustCompile(`^[\p{Ll}\p{Lo}][\p{Ll}\p{Lo}\p{N}_-]{0,62}$`)
+	labelValueRE  = regexp.MustCompile(`^[\p{Ll}\p{Lo}\p{N}_-]{0,63}$`)
 	metadataKeyRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,128}$`)
 )
 
@@ -41,20 +46,65 @@ func diskTypeAllowed(t string, scratch bool) bool {
 		return t == "local-ssd"
 	}
 	switch t {
-	case "pd-standard", "pd-balanced", "pd-ssd", "pd-extreme", "hyperdisk-balanced":
+	case "pd-standard", "pd-balanced", "pd-ssd", "pd-extreme", "hyperdisk-balanced", "hyperdisk-extreme", "hyperdisk-throughput", "hyperdisk-ml":
 		return true
 	}
 	return false
 }
 
+// diskTypeFitsSeries applies the per-series disk support: no Hyperdisk on
+// N1 (with or without GPUs) or E2 (compute/docs/disks/hyperdisks, "Machine
+// series support"), no Standard Persistent Disk on C3 and A3
+// (compute/docs/general-purpose-machines#c3_disks,
+// compute/docs/accelerator-optimized-machines#a3-disks).
+func diskTypeFitsSeries(t string, m *machineSpec) bool {
+	switch m.family() {
+	case "n1", "e2", "f1", "g1":
+		return !strings.HasPrefix(t, "hyperdisk-")
+	case "c3", "a3":
+		return t != "pd-standard"
+	}
+	return true
+}
+
+// nvmeOnly are the series whose disks attach only through NVMe, so an
+// unset interface is NVMe there and SCSI elsewhere
+// (compute/docs/disks/about-persistent-disks#disk-interface;
+// AttachedDisk.interface in the discovery document: "For most machine
+// types, the default is SCSI").
+func nvmeOnly(m *machineSpec) bool { return m.family() == "c3" || m.family() == "a3" }
+
+// gvnicOnly are the series that network only through gVNIC
+// (compute/docs/networking/using-gvnic#supported-machines).
+func gvnicOnly(m *machineSpec) bool { return m.family() == "c3" || m.family() == "a3" }
+
+// cpuPlatforms are GCE's minCpuPlatform names; cpuPlatformsOf lists those
+// a series can be held to (compute/docs/instances/specify-min-cpu-platform#availablezones).
+// E2 and shared-core types take none.
+var (
+	cpuPlatforms = []string{"Intel Sandy Bridge", "Intel Ivy Bridge", "Intel Haswell", "Intel Broadwell", "Intel Skylake", "Intel Cascade Lake",
+		"Intel Ice Lake", "Intel Sapphire Rapids", "Intel Emerald Rapids", "Intel Granite Rapids", "AMD Rome", "AMD Milan", "AMD Genoa", "AMD Turin", "Ampere Altra", "Google Axion"}
+	cpuPlatformsOf = map[string][]string{
+		"n1":  {"Intel Sandy Bridge", "Intel Ivy Bridge", "Intel Haswell", "Intel Broadwell", "Intel Skylake"},
+		"n2d": {"AMD Rome", "AMD Milan"},
+		"c3":  {"Intel Sapphire Rapids"},
+		"a3":  {"Intel Sapphire Rapids"},
+		"g2":  {"Intel Cascade Lake"},
+	}
+)
+
 // insertPlan is a validated insert: what the instance consumes and the
 // normalized pieces that become the stored instance.
 type insertPlan struct {
-	zone      *zoneSpec
-	machine   *machineSpec
-	gpu       string
-	gpus      int32
-	spot      bool
+	zone    *zoneSpec
+	machine *machineSpec
+	gpu     string
+	gpus    int32
+	spot    bool
+	// model is the provisioning model, STANDARD when unset.
+	model string
+	// bootImage is the boot disk's image, once disks are validated.
+	bootImage *computepb.Image
 	disks     []*computepb.AttachedDisk
 	nics      []*computepb.NetworkInterface
 	accelURLs []*computepb.AcceleratorConfig
@@ -172,10 +222,13 @@ func (s *Server) validateInsert(z *zoneSpec, inst *computepb.Instance) (*insertP
 		return nil, err
 	}
 	plan.machine = m
+	if err := validateMinCPUPlatform(m, inst.GetMinCpuPlatform()); err != nil {
+		return nil, err
+	}
 	if err := s.validateAccelerators(plan, inst); err != nil {
 		return nil, err
 	}
-	if err := validateScheduling(plan, inst.GetScheduling()); err != nil {
+	if err := validateScheduling(plan, inst.GetScheduling(), inst.GetReservationAffinity()); err != nil {
 		return nil, err
 	}
 	if err := validateConfidential(m, inst); err != nil {
@@ -187,6 +240,9 @@ func (s *Server) validateInsert(z *zoneSpec, inst *computepb.Instance) (*insertP
 	if err := s.validateNICs(plan, inst.GetNetworkInterfaces()); err != nil {
 		return nil, err
 	}
+	if err := s.validateServiceAccounts(inst.GetServiceAccounts()); err != nil {
+		return nil, err
+	}
 	if err := validateLabels(inst.GetLabels()); err != nil {
 		return nil, err
 	}
@@ -194,6 +250,53 @@ func (s *Server) validateInsert(z *zoneSpec, inst *computepb.Instance) (*insertP
 		return nil, err
 	}
 	return plan, nil
+}
+
+// validateMinCPUPlatform accepts GCE's platform names the series offers,
+// and "Automatic" (no minimum).
+func validateMinCPUPlatform(m *machineSpec, platform string) error {
+	if platform == "" || platform == "Automatic" {
+		return nil
+	}
+	const field = "resource.minCpuPlatform"
+	if !slices.Contains(cpuPlatforms, platform) {
+		return invalidField(field, platform, "Unknown CPU platform; see the zone's availableCpuPlatforms.")
+	}
+	allowed, ok := cpuPlatformsOf[m.family()]
+	if !ok {
+		return invalidField(field, platform, fmt.Sprintf("Machine type '%s' does not support specifying a minimum CPU platform.", m.name))
+	}
+	if !slices.Contains(allowed, platform) {
+		return invalidField(field, platform, fmt.Sprintf("CPU platform '%s' is not available for machine type '%s'.", platform, m.name))
+	}
+	return nil
+}
+
+// validateServiceAccounts accepts the project's service accounts and the
+// alias "default"; any other email does not exist for GCE, which refuses
+// the insert (the fake's message follows the shape of GCE's 400s).
+func (s *Server) validateServiceAccounts(sas []*computepb.ServiceAccount) error {
+	for i, sa := range sas {
+		email := sa.GetEmail()
+		if email == "default" || s.world.serviceAccounts[email] {
+			continue
+		}
+		return invalidField(fmt.Sprintf("resource.serviceAccounts[%d].email", i), email, fmt.Sprintf("The service account '%s' does not exist.", email))
+	}
+	return nil
+}
+
+// onHostMaintenance is the effective policy: the request's, else TERMINATE
+// for Spot and preemptible VMs (which cannot live-migrate), else MIGRATE
+// (Scheduling.onHostMaintenance in the discovery document).
+func onHostMaintenance(sc *computepb.Scheduling) string {
+	if v := sc.GetOnHostMaintenance(); v != "" {
+		return v
+	}
+	if sc.GetProvisioningModel() == "SPOT" || sc.GetPreemptible() {
+		return "TERMINATE"
+	}
+	return "MIGRATE"
 }
 
 func (s *Server) validateMachineType(z *zoneSpec, ref string) (*machineSpec, error) {
@@ -214,7 +317,11 @@ func (s *Server) validateMachineType(z *zoneSpec, ref string) (*machineSpec, err
 	}
 	m := z.machine(name)
 	if m == nil {
-		return nil, invalidField(field, ref, fmt.Sprintf("Machine type with name '%s' does not exist in zone '%s'.", name, z.name))
+		why := fmt.Sprintf("Machine type with name '%s' does not exist in zone '%s'.", name, z.name)
+		if _, custom := customMachine(name); custom != "" {
+			why += " " + custom
+		}
+		return nil, invalidField(field, ref, why)
 	}
 	return m, nil
 }
@@ -280,7 +387,7 @@ func (s *Server) validateAccelerators(plan *insertPlan, inst *computepb.Instance
 	if m.accel != "" {
 		plan.gpu, plan.gpus = m.accel, m.accelCount
 	}
-	if plan.gpus > 0 && inst.GetScheduling().GetOnHostMaintenance() != "TERMINATE" {
+	if plan.gpus > 0 && onHostMaintenance(inst.GetScheduling()) != "TERMINATE" {
 		return apiErr(http.StatusBadRequest, "badRequest", liveMigrationReject)
 	}
 	return nil
@@ -294,25 +401,39 @@ func joinInts(v []int32) string {
 	return strings.Join(parts, ", ")
 }
 
-// validateScheduling is strict about Spot/preemptible: it requires the
-// caller to say automaticRestart=false and onHostMaintenance=TERMINATE rather
-// than relying on GCE's implicit defaults, so code tested here is explicit.
-func validateScheduling(plan *insertPlan, sc *computepb.Scheduling) error {
+// validateScheduling applies GCE's Spot rules as documented: a Spot or
+// preemptible VM cannot be restarted automatically nor live-migrate, and
+// GCE fills both in when the request leaves them out (compute/docs/instances/create-use-spot:
+// the REST example sends only provisioningModel and
+// instanceTerminationAction), but refuses them set the other way. A
+// request without a scheduling block is a standard VM.
+func validateScheduling(plan *insertPlan, sc *computepb.Scheduling, ra *computepb.ReservationAffinity) error {
 	pm := sc.GetProvisioningModel()
 	plan.spot = pm == "SPOT" || sc.GetPreemptible()
+	plan.model = orDefault(pm, "STANDARD")
+	if sc.GetPreemptible() && pm == "" {
+		plan.model = "SPOT"
+	}
 	if plan.spot {
-		if sc.AutomaticRestart == nil || sc.GetAutomaticRestart() {
-			return invalidField("resource.scheduling.automaticRestart", strconv.FormatBool(sc.AutomaticRestart == nil || sc.GetAutomaticRestart()),
+		if sc.AutomaticRestart != nil && sc.GetAutomaticRestart() {
+			return invalidField("resource.scheduling.automaticRestart", "true",
 				"Spot and preemptible instances cannot be automatically restarted; automaticRestart must be false.")
 		}
-		if sc.GetOnHostMaintenance() != "TERMINATE" {
-			return invalidField("resource.scheduling.onHostMaintenance", orDefault(sc.GetOnHostMaintenance(), "MIGRATE"),
+		if onHostMaintenance(sc) != "TERMINATE" {
+			return invalidField("resource.scheduling.onHostMaintenance", sc.GetOnHostMaintenance(),
 				"Spot and preemptible instances must use onHostMaintenance TERMINATE.")
 		}
 	}
-	if sc.InstanceTerminationAction != nil && !plan.spot && pm != "FLEX_START" && sc.MaxRunDuration == nil && sc.TerminationTime == nil {
+	if sc != nil && sc.InstanceTerminationAction != nil && !plan.spot && pm != "FLEX_START" && sc.MaxRunDuration == nil && sc.TerminationTime == nil {
 		return invalidField("resource.scheduling.instanceTerminationAction", sc.GetInstanceTerminationAction(),
 			"instanceTerminationAction can only be set for Spot or preemptible instances, or together with maxRunDuration or terminationTime.")
+	}
+	// A3 High with fewer than 8 GPUs is sold only as Spot, Flex-start or
+	// from a reservation, not on demand (compute/docs/accelerator-optimized-machines#a3-high-vms;
+	// for Confidential VMs with H100s also confidential-computing/confidential-vm/docs/supported-configurations).
+	if plan.machine.name == "a3-highgpu-1g" && plan.model == "STANDARD" && (ra == nil || ra.GetConsumeReservationType() != "SPECIFIC_RESERVATION") {
+		return invalidField("resource.scheduling.provisioningModel", orDefault(pm, "STANDARD"),
+			fmt.Sprintf("Machine type '%s' is only available with the SPOT or FLEX_START provisioning model, or from a reservation.", plan.machine.name))
 	}
 	return nil
 }
@@ -345,8 +466,8 @@ func validateConfidential(m *machineSpec, inst *computepb.Instance) error {
 		return invalidField("resource.confidentialInstanceConfig", typ,
 			fmt.Sprintf("Confidential Computing type %s is not supported for machine type '%s'.", typ, m.name))
 	}
-	if !(typ == "SEV" && m.family() == "n2d") && inst.GetScheduling().GetOnHostMaintenance() != "TERMINATE" {
-		return invalidField("resource.scheduling.onHostMaintenance", orDefault(inst.GetScheduling().GetOnHostMaintenance(), "MIGRATE"),
+	if !(typ == "SEV" && m.family() == "n2d") && onHostMaintenance(inst.GetScheduling()) != "TERMINATE" {
+		return invalidField("resource.scheduling.onHostMaintenance", onHostMaintenance(inst.GetScheduling()),
 			fmt.Sprintf("Confidential VMs of type %s on machine type '%s' do not support live migration; onHostMaintenance must be TERMINATE.", typ, m.name))
 	}
 	return nil
@@ -449,12 +570,63 @@ func (s *Server) validateDisks(plan *insertPlan, inst *computepb.Instance) error
 				return invalidField(field+".initializeParams.diskType", dt, fmt.Sprintf("Disk type must be in zone '%s', the zone of the instance.", z.name))
 			case !diskTypeAllowed(t, scratch):
 				return invalidField(field+".initializeParams.diskType", dt, fmt.Sprintf("Disk type '%s' does not exist in zone '%s' or is not valid for this disk.", t, z.name))
+			case !scratch && !diskTypeFitsSeries(t, plan.machine):
+				return invalidField(field+".initializeParams.diskType", dt, fmt.Sprintf("Disk type '%s' is not supported for machine type '%s'.", t, plan.machine.name))
+			}
+		} else if d.GetBoot() && !diskTypeFitsSeries("pd-standard", plan.machine) {
+			// The default boot disk type is pd-standard
+			// (AttachedDiskInitializeParams.diskType), which these
+			// series do not take.
+			return invalidField(field+".initializeParams.diskType", "", fmt.Sprintf("The default disk type pd-standard is not supported for machine type '%s'; specify a disk type.", plan.machine.name))
+		}
+		iface := d.GetInterface()
+		if iface == "" {
+			iface = "SCSI"
+			if nvmeOnly(plan.machine) {
+				iface = "NVME"
 			}
 		}
-		if d.GetBoot() && confidential && !hasGuestOSFeature(img, "UEFI_COMPATIBLE") {
-			return invalidField(field+".initializeParams.sourceImage", p.GetSourceImage(), "Confidential VMs require an image with the UEFI_COMPATIBLE guest OS feature.")
+		switch {
+		case iface == "SCSI" && nvmeOnly(plan.machine):
+			return invalidField(field+".interface", iface, fmt.Sprintf("Machine type '%s' supports only the NVME disk interface.", plan.machine.name))
+		case iface == "SCSI" && confidential:
+			// confidential-computing/confidential-vm/docs/supported-configurations#limitations:
+			// Confidential VMs need the NVMe disk interface; SCSI is not supported.
+			return invalidField(field+".interface", iface, "Confidential VM instances require the NVME disk interface; SCSI is not supported.")
 		}
-		plan.disks = append(plan.disks, s.normalizeDisk(z, inst.GetName(), i, d, img))
+		if d.GetBoot() {
+			plan.bootImage = img
+		}
+		if d.GetBoot() && confidential {
+			if err := confidentialImageFeatures(field+".initializeParams.sourceImage", p.GetSourceImage(), img, inst); err != nil {
+				return err
+			}
+		}
+		nd := s.normalizeDisk(z, inst.GetName(), i, d, img)
+		nd.Interface = proto.String(iface)
+		plan.disks = append(plan.disks, nd)
+	}
+	return nil
+}
+
+// confidentialImageFeatures checks the boot image carries what the
+// Confidential VM technology needs: UEFI_COMPATIBLE always, and
+// TDX_CAPABLE, SEV_CAPABLE or SEV_SNP_CAPABLE for TDX, SEV, SEV-SNP
+// (confidential-computing/confidential-vm/docs/create-custom-confidential-vm-images).
+func confidentialImageFeatures(field, ref string, img *computepb.Image, inst *computepb.Instance) error {
+	need := []string{"UEFI_COMPATIBLE"}
+	switch orDefault(inst.GetConfidentialInstanceConfig().GetConfidentialInstanceType(), "SEV") {
+	case "TDX":
+		need = append(need, "TDX_CAPABLE")
+	case "SEV":
+		need = append(need, "SEV_CAPABLE")
+	case "SEV_SNP":
+		need = append(need, "SEV_SNP_CAPABLE")
+	}
+	for _, f := range need {
+		if !hasGuestOSFeature(img, f) {
+			return invalidField(field, ref, fmt.Sprintf("Confidential VMs of this type require an image with the %s guest OS feature.", f))
+		}
 	}
 	return nil
 }
@@ -532,6 +704,16 @@ func (s *Server) validateNICs(plan *insertPlan, nics []*computepb.NetworkInterfa
 					fmt.Sprintf("Subnetwork must be in region '%s', the region of the instance.", z.region))
 			}
 		}
+		// Other nicType values (IDPF, MRDMA …) belong to machine series
+		// the fake does not have; the enum check rejects unknown ones.
+		switch nt := nic.GetNicType(); {
+		case nt == "VIRTIO_NET" && gvnicOnly(plan.machine):
+			return invalidField(field+".nicType", nt, fmt.Sprintf("Machine type '%s' supports only the GVNIC network interface.", plan.machine.name))
+		case (nt == "GVNIC" || gvnicOnly(plan.machine)) && plan.bootImage != nil && !hasGuestOSFeature(plan.bootImage, "GVNIC"):
+			// compute/docs/networking/using-gvnic: the image must
+			// have the GVNIC guest OS feature.
+			return invalidField(field+".nicType", orDefault(nt, "GVNIC"), fmt.Sprintf("The boot image '%s' does not support gVNIC (no GVNIC guest OS feature).", plan.bootImage.GetName()))
+		}
 		// Every NIC of a VM must be in a different VPC; the fake has one.
 		if i > 0 {
 			return invalidField(field+".network", orDefault(nic.GetNetwork(), "global/networks/default"), "Networks must be distinct for NICs attached to a VM.")
@@ -569,6 +751,9 @@ func validateLabels(labels map[string]string) error {
 		return invalidField("resource.labels", strconv.Itoa(len(labels))+" labels", fmt.Sprintf("At most %d labels are allowed.", maxLabels))
 	}
 	for _, k := range sortedKeys(labels) {
+		if len(k) >= 128 || len(labels[k]) >= 128 {
+			return invalidf("Invalid value for field 'resource.labels': '%s'. Label keys and values must be under 128 bytes.", k)
+		}
 		if !labelKeyRE.MatchString(k) {
 			return invalidf("Invalid value for field 'resource.labels': '%s'. Label key '%s' violates format constraints. The key must start with a lowercase character, can only contain lowercase letters, numeric characters, underscores and dashes. The key can be at most 63 characters long.", k, k)
 		}

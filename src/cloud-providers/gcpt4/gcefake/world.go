@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,12 @@ type world struct {
 	quotas    map[string]map[string]float64 // region ("" = project) -> metric -> limit
 	// infra is the network plumbing and IAM grants (network.go, iam.go).
 	infra *infra
+	// serviceAccounts are the project's service account emails; an
+	// insert may attach only these (or "default").
+	serviceAccounts map[string]bool
+	// modelStockouts are zone/provisioning-model pairs out of capacity:
+	// Spot and standard capacity run out independently.
+	modelStockouts map[string]bool
 }
 
 type regionSpec struct {
@@ -75,9 +82,14 @@ type machineSpec struct {
 	shared     bool
 	accel      string // bundled accelerator, "" if none
 	accelCount int32
+	custom     bool
 }
 
+// family is the machine series; N1 custom types (custom-N-M) are N1.
 func (m *machineSpec) family() string {
+	if m.custom {
+		return "n1"
+	}
 	fam, _, _ := strings.Cut(m.name, "-")
 	return fam
 }
@@ -98,6 +110,11 @@ func defaultWorld(project string) *world {
 		images:    map[string][]*computepb.Image{},
 		templates: map[string]*computepb.InstanceTemplate{},
 		quotas:    map[string]map[string]float64{"": {"GPUS_ALL_REGIONS": 16}},
+		// Every project has the Compute Engine default service account,
+		// PROJECT_NUMBER-compute@developer.gserviceaccount.com
+		// (compute/docs/access/service-accounts#default_service_account).
+		serviceAccounts: map[string]bool{defaultServiceAccount(project): true},
+		modelStockouts:  map[string]bool{},
 	}
 	geo := []struct {
 		region   string
@@ -172,7 +189,18 @@ func machineCatalog(zoneAccels []string) []*machineSpec {
 		// GCE gives n1-highcpu 0.9 GB per vCPU and rounds the MB value.
 		ms = append(ms, &machineSpec{name: fmt.Sprintf("n1-highcpu-%d", n), cpus: n, memoryMB: int32(math.Round(float64(n) * 921.6))})
 	}
+	// E2: 4, 8 and 1 GB per vCPU (compute/docs/general-purpose-machines#e2_machine_types).
+	for fam, per := range map[string]int32{"standard": 4096, "highmem": 8192, "highcpu": 1024} {
+		for _, n := range []int32{2, 4, 8, 16, 32} {
+			if fam == "highmem" && n == 32 {
+				continue
+			}
+			ms = append(ms, &machineSpec{name: fmt.Sprintf("e2-%s-%d", fam, n), cpus: n, memoryMB: n * per})
+		}
+	}
 	ms = append(ms,
+		&machineSpec{name: "e2-micro", cpus: 2, memoryMB: 1024, shared: true},
+		&machineSpec{name: "e2-small", cpus: 2, memoryMB: 2048, shared: true},
 		&machineSpec{name: "e2-medium", cpus: 2, memoryMB: 4096, shared: true},
 		&machineSpec{name: "f1-micro", cpus: 1, memoryMB: 614, shared: true},
 		&machineSpec{name: "g1-small", cpus: 1, memoryMB: 1740, shared: true},
@@ -195,7 +223,70 @@ func (z *zoneSpec) machine(name string) *machineSpec {
 			return m
 		}
 	}
+	if m, err := customMachine(name); m != nil && err == "" {
+		return m
+	}
 	return nil
+}
+
+// customMachine parses an N1 custom type, custom-<vCPUs>-<MiB>, and says
+// why GCE would refuse it: N1 custom types have 1 or an even number of
+// vCPUs up to 96 and 0.9 to 6.5 GB per vCPU in steps of 256 MB
+// (compute/docs/general-purpose-machines#custom_machine_types; the same
+// limits as GoogleCloudPlatform/golang-samples compute/custom-machine-types,
+// cpuSeriesN1Limit). Every zone with N1 serves them. m is nil for names
+// that are not custom types at all.
+func customMachine(name string) (m *machineSpec, why string) {
+	rest, ok := strings.CutPrefix(name, "custom-")
+	if !ok {
+		return nil, ""
+	}
+	cpu, mem, ok := strings.Cut(rest, "-")
+	n, err1 := strconv.Atoi(cpu)
+	mb, err2 := strconv.Atoi(mem)
+	if !ok || err1 != nil || err2 != nil {
+		return nil, ""
+	}
+	m = &machineSpec{name: name, cpus: int32(n), memoryMB: int32(mb), custom: true}
+	switch {
+	case n < 1 || n > 96 || (n > 1 && n%2 != 0):
+		return m, "Custom machine types of the N1 series have 1 or an even number of vCPUs, up to 96."
+	case mb%256 != 0:
+		return m, "The memory of a custom machine type must be a multiple of 256 MB."
+	case mb < n*922 || mb > n*6656:
+		return m, "The memory of an N1 custom machine type must be between 0.9 GB and 6.5 GB per vCPU."
+	}
+	return m, ""
+}
+
+func defaultServiceAccount(project string) string {
+	return fmt.Sprintf("%d-compute@developer.gserviceaccount.com", stableID("project/"+project))
+}
+
+// AddServiceAccount makes a service account exist in the project, so
+// inserts may attach it.
+func (s *Server) AddServiceAccount(email string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.world.serviceAccounts[email] = true
+}
+
+// DefaultServiceAccount is the project's Compute Engine default service
+// account email.
+func (s *Server) DefaultServiceAccount() string { return defaultServiceAccount(s.project) }
+
+// SetStockoutFor makes inserts under one provisioning model (SPOT,
+// STANDARD) in zone fail as stocked out, while the other model still has
+// capacity; SetStockout covers every model.
+func (s *Server) SetStockoutFor(zone, model string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.world.modelStockouts[zone+"/"+model] = on
+}
+
+// stockedOut reports whether zone has no capacity for model.
+func (s *Server) stockedOut(zone, model string) bool {
+	return s.stockout[zone] || s.world.modelStockouts[zone+"/"+model]
 }
 
 func (z *zoneSpec) hasAccel(name string) bool { return slices.Contains(z.accels, name) }

@@ -71,7 +71,8 @@ func TestCatalog(t *testing.T) {
 	_, err = mt.Get(ctx, &computepb.GetMachineTypeRequest{Project: testProject, Zone: "us-east1-b", MachineType: "a3-highgpu-1g"})
 	syncErr(t, err, 404, "notFound")
 	all := collect(t, mt.List(ctx, &computepb.ListMachineTypesRequest{Project: testProject, Zone: "us-east1-b"}).Next, (*computepb.MachineType).GetName)
-	if len(all) != 27 {
+	// 22 N1, 16 E2, f1-micro and g1-small, c3-standard-4, n2d-standard-4.
+	if len(all) != 43 {
 		t.Fatalf("us-east1-b machine types: %d %v", len(all), all)
 	}
 	// Paging through the real iterator with a small page size.
