@@ -37,6 +37,16 @@ var stockoutCodes = map[string]bool{
 	"RESOURCE_POOL_EXHAUSTED":                   true,
 }
 
+// rateLimitReasons are the legacy error reasons of GCE's per-project and
+// per-user rate limits; both come with 403 and clear within the minute
+// (compute/docs/api-rate-limits: "403 rateLimitExceeded"; the user limit
+// answers "userRateLimitExceeded", cloud.google.com/apis/docs/capping-api-usage),
+// so they are retried like a 429, not reported as a permission problem.
+var rateLimitReasons = map[string]bool{
+	"rateLimitExceeded":     true,
+	"userRateLimitExceeded": true,
+}
+
 // gceError is a classified GCE failure with what a user needs to act on it.
 type gceError struct {
 	kind    failureKind
@@ -83,7 +93,7 @@ func classifyCall(err error) *gceError {
 		out.quotaMetric = quotaMetricFromMessage(ge.Message)
 	case stockoutCodes[reason] || strings.Contains(ge.Message, "ZONE_RESOURCE_POOL_EXHAUSTED"):
 		out.kind = failStockout
-	case ge.Code == http.StatusTooManyRequests || reason == "rateLimitExceeded" || ge.Code >= 500:
+	case ge.Code == http.StatusTooManyRequests || rateLimitReasons[reason] || ge.Code >= 500:
 		out.kind = failTransient
 	default:
 		out.kind = failFatal
