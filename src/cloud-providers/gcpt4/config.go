@@ -55,7 +55,18 @@ type Config struct {
 	// MutationsPerSecond limits inserts and deletes, so a burst of pods
 	// stays under GCE's per-project write rate instead of meeting 429s.
 	MutationsPerSecond float64
+	// NICType is the podVMs' NIC type (GVNIC or VIRTIO_NET); empty leaves
+	// GCE's default. C3 and A3 always get GVNIC.
+	NICType string
+	// ProfileImages are per-profile podVM images, profile=image.
+	ProfileImages provider.KeyValueFlag
 }
+
+// NIC types GCE knows (NetworkInterface.nicType).
+const (
+	NICTypeGVNIC  = "GVNIC"
+	NICTypeVirtio = "VIRTIO_NET"
+)
 
 // commaList is a flag.Value of comma-separated names.
 type commaList []string
@@ -73,10 +84,13 @@ func (l *commaList) Set(v string) error {
 }
 
 var (
-	zoneRE       = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
-	projectRE    = regexp.MustCompile(`^[a-z][-a-z0-9.:]{4,61}[a-z0-9]$`)
-	labelKeyRE   = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
-	labelValueRE = regexp.MustCompile(`^[a-z0-9_-]{0,63}$`)
+	zoneRE    = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
+	projectRE = regexp.MustCompile(`^[a-z][-a-z0-9.:]{4,61}[a-z0-9]$`)
+	// GCE label rules: keys start with a lowercase letter, keys and values
+	// are lowercase letters (international ones too), digits, '_' and
+	// '-', at most 63 characters (compute/docs/labeling-resources#requirements).
+	labelKeyRE   = regexp.MustCompile(`^[\p{Ll}\p{Lo}][\p{Ll}\p{Lo}\p{N}_-]{0,62}$`)
+	labelValueRE = regexp.MustCompile(`^[\p{Ll}\p{Lo}\p{N}_-]{0,63}$`)
 )
 
 // regionOf returns the region of a zone name (us-central1-a → us-central1).
@@ -150,6 +164,9 @@ func (c *Config) Validate() error {
 	} else if _, err := parseTemplateURL(c.InstanceTemplate, c.ProjectID); err != nil {
 		return fmt.Errorf("GCP_INSTANCE_TEMPLATE: %w", err)
 	}
+	if strings.Contains(c.DiskType, "/") {
+		return fmt.Errorf("GCP_DISK_TYPE: %q: give the disk type's name (pd-balanced, pd-ssd …), not a URL; the provider adds each zone's path", c.DiskType)
+	}
 	if c.RootVolumeSize < 10 || c.RootVolumeSize > 65536 {
 		return fmt.Errorf("ROOT_VOLUME_SIZE: %d GiB is outside 10-65536; the podVM image with the NVIDIA driver needs at least its own size", c.RootVolumeSize)
 	}
@@ -170,9 +187,19 @@ func (c *Config) Validate() error {
 	if c.UsePublicIP {
 		return fmt.Errorf("USE_PUBLIC_IP: gcp-t4 never gives a podVM an external IP (GPU VMs stay private); unset USE_PUBLIC_IP and run CAA on nodes in the podVMs' VPC")
 	}
+	switch c.NICType {
+	case "", NICTypeGVNIC, NICTypeVirtio:
+	default:
+		return fmt.Errorf("GCP_NIC_TYPE: %q is not GVNIC or VIRTIO_NET (empty leaves GCE's default)", c.NICType)
+	}
+	for name, img := range c.ProfileImages {
+		if _, err := c.parseImage(img); err != nil {
+			return fmt.Errorf("GCP_PROFILE_IMAGES: profile %s: %w", name, err)
+		}
+	}
 	for k, v := range c.Labels {
 		if !labelKeyRE.MatchString(k) || !labelValueRE.MatchString(v) {
-			return fmt.Errorf("GCP_LABELS: label %s=%s is not a GCE label (key: lowercase letter then [a-z0-9_-], value: [a-z0-9_-], at most 63 each)", k, v)
+			return fmt.Errorf("GCP_LABELS: label %s=%s is not a GCE label (key: a lowercase letter, then lowercase letters, digits, '_' or '-'; value: the same; at most 63 characters each)", k, v)
 		}
 		switch k {
 		case ManagedByLabel, SandboxLabel, PodLabel, ProfileLabel:

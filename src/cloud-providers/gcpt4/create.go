@@ -25,21 +25,52 @@ var ErrNoCapacity = errors.New("no GPU capacity")
 // context of its own because the create's may be what expired.
 const cleanupTimeout = 5 * time.Minute
 
-// createPlan is the shape decided once per create.
+// createPlan is what a create walks, decided once per create.
 type createPlan struct {
-	describe    string
-	machineType string
+	describe string
+	// accelerator drives GCP_ZONES=auto discovery.
 	accelerator string
-	// models are the provisioning models to try, in order.
-	models []string
-	build  func(zone, model string) *computepb.Instance
+	steps       []walkStep
+	// templateRegion is set for a regional template: zones of other
+	// regions cannot use it and are skipped.
+	templateRegion string
 }
 
-// CreateInstance creates the podVM for a pod. It walks the zones (GCE's
-// zonesAvailable hint first), skips offerings that stocked out within the
-// TTL and regions whose quota is exhausted, and falls back from Spot to
-// standard when allowed. Calling it again for the same pod and sandbox
-// returns the same VM instead of making a second.
+// walkStep is one shape under one provisioning model, tried in every zone.
+type walkStep struct {
+	describe string
+	model    string
+	// shape identifies the offering (cache key, requestId).
+	machineType, accelerator string
+	count                    int64
+	build                    func(zone string) *computepb.Instance
+}
+
+func (st walkStep) shapeKey() string {
+	return fmt.Sprintf("%s/%s/%d", st.machineType, st.accelerator, st.count)
+}
+
+func (st walkStep) offering(zone string) offering {
+	return offering{model: st.model, machineType: st.machineType, accelerator: st.accelerator, count: st.count, zone: zone}
+}
+
+// models are the provisioning models the plan tries, in order.
+func (cp createPlan) models() []string {
+	var out []string
+	for _, st := range cp.steps {
+		if !contains(out, st.model) {
+			out = append(out, st.model)
+		}
+	}
+	return out
+}
+
+// CreateInstance creates the podVM for a pod. It walks the offerings the
+// selection ordered — shapes cheapest first under each provisioning model,
+// each in every zone (GCE's zonesAvailable hint first) — skips offerings
+// that stocked out within the TTL and regions whose quota is exhausted,
+// and falls back from Spot to standard when allowed. Calling it again for
+// the same pod and sandbox returns the same VM instead of making a second.
 func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string, cloudConfig cloudinit.CloudConfigGenerator, spec provider.InstanceTypeSpec) (*provider.Instance, error) {
 	if err := p.enter(); err != nil {
 		return nil, err
@@ -63,8 +94,16 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 		return nil, err
 	}
 	var tried attempts
-	for _, model := range plan.models {
-		inst, done, err := p.tryZones(ctx, log, vm, plan, model, zones, &tried)
+	zones, err = plan.usableZones(zones, &tried)
+	if err != nil {
+		return nil, err
+	}
+	quotaRegions := map[string]map[string]string{}
+	for _, st := range plan.steps {
+		if quotaRegions[st.model] == nil {
+			quotaRegions[st.model] = map[string]string{}
+		}
+		inst, done, err := p.tryZones(ctx, log, vm, plan, st, zones, &tried, quotaRegions[st.model])
 		if done {
 			return inst, err
 		}
@@ -72,12 +111,33 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 	return nil, tried.noCapacity(vm.name, plan, p.cfg)
 }
 
-// tryZones tries one provisioning model in each zone. done is false when
-// every zone was out of capacity or quota for this model, so the next
-// model may be tried.
-func (p *Provider) tryZones(ctx context.Context, log *slog.Logger, vm podVM, plan createPlan, model string, zones []string, tried *attempts) (*provider.Instance, bool, error) {
+// usableZones drops the zones a regional template cannot serve, noting
+// them in tried; none left is an error naming the fix.
+func (cp createPlan) usableZones(zones []string, tried *attempts) ([]string, error) {
+	if cp.templateRegion == "" {
+		return zones, nil
+	}
+	var out []string
+	for _, z := range zones {
+		if regionOf(z) == cp.templateRegion {
+			out = append(out, z)
+		} else {
+			tried.add(z, "-", "skipped: the regional template is in "+cp.templateRegion)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("creating a podVM from %s: the template is regional to %s and none of the zones (%s) is in it; use zones of %s or a global template", cp.describe, cp.templateRegion, strings.Join(zones, ", "), cp.templateRegion)
+	}
+	return out, nil
+}
+
+// tryZones tries one shape under one provisioning model in each zone.
+// done is false when every zone was out of capacity or quota for it, so
+// the next step may be tried. quotaRegions (region → metric) is the
+// model's: a regional quota exhausted for one shape is for the next too.
+func (p *Provider) tryZones(ctx context.Context, log *slog.Logger, vm podVM, plan createPlan, st walkStep, zones []string, tried *attempts, quotaRegions map[string]string) (*provider.Instance, bool, error) {
+	model := st.model
 	queue := append([]string(nil), zones...)
-	quotaRegions := map[string]string{}
 	for len(queue) > 0 {
 		zone := queue[0]
 		queue = queue[1:]
@@ -85,12 +145,12 @@ func (p *Provider) tryZones(ctx context.Context, log *slog.Logger, vm podVM, pla
 			tried.add(zone, model, "skipped: "+metric+" quota exhausted in "+regionOf(zone))
 			continue
 		}
-		off := offering{model: model, machineType: plan.machineType, accelerator: plan.accelerator, zone: zone}
+		off := st.offering(zone)
 		if until, ok := p.offerings.unavailableUntil(off); ok {
 			tried.add(zone, model, "skipped: out of capacity until "+until.UTC().Format(time.TimeOnly))
 			continue
 		}
-		inst, gerr, err := p.createInZone(ctx, log, vm, zone, model, plan.build(zone, model))
+		inst, gerr, err := p.createInZone(ctx, log, vm, zone, st, st.build(zone))
 		if err == nil {
 			return inst, true, nil
 		}
@@ -102,7 +162,7 @@ func (p *Provider) tryZones(ctx context.Context, log *slog.Logger, vm podVM, pla
 			p.offerings.markUnavailable(off)
 			tried.add(zone, model, gerr.code)
 			tried.stockouts++
-			log.Warn("zone out of capacity, trying the next", "zone", zone, "model", model, "code", gerr.code, "zonesAvailable", gerr.zonesAvailable)
+			log.Warn("zone out of capacity, trying the next", "zone", zone, "model", model, "shape", st.describe, "code", gerr.code, "zonesAvailable", gerr.zonesAvailable)
 			queue = preferZones(queue, gerr.zonesAvailable)
 		case failQuota:
 			tried.add(zone, model, "QUOTA_EXCEEDED "+gerr.quotaMetric)
@@ -151,14 +211,11 @@ func (a *attempts) noCapacity(name string, plan createPlan, cfg Config) error {
 			fixes = append(fixes, "add zones that offer the GPU to GCP_ZONES (or set GCP_ZONES=auto), or retry later")
 		}
 	}
-	spot := false
-	for _, m := range plan.models {
-		spot = spot || m == ProvisioningSpot
-	}
+	models := plan.models()
 	switch {
-	case !spot:
+	case !contains(models, ProvisioningSpot):
 		fixes = append(fixes, "allow Spot capacity with GCP_PROVISIONING_MODEL=SPOT")
-	case len(plan.models) == 1:
+	case len(models) == 1 && !plan.spotOnly():
 		fixes = append(fixes, "allow falling back to standard capacity with GCP_SPOT_FALLBACK=true")
 	}
 	return fmt.Errorf("creating podVM %s (%s): %w; tried %s; to fix: %s", name, plan.describe, ErrNoCapacity, strings.Join(a.lines, "; "), strings.Join(dedupe(fixes), "; "))
@@ -191,80 +248,131 @@ func preferZones(queue, available []string) []string {
 	return append(first, rest...)
 }
 
-// planCreate decides the shape once per create.
+// spotOnly reports a plan whose shape GCE sells only as Spot, where a
+// standard fallback is no fix to suggest.
+func (cp createPlan) spotOnly() bool {
+	for _, st := range cp.steps {
+		if sold, _ := soldModels(st.machineType); !contains(sold, ProvisioningStandard) {
+			return true
+		}
+	}
+	return false
+}
+
+// planCreate decides the steps once per create.
 func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.InstanceTypeSpec) (createPlan, error) {
 	if p.cfg.InstanceTemplate != "" {
-		props, err := p.templateProperties(ctx)
-		if err != nil {
-			return createPlan{}, err
-		}
-		if have := templateGPUs(props); spec.GPUs > have {
-			return createPlan{}, fmt.Errorf("pod requests %d GPU(s) but GCP_INSTANCE_TEMPLATE %s gives %d; use a template with more GPUs or lower the pod's nvidia.com/gpu request", spec.GPUs, p.cfg.InstanceTemplate, have)
-		}
-		accel := ""
-		if names := acceleratorNames(props); len(names) > 0 {
-			accel = names[0]
-		}
-		model := props.GetScheduling().GetProvisioningModel()
-		if model == "" {
-			model = ProvisioningStandard
-		}
-		return createPlan{
-			describe:    "template " + p.cfg.InstanceTemplate,
-			machineType: "template:" + p.cfg.InstanceTemplate,
-			accelerator: accel,
-			models:      []string{model},
-			build:       func(zone, _ string) *computepb.Instance { return p.cfg.buildFromTemplate(vm, props, zone) },
-		}, nil
+		return p.planTemplate(ctx, vm, spec)
 	}
-	profile, models, err := p.cfg.chooseProfile(p.catalog, spec)
+	sel, err := p.cfg.Select(p.catalog, spec)
 	if err != nil {
 		return createPlan{}, err
 	}
-	disk := p.diskSizeGB()
-	describe := fmt.Sprintf("profile %s: %s", profile.Name, profile.MachineType)
-	if profile.gpus > 0 {
-		describe += fmt.Sprintf(" + %d×%s", profile.gpus, profile.gpuModel)
+	chosen := sel.Chosen().Profile
+	plan := createPlan{describe: fmt.Sprintf("profile %s: %s", chosen.Name, describeProfile(chosen)), accelerator: chosen.gpuModel}
+	for _, st := range sel.Steps() {
+		image, _ := p.cfg.imageFor(st.Candidate.Profile, vm.image)
+		plan.steps = append(plan.steps, p.cfg.profileStep(vm, st.Candidate.Profile, st.Model, p.diskSizeGB(image)))
 	}
-	return createPlan{
-		describe:    describe,
-		machineType: profile.MachineType,
-		accelerator: profile.gpuModel,
-		models:      models,
-		build: func(zone, model string) *computepb.Instance {
-			return p.cfg.buildInstance(vm, profile, zone, model, disk)
-		},
-	}, nil
+	return plan, nil
 }
 
-// chooseProfile is the shape decision shared by creates and plans: the
-// GCP_INSTANCE_TYPES allow-list, profile selection, and the provisioning
-// models to try in order.
-func (c *Config) chooseProfile(catalog *Catalog, spec provider.InstanceTypeSpec) (Profile, []string, error) {
-	if spec.InstanceType != "" && len(c.InstanceTypes) > 0 && !contains(c.InstanceTypes, spec.InstanceType) {
-		return Profile{}, nil, fmt.Errorf("machine_type annotation %q is not in GCP_INSTANCE_TYPES (%s); use one of those or extend the list", spec.InstanceType, c.InstanceTypes.String())
+// profileStep is the walk step of a profile under a model.
+func (c *Config) profileStep(vm podVM, prof Profile, model string, diskSizeGB int64) walkStep {
+	return walkStep{
+		describe:    describeProfile(prof),
+		model:       model,
+		machineType: prof.MachineType,
+		accelerator: prof.gpuModel,
+		count:       prof.gpus,
+		build: func(zone string) *computepb.Instance {
+			return c.buildInstance(vm, prof, zone, model, diskSizeGB)
+		},
 	}
-	profile, err := catalog.Select(Request{InstanceType: spec.InstanceType, GPUs: spec.GPUs, VCPUs: spec.VCPUs, MemoryMiB: spec.Memory})
+}
+
+// planTemplate plans a create from GCP_INSTANCE_TEMPLATE: its shape, the
+// provisioning models (GCP_PROVISIONING_MODEL=SPOT is applied as a
+// scheduling override), and for a regional template its region.
+func (p *Provider) planTemplate(ctx context.Context, vm podVM, spec provider.InstanceTypeSpec) (createPlan, error) {
+	props, err := p.templateProperties(ctx)
 	if err != nil {
-		return Profile{}, nil, err
+		return createPlan{}, err
 	}
-	models := []string{c.provisioningModel(profile)}
-	if models[0] == ProvisioningSpot && c.SpotFallback {
-		models = append(models, ProvisioningStandard)
+	if have := templateGPUs(props); spec.GPUs > have {
+		return createPlan{}, fmt.Errorf("pod requests %d GPU(s) but GCP_INSTANCE_TEMPLATE %s gives %d; use a template with more GPUs or lower the pod's nvidia.com/gpu request", spec.GPUs, p.cfg.InstanceTemplate, have)
 	}
-	return profile, models, nil
+	models, err := p.cfg.templateModels(props)
+	if err != nil {
+		return createPlan{}, err
+	}
+	ref, _ := parseTemplateURL(p.cfg.InstanceTemplate, p.cfg.ProjectID)
+	accel := ""
+	if names := acceleratorNames(props); len(names) > 0 {
+		accel = names[0]
+	} else if s, ok := lookupShape(lastSegment(props.GetMachineType())); ok {
+		accel = s.bundledAccelerator
+	}
+	plan := createPlan{describe: "template " + p.cfg.InstanceTemplate, accelerator: accel, templateRegion: ref.region}
+	for _, m := range models {
+		model := m
+		plan.steps = append(plan.steps, walkStep{
+			describe:    "template " + ref.name,
+			model:       model,
+			machineType: "template:" + ref.url(),
+			accelerator: accel,
+			count:       templateGPUs(props),
+			build:       func(zone string) *computepb.Instance { return p.cfg.buildFromTemplate(vm, props, zone, model) },
+		})
+	}
+	return plan, nil
+}
+
+// templateModels are the provisioning models a template's VMs are created
+// with: GCP_PROVISIONING_MODEL=SPOT (then STANDARD with GCP_SPOT_FALLBACK)
+// overrides the template's scheduling, else the template's own model.
+// What cannot be applied honestly is refused, never silently billed on
+// demand: Spot over a Flex-start or reservation-bound template, and a
+// model GCE does not sell for the template's machine type.
+func (c *Config) templateModels(props *computepb.InstanceProperties) ([]string, error) {
+	own := templateModel(props)
+	var models []string
+	switch {
+	case c.ProvisioningModel == ProvisioningSpot && own != ProvisioningStandard && own != ProvisioningSpot:
+		return nil, fmt.Errorf("GCP_PROVISIONING_MODEL=SPOT: GCP_INSTANCE_TEMPLATE %s is provisioned as %s, which Spot cannot override; unset GCP_PROVISIONING_MODEL or use a STANDARD or SPOT template", c.InstanceTemplate, own)
+	case c.ProvisioningModel == ProvisioningSpot:
+		models = []string{ProvisioningSpot}
+		if c.SpotFallback {
+			models = append(models, ProvisioningStandard)
+		}
+	default:
+		models = []string{own}
+	}
+	mt := lastSegment(props.GetMachineType())
+	sold, note := soldModels(mt)
+	var out []string
+	for i, m := range models {
+		if (m == ProvisioningStandard || m == ProvisioningSpot) && !contains(sold, m) {
+			if i == 0 {
+				return nil, fmt.Errorf("GCP_INSTANCE_TEMPLATE %s: %s: %s; set GCP_PROVISIONING_MODEL=%s or give the template provisioningModel %s", c.InstanceTemplate, m, note, sold[0], sold[0])
+			}
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // createInZone inserts the VM in one zone and waits for it. It returns the
 // classified GCE error, when there is one, so the caller can fall back.
 // Once GCE has accepted the insert, any later failure deletes the VM; only
 // if that delete fails too is the instance returned for CAA to delete.
-func (p *Provider) createInZone(ctx context.Context, log *slog.Logger, vm podVM, zone, model string, body *computepb.Instance) (*provider.Instance, *gceError, error) {
+func (p *Provider) createInZone(ctx context.Context, log *slog.Logger, vm podVM, zone string, st walkStep, body *computepb.Instance) (*provider.Instance, *gceError, error) {
 	req := &computepb.InsertInstanceRequest{
 		Project:          p.cfg.ProjectID,
 		Zone:             zone,
 		InstanceResource: body,
-		RequestId:        proto.String(requestID(p.cfg.ProjectID, zone, model, vm.name, vm.sandboxID)),
+		RequestId:        proto.String(requestID(p.cfg.ProjectID, zone, st.model, st.shapeKey(), vm.name, vm.sandboxID)),
 	}
 	if p.cfg.InstanceTemplate != "" {
 		ref, _ := parseTemplateURL(p.cfg.InstanceTemplate, p.cfg.ProjectID)

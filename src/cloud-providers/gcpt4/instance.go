@@ -77,12 +77,38 @@ func (c *Config) imageURL(image string) string {
 	return fmt.Sprintf("projects/%s/global/images/%s", c.ProjectID, image)
 }
 
-// subnetworkURL expands a bare subnetwork name into the zone's region.
+// subnetworkURL expands a bare subnetwork name into the zone's region, in
+// the network's project: with Shared VPC (GCP_NETWORK
+// projects/HOST/global/networks/N) the subnetwork is the host project's,
+// not the service project's the podVMs run in.
 func (c *Config) subnetworkURL(zone string) string {
 	if c.Subnetwork == "" || strings.Contains(c.Subnetwork, "/") {
 		return c.Subnetwork
 	}
-	return fmt.Sprintf("projects/%s/regions/%s/subnetworks/%s", c.ProjectID, regionOf(zone), c.Subnetwork)
+	return fmt.Sprintf("projects/%s/regions/%s/subnetworks/%s", c.networkProject(), regionOf(zone), c.Subnetwork)
+}
+
+// networkProject is the project of GCP_NETWORK when given as a path with
+// one (a Shared VPC host project), else the provider's.
+func (c *Config) networkProject() string {
+	rest := c.Network
+	if i := strings.Index(rest, "/compute/v1/"); i >= 0 {
+		rest = rest[i+len("/compute/v1/"):]
+	}
+	parts := strings.Split(strings.TrimPrefix(rest, "/"), "/")
+	if len(parts) >= 2 && parts[0] == "projects" && parts[1] != "" {
+		return parts[1]
+	}
+	return c.ProjectID
+}
+
+// nicType is the profile's NIC type: GVNIC where the series networks only
+// through it, else GCP_NIC_TYPE (empty: GCE's default, VIRTIO_NET).
+func (c *Config) nicType(p Profile) string {
+	if needsGVNIC(p.MachineType) {
+		return NICTypeGVNIC
+	}
+	return c.NICType
 }
 
 // networkURL expands a bare network name.
@@ -105,26 +131,40 @@ func (c *Config) provisioningModel(p Profile) string {
 // VMs cannot live-migrate, so GCE requires TERMINATE; a podVM is never
 // restarted by GCE because its pod is gone once it stops.
 func scheduling(model string, needsTerminate bool) *computepb.Scheduling {
-	s := &computepb.Scheduling{AutomaticRestart: proto.Bool(false)}
+	return applyModel(&computepb.Scheduling{AutomaticRestart: proto.Bool(false)}, model, needsTerminate)
+}
+
+// applyModel sets a provisioning model on a scheduling block (a template's
+// copy or a fresh one) and what that model requires.
+func applyModel(s *computepb.Scheduling, model string, needsTerminate bool) *computepb.Scheduling {
+	s.AutomaticRestart = proto.Bool(false)
 	if needsTerminate || model == ProvisioningSpot {
 		s.OnHostMaintenance = proto.String("TERMINATE")
 	}
-	if model == ProvisioningSpot {
+	switch model {
+	case ProvisioningSpot:
 		s.ProvisioningModel = proto.String(ProvisioningSpot)
 		// DELETE rather than STOP: a stopped Spot VM still bills its disk
 		// and would be an orphan for clean-up to find.
 		s.InstanceTerminationAction = proto.String("DELETE")
+	case ProvisioningStandard:
+		if s.ProvisioningModel != nil {
+			s.ProvisioningModel = proto.String(ProvisioningStandard)
+		}
+		// Only Spot (or a run-duration limit) takes a termination action.
+		if s.MaxRunDuration == nil && s.TerminationTime == nil {
+			s.InstanceTerminationAction = nil
+		}
+		s.Preemptible = nil
 	}
 	return s
 }
 
 // buildInstance is the insert body for a profile-based podVM. It never has
-// accessConfigs: podVMs get no external IP.
+// accessConfigs: podVMs get no external IP. The profile's image was
+// checked when it was selected.
 func (c *Config) buildInstance(vm podVM, p Profile, zone, model string, diskSizeGB int64) *computepb.Instance {
-	image := c.ImageName
-	if vm.image != "" {
-		image = vm.image
-	}
+	image, _ := c.imageFor(p, vm.image)
 	nic := &computepb.NetworkInterface{
 		Network:   proto.String(c.networkURL()),
 		StackType: proto.String("IPV4_ONLY"),
@@ -132,20 +172,27 @@ func (c *Config) buildInstance(vm podVM, p Profile, zone, model string, diskSize
 	if sub := c.subnetworkURL(zone); sub != "" {
 		nic.Subnetwork = proto.String(sub)
 	}
+	if t := c.nicType(p); t != "" {
+		nic.NicType = proto.String(t)
+	}
+	boot := &computepb.AttachedDisk{
+		Boot:       proto.Bool(true),
+		AutoDelete: proto.Bool(true),
+		InitializeParams: &computepb.AttachedDiskInitializeParams{
+			SourceImage: proto.String(c.imageURL(image)),
+			DiskSizeGb:  proto.Int64(diskSizeGB),
+			DiskType:    proto.String(fmt.Sprintf("zones/%s/diskTypes/%s", zone, c.diskType(p))),
+		},
+	}
+	if needsNVMe(p.MachineType, p.ConfidentialType != "") {
+		boot.Interface = proto.String("NVME")
+	}
 	inst := &computepb.Instance{
-		Name:        proto.String(vm.name),
-		MachineType: proto.String(fmt.Sprintf("zones/%s/machineTypes/%s", zone, p.MachineType)),
-		Labels:      c.podLabels(vm, p.Name),
-		Metadata:    &computepb.Metadata{Items: podMetadata(vm)},
-		Disks: []*computepb.AttachedDisk{{
-			Boot:       proto.Bool(true),
-			AutoDelete: proto.Bool(true),
-			InitializeParams: &computepb.AttachedDiskInitializeParams{
-				SourceImage: proto.String(c.imageURL(image)),
-				DiskSizeGb:  proto.Int64(diskSizeGB),
-				DiskType:    proto.String(fmt.Sprintf("zones/%s/diskTypes/%s", zone, c.DiskType)),
-			},
-		}},
+		Name:              proto.String(vm.name),
+		MachineType:       proto.String(fmt.Sprintf("zones/%s/machineTypes/%s", zone, p.MachineType)),
+		Labels:            c.podLabels(vm, p.Name),
+		Metadata:          &computepb.Metadata{Items: podMetadata(vm)},
+		Disks:             []*computepb.AttachedDisk{boot},
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
 		Scheduling:        scheduling(model, p.gpus > 0 || p.ConfidentialType != ""),
 	}
@@ -189,7 +236,7 @@ func templateGPUs(props *computepb.InstanceProperties) int64 {
 // metadata items are merged here from the template's, and the NIC list is
 // only overridden (with the template's NICs stripped of accessConfigs) when
 // the template would give the VM an external IP.
-func (c *Config) buildFromTemplate(vm podVM, props *computepb.InstanceProperties, zone string) *computepb.Instance {
+func (c *Config) buildFromTemplate(vm podVM, props *computepb.InstanceProperties, zone, model string) *computepb.Instance {
 	labels := map[string]string{}
 	for k, v := range props.GetLabels() {
 		labels[k] = v
@@ -224,25 +271,47 @@ func (c *Config) buildFromTemplate(vm podVM, props *computepb.InstanceProperties
 			inst.NetworkInterfaces = append(inst.NetworkInterfaces, n)
 		}
 	}
-	if templateGPUs(props) > 0 && props.GetScheduling().GetOnHostMaintenance() != "TERMINATE" {
-		s := proto.Clone(props.GetScheduling()).(*computepb.Scheduling)
+	// scheduling is one message: the override replaces the template's, so
+	// it starts from the template's copy. It is sent when the model
+	// differs from the template's or a GPU template lacks TERMINATE.
+	gpus := templateGPUs(props) > 0 || props.GetConfidentialInstanceConfig().GetConfidentialInstanceType() != ""
+	if model != templateModel(props) || (gpus && props.GetScheduling().GetOnHostMaintenance() != "TERMINATE") {
+		s, _ := proto.Clone(props.GetScheduling()).(*computepb.Scheduling)
 		if s == nil {
 			s = &computepb.Scheduling{}
 		}
-		s.OnHostMaintenance = proto.String("TERMINATE")
-		s.AutomaticRestart = proto.Bool(false)
-		inst.Scheduling = s
+		inst.Scheduling = applyModel(s, model, gpus)
 	}
 	if vm.image != "" {
 		// Overriding disks replaces the template's whole list: keep its
-		// disks and swap only the boot image.
+		// disks and swap only the boot image. A template names its disk
+		// type (pd-balanced) where an instance needs the zonal URL
+		// (AttachedDiskInitializeParams.diskType in the discovery
+		// document), so names are turned into zones/Z/diskTypes/T.
 		for _, d := range props.GetDisks() {
 			d = proto.Clone(d).(*computepb.AttachedDisk)
-			if d.GetBoot() && d.InitializeParams != nil {
-				d.InitializeParams.SourceImage = proto.String(c.imageURL(vm.image))
+			if ip := d.GetInitializeParams(); ip != nil {
+				if d.GetBoot() {
+					ip.SourceImage = proto.String(c.imageURL(vm.image))
+				}
+				if t := ip.GetDiskType(); t != "" && !strings.Contains(t, "/") {
+					ip.DiskType = proto.String(fmt.Sprintf("zones/%s/diskTypes/%s", zone, t))
+				}
 			}
 			inst.Disks = append(inst.Disks, d)
 		}
 	}
 	return inst
+}
+
+// templateModel is the provisioning model a template's VMs get.
+func templateModel(props *computepb.InstanceProperties) string {
+	s := props.GetScheduling()
+	switch {
+	case s.GetProvisioningModel() != "":
+		return s.GetProvisioningModel()
+	case s.GetPreemptible():
+		return ProvisioningSpot
+	}
+	return ProvisioningStandard
 }

@@ -1,6 +1,7 @@
 package gcpt4
 
 import (
+	"strings"
 	"testing"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -62,10 +63,20 @@ func TestBuildInstanceSpotAndConfidential(t *testing.T) {
 		t.Errorf("spot scheduling = %v", s)
 	}
 
+	c.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
 	h, _ := cat.Lookup("h100-cc")
-	inst := c.buildInstance(testVM(), h, "us-central1-a", ProvisioningStandard, 50)
+	inst := c.buildInstance(testVM(), h, "us-central1-a", ProvisioningSpot, 50)
 	if inst.GetConfidentialInstanceConfig().GetConfidentialInstanceType() != "TDX" {
 		t.Errorf("h100-cc must be TDX: %v", inst.GetConfidentialInstanceConfig())
+	}
+	// A Confidential VM boots from NVMe, A3 networks through gVNIC, and
+	// the profile's own image is used, not the T4 image.
+	boot := inst.GetDisks()[0]
+	if boot.GetInterface() != "NVME" || boot.GetInitializeParams().GetSourceImage() != "projects/demo-project/global/images/podvm-tdx" {
+		t.Errorf("h100-cc boot disk = %v", boot)
+	}
+	if nic := inst.GetNetworkInterfaces()[0]; nic.GetNicType() != NICTypeGVNIC {
+		t.Errorf("h100-cc NIC = %v, want GVNIC", nic)
 	}
 	if len(inst.GetGuestAccelerators()) != 0 {
 		t.Errorf("a3-highgpu-1g has a bundled H100; guestAccelerators must be empty, got %v", inst.GetGuestAccelerators())
@@ -84,7 +95,7 @@ func TestBuildFromTemplateMergesAndStripsExternalIP(t *testing.T) {
 		Metadata:          &computepb.Metadata{Items: []*computepb.Items{{Key: proto.String("startup-script"), Value: proto.String("echo hi")}, {Key: proto.String(UserDataMetadata), Value: proto.String("stale")}}},
 		NetworkInterfaces: []*computepb.NetworkInterface{{Network: proto.String("global/networks/default"), AccessConfigs: []*computepb.AccessConfig{{Name: proto.String("External NAT")}}}},
 	}
-	inst := c.buildFromTemplate(testVM(), props, "us-central1-a")
+	inst := c.buildFromTemplate(testVM(), props, "us-central1-a", ProvisioningStandard)
 	if inst.GetMachineType() != "" || len(inst.GetGuestAccelerators()) != 0 {
 		t.Errorf("the template's shape must not be overridden: %v", inst)
 	}
@@ -115,20 +126,139 @@ func TestBuildFromTemplateMergesAndStripsExternalIP(t *testing.T) {
 
 	// A private template keeps its NIC list: no override is sent.
 	props.NetworkInterfaces[0].AccessConfigs = nil
-	if got := c.buildFromTemplate(testVM(), props, "us-central1-a").GetNetworkInterfaces(); got != nil {
+	if got := c.buildFromTemplate(testVM(), props, "us-central1-a", ProvisioningStandard).GetNetworkInterfaces(); got != nil {
 		t.Errorf("private template: NICs overridden needlessly: %v", got)
 	}
 }
 
+// A template names its disk type; an instance override needs the zonal URL
+// (AttachedDiskInitializeParams.diskType in the discovery document). And
+// Spot is applied as a scheduling override, not ignored.
+func TestBuildFromTemplateDiskTypeURLAndSpot(t *testing.T) {
+	c := validConfig()
+	props := &computepb.InstanceProperties{
+		MachineType: proto.String("n1-standard-4"),
+		Scheduling:  &computepb.Scheduling{OnHostMaintenance: proto.String("TERMINATE")},
+		Disks: []*computepb.AttachedDisk{
+			{Boot: proto.Bool(true), InitializeParams: &computepb.AttachedDiskInitializeParams{SourceImage: proto.String("global/images/old"), DiskType: proto.String("pd-balanced")}},
+			{InitializeParams: &computepb.AttachedDiskInitializeParams{DiskType: proto.String("projects/demo-project/zones/us-central1-b/diskTypes/pd-ssd"), DiskSizeGb: proto.Int64(10)}},
+		},
+	}
+	vm := testVM()
+	vm.image = "podvm-new"
+	inst := c.buildFromTemplate(vm, props, "us-central1-b", ProvisioningSpot)
+	disks := inst.GetDisks()
+	if len(disks) != 2 || disks[0].GetInitializeParams().GetDiskType() != "zones/us-central1-b/diskTypes/pd-balanced" ||
+		disks[0].GetInitializeParams().GetSourceImage() != "projects/demo-project/global/images/podvm-new" ||
+		disks[1].GetInitializeParams().GetDiskType() != "projects/demo-project/zones/us-central1-b/diskTypes/pd-ssd" {
+		t.Errorf("disks = %v", disks)
+	}
+	if props.GetDisks()[0].GetInitializeParams().GetDiskType() != "pd-balanced" {
+		t.Error("the cached template was modified")
+	}
+	s := inst.GetScheduling()
+	if s.GetProvisioningModel() != ProvisioningSpot || s.GetInstanceTerminationAction() != "DELETE" || s.GetAutomaticRestart() || s.GetOnHostMaintenance() != "TERMINATE" {
+		t.Errorf("spot over a standard template: scheduling = %v", s)
+	}
+	// The standard fallback over a Spot template clears what only Spot takes.
+	props.Scheduling = &computepb.Scheduling{ProvisioningModel: proto.String("SPOT"), InstanceTerminationAction: proto.String("STOP")}
+	s = c.buildFromTemplate(testVM(), props, "us-central1-b", ProvisioningStandard).GetScheduling()
+	if s.GetProvisioningModel() != ProvisioningStandard || s.InstanceTerminationAction != nil {
+		t.Errorf("standard over a Spot template: scheduling = %v", s)
+	}
+	if c.buildFromTemplate(testVM(), props, "us-central1-b", ProvisioningSpot).Scheduling != nil {
+		t.Error("a Spot template created as Spot needs no scheduling override")
+	}
+}
+
+func TestTemplateModels(t *testing.T) {
+	std := &computepb.InstanceProperties{MachineType: proto.String("n1-standard-4")}
+	spot := &computepb.InstanceProperties{MachineType: proto.String("n1-standard-4"), Scheduling: &computepb.Scheduling{ProvisioningModel: proto.String("SPOT")}}
+	flex := &computepb.InstanceProperties{MachineType: proto.String("n1-standard-4"), Scheduling: &computepb.Scheduling{ProvisioningModel: proto.String("FLEX_START")}}
+	a3 := &computepb.InstanceProperties{MachineType: proto.String("a3-highgpu-1g")}
+	cases := []struct {
+		model    string
+		fallback bool
+		props    *computepb.InstanceProperties
+		want     string
+		err      string
+	}{
+		{ProvisioningStandard, false, std, "STANDARD", ""},
+		{ProvisioningStandard, false, spot, "SPOT", ""},
+		{ProvisioningSpot, false, std, "SPOT", ""},
+		{ProvisioningSpot, true, std, "SPOT,STANDARD", ""},
+		{ProvisioningStandard, false, flex, "FLEX_START", ""},
+		{ProvisioningSpot, false, flex, "", "Spot cannot override"},
+		{ProvisioningStandard, false, a3, "", "sold only as Spot"},
+		{ProvisioningSpot, true, a3, "SPOT", ""},
+	}
+	for _, tc := range cases {
+		c := validConfig()
+		c.InstanceTemplate = "t"
+		c.ProvisioningModel, c.SpotFallback = tc.model, tc.fallback
+		got, err := c.templateModels(tc.props)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s/%v over %v: err = %v, want %q", tc.model, tc.fallback, tc.props.GetScheduling(), err, tc.err)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got, ",") != tc.want {
+			t.Errorf("%s/%v over %v: %v, %v; want %s", tc.model, tc.fallback, tc.props.GetScheduling(), got, err, tc.want)
+		}
+	}
+}
+
+// With Shared VPC the network is the host project's, and so is a bare
+// subnetwork name; the VMs stay in the service project.
+func TestSubnetworkOfSharedVPC(t *testing.T) {
+	c := validConfig()
+	c.Network = "projects/host-proj/global/networks/shared"
+	c.Subnetwork = "podvms"
+	if got := c.subnetworkURL("us-east1-c"); got != "projects/host-proj/regions/us-east1/subnetworks/podvms" {
+		t.Errorf("shared VPC subnetwork = %s", got)
+	}
+	c.Network = "https://www.googleapis.com/compute/v1/projects/host-proj/global/networks/shared"
+	if got := c.subnetworkURL("us-east1-c"); got != "projects/host-proj/regions/us-east1/subnetworks/podvms" {
+		t.Errorf("shared VPC (URL) subnetwork = %s", got)
+	}
+	c.Network = "default"
+	if got := c.subnetworkURL("us-east1-c"); got != "projects/demo-project/regions/us-east1/subnetworks/podvms" {
+		t.Errorf("own VPC subnetwork = %s", got)
+	}
+}
+
+func TestNICType(t *testing.T) {
+	c := validConfig()
+	cat := mustCatalog(t, "", "")
+	t4, _ := cat.Lookup("t4-1")
+	if nic := c.buildInstance(testVM(), t4, "us-central1-a", ProvisioningStandard, 50).GetNetworkInterfaces()[0]; nic.NicType != nil {
+		t.Errorf("default NIC type must be GCE's: %v", nic)
+	}
+	c.NICType = NICTypeGVNIC
+	if nic := c.buildInstance(testVM(), t4, "us-central1-a", ProvisioningStandard, 50).GetNetworkInterfaces()[0]; nic.GetNicType() != NICTypeGVNIC {
+		t.Errorf("GCP_NIC_TYPE=GVNIC: %v", nic)
+	}
+	if got := c.guestOSFeatures(t4); strings.Join(got, ",") != "GVNIC" {
+		t.Errorf("a gVNIC podVM needs the GVNIC image feature, got %v", got)
+	}
+	c.NICType = "virtio"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "GCP_NIC_TYPE") {
+		t.Errorf("bad NIC type: %v", err)
+	}
+}
+
 func TestRequestIDDeterministic(t *testing.T) {
-	a := requestID("p", "us-central1-a", "STANDARD", "podvm-x-1", "sid")
-	if a != requestID("p", "us-central1-a", "STANDARD", "podvm-x-1", "sid") {
+	const shape = "n1-standard-4/nvidia-tesla-t4/1"
+	a := requestID("p", "us-central1-a", "STANDARD", shape, "podvm-x-1", "sid")
+	if a != requestID("p", "us-central1-a", "STANDARD", shape, "podvm-x-1", "sid") {
 		t.Fatal("same create must give the same requestId")
 	}
 	for _, other := range []string{
-		requestID("p", "us-central1-b", "STANDARD", "podvm-x-1", "sid"),
-		requestID("p", "us-central1-a", "STANDARD", "podvm-x-1", "sid2"),
-		requestID("p", "us-central1-a", "SPOT", "podvm-x-1", "sid"),
+		requestID("p", "us-central1-b", "STANDARD", shape, "podvm-x-1", "sid"),
+		requestID("p", "us-central1-a", "STANDARD", shape, "podvm-x-1", "sid2"),
+		requestID("p", "us-central1-a", "SPOT", shape, "podvm-x-1", "sid"),
+		requestID("p", "us-central1-a", "STANDARD", "n1-highmem-4/nvidia-tesla-t4/1", "podvm-x-1", "sid"),
 	} {
 		if other == a {
 			t.Fatal("different creates share a requestId")

@@ -2,6 +2,7 @@ package gcpt4
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -11,8 +12,10 @@ const AcceleratorT4 = "nvidia-tesla-t4"
 
 // machineShape is what GCE would report for a machine type. The T4 is not
 // part of any N1 machine type, so the shape of an N1+T4 podVM is synthesized
-// from this table rather than looked up per create.
+// from this catalogue rather than looked up per create.
 type machineShape struct {
+	name      string
+	family    string
 	vcpus     int64
 	memoryMiB int64
 	// bundledAccelerator is set for types whose GPU comes with the machine
@@ -20,27 +23,38 @@ type machineShape struct {
 	bundledAccelerator string
 	bundledCount       int32
 	sharedCore         bool
+	// custom marks N1 custom types (custom-<vCPUs>-<MiB>).
+	custom bool
 }
 
-// n1MiBPerVCPU is memory per vCPU in each N1 family, as GCE defines them.
+// n1MiBPerVCPU is memory per vCPU in each N1 family, as GCE defines them
+// (3.75, 6.5 and 0.9 GB per vCPU; compute/docs/general-purpose-machines#n1_machine_types).
 var n1MiBPerVCPU = map[string]float64{"standard": 3840, "highmem": 6656, "highcpu": 921.6}
 
-// n1Sizes are the vCPU counts GCE offers in the predefined N1 families.
+// n1Sizes are the vCPU counts GCE offers in the predefined N1 families
+// (n1-standard-1 exists, n1-highmem-1 and n1-highcpu-1 do not).
 var n1Sizes = []int64{1, 2, 4, 8, 16, 32, 64, 96}
 
-// fixedShapes are the non-N1 types the built-in profiles use or that users
+// e2Sizes and e2MiBPerVCPU are the predefined E2 types (4, 8 and 1 GB per
+// vCPU; compute/docs/general-purpose-machines#e2_machine_types).
+var (
+	e2Sizes      = map[string][]int64{"standard": {2, 4, 8, 16, 32}, "highmem": {2, 4, 8, 16}, "highcpu": {2, 4, 8, 16, 32}}
+	e2MiBPerVCPU = map[string]int64{"standard": 4096, "highmem": 8192, "highcpu": 1024}
+)
+
+// fixedShapes are the other types the built-in profiles use or that users
 // commonly name; other types need vcpus and memoryMiB in their profile.
 var fixedShapes = map[string]machineShape{
-	"e2-medium":      {vcpus: 2, memoryMiB: 4096, sharedCore: true},
-	"e2-standard-2":  {vcpus: 2, memoryMiB: 8192},
-	"e2-standard-4":  {vcpus: 4, memoryMiB: 16384},
-	"f1-micro":       {vcpus: 1, memoryMiB: 614, sharedCore: true},
-	"g1-small":       {vcpus: 1, memoryMiB: 1740, sharedCore: true},
-	"c3-standard-4":  {vcpus: 4, memoryMiB: 16384},
-	"n2d-standard-4": {vcpus: 4, memoryMiB: 16384},
-	"a3-highgpu-1g":  {vcpus: 26, memoryMiB: 239616, bundledAccelerator: "nvidia-h100-80gb", bundledCount: 1},
-	"g2-standard-4":  {vcpus: 4, memoryMiB: 16384, bundledAccelerator: "nvidia-l4", bundledCount: 1},
-	"g2-standard-8":  {vcpus: 8, memoryMiB: 32768, bundledAccelerator: "nvidia-l4", bundledCount: 1},
+	"e2-micro":       {family: "e2", vcpus: 2, memoryMiB: 1024, sharedCore: true},
+	"e2-small":       {family: "e2", vcpus: 2, memoryMiB: 2048, sharedCore: true},
+	"e2-medium":      {family: "e2", vcpus: 2, memoryMiB: 4096, sharedCore: true},
+	"f1-micro":       {family: "f1", vcpus: 1, memoryMiB: 614, sharedCore: true},
+	"g1-small":       {family: "g1", vcpus: 1, memoryMiB: 1740, sharedCore: true},
+	"c3-standard-4":  {family: "c3", vcpus: 4, memoryMiB: 16384},
+	"n2d-standard-4": {family: "n2d", vcpus: 4, memoryMiB: 16384},
+	"a3-highgpu-1g":  {family: "a3", vcpus: 26, memoryMiB: 239616, bundledAccelerator: "nvidia-h100-80gb", bundledCount: 1},
+	"g2-standard-4":  {family: "g2", vcpus: 4, memoryMiB: 16384, bundledAccelerator: "nvidia-l4", bundledCount: 1},
+	"g2-standard-8":  {family: "g2", vcpus: 8, memoryMiB: 32768, bundledAccelerator: "nvidia-l4", bundledCount: 1},
 }
 
 // isN1 reports whether machineType is an N1 type a T4 can attach to:
@@ -49,18 +63,34 @@ func isN1(machineType string) bool {
 	return strings.HasPrefix(machineType, "n1-") || strings.HasPrefix(machineType, "custom-")
 }
 
+// familyOf is the machine series of a type name ("n1" for N1 custom).
+func familyOf(machineType string) string {
+	if strings.HasPrefix(machineType, "custom-") {
+		return "n1"
+	}
+	fam, _, _ := strings.Cut(machineType, "-")
+	return fam
+}
+
 // lookupShape returns the shape of a known machine type.
 func lookupShape(machineType string) (machineShape, bool) {
 	if s, ok := fixedShapes[machineType]; ok {
+		s.name = machineType
 		return s, true
 	}
-	if family, size, ok := strings.Cut(strings.TrimPrefix(machineType, "n1-"), "-"); ok && strings.HasPrefix(machineType, "n1-") {
-		perCPU, known := n1MiBPerVCPU[family]
-		n, err := strconv.ParseInt(size, 10, 64)
-		if !known || err != nil || !validN1Size(family, n) {
-			return machineShape{}, false
+	family, size, ok := strings.Cut(machineType[strings.Index(machineType, "-")+1:], "-")
+	n, err := strconv.ParseInt(size, 10, 64)
+	switch {
+	case !ok || err != nil:
+	case strings.HasPrefix(machineType, "n1-"):
+		if perCPU, known := n1MiBPerVCPU[family]; known && validN1Size(family, n) {
+			// GCE reports n1-highcpu memory rounded to whole MiB.
+			return machineShape{name: machineType, family: "n1", vcpus: n, memoryMiB: int64(math.Round(float64(n) * perCPU))}, true
 		}
-		return machineShape{vcpus: n, memoryMiB: int64(float64(n) * perCPU)}, true
+	case strings.HasPrefix(machineType, "e2-"):
+		if perCPU, known := e2MiBPerVCPU[family]; known && containsInt(e2Sizes[family], n) {
+			return machineShape{name: machineType, family: "e2", vcpus: n, memoryMiB: n * perCPU}, true
+		}
 	}
 	// N1 custom types are custom-<vCPUs>-<MiB>.
 	if rest, ok := strings.CutPrefix(machineType, "custom-"); ok {
@@ -68,7 +98,7 @@ func lookupShape(machineType string) (machineShape, bool) {
 		n, err1 := strconv.ParseInt(cpu, 10, 64)
 		m, err2 := strconv.ParseInt(mem, 10, 64)
 		if ok && err1 == nil && err2 == nil && n > 0 && m > 0 {
-			return machineShape{vcpus: n, memoryMiB: m}, true
+			return machineShape{name: machineType, family: "n1", vcpus: n, memoryMiB: m, custom: true}, true
 		}
 	}
 	return machineShape{}, false
@@ -78,12 +108,91 @@ func validN1Size(family string, n int64) bool {
 	if family != "standard" && n == 1 {
 		return false
 	}
-	for _, s := range n1Sizes {
-		if s == n {
+	return containsInt(n1Sizes, n)
+}
+
+func containsInt(list []int64, n int64) bool {
+	for _, v := range list {
+		if v == n {
 			return true
 		}
 	}
 	return false
+}
+
+// N1 custom machine type limits: 1 or an even number of vCPUs up to 96,
+// 0.9 to 6.5 GB per vCPU (922 to 6656 MiB), a multiple of 256 MiB
+// (compute/docs/general-purpose-machines#custom_machine_types; the same
+// numbers as Google's sample GoogleCloudPlatform/golang-samples
+// compute/custom-machine-types, cpuSeriesN1Limit). Extended memory is not
+// synthesized.
+const (
+	n1CustomMaxVCPUs     = 96
+	n1CustomMinMiBPerCPU = 922
+	n1CustomMaxMiBPerCPU = 6656
+	customMemoryStepMiB  = 256
+)
+
+// customN1Error says why GCE would refuse custom-<vcpus>-<mib>, or nil.
+func customN1Error(vcpus, mib int64) error {
+	switch {
+	case vcpus < 1 || vcpus > n1CustomMaxVCPUs || (vcpus > 1 && vcpus%2 != 0):
+		return fmt.Errorf("an N1 custom type has 1 or an even number of vCPUs up to %d, not %d", n1CustomMaxVCPUs, vcpus)
+	case mib%customMemoryStepMiB != 0:
+		return fmt.Errorf("N1 custom memory is a multiple of %d MiB, not %d", customMemoryStepMiB, mib)
+	case mib < vcpus*n1CustomMinMiBPerCPU || mib > vcpus*n1CustomMaxMiBPerCPU:
+		return fmt.Errorf("N1 custom memory is %d to %d MiB per vCPU; %d MiB for %d vCPUs is outside", n1CustomMinMiBPerCPU, n1CustomMaxMiBPerCPU, mib, vcpus)
+	}
+	return nil
+}
+
+// smallestCustomN1 is the smallest valid N1 custom shape holding vcpus and
+// mib, or false when none does within maxVCPUs and maxMiB.
+func smallestCustomN1(vcpus, mib, maxVCPUs, maxMiB int64) (machineShape, bool) {
+	v := max(vcpus, 1)
+	// Memory decides the vCPUs when it exceeds 6.5 GB per vCPU.
+	v = max(v, (mib+n1CustomMaxMiBPerCPU-1)/n1CustomMaxMiBPerCPU)
+	if v > 1 && v%2 != 0 {
+		v++
+	}
+	m := max(mib, v*n1CustomMinMiBPerCPU)
+	m = (m + customMemoryStepMiB - 1) / customMemoryStepMiB * customMemoryStepMiB
+	if v > maxVCPUs || m > maxMiB || customN1Error(v, m) != nil {
+		return machineShape{}, false
+	}
+	name := fmt.Sprintf("custom-%d-%d", v, m)
+	return machineShape{name: name, family: "n1", vcpus: v, memoryMiB: m, custom: true}, true
+}
+
+// predefinedN1 lists every predefined N1 shape.
+func predefinedN1() []machineShape {
+	var out []machineShape
+	for _, fam := range []string{"standard", "highmem", "highcpu"} {
+		for _, n := range n1Sizes {
+			if s, ok := lookupShape(fmt.Sprintf("n1-%s-%d", fam, n)); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// predefinedE2 lists the predefined E2 shapes from e2-medium up. The
+// smaller shared-core types (e2-micro, e2-small: 1 and 2 GiB) are left
+// out: the podVM's agent and image pulls need more than they hold.
+func predefinedE2() []machineShape {
+	out := []machineShape{}
+	if s, ok := lookupShape("e2-medium"); ok {
+		out = append(out, s)
+	}
+	for _, fam := range []string{"standard", "highmem", "highcpu"} {
+		for _, n := range e2Sizes[fam] {
+			if s, ok := lookupShape(fmt.Sprintf("e2-%s-%d", fam, n)); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // t4Limit is the largest N1 shape GCE accepts for a number of T4s.
@@ -92,17 +201,21 @@ type t4Limit struct {
 	maxMemoryMiB int64
 }
 
-// t4Limits holds GCE's N1 ceilings per T4 count; 3 is absent because GCE
-// only attaches 1, 2 or 4 T4s.
+// t4Limits holds GCE's N1 ceilings per T4 count (compute/docs/gpus,
+// "NVIDIA T4": 1 and 2 GPUs up to 48 vCPUs and 312 GB, 4 GPUs up to 96
+// vCPUs and 624 GB); 3 is absent because GCE only attaches 1, 2 or 4 T4s.
 var t4Limits = map[int32]t4Limit{
 	1: {maxVCPUs: 48, maxMemoryMiB: 312 * 1024},
 	2: {maxVCPUs: 48, maxMemoryMiB: 312 * 1024},
 	4: {maxVCPUs: 96, maxMemoryMiB: 624 * 1024},
 }
 
-// validT4Count returns the smallest count GCE accepts that holds n GPUs.
+// t4Counts are the T4 counts GCE attaches, smallest first.
+var t4Counts = []int32{1, 2, 4}
+
+// nextT4Count returns the smallest count GCE accepts that holds n GPUs.
 func nextT4Count(n int64) (int32, bool) {
-	for _, c := range []int32{1, 2, 4} {
+	for _, c := range t4Counts {
 		if int64(c) >= n {
 			return c, true
 		}
@@ -129,4 +242,91 @@ func checkT4Shape(field, machineType string, count int32, shape machineShape) er
 			field, machineType, shape.vcpus, shape.memoryMiB, count, AcceleratorT4, lim.maxVCPUs, lim.maxMemoryMiB)
 	}
 	return nil
+}
+
+// Boot disk types per machine series. Hyperdisk does not attach to N1
+// (with or without GPUs) or E2 (compute/docs/disks/hyperdisks, "Machine
+// series support"); C3 and A3 take Balanced/SSD Persistent Disk and
+// Hyperdisk but not pd-standard (compute/docs/general-purpose-machines#c3_disks,
+// compute/docs/accelerator-optimized-machines#a3-disks).
+var (
+	diskTypesWithoutHyperdisk = []string{"pd-standard", "pd-balanced", "pd-ssd", "pd-extreme"}
+	diskTypesWithoutStandard  = []string{"pd-balanced", "pd-ssd", "pd-extreme", "hyperdisk-balanced", "hyperdisk-extreme", "hyperdisk-throughput", "hyperdisk-ml"}
+)
+
+// diskTypesFor lists the boot disk types a machine series takes; nil when
+// the provider does not know the series (the API decides).
+func diskTypesFor(family string) []string {
+	switch family {
+	case "n1", "e2", "f1", "g1", "n2d":
+		return diskTypesWithoutHyperdisk
+	case "c3", "a3":
+		return diskTypesWithoutStandard
+	}
+	return nil
+}
+
+// checkDiskType refuses a boot disk type the machine series does not take.
+func checkDiskType(field, machineType, diskType string) error {
+	allowed := diskTypesFor(familyOf(machineType))
+	if allowed == nil || contains(allowed, diskType) {
+		return nil
+	}
+	return fmt.Errorf("%s: disk type %s does not attach to %s (%s series takes %s); set another disk type (GCP_DISK_TYPE, or diskType: in the profile)",
+		field, diskType, machineType, strings.ToUpper(familyOf(machineType)), strings.Join(allowed, ", "))
+}
+
+// nvmeOnly are the series whose disks attach only through NVMe
+// (compute/docs/disks/about-persistent-disks#disk-interface, C3 and A3).
+// Confidential VMs need NVMe whatever the series
+// (confidential-computing/confidential-vm/docs/supported-configurations#limitations).
+func needsNVMe(machineType string, confidential bool) bool {
+	f := familyOf(machineType)
+	return confidential || f == "c3" || f == "a3"
+}
+
+// gvnicOnly are the series that network only through gVNIC
+// (compute/docs/networking/using-gvnic: C3 and A3 support only gVNIC).
+func needsGVNIC(machineType string) bool {
+	f := familyOf(machineType)
+	return f == "c3" || f == "a3"
+}
+
+// minCPUPlatforms are the minCpuPlatform values GCE accepts per series
+// (compute/docs/instances/specify-min-cpu-platform#availablezones);
+// a series absent here (E2, shared-core) takes none.
+var minCPUPlatforms = map[string][]string{
+	"n1":  {"Intel Skylake", "Intel Broadwell", "Intel Haswell", "Intel Ivy Bridge", "Intel Sandy Bridge"},
+	"n2d": {"AMD Milan", "AMD Rome"},
+	"c3":  {"Intel Sapphire Rapids"},
+	"a3":  {"Intel Sapphire Rapids"},
+	"g2":  {"Intel Cascade Lake"},
+}
+
+// checkMinCPUPlatform refuses a platform the series does not offer.
+func checkMinCPUPlatform(field, machineType, platform string) error {
+	if platform == "" || platform == "Automatic" {
+		return nil
+	}
+	allowed, ok := minCPUPlatforms[familyOf(machineType)]
+	if ok && contains(allowed, platform) {
+		return nil
+	}
+	if !ok {
+		return fmt.Errorf("%s.minCpuPlatform: %s takes no minimum CPU platform; remove minCpuPlatform", field, machineType)
+	}
+	return fmt.Errorf("%s.minCpuPlatform: %q is not a platform of %s; use one of %s", field, platform, machineType, strings.Join(allowed, ", "))
+}
+
+// soldModels are the provisioning models GCE sells a machine type under,
+// for the types where it is not every model: A3 High with fewer than 8
+// GPUs (a3-highgpu-1g) only as Spot, Flex-start or from a reservation
+// (compute/docs/accelerator-optimized-machines#a3-high-vms, "provisioning
+// options"; confidential-computing/confidential-vm/docs/supported-configurations
+// for the TDX + H100 shape). Of those, the provider creates Spot.
+func soldModels(machineType string) (models []string, note string) {
+	if machineType == "a3-highgpu-1g" {
+		return []string{ProvisioningSpot}, "a3-highgpu-1g is sold only as Spot, Flex-start or from a reservation (no on-demand STANDARD); gcp-t4 creates it as SPOT"
+	}
+	return []string{ProvisioningStandard, ProvisioningSpot}, ""
 }

@@ -48,6 +48,8 @@ func (m *Manager) ParseCmd(flags *flag.FlagSet) {
 	reg.CustomTypeWithEnv(&c.Labels, "labels", "", "GCP_LABELS", "Extra labels on podVMs: key1=value1,key2=value2")
 	reg.CustomTypeWithEnv(&c.InstanceTypes, "machine-types", "", "GCP_INSTANCE_TYPES", "Allowed values of the machine_type annotation (profiles or machine types), comma separated")
 	reg.BoolWithEnv(&c.UsePublicIP, "use-public-ip", false, "USE_PUBLIC_IP", "Refused: podVMs never get an external IP")
+	reg.StringWithEnv(&c.NICType, "nic-type", "", "GCP_NIC_TYPE", "PodVM NIC type: GVNIC (Google's recommendation with GPUs; the image needs the GVNIC guest OS feature) or VIRTIO_NET; empty leaves GCE's default. C3 and A3 always get GVNIC")
+	reg.CustomTypeWithEnv(&c.ProfileImages, "profile-images", "", "GCP_PROFILE_IMAGES", "Per-profile podVM images: profile=image,… (a confidential profile such as h100-cc needs its own image)")
 	reg.StringWithEnv(&c.Endpoint, "gcp-endpoint", "", "GCP_ENDPOINT", "Compute API endpoint override (a Private Service Connect endpoint or a local emulator)")
 }
 

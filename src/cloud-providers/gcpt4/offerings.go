@@ -1,14 +1,465 @@
 package gcpt4
 
 import (
+	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
 
-// offering is one thing GCE can be out of: a shape under a provisioning
-// model in a zone. Spot and standard capacity run out independently.
+// Request is what a pod asks for, in the units the adaptor passes.
+type Request struct {
+	InstanceType string
+	GPUs         int64
+	VCPUs        int64
+	MemoryMiB    int64
+}
+
+// A GPU podVM chosen by fit gets at least this much per attached GPU: the
+// shape of the t4-N profiles, four vCPUs and 15 GiB per T4, so that the
+// driver, the guest's image pulls and a data loader have room. A pod that
+// asks for more gets more; one that names a profile or machine type gets
+// exactly that.
+const (
+	gpuFloorVCPUs     = 4
+	gpuFloorMemoryMiB = 15 * 1024
+)
+
+// AutoProfile is the profile name of a shape synthesized by fit (one that
+// no catalog profile has); the podVM's caa-profile label carries it.
+const AutoProfile = "auto"
+
+// maxShapesPerModel bounds how many shapes a create tries under one
+// provisioning model, each in every zone. One: a T4 stockout is the GPU's
+// (GCE's stockout names the attachment, nvidia-tesla-t4:N), which every N1
+// host shape in the zone shares, so a second shape would double the calls
+// of a stockout walk for little chance; the zones and models are the
+// fallbacks, and `gcp-t4 plan` shows the next-cheapest shape.
+const maxShapesPerModel = 1
+
+// Candidate is a shape that holds the request, with its price under each
+// provisioning model it may be created with.
+type Candidate struct {
+	Profile Profile
+	// Models are the provisioning models in the order a create tries them.
+	Models []string
+	// Prices are keyed by provisioning model.
+	Prices map[string]HourlyPrice
+}
+
+// Price is the candidate's price under a model, and whether it is known.
+func (c Candidate) Price(model string) (float64, bool) {
+	p, ok := c.Prices[model]
+	return p.Total, ok && p.Known
+}
+
+// Describe is the shape in words: "custom-8-40960 + 1×nvidia-tesla-t4".
+func (c Candidate) Describe() string { return describeProfile(c.Profile) }
+
+func describeProfile(p Profile) string {
+	s := p.MachineType
+	if p.gpus > 0 {
+		s += fmt.Sprintf(" + %d×%s", p.gpus, p.gpuModel)
+	}
+	return s
+}
+
+// Selection is a request's one-pass answer: every shape that holds it,
+// cheapest first under the first provisioning model. Candidates[0] is the
+// choice; a create walks Steps over the zones.
+type Selection struct {
+	Request Request
+	// Named is set when the pod named a profile or machine type, which
+	// then is the only candidate.
+	Named      bool
+	Candidates []Candidate
+}
+
+// Chosen is the shape a create tries first.
+func (s *Selection) Chosen() Candidate { return s.Candidates[0] }
+
+// Models are the provisioning models the chosen shape is tried with.
+func (s *Selection) Models() []string { return s.Chosen().Models }
+
+// Alternative is the next-cheapest candidate, if any.
+func (s *Selection) Alternative() (Candidate, bool) {
+	if len(s.Candidates) < 2 {
+		return Candidate{}, false
+	}
+	return s.Candidates[1], true
+}
+
+// Step is one (shape, model) a create tries in every zone.
+type Step struct {
+	Candidate Candidate
+	Model     string
+}
+
+// Steps are what a create tries, in order: for each of the chosen shape's
+// models, the cheapest shapes under that model that are interchangeable
+// with the choice (same GPUs, models, confidential type and image), at
+// most maxShapesPerModel.
+func (s *Selection) Steps() []Step {
+	chosen := s.Chosen()
+	var steps []Step
+	for _, m := range chosen.Models {
+		var same []Candidate
+		for _, c := range s.Candidates {
+			if interchangeable(chosen, c) {
+				same = append(same, c)
+			}
+		}
+		rankCandidates(same, m)
+		for i, c := range same {
+			if i == maxShapesPerModel {
+				break
+			}
+			steps = append(steps, Step{Candidate: c, Model: m})
+		}
+	}
+	return steps
+}
+
+func interchangeable(a, b Candidate) bool {
+	pa, pb := a.Profile, b.Profile
+	return pa.gpus == pb.gpus && pa.gpuModel == pb.gpuModel && pa.ConfidentialType == pb.ConfidentialType &&
+		pa.Image == pb.Image && strings.Join(a.Models, ",") == strings.Join(b.Models, ",")
+}
+
+// Offering is one thing a create can try: a shape under a provisioning
+// model in a zone, at a price. Karpenter's word; GCE stocks out per
+// offering.
+type Offering struct {
+	Profile           string  `json:"profile"`
+	MachineType       string  `json:"machineType"`
+	Accelerator       string  `json:"accelerator,omitempty"`
+	GPUs              int64   `json:"gpus"`
+	ProvisioningModel string  `json:"provisioningModel"`
+	Zone              string  `json:"zone"`
+	PricePerHour      float64 `json:"pricePerHour"`
+	Priced            bool    `json:"priced"`
+}
+
+// Offerings lists the steps over the zones, in the order a create walks
+// them (before GCE's zonesAvailable hints reorder the zones).
+func (s *Selection) Offerings(zones []string) []Offering {
+	var out []Offering
+	for _, st := range s.Steps() {
+		price, known := st.Candidate.Price(st.Model)
+		p := st.Candidate.Profile
+		for _, z := range zones {
+			out = append(out, Offering{Profile: p.Name, MachineType: p.MachineType, Accelerator: p.gpuModel, GPUs: p.gpus,
+				ProvisioningModel: st.Model, Zone: z, PricePerHour: price, Priced: known})
+		}
+	}
+	return out
+}
+
+// rankCandidates orders by price under model ("" for each candidate's
+// first model), priced first; ties and unpriced shapes by fewer GPUs,
+// vCPUs, then memory, then name.
+func rankCandidates(cs []Candidate, model string) {
+	price := func(c Candidate) (float64, bool) {
+		if model == "" {
+			return c.Price(c.Models[0])
+		}
+		return c.Price(model)
+	}
+	sort.SliceStable(cs, func(i, j int) bool {
+		pi, ki := price(cs[i])
+		pj, kj := price(cs[j])
+		if ki != kj {
+			return ki
+		}
+		if ki && pi != pj {
+			return pi < pj
+		}
+		a, b := cs[i].Profile, cs[j].Profile
+		if a.gpus != b.gpus {
+			return a.gpus < b.gpus
+		}
+		if a.VCPUs != b.VCPUs {
+			return a.VCPUs < b.VCPUs
+		}
+		if a.MemoryMiB != b.MemoryMiB {
+			return a.MemoryMiB < b.MemoryMiB
+		}
+		return a.MachineType < b.MachineType
+	})
+}
+
+// Select decides a pod's shape in one pass: the GCP_INSTANCE_TYPES
+// allow-list; a named profile or machine type if the pod names one; else
+// every catalog profile that fits plus every N1 predefined and custom
+// shape with 1, 2 or 4 T4s within GCE's per-count ceilings (for a GPU
+// pod), or every predefined E2 and N1 type (for a CPU-only pod), ranked by
+// price. A CPU-only pod never gets a GPU, and no pod gets an explicit
+// profile (such as h100-cc) unless it names it.
+func (c *Config) Select(catalog *Catalog, spec provider.InstanceTypeSpec) (*Selection, error) {
+	r := Request{InstanceType: spec.InstanceType, GPUs: spec.GPUs, VCPUs: spec.VCPUs, MemoryMiB: spec.Memory}
+	if r.InstanceType != "" && len(c.InstanceTypes) > 0 && !contains(c.InstanceTypes, r.InstanceType) {
+		return nil, fmt.Errorf("machine_type annotation %q is not in GCP_INSTANCE_TYPES (%s); use one of those or extend the list", r.InstanceType, c.InstanceTypes.String())
+	}
+	prices := catalog.prices
+	sel := &Selection{Request: r}
+	if r.InstanceType != "" {
+		p, err := catalog.named(r)
+		if err != nil {
+			return nil, err
+		}
+		cand, err := c.candidate(prices, p, spec.Image)
+		if err != nil {
+			return nil, err
+		}
+		sel.Named, sel.Candidates = true, []Candidate{cand}
+		return sel, nil
+	}
+	var refused []string
+	seen := map[string]bool{}
+	add := func(p Profile) {
+		key := fmt.Sprintf("%s/%s/%d", p.MachineType, p.gpuModel, p.gpus)
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		cand, err := c.candidate(prices, p, spec.Image)
+		if err != nil {
+			refused = append(refused, err.Error())
+			return
+		}
+		sel.Candidates = append(sel.Candidates, cand)
+	}
+	for _, p := range catalog.profiles {
+		if !p.Explicit && (p.gpus > 0) == (r.GPUs > 0) && p.gpus >= r.GPUs && p.VCPUs >= r.VCPUs && p.MemoryMiB >= r.MemoryMiB {
+			add(p)
+		}
+	}
+	for _, p := range synthesize(r) {
+		add(p)
+	}
+	if len(sel.Candidates) == 0 {
+		kind := "CPU-only"
+		if r.GPUs > 0 {
+			kind = "GPU"
+		}
+		msg := fmt.Sprintf("no %s shape fits %d GPU(s), %d vCPU(s) and %d MiB (pod annotations default_gpus/default_vcpus/default_memory)", kind, r.GPUs, r.VCPUs, r.MemoryMiB)
+		if len(refused) > 0 {
+			return nil, fmt.Errorf("%s: %s", msg, refused[0])
+		}
+		if r.GPUs > 0 {
+			return nil, fmt.Errorf("%s: GCE attaches at most 4 %s (96 vCPUs, 624 GB) to one N1 VM; lower the pod's requests, or add a profile in GCP_PROFILES_FILE and name it with the machine_type annotation", msg, AcceleratorT4)
+		}
+		return nil, fmt.Errorf("%s; lower the pod's requests or add a larger profile in GCP_PROFILES_FILE", msg)
+	}
+	rankCandidates(sel.Candidates, "")
+	return sel, nil
+}
+
+// synthesize lists the built-in catalogue's shapes that hold r: for GPU
+// pods N1 predefined and the smallest N1 custom shape per T4 count (within
+// the per-count ceilings, above the per-GPU floor); for CPU-only pods the
+// predefined E2 and N1 types.
+func synthesize(r Request) []Profile {
+	var out []Profile
+	if r.GPUs == 0 {
+		for _, s := range append(predefinedE2(), predefinedN1()...) {
+			if s.vcpus >= r.VCPUs && s.memoryMiB >= r.MemoryMiB {
+				out = append(out, autoProfile(s, 0))
+			}
+		}
+		return out
+	}
+	for _, n := range t4Counts {
+		if int64(n) < r.GPUs {
+			continue
+		}
+		lim := t4Limits[n]
+		vcpus := max(r.VCPUs, gpuFloorVCPUs*int64(n))
+		mem := max(r.MemoryMiB, gpuFloorMemoryMiB*int64(n))
+		for _, s := range predefinedN1() {
+			if s.vcpus >= vcpus && s.memoryMiB >= mem && s.vcpus <= lim.maxVCPUs && s.memoryMiB <= lim.maxMemoryMiB {
+				out = append(out, autoProfile(s, n))
+			}
+		}
+		if s, ok := smallestCustomN1(vcpus, mem, lim.maxVCPUs, lim.maxMemoryMiB); ok {
+			out = append(out, autoProfile(s, n))
+		}
+	}
+	return out
+}
+
+func autoProfile(s machineShape, t4s int32) Profile {
+	p := Profile{Name: AutoProfile, MachineType: s.name, VCPUs: s.vcpus, MemoryMiB: s.memoryMiB}
+	if t4s > 0 {
+		p.Accelerator, p.AcceleratorCount = AcceleratorT4, t4s
+		p.gpus, p.gpuModel = int64(t4s), AcceleratorT4
+	}
+	return p
+}
+
+// named resolves an explicit instance type: a profile name, or a machine
+// type, to which the requested T4s are attached.
+func (c *Catalog) named(r Request) (Profile, error) {
+	p, ok := c.Lookup(r.InstanceType)
+	if !ok {
+		p = Profile{Name: "custom", MachineType: r.InstanceType}
+		if r.GPUs > 0 {
+			if s, known := lookupShape(r.InstanceType); known && s.bundledAccelerator == "" {
+				count, fits := nextT4Count(r.GPUs)
+				if !fits {
+					return Profile{}, fmt.Errorf("machine_type annotation %q with %d GPUs: GCE attaches at most 4 %s to one VM", r.InstanceType, r.GPUs, AcceleratorT4)
+				}
+				p.Accelerator, p.AcceleratorCount = AcceleratorT4, count
+			}
+		}
+		if err := p.normalize("machine_type annotation"); err != nil {
+			return Profile{}, err
+		}
+	}
+	if p.gpus < r.GPUs {
+		return Profile{}, fmt.Errorf("instance type %q has %d GPU(s) but the pod requests %d; name a larger profile or drop the machine_type annotation", r.InstanceType, p.gpus, r.GPUs)
+	}
+	return p, nil
+}
+
+// candidate prices a profile under the models it would be created with,
+// or says why the configuration cannot create it.
+func (c *Config) candidate(prices *PriceTable, p Profile, podImage string) (Candidate, error) {
+	if err := checkDiskType(fmt.Sprintf("profile %s", p.Name), p.MachineType, c.diskType(p)); err != nil {
+		return Candidate{}, err
+	}
+	if _, err := c.imageFor(p, podImage); err != nil {
+		return Candidate{}, err
+	}
+	models, err := c.modelsFor(p)
+	if err != nil {
+		return Candidate{}, err
+	}
+	cand := Candidate{Profile: p, Models: models, Prices: map[string]HourlyPrice{}}
+	for _, m := range models {
+		cand.Prices[m] = prices.Hourly(p.MachineType, p.Accelerator, int64(p.AcceleratorCount), m)
+	}
+	return cand, nil
+}
+
+// modelsFor are the provisioning models a profile is tried with, in
+// order: its own or the provider's, then standard after Spot with
+// GCP_SPOT_FALLBACK, each only if GCE sells the machine type so.
+func (c *Config) modelsFor(p Profile) ([]string, error) {
+	first := c.provisioningModel(p)
+	sold, note := soldModels(p.MachineType)
+	if !contains(sold, first) {
+		return nil, fmt.Errorf("profile %s: provisioning model %s: %s; set provisioningModel: %s in the profile (or GCP_PROVISIONING_MODEL=%s)", p.Name, first, note, sold[0], sold[0])
+	}
+	models := []string{first}
+	if first == ProvisioningSpot && c.SpotFallback && contains(sold, ProvisioningStandard) {
+		models = append(models, ProvisioningStandard)
+	}
+	return models, nil
+}
+
+// CheckCatalog refuses, at start-up, profiles this configuration cannot
+// create whatever the pod: a provisioning model GCE does not sell for the
+// machine type (GCP_PROVISIONING_MODEL=STANDARD with an a3-highgpu-1g
+// profile that names no model). Disk types and images are checked when a
+// pod selects a profile, so an unused profile does not stop the adaptor.
+func (c *Config) CheckCatalog(catalog *Catalog) error {
+	for i, p := range catalog.profiles {
+		if _, err := c.modelsFor(p); err != nil {
+			return fmt.Errorf("profiles[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// diskType is the profile's boot disk type, else GCP_DISK_TYPE.
+func (c *Config) diskType(p Profile) string {
+	if p.DiskType != "" {
+		return p.DiskType
+	}
+	return c.DiskType
+}
+
+// imageFor is the podVM image of a profile: the pod's image annotation,
+// the profile's own, GCP_PROFILE_IMAGES, else PODVM_IMAGE_NAME, which a
+// confidential profile may not use: it is the T4 image.
+func (c *Config) imageFor(p Profile, podImage string) (string, error) {
+	switch {
+	case podImage != "":
+		return podImage, nil
+	case p.Image != "":
+		return p.Image, nil
+	case c.ProfileImages[p.Name] != "":
+		return c.ProfileImages[p.Name], nil
+	case p.ConfidentialType != "":
+		return "", fmt.Errorf("profile %s is a %s Confidential VM and needs an image of its own with the guest OS features %s; PODVM_IMAGE_NAME is the T4 podVM image, which is not a %s image; set GCP_PROFILE_IMAGES=%s=projects/P/global/images/IMAGE (or image: in the profile)",
+			p.Name, p.ConfidentialType, strings.Join(c.guestOSFeatures(p), ", "), p.ConfidentialType, p.Name)
+	}
+	return c.ImageName, nil
+}
+
+// guestOSFeatures are the image features GCE requires for a profile's VM:
+// UEFI_COMPATIBLE for every Confidential VM, TDX_CAPABLE / SEV_CAPABLE /
+// SEV_SNP_CAPABLE for its technology
+// (confidential-computing/confidential-vm/docs/create-custom-confidential-vm-images),
+// GVNIC when its NIC is gVNIC (compute/docs/networking/using-gvnic).
+func (c *Config) guestOSFeatures(p Profile) []string {
+	var fs []string
+	switch p.ConfidentialType {
+	case "TDX":
+		fs = append(fs, "UEFI_COMPATIBLE", "TDX_CAPABLE")
+	case "SEV":
+		fs = append(fs, "UEFI_COMPATIBLE", "SEV_CAPABLE")
+	case "SEV_SNP":
+		fs = append(fs, "UEFI_COMPATIBLE", "SEV_SNP_CAPABLE")
+	}
+	if c.nicType(p) == NICTypeGVNIC {
+		fs = append(fs, "GVNIC")
+	}
+	return fs
+}
+
+// Requirements are what GCE demands of a profile beyond its shape, as a
+// platform engineer must prepare them (image features, disk interface,
+// NIC, provisioning), in words for `gcp-t4 plan`.
+func (c *Config) Requirements(p Profile) []string {
+	var out []string
+	if fs := c.guestOSFeatures(p); len(fs) > 0 {
+		img, err := c.imageFor(p, "")
+		if err != nil {
+			img = "none configured: set GCP_PROFILE_IMAGES=" + p.Name + "=IMAGE"
+		}
+		line := fmt.Sprintf("image with guest OS features %s (image: %s)", strings.Join(fs, ", "), img)
+		if p.ConfidentialType != "" {
+			line += fmt.Sprintf("; the T4 podVM image is not a %s image", p.ConfidentialType)
+		}
+		out = append(out, line)
+	}
+	if needsNVMe(p.MachineType, p.ConfidentialType != "") {
+		out = append(out, "boot disk on the NVMe interface (SCSI is refused for this VM)")
+	}
+	if needsGVNIC(p.MachineType) {
+		out = append(out, "gVNIC network interface ("+strings.ToUpper(familyOf(p.MachineType))+" networks only through gVNIC)")
+	}
+	if _, note := soldModels(p.MachineType); note != "" {
+		out = append(out, note)
+	}
+	if p.MinCPUPlatform != "" {
+		out = append(out, "minimum CPU platform "+p.MinCPUPlatform)
+	}
+	return out
+}
+
+// offering is one thing GCE can be out of: a shape (machine type and
+// attached accelerators) under a provisioning model in a zone. Spot and
+// standard capacity run out independently, and so do one and four T4s.
 type offering struct {
-	model, machineType, accelerator, zone string
+	model, machineType, accelerator string
+	count                           int64
+	zone                            string
 }
 
 // offeringCache remembers offerings that just stocked out, so that the

@@ -19,9 +19,15 @@ import (
 // sends, not a re-implementation of it.
 type InsertPlan struct {
 	Profile Profile
+	// Selection is every shape that fits, cheapest first; Profile is its
+	// choice.
+	Selection *Selection
 	// Models are the provisioning models in the order tried (SPOT, then
 	// STANDARD with GCP_SPOT_FALLBACK).
 	Models []string
+	// Requirements are what GCE demands of the chosen profile beyond its
+	// shape (image features, disk interface, NIC, provisioning).
+	Requirements []string
 	// Zones are the configured zones in fallback order, primary first.
 	// With GCP_ZONES=auto only the primary is known without the API.
 	Zones     []string
@@ -55,19 +61,25 @@ func (c *Config) PlanInsert(catalog *Catalog, spec provider.InstanceTypeSpec, po
 			return nil, err
 		}
 	}
-	profile, models, err := c.chooseProfile(catalog, spec)
+	if err := c.CheckCatalog(catalog); err != nil {
+		return nil, err
+	}
+	sel, err := c.Select(catalog, spec)
 	if err != nil {
 		return nil, err
 	}
+	profile := sel.Chosen().Profile
 	name := util.GenerateInstanceName(podName, sandboxID, maxInstanceName)
 	return &InsertPlan{
-		Profile:    profile,
-		Models:     models,
-		Zones:      c.Zones(),
-		AutoZones:  c.autoZones(),
-		Name:       name,
-		DiskSizeGB: int64(c.RootVolumeSize),
-		cfg:        *c,
+		Profile:      profile,
+		Selection:    sel,
+		Models:       sel.Models(),
+		Requirements: c.Requirements(profile),
+		Zones:        c.Zones(),
+		AutoZones:    c.autoZones(),
+		Name:         name,
+		DiskSizeGB:   int64(c.RootVolumeSize),
+		cfg:          *c,
 		vm: podVM{
 			name:      name,
 			podName:   podName,
@@ -78,14 +90,21 @@ func (c *Config) PlanInsert(catalog *Catalog, spec provider.InstanceTypeSpec, po
 	}, nil
 }
 
-// Request is the exact instances.insert request for one zone and model,
-// requestId included.
+// Request is the exact instances.insert request of the chosen profile for
+// one zone and model, requestId included.
 func (p *InsertPlan) Request(zone, model string) *computepb.InsertInstanceRequest {
+	return p.RequestFor(p.Profile, zone, model)
+}
+
+// RequestFor is the exact instances.insert request of one of the
+// selection's profiles for one zone and model.
+func (p *InsertPlan) RequestFor(prof Profile, zone, model string) *computepb.InsertInstanceRequest {
+	st := p.cfg.profileStep(p.vm, prof, model, p.DiskSizeGB)
 	return &computepb.InsertInstanceRequest{
 		Project:          p.cfg.ProjectID,
 		Zone:             zone,
-		InstanceResource: p.cfg.buildInstance(p.vm, p.Profile, zone, model, p.DiskSizeGB),
-		RequestId:        proto.String(requestID(p.cfg.ProjectID, zone, model, p.vm.name, p.vm.sandboxID)),
+		InstanceResource: st.build(zone),
+		RequestId:        proto.String(requestID(p.cfg.ProjectID, zone, model, st.shapeKey(), p.vm.name, p.vm.sandboxID)),
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v2"
@@ -27,6 +26,13 @@ type Profile struct {
 	MinCPUPlatform   string `yaml:"minCpuPlatform,omitempty"`
 	// ProvisioningModel overrides the provider-wide model (STANDARD, SPOT).
 	ProvisioningModel string `yaml:"provisioningModel,omitempty"`
+	// Image is the podVM image of this profile (same forms as
+	// PODVM_IMAGE_NAME); empty uses GCP_PROFILE_IMAGES, then
+	// PODVM_IMAGE_NAME. A confidential profile needs one of its own: the
+	// T4 podVM image is not a confidential image.
+	Image string `yaml:"image,omitempty"`
+	// DiskType overrides GCP_DISK_TYPE for this profile's boot disk.
+	DiskType string `yaml:"diskType,omitempty"`
 	// Explicit profiles are used only when a pod names them, never picked
 	// by fit: a 1-GPU pod must not land on an H100 by accident.
 	Explicit bool `yaml:"explicit,omitempty"`
@@ -43,9 +49,11 @@ func (p Profile) GPUs() int64 { return p.gpus }
 // GPUModel is the accelerator type of the profile's GPUs, or "".
 func (p Profile) GPUModel() string { return p.gpuModel }
 
-// BuiltinProfiles are the shapes every deployment starts with. The T4
-// profiles use the smallest N1 type that gives each GPU four vCPUs; h100-cc
-// is the production confidential-GPU shape, explicit only.
+// BuiltinProfiles are the named shapes every deployment starts with. The
+// T4 profiles are the smallest N1 type that gives each GPU four vCPUs (the
+// floor automatic selection keeps too); h100-cc is the confidential-GPU
+// shape, explicit only, sold only as Spot, and without an image until one
+// is configured (GCP_PROFILE_IMAGES=h100-cc=…): it needs a TDX image.
 func BuiltinProfiles() []Profile {
 	return []Profile{
 		{Name: "cpu-2", MachineType: "e2-medium"},
@@ -53,7 +61,7 @@ func BuiltinProfiles() []Profile {
 		{Name: "t4-1", MachineType: "n1-standard-4", Accelerator: AcceleratorT4, AcceleratorCount: 1},
 		{Name: "t4-2", MachineType: "n1-standard-8", Accelerator: AcceleratorT4, AcceleratorCount: 2},
 		{Name: "t4-4", MachineType: "n1-standard-16", Accelerator: AcceleratorT4, AcceleratorCount: 4},
-		{Name: "h100-cc", MachineType: "a3-highgpu-1g", ConfidentialType: "TDX", MinCPUPlatform: "Intel Sapphire Rapids", Explicit: true},
+		{Name: "h100-cc", MachineType: "a3-highgpu-1g", ConfidentialType: "TDX", MinCPUPlatform: "Intel Sapphire Rapids", ProvisioningModel: ProvisioningSpot, Explicit: true},
 	}
 }
 
@@ -78,6 +86,11 @@ func (p *Profile) normalize(field string) error {
 		return fmt.Errorf("%s.machineType: required, e.g. n1-standard-4", field)
 	}
 	shape, known := lookupShape(p.MachineType)
+	if known && shape.custom {
+		if err := customN1Error(shape.vcpus, shape.memoryMiB); err != nil {
+			return fmt.Errorf("%s.machineType: %s: %w", field, p.MachineType, err)
+		}
+	}
 	if !known {
 		if p.VCPUs <= 0 || p.MemoryMiB <= 0 {
 			return fmt.Errorf("%s: machine type %q is not in the built-in catalogue; set vcpus and memoryMiB in the profile", field, p.MachineType)
@@ -116,10 +129,24 @@ func (p *Profile) normalize(field string) error {
 			return err
 		}
 	}
+	if err := checkMinCPUPlatform(field, p.MachineType, p.MinCPUPlatform); err != nil {
+		return err
+	}
+	if p.DiskType != "" {
+		if strings.Contains(p.DiskType, "/") {
+			return fmt.Errorf("%s.diskType: %q: give the disk type's name (pd-balanced), not a URL; the provider adds the zone", field, p.DiskType)
+		}
+		if err := checkDiskType(field+".diskType", p.MachineType, p.DiskType); err != nil {
+			return err
+		}
+	}
 	switch p.ProvisioningModel {
 	case "", ProvisioningStandard, ProvisioningSpot:
 	default:
 		return fmt.Errorf("%s.provisioningModel: %q is not STANDARD or SPOT", field, p.ProvisioningModel)
+	}
+	if sold, note := soldModels(p.MachineType); p.ProvisioningModel != "" && !contains(sold, p.ProvisioningModel) {
+		return fmt.Errorf("%s.provisioningModel: %s: %s; set provisioningModel: %s", field, p.ProvisioningModel, note, sold[0])
 	}
 	return nil
 }
@@ -161,6 +188,8 @@ func parseProfiles(source string, data []byte) ([]Profile, error) {
 // profiles replacing built-ins of the same name.
 type Catalog struct {
 	profiles []Profile
+	// prices rank the shapes that fit a request.
+	prices *PriceTable
 }
 
 // NewCatalog builds a catalog from the built-ins and user documents: the
@@ -203,8 +232,15 @@ func NewCatalog(filePath, inline string) (*Catalog, error) {
 			return nil, err
 		}
 	}
-	return &Catalog{profiles: all}, nil
+	prices, err := LoadPrices()
+	if err != nil {
+		return nil, err
+	}
+	return &Catalog{profiles: all, prices: prices}, nil
 }
+
+// Prices is the price table the catalog ranks shapes by.
+func (c *Catalog) Prices() *PriceTable { return c.prices }
 
 // Profiles returns the catalog's profiles.
 func (c *Catalog) Profiles() []Profile { return append([]Profile(nil), c.profiles...) }
@@ -217,72 +253,4 @@ func (c *Catalog) Lookup(name string) (Profile, bool) {
 		}
 	}
 	return Profile{}, false
-}
-
-// Request is what a pod asks for, in the units the adaptor passes.
-type Request struct {
-	InstanceType string
-	GPUs         int64
-	VCPUs        int64
-	MemoryMiB    int64
-}
-
-// Select picks the profile for a request: a named profile or machine type
-// first, else the smallest automatic profile with enough GPUs, else the
-// smallest CPU-only one that fits. A CPU-only pod never gets a GPU profile.
-func (c *Catalog) Select(r Request) (Profile, error) {
-	if r.InstanceType != "" {
-		return c.selectNamed(r)
-	}
-	candidates := make([]Profile, 0, len(c.profiles))
-	for _, p := range c.profiles {
-		if !p.Explicit && (p.gpus > 0) == (r.GPUs > 0) {
-			candidates = append(candidates, p)
-		}
-	}
-	sort.SliceStable(candidates, func(i, j int) bool {
-		a, b := candidates[i], candidates[j]
-		if a.gpus != b.gpus {
-			return a.gpus < b.gpus
-		}
-		if a.VCPUs != b.VCPUs {
-			return a.VCPUs < b.VCPUs
-		}
-		return a.MemoryMiB < b.MemoryMiB
-	})
-	for _, p := range candidates {
-		if p.gpus >= r.GPUs && p.VCPUs >= r.VCPUs && p.MemoryMiB >= r.MemoryMiB {
-			return p, nil
-		}
-	}
-	kind := "CPU-only"
-	if r.GPUs > 0 {
-		kind = "GPU"
-	}
-	return Profile{}, fmt.Errorf("no %s profile fits %d GPU(s), %d vCPU(s) and %d MiB (pod annotations default_gpus/default_vcpus/default_memory); lower the pod's requests or add a larger profile in GCP_PROFILES_FILE", kind, r.GPUs, r.VCPUs, r.MemoryMiB)
-}
-
-// selectNamed resolves an explicit instance type: a profile name, or a
-// machine type, to which the requested T4s are attached.
-func (c *Catalog) selectNamed(r Request) (Profile, error) {
-	p, ok := c.Lookup(r.InstanceType)
-	if !ok {
-		p = Profile{Name: "custom", MachineType: r.InstanceType}
-		if r.GPUs > 0 {
-			if _, known := lookupShape(r.InstanceType); known && fixedShapes[r.InstanceType].bundledAccelerator == "" {
-				count, fits := nextT4Count(r.GPUs)
-				if !fits {
-					return Profile{}, fmt.Errorf("machine_type annotation %q with %d GPUs: GCE attaches at most 4 %s to one VM", r.InstanceType, r.GPUs, AcceleratorT4)
-				}
-				p.Accelerator, p.AcceleratorCount = AcceleratorT4, count
-			}
-		}
-		if err := p.normalize("machine_type annotation"); err != nil {
-			return Profile{}, err
-		}
-	}
-	if p.gpus < r.GPUs {
-		return Profile{}, fmt.Errorf("instance type %q has %d GPU(s) but the pod requests %d; name a larger profile or drop the machine_type annotation", r.InstanceType, p.gpus, r.GPUs)
-	}
-	return p, nil
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
 
 func mustCatalog(t *testing.T, file, inline string) *Catalog {
@@ -14,71 +16,6 @@ func mustCatalog(t *testing.T, file, inline string) *Catalog {
 		t.Fatalf("NewCatalog: %v", err)
 	}
 	return c
-}
-
-func TestSelectProfile(t *testing.T) {
-	c := mustCatalog(t, "", "")
-	cases := []struct {
-		name     string
-		req      Request
-		want     string
-		wantType string
-		wantGPUs int64
-	}{
-		{"one T4", Request{GPUs: 1}, "t4-1", "n1-standard-4", 1},
-		{"one T4 fits memory", Request{GPUs: 1, VCPUs: 4, MemoryMiB: 15000}, "t4-1", "n1-standard-4", 1},
-		{"one T4, more CPU than t4-1 has", Request{GPUs: 1, VCPUs: 6}, "t4-2", "n1-standard-8", 2},
-		{"two T4s", Request{GPUs: 2}, "t4-2", "n1-standard-8", 2},
-		{"three T4s round up to four", Request{GPUs: 3}, "t4-4", "n1-standard-16", 4},
-		{"no GPU, small", Request{VCPUs: 1, MemoryMiB: 2048}, "cpu-2", "e2-medium", 0},
-		{"no GPU, needs 4 vCPUs", Request{VCPUs: 4, MemoryMiB: 8192}, "cpu-4", "n1-standard-4", 0},
-		{"no request at all", Request{}, "cpu-2", "e2-medium", 0},
-		{"named profile", Request{InstanceType: "t4-2", GPUs: 1}, "t4-2", "n1-standard-8", 2},
-		{"named N1 type gets the T4s", Request{InstanceType: "n1-highmem-8", GPUs: 1}, "custom", "n1-highmem-8", 1},
-		{"named N1 type with 3 GPUs gets 4", Request{InstanceType: "n1-standard-16", GPUs: 3}, "custom", "n1-standard-16", 4},
-		{"explicit confidential profile", Request{InstanceType: "h100-cc", GPUs: 1}, "h100-cc", "a3-highgpu-1g", 1},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			p, err := c.Select(tc.req)
-			if err != nil {
-				t.Fatalf("Select(%+v): %v", tc.req, err)
-			}
-			if p.Name != tc.want || p.MachineType != tc.wantType || p.GPUs() != tc.wantGPUs {
-				t.Fatalf("Select(%+v) = %s/%s/%d GPUs, want %s/%s/%d", tc.req, p.Name, p.MachineType, p.GPUs(), tc.want, tc.wantType, tc.wantGPUs)
-			}
-		})
-	}
-}
-
-func TestSelectNeverPicksH100ByFit(t *testing.T) {
-	c := mustCatalog(t, "", "")
-	// 20 vCPUs with 1 GPU fits no T4 profile; h100-cc would fit but is
-	// explicit only, so this must be an error, not a $11/h VM.
-	_, err := c.Select(Request{GPUs: 1, VCPUs: 20})
-	if err == nil || !strings.Contains(err.Error(), "no GPU profile fits") || !strings.Contains(err.Error(), "GCP_PROFILES_FILE") {
-		t.Fatalf("want a no-fit error naming the fix, got %v", err)
-	}
-}
-
-func TestSelectRejectsWhatGCERejects(t *testing.T) {
-	c := mustCatalog(t, "", "")
-	cases := []struct {
-		req  Request
-		want string
-	}{
-		{Request{InstanceType: "e2-standard-4", GPUs: 1}, "attaches only to N1"},
-		{Request{InstanceType: "n1-standard-96", GPUs: 1}, "over GCE's limit for 1×nvidia-tesla-t4"},
-		{Request{InstanceType: "n1-standard-4", GPUs: 5}, "at most 4"},
-		{Request{InstanceType: "cpu-4", GPUs: 1}, "has 0 GPU(s) but the pod requests 1"},
-		{Request{InstanceType: "g1-small", GPUs: 1}, "shared-core"},
-	}
-	for _, tc := range cases {
-		_, err := c.Select(tc.req)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Select(%+v) error = %v, want it to contain %q", tc.req, err, tc.want)
-		}
-	}
 }
 
 func TestUserProfiles(t *testing.T) {
@@ -98,17 +35,28 @@ func TestUserProfiles(t *testing.T) {
 	}
 	inline := `{"profiles": [{"name": "l4-1", "machineType": "g2-standard-4", "explicit": true}]}`
 	c := mustCatalog(t, file, inline)
-	p, err := c.Select(Request{GPUs: 1})
+	// The user's t4-1 replaced the built-in one.
+	p, ok := c.Lookup("t4-1")
+	if !ok || p.MachineType != "n1-standard-8" || p.MemoryMiB != 30720 || p.GPUs() != 1 {
+		t.Fatalf("got %+v, want the user's t4-1 on n1-standard-8 (30720 MiB)", p)
+	}
+	cfg := validConfig()
+	sel, err := cfg.Select(c, provider.InstanceTypeSpec{InstanceType: "t4-1"})
+	if err != nil || sel.Chosen().Profile.MachineType != "n1-standard-8" {
+		t.Fatalf("named t4-1: %v, %v", sel, err)
+	}
+	// By fit the user's profile competes on price: it carries its name
+	// when it is the shape chosen.
+	sel, err = cfg.Select(c, provider.InstanceTypeSpec{GPUs: 1, Memory: 40000, VCPUs: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The user's t4-1 replaced the built-in one.
-	if p.Name != "t4-1" || p.MachineType != "n1-standard-8" || p.MemoryMiB != 30720 {
-		t.Fatalf("got %+v, want the user's t4-1 on n1-standard-8 (30720 MiB)", p)
+	found := false
+	for _, cand := range sel.Candidates {
+		found = found || cand.Profile.Name == "t4-1-highmem"
 	}
-	p, err = c.Select(Request{GPUs: 1, MemoryMiB: 40000})
-	if err != nil || p.Name != "t4-1-highmem" || p.MemoryMiB != 8*6656 {
-		t.Fatalf("got %+v, %v; want t4-1-highmem", p, err)
+	if !found {
+		t.Fatalf("t4-1-highmem (n1-highmem-8) holds 1 GPU, 8 vCPU, 40000 MiB but is no candidate: %v", sel.Candidates)
 	}
 	l4, ok := c.Lookup("l4-1")
 	if !ok || l4.GPUs() != 1 || l4.GPUModel() != "nvidia-l4" {
@@ -131,6 +79,17 @@ func TestBadProfilesNameTheField(t *testing.T) {
 		{`profiles: [{name: Bad, machineType: n1-standard-4}]`, "profiles[6].name"},
 		{`profiles: [{name: bad, machineTyp: n1-standard-4}]`, "field machineTyp not found"},
 		{`profiles: [{name: bad, machineType: n1-standard-4, provisioningModel: CHEAP}]`, "provisioningModel"},
+		// GCE's own rules, each refused with the field and the fix.
+		{`profiles: [{name: bad, machineType: custom-7-16384, accelerator: nvidia-tesla-t4}]`, "1 or an even number of vCPUs"},
+		{`profiles: [{name: bad, machineType: custom-2-16384}]`, "922 to 6656 MiB per vCPU"},
+		{`profiles: [{name: bad, machineType: custom-4-10000}]`, "multiple of 256"},
+		{`profiles: [{name: bad, machineType: custom-52-65536, accelerator: nvidia-tesla-t4, acceleratorCount: 2}]`, "over GCE's limit for 2×nvidia-tesla-t4"},
+		{`profiles: [{name: bad, machineType: n1-standard-4, minCpuPlatform: "Intel Sapphire Rapids"}]`, "not a platform of n1-standard-4"},
+		{`profiles: [{name: bad, machineType: e2-standard-4, minCpuPlatform: "Intel Skylake"}]`, "takes no minimum CPU platform"},
+		{`profiles: [{name: bad, machineType: n1-standard-4, diskType: hyperdisk-balanced}]`, "does not attach to n1-standard-4"},
+		{`profiles: [{name: bad, machineType: a3-highgpu-1g, confidentialType: TDX, diskType: pd-standard}]`, "does not attach to a3-highgpu-1g"},
+		{`profiles: [{name: bad, machineType: n1-standard-4, diskType: zones/us-central1-a/diskTypes/pd-ssd}]`, "not a URL"},
+		{`profiles: [{name: bad, machineType: a3-highgpu-1g, confidentialType: TDX, provisioningModel: STANDARD}]`, "sold only as Spot, Flex-start or from a reservation"},
 	}
 	for _, tc := range cases {
 		_, err := NewCatalog("", tc.doc)
@@ -144,8 +103,10 @@ func TestLookupShape(t *testing.T) {
 	cases := map[string][2]int64{
 		"n1-standard-4":  {4, 15360},
 		"n1-highmem-8":   {8, 53248},
-		"n1-highcpu-16":  {16, 14745},
+		"n1-highcpu-16":  {16, 14746},
 		"custom-6-23040": {6, 23040},
+		"e2-standard-8":  {8, 32768},
+		"e2-highcpu-4":   {4, 4096},
 		"a3-highgpu-1g":  {26, 239616},
 	}
 	for mt, want := range cases {
@@ -154,7 +115,7 @@ func TestLookupShape(t *testing.T) {
 			t.Errorf("lookupShape(%s) = %+v, %v; want %v", mt, s, ok, want)
 		}
 	}
-	for _, mt := range []string{"n1-standard-3", "n1-highmem-1", "n1-weird-4", "custom-x-1"} {
+	for _, mt := range []string{"n1-standard-3", "n1-highmem-1", "n1-weird-4", "custom-x-1", "e2-highmem-32", "e2-standard-1"} {
 		if _, ok := lookupShape(mt); ok {
 			t.Errorf("lookupShape(%s) succeeded, want unknown", mt)
 		}

@@ -51,9 +51,9 @@ type Provider struct {
 	backoff func(n int) time.Duration
 
 	mu sync.Mutex
-	// imageSizeGB is the image's disk size once ConfigVerifier looked it
-	// up, so creates need no image call.
-	imageSizeGB int64
+	// imageSizeGB are the images' disk sizes (by the configured name) once
+	// ConfigVerifier looked them up, so creates need no image call.
+	imageSizeGB map[string]int64
 	// template is the instance template's properties, read once: GCE
 	// templates are immutable, so the copy never goes stale.
 	template *computepb.InstanceProperties
@@ -93,16 +93,20 @@ func NewProvider(ctx context.Context, cfg Config, logger *slog.Logger, extra ...
 	if err != nil {
 		return nil, err
 	}
+	if err := cfg.CheckCatalog(catalog); err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = slog.Default()
 	}
 	p := &Provider{
-		cfg:        cfg,
-		catalog:    catalog,
-		log:        logger.With("provider", "gcp-t4"),
-		backoff:    jitteredBackoff,
-		offerings:  newOfferingCache(cfg.UnavailableTTL, time.Now),
-		discovered: map[string][]string{},
+		cfg:         cfg,
+		catalog:     catalog,
+		log:         logger.With("provider", "gcp-t4"),
+		backoff:     jitteredBackoff,
+		offerings:   newOfferingCache(cfg.UnavailableTTL, time.Now),
+		discovered:  map[string][]string{},
+		imageSizeGB: map[string]int64{},
 	}
 	if cfg.MutationsPerSecond > 0 {
 		burst := int(cfg.MutationsPerSecond)
@@ -172,16 +176,12 @@ func parseInstanceID(id string) (zone, name string) {
 	return "", id
 }
 
-// diskSizeGB is the boot disk size: the configured size, raised to the
-// image's size when ConfigVerifier learned it.
-func (p *Provider) diskSizeGB() int64 {
+// diskSizeGB is the boot disk size for an image: the configured size,
+// raised to the image's size when ConfigVerifier learned it.
+func (p *Provider) diskSizeGB(image string) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	size := int64(p.cfg.RootVolumeSize)
-	if p.imageSizeGB > size {
-		size = p.imageSizeGB
-	}
-	return size
+	return max(int64(p.cfg.RootVolumeSize), p.imageSizeGB[image])
 }
 
 // adopt handles a name already taken: a VM of this sandbox (an earlier try
@@ -422,9 +422,6 @@ func (p *Provider) templateProperties(ctx context.Context) (*computepb.InstanceP
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading GCP_INSTANCE_TEMPLATE %s: %w", ref.url(), err)
-	}
-	if ref.region != "" && ref.region != regionOf(p.cfg.Zone) {
-		return nil, fmt.Errorf("GCP_INSTANCE_TEMPLATE %s is regional to %s but GCP_ZONE %s is in %s; use a template of the zone's region or a global one", ref.url(), ref.region, p.cfg.Zone, regionOf(p.cfg.Zone))
 	}
 	props := t.GetProperties()
 	if props == nil {

@@ -290,16 +290,37 @@ func TestSpotPodVM(t *testing.T) {
 	}
 }
 
-func TestConfidentialH100Profile(t *testing.T) {
-	p, fake := newTestProvider(t, nil)
-	spec := provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1}
-	// On-demand H100 quota is 0 on most projects: the error says so and
-	// points to Spot.
-	_, err := p.CreateInstance(context.Background(), "cc-0", sandbox, cloudConfig("cc"), spec)
-	if err == nil || !strings.Contains(err.Error(), "NVIDIA_H100_GPUS") || !strings.Contains(err.Error(), "PREEMPTIBLE_NVIDIA_H100_GPUS") {
-		t.Fatalf("want an H100 quota error pointing to Spot, got %v", err)
+// addTDXImage gives the fake a podVM image a TDX VM can boot.
+func addTDXImage(fake *gcefake.Server, name string, features ...string) {
+	var fs []*computepb.GuestOsFeature
+	for _, f := range features {
+		fs = append(fs, &computepb.GuestOsFeature{Type: proto.String(f)})
 	}
-	fake.SetQuota("us-central1", "NVIDIA_H100_GPUS", 1)
+	fake.AddImage(fake.Project(), &computepb.Image{Name: proto.String(name), DiskSizeGb: proto.Int64(30), GuestOsFeatures: fs})
+}
+
+func TestConfidentialH100Profile(t *testing.T) {
+	spec := provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1}
+	// Without an image of its own h100-cc is refused before any call: the
+	// T4 image is not a TDX image.
+	p, fake := newTestProvider(t, nil)
+	_, err := p.CreateInstance(context.Background(), "cc-0", sandbox, cloudConfig("cc"), spec)
+	if err == nil || !strings.Contains(err.Error(), "not a TDX image") || fake.CountCalls("instances.insert") != 0 {
+		t.Fatalf("h100-cc without an image: %v (%d inserts)", err, fake.CountCalls("instances.insert"))
+	}
+
+	p, fake = newTestProvider(t, func(c *Config) { c.ProfileImages = provider.KeyValueFlag{"h100-cc": "podvm-tdx"} })
+	addTDXImage(fake, "podvm-tdx", "UEFI_COMPATIBLE", "TDX_CAPABLE", "GVNIC")
+	if err := p.ConfigVerifier(); err != nil {
+		t.Fatalf("ConfigVerifier with a TDX image: %v", err)
+	}
+	// a3-highgpu-1g is sold as Spot: it uses the preemptible H100 quota.
+	fake.SetQuota("us-central1", "PREEMPTIBLE_NVIDIA_H100_GPUS", 0)
+	_, err = p.CreateInstance(context.Background(), "cc-0", sandbox, cloudConfig("cc"), spec)
+	if err == nil || !strings.Contains(err.Error(), "PREEMPTIBLE_NVIDIA_H100_GPUS") {
+		t.Fatalf("want a preemptible H100 quota error, got %v", err)
+	}
+	fake.SetQuota("us-central1", "PREEMPTIBLE_NVIDIA_H100_GPUS", 1)
 	// kubelet retries a failed sandbox with a new sandbox ID, hence a new
 	// requestId; the failed request's ID stays failed, as in GCE.
 	retrySandbox := strings.Repeat("c", 64)
@@ -309,6 +330,33 @@ func TestConfidentialH100Profile(t *testing.T) {
 	vm := fake.Instances()[0]
 	if lastSegment(vm.GetMachineType()) != "a3-highgpu-1g" || vm.GetConfidentialInstanceConfig().GetConfidentialInstanceType() != "TDX" || len(vm.GetGuestAccelerators()) != 0 {
 		t.Fatalf("vm = %s %v %v", vm.GetMachineType(), vm.GetConfidentialInstanceConfig(), vm.GetGuestAccelerators())
+	}
+	if vm.GetScheduling().GetProvisioningModel() != ProvisioningSpot || vm.GetDisks()[0].GetInterface() != "NVME" ||
+		vm.GetNetworkInterfaces()[0].GetNicType() != NICTypeGVNIC || lastSegment(vm.GetDisks()[0].GetGuestOsFeatures()[1].GetType()) != "TDX_CAPABLE" {
+		t.Fatalf("vm scheduling %v, disk %v, nic %v", vm.GetScheduling(), vm.GetDisks()[0], vm.GetNetworkInterfaces()[0])
+	}
+}
+
+// ConfigVerifier checks every profile's image for the guest OS features
+// its VM needs, before a pod meets GCE's refusal.
+func TestConfigVerifierChecksProfileImages(t *testing.T) {
+	p, fake := newTestProvider(t, func(c *Config) { c.ProfileImages = provider.KeyValueFlag{"h100-cc": "podvm-uefi-only"} })
+	addTDXImage(fake, "podvm-uefi-only", "UEFI_COMPATIBLE")
+	err := p.ConfigVerifier()
+	if err == nil || !strings.Contains(err.Error(), "profile h100-cc") || !strings.Contains(err.Error(), "TDX_CAPABLE, GVNIC") || !strings.Contains(err.Error(), "--guest-os-features=UEFI_COMPATIBLE,TDX_CAPABLE,GVNIC") {
+		t.Fatalf("want the missing TDX_CAPABLE and GVNIC named, got %v", err)
+	}
+	// gVNIC for the T4 podVMs needs GVNIC on PODVM_IMAGE_NAME.
+	p, fake = newTestProvider(t, func(c *Config) { c.NICType = NICTypeGVNIC; c.ImageName = "plain" })
+	addTDXImage(fake, "plain", "UEFI_COMPATIBLE")
+	if err := p.ConfigVerifier(); err == nil || !strings.Contains(err.Error(), "GVNIC") {
+		t.Fatalf("gVNIC on an image without GVNIC: %v", err)
+	}
+	// An h100-cc without an image does not fail the verifier: it is only
+	// refused when a pod names it.
+	p, _ = newTestProvider(t, nil)
+	if err := p.ConfigVerifier(); err != nil {
+		t.Fatalf("unused h100-cc without an image: %v", err)
 	}
 }
 

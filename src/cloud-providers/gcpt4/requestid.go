@@ -10,9 +10,12 @@ var requestNamespace = uuid.MustParse("4b0c3a52-6a55-4c0e-9d0f-8f1e2b7c9a11")
 
 // requestID is deterministic in everything that identifies one insert
 // attempt, so that a retry after a lost response is recognized by GCE as
-// the same request and never makes a second VM. The model is part of it:
-// after a failed Spot insert, the standard one is a new request (GCE
-// answers a repeated ID with the first request's outcome).
-func requestID(project, zone, model, name, sandboxID string) string {
-	return uuid.NewSHA1(requestNamespace, []byte(project+"\x00"+zone+"\x00"+model+"\x00"+name+"\x00"+sandboxID)).String()
+// the same request and never makes a second VM. GCE ignores a request whose
+// ID it has seen and answers with the first one's operation (InsertInstanceRequest.requestId
+// in the discovery document), whatever the body: so every attempt that
+// sends another body gets another ID. The model is part of it (the
+// standard insert after a failed Spot one is a new request), and so is the
+// shape (the next-cheapest shape after a stockout is a new request).
+func requestID(project, zone, model, shape, name, sandboxID string) string {
+	return uuid.NewSHA1(requestNamespace, []byte(project+"\x00"+zone+"\x00"+model+"\x00"+shape+"\x00"+name+"\x00"+sandboxID)).String()
 }

@@ -15,12 +15,20 @@ import (
 // at start-up and must not hang there.
 const verifyTimeout = 30 * time.Second
 
-// ConfigVerifier checks the configuration and, when the API answers, that
-// the image and template exist and that every zone offers the accelerators
-// of the automatic profiles. An unreachable API is logged, not fatal: the
-// adaptor may start before the node's network is ready.
+// ConfigVerifier checks the configuration and each profile's provisioning
+// models and, when the API answers, that the images (with the guest OS
+// features each profile's VM needs) and the template exist and that every
+// zone offers the accelerators of the automatic profiles. An unreachable
+// API is logged, not fatal: the adaptor may start before the node's
+// network is ready.
 func (p *Provider) ConfigVerifier() error {
 	if err := p.cfg.Validate(); err != nil {
+		return err
+	}
+	// Provisioning models against what GCE sells per machine type; no
+	// API needed (NewProvider checked it too, this names it again for an
+	// adaptor run with CLOUD_CONFIG_VERIFY).
+	if err := p.cfg.CheckCatalog(p.catalog); err != nil {
 		return err
 	}
 	if err := p.enter(); err != nil {
@@ -31,12 +39,24 @@ func (p *Provider) ConfigVerifier() error {
 	defer cancel()
 	err := p.verifyAPI(ctx)
 	var ge *googleapi.Error
-	if err != nil && !errors.As(err, &ge) {
+	var found *verifyError
+	if err != nil && !errors.As(err, &ge) && !errors.As(err, &found) {
 		p.log.Warn("GCE API not reachable, skipping the API checks", "err", err)
 		return nil
 	}
+	if err != nil {
+		// CAA does not log the verifier's error (it only keeps running
+		// without its socket), so the provider does.
+		p.log.Error("configuration check failed", "err", err)
+	}
 	return err
 }
+
+// verifyError is a finding from what the API answered (as opposed to the
+// API not answering), which must fail the verifier.
+type verifyError struct{ error }
+
+func (e *verifyError) Unwrap() error { return e.error }
 
 func (p *Provider) verifyAPI(ctx context.Context) error {
 	if p.cfg.InstanceTemplate != "" {
@@ -44,25 +64,86 @@ func (p *Provider) verifyAPI(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return p.verifyAccelerators(ctx, acceleratorNames(props))
+		if _, err := p.cfg.templateModels(props); err != nil {
+			return &verifyError{err}
+		}
+		ref, _ := parseTemplateURL(p.cfg.InstanceTemplate, p.cfg.ProjectID)
+		zones, err := (createPlan{describe: "GCP_INSTANCE_TEMPLATE " + ref.url(), templateRegion: ref.region}).usableZones(p.cfg.Zones(), &attempts{})
+		if err != nil {
+			return &verifyError{err}
+		}
+		return p.verifyAccelerators(ctx, zones, acceleratorNames(props))
 	}
-	img, err := p.lookupImage(ctx)
+	images := map[string]*computepb.Image{}
+	img, err := p.lookupImage(ctx, p.cfg.ImageName)
 	if err != nil {
 		return fmt.Errorf("PODVM_IMAGE_NAME %s: %w", p.cfg.ImageName, err)
 	}
-	p.mu.Lock()
-	p.imageSizeGB = img.GetDiskSizeGb()
-	p.mu.Unlock()
+	images[p.cfg.ImageName] = img
 	if int64(p.cfg.RootVolumeSize) < img.GetDiskSizeGb() {
 		p.log.Info("ROOT_VOLUME_SIZE is below the image size, using the image size", "rootVolumeSize", p.cfg.RootVolumeSize, "imageSizeGB", img.GetDiskSizeGb())
 	}
+	if err := p.verifyProfileImages(ctx, images); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	for name, img := range images {
+		p.imageSizeGB[name] = img.GetDiskSizeGb()
+	}
+	p.mu.Unlock()
 	var names []string
 	for _, pr := range p.catalog.Profiles() {
 		if !pr.Explicit && pr.Accelerator != "" && !contains(names, pr.Accelerator) {
 			names = append(names, pr.Accelerator)
 		}
 	}
-	return p.verifyAccelerators(ctx, names)
+	return p.verifyAccelerators(ctx, p.cfg.Zones(), names)
+}
+
+// verifyProfileImages checks every profile's image (each looked up once)
+// for the guest OS features its VM needs: GCE refuses a TDX VM from an
+// image without TDX_CAPABLE, a gVNIC NIC without GVNIC, any Confidential VM
+// without UEFI_COMPATIBLE. A confidential profile with no image of its own
+// is logged, not fatal: it is refused only when a pod names it.
+func (p *Provider) verifyProfileImages(ctx context.Context, images map[string]*computepb.Image) error {
+	for _, pr := range p.catalog.Profiles() {
+		image, err := p.cfg.imageFor(pr, "")
+		if err != nil {
+			p.log.Info("profile has no usable image; pods naming it are refused until one is configured", "profile", pr.Name, "reason", err.Error())
+			continue
+		}
+		need := p.cfg.guestOSFeatures(pr)
+		if len(need) == 0 {
+			continue
+		}
+		img, ok := images[image]
+		if !ok {
+			if img, err = p.lookupImage(ctx, image); err != nil {
+				return fmt.Errorf("profile %s: image %s: %w", pr.Name, image, err)
+			}
+			images[image] = img
+		}
+		var missing []string
+		for _, f := range need {
+			if !hasFeature(img, f) {
+				missing = append(missing, f)
+			}
+		}
+		if len(missing) > 0 {
+			return &verifyError{fmt.Errorf("profile %s (%s): image %s lacks the guest OS feature(s) %s, which GCE requires for this VM; create the image with --guest-os-features=%s, or give the profile another image (GCP_PROFILE_IMAGES=%s=IMAGE)",
+				pr.Name, describeProfile(pr), image, strings.Join(missing, ", "), strings.Join(need, ","), pr.Name)}
+		}
+	}
+	return nil
+}
+
+func hasFeature(img *computepb.Image, feature string) bool {
+	for _, f := range img.GetGuestOsFeatures() {
+		if f.GetType() == feature {
+			return true
+		}
+	}
+	return false
 }
 
 // acceleratorNames lists a template's attached accelerator types by name.
@@ -74,8 +155,8 @@ func acceleratorNames(props *computepb.InstanceProperties) []string {
 	return names
 }
 
-func (p *Provider) verifyAccelerators(ctx context.Context, names []string) error {
-	for _, zone := range p.cfg.Zones() {
+func (p *Provider) verifyAccelerators(ctx context.Context, zones, names []string) error {
+	for _, zone := range zones {
 		for _, name := range names {
 			_, err := p.accelerators.Get(ctx, &computepb.GetAcceleratorTypeRequest{Project: p.cfg.ProjectID, Zone: zone, AcceleratorType: name})
 			var ge *googleapi.Error
@@ -115,9 +196,9 @@ func (c *Config) parseImage(image string) (imageRef, error) {
 	return imageRef{}, fmt.Errorf("PODVM_IMAGE_NAME: %q is not an image; use a name, projects/P/global/images/NAME or projects/P/global/images/family/FAMILY", image)
 }
 
-// lookupImage reads the configured image (or its family's newest).
-func (p *Provider) lookupImage(ctx context.Context) (*computepb.Image, error) {
-	ref, err := p.cfg.parseImage(p.cfg.ImageName)
+// lookupImage reads an image (or its family's newest).
+func (p *Provider) lookupImage(ctx context.Context, image string) (*computepb.Image, error) {
+	ref, err := p.cfg.parseImage(image)
 	if err != nil {
 		return nil, err
 	}
