@@ -102,6 +102,18 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A confidential profile without an image of its own is refused at
+	// create time; plan shows it with a stand-in image and says so.
+	for _, p := range catalog.Profiles() {
+		if p.ConfidentialType != "" && p.Image == "" && cfg.ProfileImages[p.Name] == "" {
+			if cfg.ProfileImages == nil {
+				cfg.ProfileImages = map[string]string{}
+			}
+			stand := "REQUIRED-" + strings.ToLower(p.ConfidentialType) + "-image-for-" + p.Name
+			cfg.ProfileImages[p.Name] = stand
+			notes = append(notes, fmt.Sprintf("profile %s has no image (GCP_PROFILE_IMAGES=%s=IMAGE, or image: in the profile); planned with %s, and the provider refuses pods naming it until one is set: the T4 podVM image is not a %s image", p.Name, p.Name, stand, p.ConfidentialType))
+		}
+	}
 	tab, err := prices.Load()
 	if err != nil {
 		return err

@@ -49,10 +49,28 @@ type Entry struct {
 	PerVM prices.Estimate `json:"costPerVM"`
 	Total float64         `json:"costPerHourAllReplicas"`
 
+	// Alternative is the next-cheapest shape that fits (none when the pod
+	// names its shape), with its price under the same model.
+	Alternative *Alternative `json:"alternative,omitempty"`
+	// Requirements are what GCE demands of the shape beyond itself
+	// (image features, disk interface, NIC, provisioning).
+	Requirements []string `json:"requirements,omitempty"`
+	// Offerings are what a create walks, in order.
+	Offerings []gcpt4.Offering `json:"offerings"`
+
 	Warnings []string `json:"warnings,omitempty"`
 
 	// Insert is the exact request for the first zone and model.
 	Insert *computepb.InsertInstanceRequest `json:"-"`
+}
+
+// Alternative is a shape the provider did not choose.
+type Alternative struct {
+	Profile          string          `json:"profile"`
+	MachineType      string          `json:"machineType"`
+	Accelerator      string          `json:"accelerator,omitempty"`
+	AcceleratorCount int64           `json:"acceleratorCount"`
+	PerVM            prices.Estimate `json:"costPerVM"`
 }
 
 // Plan plans every group of a workload.
@@ -102,14 +120,22 @@ func (p *Planner) planGroup(w Workload, g Group) (Entry, error) {
 		ProvisioningModels: ip.Models,
 		ExternalIP:         "none",
 		Instance:           ip.Name,
+		Requirements:       ip.Requirements,
+		Offerings:          ip.Selection.Offerings(ip.Zones),
 		Warnings:           req.Warnings,
 		Insert:             ip.Request(ip.Zones[0], ip.Models[0]),
 	}
 	if p.Prices != nil {
 		// Bundled GPUs are in the machine type's price; attached ones are
 		// priced per card.
-		e.PerVM = p.Prices.Hourly(prof.MachineType, prof.Accelerator, int64(prof.AcceleratorCount), ip.Models[0] == gcpt4.ProvisioningSpot)
+		spot := ip.Models[0] == gcpt4.ProvisioningSpot
+		e.PerVM = p.Prices.Hourly(prof.MachineType, prof.Accelerator, int64(prof.AcceleratorCount), spot)
 		e.Total = e.PerVM.Total * float64(g.Replicas)
+		if alt, ok := ip.Selection.Alternative(); ok {
+			a := alt.Profile
+			e.Alternative = &Alternative{Profile: a.Name, MachineType: a.MachineType, Accelerator: a.GPUModel(), AcceleratorCount: a.GPUs(),
+				PerVM: p.Prices.Hourly(a.MachineType, a.Accelerator, int64(a.AcceleratorCount), spot)}
+		}
 	}
 	return e, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -22,7 +23,7 @@ const examplePod = "../../../install/examples/gpu-pod/pod.yaml"
 func clearEnv(t *testing.T) {
 	for _, v := range []string{"GCP_PROJECT_ID", "GCP_ZONE", "GCP_ZONES", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_SUBNETWORK",
 		"GCP_PROVISIONING_MODEL", "GCP_SPOT_FALLBACK", "GCP_PROFILES", "GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_INSTANCE_TYPES",
-		"GCP_LABELS", "GCP_ENDPOINT", "GCP_CREDENTIALS", "USE_PUBLIC_IP", "ROOT_VOLUME_SIZE"} {
+		"GCP_LABELS", "GCP_ENDPOINT", "GCP_CREDENTIALS", "USE_PUBLIC_IP", "ROOT_VOLUME_SIZE", "GCP_NIC_TYPE", "GCP_PROFILE_IMAGES", "GCP_DISK_TYPE"} {
 		t.Setenv(v, "")
 	}
 }
@@ -154,8 +155,9 @@ func TestPlanRayServiceGroups(t *testing.T) {
 	if f := strings.Fields(worker); len(f) < 8 || f[2] != "3" || f[3] != "4" || f[4] != "24576" || f[5] != "1" || f[6] != "custom" || f[7] != "n1-highmem-8" {
 		t.Errorf("worker row = %q", worker)
 	}
-	if !strings.Contains(worker, "SPOT") || !strings.Contains(worker, "n/a") {
-		t.Errorf("worker row should be SPOT with no cited price: %q", worker)
+	// Named: priced under Spot (0.166888 + 0.11), no alternative shown.
+	if !strings.Contains(worker, "SPOT") || !strings.Contains(worker, "0.28") || !strings.Contains(worker, "0.83") || !strings.Contains(worker, "- (named)") {
+		t.Errorf("worker row should be SPOT at $0.28/h each, $0.83/h for 3, named: %q", worker)
 	}
 }
 
@@ -165,16 +167,25 @@ func TestPlanFlagsAndErrors(t *testing.T) {
 		t.Errorf("flags plan: exit %d\n%s%s", code, out, errOut)
 	}
 	// An explicit profile is only used when named; its bundled H100 is in
-	// the machine type's price.
+	// the machine type's price, under Spot: a3-highgpu-1g is not sold on
+	// demand. The plan states what GCE requires of it.
 	out, errOut, code = runPlan(t, "-gpus", "1", "-machine-type", "h100-cc")
-	if code != 0 || !strings.Contains(out, "h100-cc") || !strings.Contains(out, "a3-highgpu-1g") || !strings.Contains(out, "11.06") {
-		t.Errorf("h100-cc plan: exit %d\n%s%s", code, out, errOut)
+	if code != 0 {
+		t.Fatalf("h100-cc plan: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"h100-cc", "a3-highgpu-1g", "SPOT", "6.33",
+		"requires: Pod/pod pod (profile h100-cc): image with guest OS features UEFI_COMPATIBLE, TDX_CAPABLE, GVNIC",
+		"the T4 podVM image is not a TDX image", "NVMe interface", "gVNIC network interface",
+		"sold only as Spot, Flex-start or from a reservation", "GCP_PROFILE_IMAGES=h100-cc=IMAGE"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("h100-cc plan lacks %q:\n%s", want, out)
+		}
 	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"-gpus", "8"}, "no GPU profile fits 8 GPU"},
+		{[]string{"-gpus", "8"}, "no GPU shape fits 8 GPU"},
 		{[]string{"-vcpus", "lots"}, "-vcpus"},
 		{[]string{"-f", examplePod, "-gpus", "1"}, "exclusive"},
 		{[]string{"-o", "yaml"}, "-o"},
@@ -187,6 +198,63 @@ func TestPlanFlagsAndErrors(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q, want %q", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+// The issue's cases: a 1-GPU/40 GiB pod gets one T4 (not t4-4's four),
+// with the next-cheapest shape beside it; a CPU-only 8 vCPU/32 GiB pod
+// is placed.
+func TestPlanCheapestShapes(t *testing.T) {
+	row := func(out string) []string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "Pod/pod") {
+				return strings.Fields(l)
+			}
+		}
+		return nil
+	}
+	out, errOut, code := runPlan(t, "-gpus", "1", "-memory", "40Gi")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	// Fields: workload group replicas vcpu mem gpu profile machine "1 x t4" zones model ip $each $all next…
+	f := row(out)
+	if len(f) < 19 || f[6] != "auto" || f[7] != "custom-8-40960" || f[8] != "1" || f[10] != "nvidia-tesla-t4" || f[14] != "0.79" ||
+		strings.Join(f[16:], " ") != "n1-highmem-8 + 1 x nvidia-tesla-t4 (0.82)" {
+		t.Errorf("1 GPU / 40 GiB row = %q\n%s", f, out)
+	}
+	out, errOut, code = runPlan(t, "-vcpus", "8", "-memory", "32Gi")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if f := row(out); len(f) < 15 || f[7] != "e2-standard-8" || f[8] != "-" || f[13] != "0.27" || !strings.Contains(out, "e2-highmem-8 (0.36)") {
+		t.Errorf("CPU-only 8 vCPU / 32 GiB row = %q\n%s", f, out)
+	}
+	// -o json carries the offerings a create walks and the alternative.
+	out, _, code = runPlan(t, "-gpus", "1", "-memory", "40Gi", "-o", "json", "-provisioning-model", "SPOT", "-spot-fallback", "-zones", "us-central1-b")
+	var doc struct {
+		PodVMs []struct {
+			Alternative struct {
+				MachineType string `json:"machineType"`
+			} `json:"alternative"`
+			Offerings []struct {
+				MachineType string `json:"machineType"`
+				Model       string `json:"provisioningModel"`
+				Zone        string `json:"zone"`
+				GPUs        int64  `json:"gpus"`
+			} `json:"offerings"`
+		} `json:"podVMs"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || len(doc.PodVMs) != 1 {
+		t.Fatalf("json: exit %d %v\n%s", code, err, out)
+	}
+	e := doc.PodVMs[0]
+	var walk []string
+	for _, o := range e.Offerings {
+		walk = append(walk, fmt.Sprintf("%s/%s/%s/%d", o.Model, o.MachineType, o.Zone, o.GPUs))
+	}
+	if e.Alternative.MachineType != "n1-highmem-8" || strings.Join(walk, " ") != "SPOT/custom-8-40960/us-central1-a/1 SPOT/custom-8-40960/us-central1-b/1 STANDARD/custom-8-40960/us-central1-a/1 STANDARD/custom-8-40960/us-central1-b/1" {
+		t.Errorf("alternative %s, offerings %v", e.Alternative.MachineType, walk)
 	}
 }
 

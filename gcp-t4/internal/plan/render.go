@@ -51,7 +51,7 @@ func money(e prices.Estimate, v float64) string {
 
 func renderTable(w io.Writer, entries []Entry, notes []string, tab *prices.Table) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKLOAD\tGROUP\tREPLICAS\tVCPU\tMEM(MiB)\tGPU\tPROFILE\tMACHINE TYPE\tACCELERATOR\tZONES (fallback order)\tMODEL\tEXTERNAL IP\t$/H EACH\t$/H ALL")
+	fmt.Fprintln(tw, "WORKLOAD\tGROUP\tREPLICAS\tVCPU\tMEM(MiB)\tGPU\tPROFILE\tMACHINE TYPE\tACCELERATOR\tZONES (fallback order)\tMODEL\tEXTERNAL IP\t$/H EACH\t$/H ALL\tNEXT-CHEAPEST ($/H EACH)")
 	var total float64
 	allKnown := true
 	for _, e := range entries {
@@ -63,9 +63,19 @@ func renderTable(w io.Writer, entries []Entry, notes []string, tab *prices.Table
 		if e.ZonesDiscovered {
 			zones += ",+auto"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		alt := "- (named)"
+		if a := e.Alternative; a != nil {
+			alt = a.MachineType
+			if a.AcceleratorCount > 0 {
+				alt += fmt.Sprintf(" + %d x %s", a.AcceleratorCount, a.Accelerator)
+			}
+			alt += " (" + money(a.PerVM, a.PerVM.Total) + ")"
+		} else if e.InstanceType == "" {
+			alt = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			e.Workload, e.Group, e.Replicas, e.VCPUs, e.MemoryMiB, e.GPUs, e.Profile, e.MachineType, accel,
-			zones, strings.Join(e.ProvisioningModels, "→"), e.ExternalIP, money(e.PerVM, e.PerVM.Total), money(e.PerVM, e.Total))
+			zones, strings.Join(e.ProvisioningModels, "→"), e.ExternalIP, money(e.PerVM, e.PerVM.Total), money(e.PerVM, e.Total), alt)
 		if e.PerVM.Known {
 			total += e.Total
 		}
@@ -82,6 +92,9 @@ func renderTable(w io.Writer, entries []Entry, notes []string, tab *prices.Table
 	for _, e := range entries {
 		for _, m := range e.PerVM.Missing {
 			fmt.Fprintf(w, "note: %s %s: no price for %s in the table\n", e.Workload, e.Group, m)
+		}
+		for _, r := range e.Requirements {
+			fmt.Fprintf(w, "requires: %s %s (profile %s): %s\n", e.Workload, e.Group, e.Profile, r)
 		}
 		for _, warn := range e.Warnings {
 			fmt.Fprintf(w, "warning: %s %s\n", e.Workload, warn)
