@@ -1,10 +1,14 @@
 package kuberay
 
 import (
+	"errors"
 	"maps"
+	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -81,7 +85,7 @@ func equalResources(a, b corev1.ResourceRequirements) bool {
 // Every manifest file in the example directories is rendered (so strictly
 // decoded), and every file a kustomization names exists.
 func TestEveryFileIsInTheKustomization(t *testing.T) {
-	for _, dir := range []string{exampleDir, checkDir} {
+	for _, dir := range []string{exampleDir, checkDir, monitoringDir} {
 		b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 		if err != nil {
 			t.Fatal(err)
@@ -110,6 +114,140 @@ func TestEveryFileIsInTheKustomization(t *testing.T) {
 			if !slices.Contains(listed, e.Name()) {
 				t.Errorf("%s/%s is not in its kustomization.yaml: it would go untested and unapplied", dir, e.Name())
 			}
+		}
+	}
+}
+
+// torchrun's static rendezvous waits 600 s unless told otherwise
+// (torch/distributed/elastic/rendezvous/static_tcp_rendezvous.py reads
+// "timeout" from --rdzv-conf); each podVM pulls the image on its own, so
+// the check waits an hour for its peer.
+func TestNCCLCheckWaitsForItsPeer(t *testing.T) {
+	for _, o := range ncclCheck(t) {
+		pod, ok := o.typed.(*corev1.Pod)
+		if !ok {
+			continue
+		}
+		var timeout int
+		for _, a := range pod.Spec.Containers[0].Command {
+			if v, ok := strings.CutPrefix(a, "--rdzv-conf=timeout="); ok {
+				timeout, _ = strconv.Atoi(v)
+			}
+		}
+		if timeout < 3600 {
+			t.Errorf("%s: rendezvous timeout %d s, want --rdzv-conf=timeout=3600 or more", pod.Name, timeout)
+		}
+		if pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+			t.Errorf("%s: restartPolicy %s; a failed check must stay visible", pod.Name, pod.Spec.RestartPolicy)
+		}
+	}
+}
+
+// The check measures for the model the RayService serves: its MODEL_*
+// settings are the catalogued config.json's, split by the tensor-parallel
+// size.
+func TestNCCLCheckSizedForTheServedModel(t *testing.T) {
+	m := servedModel(t)
+	tp := theLLM(t, only[*rayv1.RayService](t, example(t))).EngineKwargs.TensorParallelSize
+	want := map[string]string{
+		"MODEL_LAYERS":            strconv.Itoa(m.Layers),
+		"MODEL_HIDDEN":            strconv.Itoa(m.Hidden),
+		"MODEL_HEADS_PER_RANK":    strconv.Itoa(m.Heads / tp),
+		"MODEL_KV_HEADS_PER_RANK": strconv.Itoa(max(1, m.KVHeads/tp)),
+		"MODEL_HEAD_DIM":          strconv.Itoa(m.HeadDim),
+	}
+	for _, o := range ncclCheck(t) {
+		if pod, ok := o.typed.(*corev1.Pod); ok {
+			env := envMap(t, pod.Name, pod.Spec.Containers[0])
+			for k, v := range want {
+				if env[k] != v {
+					t.Errorf("%s: %s=%q, the served model gives %q", pod.Name, k, env[k], v)
+				}
+			}
+		}
+	}
+}
+
+// nccl_check.py runs here without a GPU or torch in --dry-run, with the
+// pods' environment: every step, the summary line, the arithmetic of the
+// network floor (collectives per token = 2 x layers + 2, as gcp-t4 plan
+// serve counts them), and a failure at each step ending in a FAIL line
+// and exit 1.
+func TestNCCLCheckScriptDryRun(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed to run nccl_check.py --dry-run (apt-get install python3): %v", err)
+	}
+	script := filepath.Join(checkDir, "nccl_check.py")
+	// Compiled in memory: py_compile would write __pycache__ into the example.
+	if out, err := exec.Command(python, "-c", `import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")`, script).CombinedOutput(); err != nil {
+		t.Fatalf("compiling %s: %v\n%s", script, err, out)
+	}
+	var pod *corev1.Pod
+	for _, o := range ncclCheck(t) {
+		if p, ok := o.typed.(*corev1.Pod); ok && p.Name == "nccl-check-1" {
+			pod = p
+		}
+	}
+	if pod == nil {
+		t.Fatal("no pod nccl-check-1")
+	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "PYTHONDONTWRITEBYTECODE=1", "RANK=1", "WORLD_SIZE=2"}
+	for k, v := range envMap(t, pod.Name, pod.Spec.Containers[0]) {
+		env = append(env, k+"="+v)
+	}
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(python, append([]string{script}, args...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return string(out), 0
+		case errors.As(err, &ee):
+			return string(out), ee.ExitCode()
+		}
+		t.Fatalf("running %s: %v", script, err)
+		return "", -1
+	}
+	out, rc := run("--dry-run")
+	if rc != 0 {
+		t.Fatalf("dry run exit %d:\n%s", rc, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	summary := lines[len(lines)-1]
+	fields := map[string]string{}
+	for _, f := range strings.Fields(summary) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			fields[k] = v
+		}
+	}
+	if !strings.HasPrefix(summary, "NCCL-CHECK PASS rank=1 world=2 ") {
+		t.Fatalf("last line %q, want the PASS summary", summary)
+	}
+	// 40 layers: 2 x 40 + 2 = 82; one decode step's hidden state is 5120 x 2 bytes.
+	if fields["collectives_per_token"] != "82" || fields["allreduce_10240B_p50_us"] == "" {
+		t.Errorf("summary %q: want 82 collectives and a 10240 B latency", summary)
+	}
+	p50, _ := strconv.ParseFloat(fields["allreduce_10240B_p50_us"], 64)
+	floor, _ := strconv.ParseFloat(fields["floor_ms_per_token"], 64)
+	if want := 82 * p50 / 1000; p50 <= 0 || math.Abs(floor-want) > 0.06 {
+		t.Errorf("floor %.2f ms, want 82 x %.0f us = %.2f ms", floor, p50, want)
+	}
+	if !strings.Contains(summary, `plan_flags="--nccl-latency `+fields["allreduce_10240B_p50_us"]+"us --nccl-bandwidth ") {
+		t.Errorf("summary %q does not give the gcp-t4 plan serve flags", summary)
+	}
+	for _, want := range []string{"FlexAttention", "warm-up:", "all_reduce 10240 B x 200:", "network floor: 82 collectives per token", "all_reduce 268435456 B x 5:", "gloo"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, step := range []string{"device", "kernel", "flex_attention", "init", "warmup", "latency", "bandwidth", "gloo"} {
+		out, rc := run("--dry-run", "--dry-run-fail", step)
+		last := strings.TrimSpace(out)
+		last = last[strings.LastIndex(last, "\n")+1:]
+		if rc != 1 || !strings.HasPrefix(last, "NCCL-CHECK FAIL rank=1 step="+step+": ") {
+			t.Errorf("failing %s: exit %d, last line %q; want 1 and a FAIL line naming the step", step, rc, last)
 		}
 	}
 }

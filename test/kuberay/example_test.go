@@ -1,8 +1,11 @@
 package kuberay
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +19,9 @@ import (
 // serveConfig is the part of Ray Serve's config schema the example uses,
 // with Ray Serve LLM's LLMConfig under args.llm_configs. Decoded strictly:
 // a key missing here is a typo, or a setting to add after checking it
-// against Ray Serve LLM's LLMConfig and vLLM's engine arguments.
+// against Ray Serve LLM's LLMConfig (python/ray/llm/_internal/serve/core/
+// configs/llm_config.py, Ray 2.52) and vLLM's engine arguments (vllm/
+// engine/arg_utils.py, vllm/config/*.py, v0.11.0).
 type serveConfig struct {
 	Applications []struct {
 		Name        string `json:"name"`
@@ -30,13 +35,17 @@ type serveConfig struct {
 
 type llmConfig struct {
 	ModelLoadingConfig struct {
-		ModelID     string `json:"model_id"`
-		ModelSource string `json:"model_source"`
+		ModelID     string      `json:"model_id"`
+		ModelSource modelSource `json:"model_source"`
 	} `json:"model_loading_config"`
-	AcceleratorType  string `json:"accelerator_type,omitempty"`
+	AcceleratorType string `json:"accelerator_type,omitempty"`
+	// DeploymentConfig is Serve's deployment options (LLMConfig validates
+	// them as ray.serve._private.config.DeploymentConfig).
 	DeploymentConfig struct {
-		NumReplicas *int `json:"num_replicas"`
+		NumReplicas        *int `json:"num_replicas"`
+		MaxOngoingRequests *int `json:"max_ongoing_requests"`
 	} `json:"deployment_config"`
+	LogEngineMetrics     *bool `json:"log_engine_metrics"`
 	PlacementGroupConfig struct {
 		Strategy string               `json:"strategy"`
 		Bundles  []map[string]float64 `json:"bundles"`
@@ -44,15 +53,54 @@ type llmConfig struct {
 	EngineKwargs engineKwargs `json:"engine_kwargs"`
 }
 
+// modelSource is ModelLoadingConfig.model_source: a Hugging Face id or a
+// local path (a string), or a CloudMirrorConfig {bucket_uri, extra_files}
+// whose bucket_uri starts with s3:// or gs:// (python/ray/llm/_internal/
+// common/utils/cloud_utils.py check_uri_format).
+type modelSource struct {
+	ID     string
+	Mirror *cloudMirror
+}
+
+type cloudMirror struct {
+	BucketURI  string `json:"bucket_uri"`
+	ExtraFiles []struct {
+		BucketURI       string `json:"bucket_uri"`
+		DestinationPath string `json:"destination_path"`
+	} `json:"extra_files,omitempty"`
+}
+
+func (m *modelSource) UnmarshalJSON(b []byte) error {
+	if bytes.HasPrefix(bytes.TrimSpace(b), []byte(`"`)) {
+		return json.Unmarshal(b, &m.ID)
+	}
+	// The outer decoder's DisallowUnknownFields does not reach into an
+	// UnmarshalJSON; this one refuses unknown keys itself.
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var c cloudMirror
+	if err := dec.Decode(&c); err != nil {
+		return fmt.Errorf("model_source as a CloudMirrorConfig: %w", err)
+	}
+	if !strings.HasPrefix(c.BucketURI, "gs://") && !strings.HasPrefix(c.BucketURI, "s3://") {
+		return fmt.Errorf("model_source.bucket_uri %q: Ray Serve LLM wants a URI that starts with gs:// or s3://", c.BucketURI)
+	}
+	m.Mirror = &c
+	return nil
+}
+
 type engineKwargs struct {
-	TensorParallelSize         int     `json:"tensor_parallel_size"`
-	PipelineParallelSize       int     `json:"pipeline_parallel_size"`
-	DistributedExecutorBackend string  `json:"distributed_executor_backend"`
-	Dtype                      string  `json:"dtype"`
-	MaxModelLen                int     `json:"max_model_len"`
-	GPUMemoryUtilization       float64 `json:"gpu_memory_utilization"`
-	EnforceEager               bool    `json:"enforce_eager"`
-	MaxNumSeqs                 int     `json:"max_num_seqs"`
+	TensorParallelSize         int      `json:"tensor_parallel_size"`
+	PipelineParallelSize       int      `json:"pipeline_parallel_size"`
+	DistributedExecutorBackend string   `json:"distributed_executor_backend"`
+	Dtype                      string   `json:"dtype"`
+	MaxModelLen                int      `json:"max_model_len"`
+	GPUMemoryUtilization       float64  `json:"gpu_memory_utilization"`
+	EnforceEager               bool     `json:"enforce_eager"`
+	MaxNumSeqs                 int      `json:"max_num_seqs"`
+	MaxNumBatchedTokens        int      `json:"max_num_batched_tokens"`
+	LoadFormat                 string   `json:"load_format"`
+	IgnorePatterns             []string `json:"ignore_patterns"`
 }
 
 // theLLM decodes the RayService's serveConfigV2 (a YAML document inside a
@@ -78,21 +126,23 @@ func theLLM(t *testing.T, rs *rayv1.RayService) llmConfig {
 var planned = engineKwargs{
 	TensorParallelSize: 2, PipelineParallelSize: 1, DistributedExecutorBackend: "ray",
 	Dtype: "half", MaxModelLen: 8192, GPUMemoryUtilization: 0.95, EnforceEager: true, MaxNumSeqs: 8,
+	MaxNumBatchedTokens: 2048, LoadFormat: "safetensors",
+	IgnorePatterns: []string{"consolidated.safetensors", "original/**/*"},
 }
 
 const (
-	modelSource = "mistralai/Mistral-Nemo-Instruct-2407"
-	image       = "rayproject/ray-llm:2.52.0-py311-cu128"
+	modelSourceID = "mistralai/Mistral-Nemo-Instruct-2407"
+	image         = "rayproject/ray-llm:2.52.0-py311-cu128"
 )
 
 func TestServeConfig(t *testing.T) {
 	rs := only[*rayv1.RayService](t, example(t))
 	llm := theLLM(t, rs)
-	if llm.EngineKwargs != planned {
+	if !reflect.DeepEqual(llm.EngineKwargs, planned) {
 		t.Errorf("engine_kwargs %+v, want the planned %+v", llm.EngineKwargs, planned)
 	}
-	if llm.ModelLoadingConfig.ModelSource != modelSource {
-		t.Errorf("model_source %q, want %q", llm.ModelLoadingConfig.ModelSource, modelSource)
+	if src := llm.ModelLoadingConfig.ModelSource; src.ID != modelSourceID || src.Mirror != nil {
+		t.Errorf("model_source %+v, want %q", src, modelSourceID)
 	}
 	if n := llm.DeploymentConfig.NumReplicas; n == nil || *n != 1 {
 		t.Errorf("num_replicas %v, want 1: one engine over both GPUs", n)
@@ -198,12 +248,15 @@ func envMap(t *testing.T, group string, c corev1.Container) map[string]string {
 func TestNetworkEnvAndSharedMemory(t *testing.T) {
 	rs := only[*rayv1.RayService](t, example(t))
 	want := map[string]string{
-		"NCCL_SOCKET_IFNAME": "eth0",
-		"GLOO_SOCKET_IFNAME": "eth0",
-		"NCCL_IB_DISABLE":    "1",
-		"NCCL_DEBUG":         "INFO",
-		"VLLM_HOST_IP":       "field:status.podIP",
-		"HF_TOKEN":           "secret:hf-token/token",
+		"NCCL_SOCKET_IFNAME":     "eth0",
+		"GLOO_SOCKET_IFNAME":     "eth0",
+		"NCCL_IB_DISABLE":        "1",
+		"NCCL_SOCKET_NTHREADS":   "4",
+		"NCCL_NSOCKS_PERTHREAD":  "1",
+		"NCCL_DEBUG":             "INFO",
+		"VLLM_ATTENTION_BACKEND": "FLEX_ATTENTION",
+		"VLLM_HOST_IP":           "field:status.podIP",
+		"HF_TOKEN":               "secret:hf-token/token",
 	}
 	minShm := resource.MustParse("1Gi")
 	for _, p := range rayPods(t, rs) {

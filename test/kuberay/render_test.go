@@ -10,6 +10,8 @@ import (
 
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -18,8 +20,9 @@ import (
 // exampleDir is the example under test, from this module's directory, and
 // checkDir its bring-up check.
 const (
-	exampleDir = "../../install/examples/mistral-tp2"
-	checkDir   = exampleDir + "/nccl-check"
+	exampleDir    = "../../install/examples/mistral-tp2"
+	checkDir      = exampleDir + "/nccl-check"
+	monitoringDir = exampleDir + "/monitoring"
 )
 
 // object is one rendered manifest, as YAML and as the typed value it
@@ -82,6 +85,8 @@ func typeFor(apiVersion, kind string) (any, error) {
 		return &corev1.Pod{}, nil
 	case "v1 ConfigMap":
 		return &corev1.ConfigMap{}, nil
+	case "monitoring.googleapis.com/v1 PodMonitoring":
+		return &podMonitoring{}, nil
 	}
 	return nil, fmt.Errorf("no Go type registered for %s %s: add it to typeFor", apiVersion, kind)
 }
@@ -122,6 +127,39 @@ func example(t *testing.T) []object { return fromDisk(t, exampleDir) }
 
 // ncclCheck does the same for the bring-up check.
 func ncclCheck(t *testing.T) []object { return fromDisk(t, checkDir) }
+
+// monitoring does the same for the scrape config.
+func monitoring(t *testing.T) []object { return fromDisk(t, monitoringDir) }
+
+// podMonitoring is Google Cloud Managed Service for Prometheus's
+// PodMonitoring as its operator defines it (GoogleCloudPlatform/
+// prometheus-engine pkg/operator/apis/monitoring/v1/pod_types.go at
+// v0.17.2), less the HTTP client settings the example does not use. That
+// module is not served by the module proxy, hence this copy of the field
+// names, decoded as strictly as the rest.
+type podMonitoring struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Selector  metav1.LabelSelector `json:"selector"`
+		Endpoints []struct {
+			Port     intstr.IntOrString  `json:"port"`
+			Scheme   string              `json:"scheme,omitempty"`
+			Path     string              `json:"path,omitempty"`
+			Params   map[string][]string `json:"params,omitempty"`
+			Interval string              `json:"interval"`
+			Timeout  string              `json:"timeout,omitempty"`
+		} `json:"endpoints"`
+		TargetLabels struct {
+			Metadata *[]string `json:"metadata,omitempty"`
+			FromPod  []struct {
+				From string `json:"from"`
+				To   string `json:"to,omitempty"`
+			} `json:"fromPod,omitempty"`
+		} `json:"targetLabels,omitempty"`
+		FilterRunning *bool `json:"filterRunning,omitempty"`
+	} `json:"spec"`
+}
 
 func fromDisk(t *testing.T, dir string) []object {
 	t.Helper()

@@ -150,7 +150,7 @@ func TestRunbookCommandsMatchTheExample(t *testing.T) {
 					}
 				}
 			}
-			if i := slices.Index(fields, "port-forward"); i > 0 {
+			if i := slices.Index(fields, "port-forward"); i > 0 && strings.Contains(c, "svc/"+svc.Name) {
 				port := strconv.Itoa(int(svc.Spec.Ports[0].Port))
 				if !strings.HasSuffix(c, ":"+port+" &") && !strings.HasSuffix(c, ":"+port) {
 					t.Errorf("%q: the Service listens on %s", c, port)
@@ -163,11 +163,13 @@ func TestRunbookCommandsMatchTheExample(t *testing.T) {
 			planned = true
 			ek := llm.EngineKwargs
 			for flag, want := range map[string]string{
-				"--model":                  llm.ModelLoadingConfig.ModelSource,
+				"--model":                  llm.ModelLoadingConfig.ModelSource.ID,
 				"--tp":                     strconv.Itoa(ek.TensorParallelSize),
 				"--max-model-len":          strconv.Itoa(ek.MaxModelLen),
 				"--gpu-memory-utilization": strconv.FormatFloat(ek.GPUMemoryUtilization, 'f', -1, 64),
 				"--dtype":                  ek.Dtype,
+				"--max-num-seqs":           strconv.Itoa(ek.MaxNumSeqs),
+				"--max-num-batched-tokens": strconv.Itoa(ek.MaxNumBatchedTokens),
 				"--gpu":                    "t4",
 			} {
 				if got := flagValue(fields, flag); got != want {
@@ -199,9 +201,61 @@ func TestRunbookStatesModelAndImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{modelSource, "24.5 GB", image, "KubeRay | v1.6.2", "no NVIDIA Confidential Computing", "H100"} {
+	for _, want := range []string{modelSourceID, "24.5 GB", image, "KubeRay | v1.6.2", "no NVIDIA Confidential Computing", "H100"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the runbook does not say %q", want)
+		}
+	}
+}
+
+// Every serving setting the example makes is explained in the runbook with
+// the value the manifests carry, so neither changes without the other.
+func TestRunbookReflectsEverySetting(t *testing.T) {
+	b, err := os.ReadFile(runbook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	rs := only[*rayv1.RayService](t, example(t))
+	llm := theLLM(t, rs)
+	ek := llm.EngineKwargs
+	pods := rayPods(t, rs)
+	env := envMap(t, "head", pods[0].tpl.Spec.Containers[0])
+	var hfLimit string
+	for _, v := range pods[0].tpl.Spec.Volumes {
+		if v.Name == "hf-cache" && v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil {
+			hfLimit = v.EmptyDir.SizeLimit.String()
+		}
+	}
+	want := []string{
+		// Only the Hugging Face shards download.
+		"load_format: " + ek.LoadFormat, "consolidated.safetensors", "original/**/*", "sizeLimit " + hfLimit,
+		// Where the image and the emptyDirs live, and the check.
+		"/run/kata-containers/image/", "rootfs/local/", "df -h / /home/ray/.cache/huggingface /dev/shm",
+		// The optional GCS mirror through Private Google Access, and the one-time copy.
+		"bucket_uri: gs://BUCKET/mistral-nemo-instruct-2407", "Private Google Access",
+		`gcloud storage rsync --recursive --exclude='^\.cache/' mistral-nemo-instruct-2407 "gs://$BUCKET/mistral-nemo-instruct-2407"`,
+		// Ray's object store, Serve's admission limit, the metrics port and scrape config.
+		`object-store-memory: "` + pods[0].rayStartParams["object-store-memory"] + `"`,
+		"max_ongoing_requests: " + strconv.Itoa(*llm.DeploymentConfig.MaxOngoingRequests),
+		"max_num_seqs: " + strconv.Itoa(ek.MaxNumSeqs), "log_engine_metrics: true", "port 8080",
+		"install/examples/mistral-tp2/monitoring",
+		// Probes tolerant of the peer-pod exec path.
+		"`httpGet`", "exec probes", "2 s timeout",
+		// NCCL sockets on a non-gVNIC interface.
+		"NCCL_SOCKET_NTHREADS=" + env["NCCL_SOCKET_NTHREADS"], "NCCL_NSOCKS_PERTHREAD=" + env["NCCL_NSOCKS_PERTHREAD"],
+		// The attention backend, how to switch, what to compare.
+		"VLLM_ATTENTION_BACKEND=" + env["VLLM_ATTENTION_BACKEND"], "VLLM_ATTENTION_BACKEND=TRITON_ATTN",
+		"time to first token and time per output token", "temperature: 0",
+		// The NCCL check.
+		"--rdzv-conf=timeout=3600", "200 all-reduces of 10 KiB", "NCCL-CHECK PASS", "NCCL-CHECK FAIL",
+		"FlexAttention forward compiled by `torch.compile`", "--nccl-latency",
+		// The calculator's headroom, graphs and decode estimate.
+		"(1 − 0.95) × 14.75 GiB = 0.74 GiB", "captured *after* the KV cache is sized", "Decode estimate",
+	}
+	for _, w := range want {
+		if !strings.Contains(doc, w) {
+			t.Errorf("the runbook does not say %q", w)
 		}
 	}
 }

@@ -1,82 +1,192 @@
 package fit
 
 import (
+	"bytes"
+	"embed"
+	"encoding/json"
 	"fmt"
+	"io"
+	"path"
 	"slices"
 	"strings"
+	"sync"
 )
 
-// arch is a dense, bias-free decoder (the Mistral family's shape): enough to
-// count parameters and size the KV cache. Values are the checkpoints'
-// config.json.
-type arch struct {
-	hidden, layers, heads, kvHeads, headDim, intermediate, vocab int
-	// tied: the LM head shares the embedding matrix.
-	tied bool
+// models/ holds the catalogue: per checkpoint, the fields of its Hugging
+// Face config.json the calculation needs, under the name of the checkpoint
+// ("org--name.json"), with "_source" (the config.json it was taken from),
+// "_parameters" (the count the model card publishes, which the shape must
+// reproduce: TestCatalogueParameterCounts) and, for a quantised
+// checkpoint, "_base" (the model it was quantised from). Reading a
+// downloaded config.json with --config goes through the same parser.
+//
+//go:embed models/*.json
+var modelFiles embed.FS
+
+// hfConfig is the part of a Hugging Face config.json used here. Unknown
+// keys are ignored: a real config.json has many more.
+type hfConfig struct {
+	Source     string `json:"_source"`
+	Parameters int64  `json:"_parameters"`
+	Base       string `json:"_base"`
+	Note       string `json:"_note"`
+
+	Architectures     []string `json:"architectures"`
+	HiddenSize        int      `json:"hidden_size"`
+	IntermediateSize  int      `json:"intermediate_size"`
+	NumAttentionHeads int      `json:"num_attention_heads"`
+	NumHiddenLayers   int      `json:"num_hidden_layers"`
+	NumKeyValueHeads  int      `json:"num_key_value_heads"`
+	// HeadDim is absent from older configs (Mistral-7B-v0.3); transformers
+	// then uses hidden_size / num_attention_heads.
+	HeadDim            int    `json:"head_dim"`
+	VocabSize          int    `json:"vocab_size"`
+	TieWordEmbeddings  bool   `json:"tie_word_embeddings"`
+	TorchDtype         string `json:"torch_dtype"`
+	QuantizationConfig *struct {
+		QuantMethod string `json:"quant_method"`
+		Bits        int    `json:"bits"`
+		GroupSize   int    `json:"group_size"`
+		Version     string `json:"version"`
+		ZeroPoint   *bool  `json:"zero_point"`
+	} `json:"quantization_config"`
 }
 
-// params counts weights: per layer the q/k/v/o projections, the gated MLP
-// (gate, up, down) and two RMSNorms; plus the embedding, the LM head unless
-// tied, and the final norm. Matches the counts the model cards publish.
-func (a arch) params() int64 {
-	h, l := int64(a.hidden), int64(a.layers)
-	q := h * int64(a.heads*a.headDim)
-	kv := 2 * h * int64(a.kvHeads*a.headDim)
-	o := int64(a.heads*a.headDim) * h
-	mlp := 3 * h * int64(a.intermediate)
-	perLayer := q + kv + o + mlp + 2*h
-	emb := int64(a.vocab) * h
-	lmHead := emb
-	if a.tied {
-		lmHead = 0
+// ParseConfigJSON reads a model's config.json (as Hugging Face serves it)
+// into a Model named name. It accepts what vLLM's Llama/Mistral path
+// serves: a dense decoder with a gated MLP.
+func ParseConfigJSON(r io.Reader, name string) (Model, error) {
+	var c hfConfig
+	if err := json.NewDecoder(r).Decode(&c); err != nil {
+		return Model{}, fmt.Errorf("%s: not a config.json: %w", name, err)
 	}
-	return l*perLayer + emb + lmHead + h
-}
-
-func (a arch) model(name string) Model {
-	return Model{Name: name, Params: a.params(), Layers: a.layers, KVHeads: a.kvHeads, HeadDim: a.headDim, Heads: a.heads}
-}
-
-// models are the Mistral checkpoints this project's examples and tests talk
-// about, by their Hugging Face ids.
-var models = map[string]arch{
-	// 7.25B parameters, 14.5 GB at 16 bits: needs two T4s at fp16.
-	"mistralai/Mistral-7B-Instruct-v0.3": {hidden: 4096, layers: 32, heads: 32, kvHeads: 8, headDim: 128, intermediate: 14336, vocab: 32768},
-	// 8.02B, 16.0 GB.
-	"mistralai/Ministral-8B-Instruct-2410": {hidden: 4096, layers: 36, heads: 32, kvHeads: 8, headDim: 128, intermediate: 12288, vocab: 131072},
-	// 12.25B, 24.5 GB: the install/examples/mistral-tp2 model.
-	"mistralai/Mistral-Nemo-Instruct-2407": {hidden: 5120, layers: 40, heads: 32, kvHeads: 8, headDim: 128, intermediate: 14336, vocab: 131072},
-	// 23.57B, 47.1 GB: more than two T4s hold.
-	"mistralai/Mistral-Small-24B-Instruct-2501": {hidden: 5120, layers: 40, heads: 32, kvHeads: 8, headDim: 128, intermediate: 32768, vocab: 131072},
-}
-
-// LookupModel returns a known model by its Hugging Face id (case-insensitive).
-func LookupModel(name string) (Model, error) {
-	for id, a := range models {
-		if strings.EqualFold(id, name) {
-			return a.model(id), nil
+	var missing []string
+	for _, f := range []struct {
+		key string
+		v   int
+	}{
+		{"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize},
+		{"num_attention_heads", c.NumAttentionHeads}, {"num_hidden_layers", c.NumHiddenLayers},
+		{"num_key_value_heads", c.NumKeyValueHeads}, {"vocab_size", c.VocabSize},
+	} {
+		if f.v <= 0 {
+			missing = append(missing, f.key)
 		}
 	}
-	return Model{}, fmt.Errorf("model %q is not in the catalogue (%s): give --model-size or --params, and --layers, --kv-heads, --head-dim, instead",
+	if len(missing) > 0 {
+		return Model{}, fmt.Errorf("%s: config.json lacks %s (or they are not positive): this calculator sizes dense decoders (Llama/Mistral shape)",
+			name, strings.Join(missing, ", "))
+	}
+	for _, a := range c.Architectures {
+		if strings.Contains(a, "Moe") || strings.Contains(a, "Mixtral") {
+			return Model{}, fmt.Errorf("%s: architecture %s is a mixture of experts; this calculator sizes dense decoders only", name, a)
+		}
+	}
+	m := Model{
+		Name: name, Source: c.Source, Note: c.Note, Base: c.Base, PublishedParams: c.Parameters,
+		Hidden: c.HiddenSize, Intermediate: c.IntermediateSize, Heads: c.NumAttentionHeads,
+		Layers: c.NumHiddenLayers, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
+		Vocab: c.VocabSize, Tied: c.TieWordEmbeddings, CheckpointDtype: c.TorchDtype,
+	}
+	if m.HeadDim == 0 {
+		if c.HiddenSize%c.NumAttentionHeads != 0 {
+			return Model{}, fmt.Errorf("%s: no head_dim, and hidden_size %d does not divide by num_attention_heads %d", name, c.HiddenSize, c.NumAttentionHeads)
+		}
+		m.HeadDim = c.HiddenSize / c.NumAttentionHeads
+	}
+	if q := c.QuantizationConfig; q != nil {
+		qt, err := quantFromConfig(q.QuantMethod, q.Bits, q.GroupSize)
+		if err != nil {
+			return Model{}, fmt.Errorf("%s: quantization_config: %w", name, err)
+		}
+		if qt.Method == AWQ && q.ZeroPoint != nil && !*q.ZeroPoint {
+			return Model{}, fmt.Errorf("%s: quantization_config: AWQ without zero_point is not supported by vLLM's awq method", name)
+		}
+		m.Quant = qt
+	}
+	m.Params = m.shapeParams()
+	return m, nil
+}
+
+var catalogue = sync.OnceValues(func() (map[string]Model, error) {
+	entries, err := modelFiles.ReadDir("models")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Model{}
+	for _, e := range entries {
+		id := strings.Replace(strings.TrimSuffix(e.Name(), ".json"), "--", "/", 1)
+		b, err := modelFiles.ReadFile(path.Join("models", e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		m, err := ParseConfigJSON(bytes.NewReader(b), id)
+		if err != nil {
+			return nil, err
+		}
+		if m.Source == "" {
+			return nil, fmt.Errorf("catalogue entry %s has no _source", id)
+		}
+		out[id] = m
+	}
+	return out, nil
+})
+
+// LookupModel returns a catalogued checkpoint by its Hugging Face id
+// (case-insensitive).
+func LookupModel(name string) (Model, error) {
+	cat, err := catalogue()
+	if err != nil {
+		return Model{}, fmt.Errorf("reading the built-in catalogue: %w", err)
+	}
+	for id, m := range cat {
+		if strings.EqualFold(id, name) {
+			return m, nil
+		}
+	}
+	return Model{}, fmt.Errorf("model %q is not in the catalogue (%s): download its config.json and pass --config, or give --model-size or --params with --layers, --kv-heads and --head-dim",
 		name, strings.Join(ModelNames(), ", "))
 }
 
 // ModelNames lists the catalogue, sorted.
 func ModelNames() []string {
-	names := make([]string, 0, len(models))
-	for id := range models {
+	cat, err := catalogue()
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(cat))
+	for id := range cat {
 		names = append(names, id)
 	}
 	slices.Sort(names)
 	return names
 }
 
-// gpus: memory is the total CUDA reports, which vLLM's utilization applies
-// to. A T4 has 16 GiB of GDDR6; with ECC on, as on Compute Engine, PyTorch
-// reports 14.75 GiB total capacity (nvidia-smi: 15360 MiB, less the
-// driver's reservation).
+// GPU is one accelerator as CUDA reports it.
+type GPU struct {
+	Name string
+	// Memory is the total CUDA reports (torch.cuda.mem_get_info), which vLLM
+	// multiplies by gpu_memory_utilization; less than the marketing size
+	// (ECC and the driver's reservation).
+	Memory int64
+	// Capability is the CUDA compute capability times ten (7.5 -> 75), the
+	// number vLLM's quantisation methods compare with get_min_capability.
+	Capability int
+	// Bandwidth is the peak memory bandwidth in bytes per second.
+	Bandwidth float64
+}
+
+// BF16 reports whether the GPU computes in bfloat16 (compute capability
+// 8.0 and up; vLLM refuses bfloat16 below).
+func (g GPU) BF16() bool { return g.Capability >= 80 }
+
+// gpus: a T4 has 16 GiB of GDDR6; with ECC on, as on Compute Engine,
+// PyTorch reports about 14.75 GiB total (nvidia-smi: 15360 MiB, less the
+// driver's reservation); --gpu-memory takes the exact figure. Peak
+// bandwidth 320 GB/s and compute capability 7.5 are NVIDIA's T4 data
+// sheet figures.
 var gpus = map[string]GPU{
-	"t4": {Name: "T4", Memory: 14.75 * GiB, BF16: false},
+	"t4": {Name: "T4", Memory: 14.75 * GiB, Capability: 75, Bandwidth: 320e9},
 }
 
 // LookupGPU returns a known GPU by name (case-insensitive).

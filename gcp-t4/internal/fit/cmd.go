@@ -8,9 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // Main is `gcp-t4 plan serve`: args are the flags after "serve". Exit
@@ -46,43 +48,64 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("gcp-t4 plan serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		model, modelSize, params, gpu, gpuMem string
-		nonTorch, activation, graphs          string
-		layers, kvHeads, headDim, heads       int
+		model, configFile, modelSize, params, gpu, gpuMem string
+		quant, nonTorch, context, activation, graphs      string
+		bandwidth, busBandwidth                           string
+		groupSize                                         int
+		layers, kvHeads, headDim, heads                   int
+		latency                                           durationFlag
 	)
-	cfg := Config{}
-	fs.StringVar(&model, "model", "", "a catalogued model by Hugging Face id ("+strings.Join(ModelNames(), ", ")+")")
+	cfg := Config{Decode: DefaultDecode}
+	latency.d = DefaultDecode.NCCLLatency
+	fs.StringVar(&model, "model", "", "a catalogued checkpoint by Hugging Face id ("+strings.Join(ModelNames(), ", ")+")")
+	fs.StringVar(&configFile, "config", "", "a model's config.json (as downloaded from Hugging Face): the shape and quantization_config are read from it")
 	fs.StringVar(&modelSize, "model-size", "", "weights at 16 bits per parameter (an fp16/bf16 checkpoint's size), e.g. 20GB or 18.6GiB")
 	fs.StringVar(&params, "params", "", "parameter count instead of --model-size, e.g. 12.25B")
 	fs.IntVar(&layers, "layers", 0, "hidden layers (config.json num_hidden_layers); with --kv-heads and --head-dim gives KV tokens")
 	fs.IntVar(&kvHeads, "kv-heads", 0, "KV heads (num_key_value_heads)")
 	fs.IntVar(&headDim, "head-dim", 0, "head dimension (head_dim)")
 	fs.IntVar(&heads, "heads", 0, "attention heads (num_attention_heads); checked to divide by --tp")
+	fs.StringVar(&quant, "quantization", "", "weight format to size an unquantised --model or --config as: "+strings.Join(Methods, ", ")+" (a quantised checkpoint brings its own)")
+	fs.IntVar(&groupSize, "group-size", 128, "quantisation group size for --quantization awq, gptq, int8")
 	fs.StringVar(&gpu, "gpu", "t4", "GPU kind (t4)")
 	fs.StringVar(&gpuMem, "gpu-memory", "", "override the GPU's total as CUDA reports it, e.g. 15GiB")
 	fs.IntVar(&cfg.TP, "tp", 1, "tensor-parallel size: GPUs the model is split over")
 	fs.StringVar(&cfg.Dtype, "dtype", "half", "vLLM --dtype: half, float16, bfloat16, float32")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", 8192, "vLLM max_model_len: the longest sequence (prompt + output) in tokens")
 	fs.Float64Var(&cfg.GPUMemoryUtilization, "gpu-memory-utilization", 0.90, "vLLM gpu_memory_utilization: fraction of GPU memory vLLM may use")
-	fs.BoolVar(&cfg.EnforceEager, "enforce-eager", false, "vLLM enforce_eager: no CUDA graphs, so no graph memory")
-	fs.StringVar(&nonTorch, "non-torch-memory", size(DefaultOverheads.NonTorch), "assumed memory outside PyTorch per GPU (NCCL, cuBLAS)")
-	fs.StringVar(&activation, "activation-memory", size(DefaultOverheads.Activation), "assumed peak activation of vLLM's profiling pass per GPU")
+	fs.BoolVar(&cfg.EnforceEager, "enforce-eager", false, "vLLM enforce_eager: no CUDA graphs")
+	fs.IntVar(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", 2048, "vLLM max_num_batched_tokens: tokens of vLLM's profiling forward pass (vLLM 0.11 default behind the OpenAI server on GPUs under 70 GiB)")
+	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", 256, "vLLM max_num_seqs: sequences per step, and rows of the profiling sampler run (vLLM 0.11 default 256)")
+	fs.StringVar(&context, "cuda-context-memory", size(DefaultOverheads.CUDAContext), "assumed CUDA context and NCCL communicators per GPU, held outside vLLM's budget")
+	fs.StringVar(&nonTorch, "non-torch-memory", size(DefaultOverheads.NonTorch), "assumed memory outside PyTorch that appears during vLLM's profiling (cuBLAS workspaces)")
+	fs.StringVar(&activation, "activation-memory", "", "the activation peak vLLM's log reports (replaces the derived one)")
 	fs.StringVar(&graphs, "cuda-graph-memory", size(DefaultOverheads.CUDAGraphs), "assumed CUDA-graph memory per GPU (ignored with --enforce-eager)")
+	fs.Var(&latency, "nccl-latency", "one small all-reduce across the group, e.g. 350us: the p50 the NCCL check prints (default: an assumed "+DefaultDecode.NCCLLatency.String()+")")
+	fs.StringVar(&busBandwidth, "nccl-bandwidth", "", "NCCL bus bandwidth for large messages, e.g. 1.2GB/s: the 16 MiB busbw the NCCL check prints (default: an assumed 1GB/s)")
+	fs.StringVar(&bandwidth, "memory-bandwidth", "", "override the GPU's peak memory bandwidth, e.g. 250GB/s")
+	fs.IntVar(&cfg.Decode.Context, "decode-context", DefaultDecode.Context, "tokens of context the decode estimate reads from the KV cache per sequence")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q: all settings are flags (see -h)", fs.Arg(0))
 	}
+	cfg.Decode.NCCLLatency, cfg.Decode.Measured = latency.d, latency.set
+	if latency.d <= 0 {
+		return cfg, fmt.Errorf("--nccl-latency %s: must be positive", latency.d)
+	}
+	if cfg.Decode.Context < 1 {
+		return cfg, fmt.Errorf("--decode-context %d: must be at least 1 token", cfg.Decode.Context)
+	}
 
 	given := 0
-	for _, s := range []string{model, modelSize, params} {
+	for _, s := range []string{model, configFile, modelSize, params} {
 		if s != "" {
 			given++
 		}
 	}
 	if given != 1 {
-		return cfg, errors.New("give exactly one of --model, --model-size, --params")
+		return cfg, errors.New("give exactly one of --model, --config, --model-size, --params")
 	}
 	var err error
 	switch {
@@ -90,8 +113,15 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		if cfg.Model, err = LookupModel(model); err != nil {
 			return cfg, err
 		}
-		if layers+kvHeads+headDim+heads != 0 {
-			return cfg, fmt.Errorf("--model %s brings its own architecture: drop --layers, --kv-heads, --head-dim and --heads", model)
+	case configFile != "":
+		f, err := os.Open(configFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--config: %w", err)
+		}
+		cfg.Model, err = ParseConfigJSON(f, configFile)
+		f.Close()
+		if err != nil {
+			return cfg, fmt.Errorf("--config %w", err)
 		}
 	case modelSize != "":
 		if cfg.Model.Bytes16, err = ParseSize(modelSize); err != nil {
@@ -104,7 +134,11 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		}
 		cfg.Model.Name = params + " parameters"
 	}
-	if model == "" {
+	if model != "" || configFile != "" {
+		if layers+kvHeads+headDim+heads != 0 {
+			return cfg, errors.New("--model and --config bring the architecture: drop --layers, --kv-heads, --head-dim and --heads")
+		}
+	} else {
 		if min(layers, kvHeads, headDim, heads) < 0 {
 			return cfg, errors.New("--layers, --kv-heads, --head-dim and --heads must not be negative")
 		}
@@ -119,6 +153,19 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		}
 		cfg.Model.Layers, cfg.Model.KVHeads, cfg.Model.HeadDim, cfg.Model.Heads = layers, kvHeads, headDim, heads
 	}
+	if quant != "" {
+		q, err := ParseQuant(quant, groupSize)
+		if err != nil {
+			return cfg, err
+		}
+		switch {
+		case cfg.Model.Quant.Method != None && q != cfg.Model.Quant:
+			return cfg, fmt.Errorf("--quantization %s: %s is already quantised as %s; drop --quantization", quant, cfg.Model.Name, cfg.Model.Quant)
+		case q.Method != None && model == "" && configFile == "":
+			return cfg, fmt.Errorf("--quantization %s needs the model's shape to size the packed weights: use --model or --config", quant)
+		}
+		cfg.Model.Quant = q
+	}
 
 	if cfg.GPU, err = LookupGPU(gpu); err != nil {
 		return cfg, err
@@ -128,19 +175,60 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 			return cfg, fmt.Errorf("--gpu-memory: %w", err)
 		}
 	}
+	if bandwidth != "" {
+		if cfg.Decode.Bandwidth, err = parseRate("--memory-bandwidth", bandwidth); err != nil {
+			return cfg, err
+		}
+	}
+	if busBandwidth != "" {
+		if cfg.Decode.BusBandwidth, err = parseRate("--nccl-bandwidth", busBandwidth); err != nil {
+			return cfg, err
+		}
+		cfg.Decode.BusBandwidthMeasured = true
+	}
 	for _, o := range []struct {
 		flag, v string
 		dst     *int64
 	}{
+		{"--cuda-context-memory", context, &cfg.Overheads.CUDAContext},
 		{"--non-torch-memory", nonTorch, &cfg.Overheads.NonTorch},
 		{"--activation-memory", activation, &cfg.Overheads.Activation},
 		{"--cuda-graph-memory", graphs, &cfg.Overheads.CUDAGraphs},
 	} {
+		if o.v == "" {
+			continue
+		}
 		if *o.dst, err = ParseSize(o.v); err != nil {
 			return cfg, fmt.Errorf("%s: %w", o.flag, err)
 		}
 	}
 	return cfg, nil
+}
+
+// parseRate reads bytes per second: a size with an optional "/s".
+func parseRate(flag, s string) (float64, error) {
+	n, err := ParseSize(strings.TrimSuffix(strings.TrimSpace(s), "/s"))
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s %q: want a positive rate in bytes per second, e.g. 1.2GB/s", flag, s)
+	}
+	return float64(n), nil
+}
+
+// durationFlag is a time.Duration flag that remembers being set.
+type durationFlag struct {
+	d   time.Duration
+	set bool
+}
+
+func (f *durationFlag) String() string { return f.d.String() }
+
+func (f *durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration: write e.g. 350us or 0.35ms", s)
+	}
+	f.d, f.set = d, true
+	return nil
 }
 
 // units: decimal for GB/MB (how checkpoints are listed), binary for
@@ -193,33 +281,86 @@ func size(n int64) string {
 	return strconv.FormatFloat(float64(n)/GiB, 'f', -1, 64) + "GiB"
 }
 
-// Print writes the report: inputs, the per-GPU arithmetic, the verdict.
+// Print writes the report: inputs, the per-GPU arithmetic with every
+// assumption named, the decode estimate, the verdict.
 func Print(w io.Writer, r Result) error {
 	c := r.Config
+	m := c.Model
+	o := c.Overheads
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	p := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
-	p("model", "%s", c.Model.Name)
-	if c.Model.Params > 0 {
-		p("parameters", "%d (%.2fB)", c.Model.Params, float64(c.Model.Params)/1e9)
+	p("model", "%s", m.Name)
+	if m.Source != "" {
+		p("shape from", "%s", m.Source)
 	}
-	p("weights", "%s (%.1f GB) at %s, %d bytes per parameter", gib(r.Weights), float64(r.Weights)/1e9, c.Dtype, r.DtypeBytes)
-	p("gpus", "%d x %s, %s each as CUDA reports it", c.TP, c.GPU.Name, gib(c.GPU.Memory))
+	if m.Note != "" {
+		p("note", "%s", m.Note)
+	}
+	if m.Params > 0 {
+		p("parameters", "%d (%.2fB)", m.Params, float64(m.Params)/1e9)
+	}
+	if m.Quant.Method != None {
+		p("weights", "%s (%.1f GB) as %s, activations %s", gib(r.Weights), float64(r.Weights)/1e9, m.Quant, c.Dtype)
+	} else {
+		p("weights", "%s (%.1f GB) at %s, %d bytes per parameter", gib(r.Weights), float64(r.Weights)/1e9, c.Dtype, r.DtypeBytes)
+	}
+	p("gpus", "%d x %s, %s each as CUDA reports it, compute capability %d.%d", c.TP, c.GPU.Name, gib(c.GPU.Memory), c.GPU.Capability/10, c.GPU.Capability%10)
 	p("weights per GPU", "%s", gib(r.WeightsPerGPU))
 	p("vLLM budget per GPU", "%s (gpu_memory_utilization %.2f)", gib(r.Budget), c.GPUMemoryUtilization)
-	graphs := gib(c.Overheads.CUDAGraphs)
-	if c.EnforceEager {
-		graphs = "none (enforce_eager)"
+	p("headroom per GPU", "%s outside the budget: CUDA context and NCCL %s (assumed, --cuda-context-memory), %s left",
+		gib(r.Headroom), gib(o.CUDAContext), gib(r.HeadroomSpare))
+	switch {
+	case r.ActivationDerived:
+		p("activation peak", "%s: forward of max_num_batched_tokens %d (%s), sampler over %d sequences (%s, %d bytes per logit assumed)",
+			gib(r.Activation), c.MaxNumBatchedTokens, gib(r.ForwardPeak), min(c.MaxNumSeqs, c.MaxNumBatchedTokens), gib(r.SamplerPeak), samplerBytesPerLogit)
+	case o.Activation > 0:
+		p("activation peak", "%s (--activation-memory)", gib(r.Activation))
+	default:
+		p("activation peak", "%s (assumed: the shape is unknown; --activation-memory from vLLM's log replaces it)", gib(r.Activation))
 	}
-	p("assumed overheads", "%s per GPU: non-torch %s, activation peak %s, CUDA graphs %s",
-		gib(r.Overhead), gib(c.Overheads.NonTorch), gib(c.Overheads.Activation), graphs)
+	p("non-torch memory", "%s (assumed, --non-torch-memory)", gib(o.NonTorch))
+	if c.EnforceEager {
+		p("CUDA graphs", "none (enforce_eager)")
+	} else {
+		p("CUDA graphs", "%s (assumed, --cuda-graph-memory), captured after the KV cache is sized, from the %s headroom left",
+			gib(o.CUDAGraphs), gib(r.HeadroomSpare))
+	}
 	p("KV-cache room per GPU", "%s", gib(r.KVRoom))
 	if r.KVBytesPerToken > 0 {
 		p("KV cache per token", "%d KiB per GPU", r.KVBytesPerToken/1024)
 		p("KV capacity", "%d tokens (max_model_len %d: %.2f sequences at once)", r.KVTokens, c.MaxModelLen, r.Concurrency)
+	}
+	if d := r.Decode; d != nil {
+		p("decode", "at most %.1f tokens/s for one sequence (%.1f ms per token); at most %.1f tokens/s over %d sequences",
+			d.TokensPerSecond, ms(d.PerToken), d.BatchTokensPerSecond, d.Batch)
+		p("  memory", "%.1f ms: %s of weights and %s of KV cache (%d tokens of context) per GPU at %.0f GB/s (peak)",
+			ms(d.Memory), gib(d.WeightBytes), gib(d.KVBytes), d.Context, d.Bandwidth/1e9)
+		if d.Collectives > 0 {
+			src := "assumed; measure it with the NCCL check and pass --nccl-latency"
+			if d.Measured {
+				src = "--nccl-latency"
+			}
+			bw := "assumed; the NCCL check's 16 MiB busbw, --nccl-bandwidth"
+			if d.BusBandwidthMeasured {
+				bw = "--nccl-bandwidth"
+			}
+			p("  network", "%.1f ms: %d collectives per token (2 x %d layers, embedding all-reduce, logits all-gather) x %s (%s), plus %d KiB at %.2f GB/s bus bandwidth (%s)",
+				ms(d.Network), d.Collectives, m.Layers, fmtLatency(d.Latency), src, d.Payload/1024, d.BusBandwidth/1e9, bw)
+		} else {
+			p("  network", "none (one GPU)")
+		}
+		p("  not counted", "prefill, sampling, kernel launch gaps, Ray's per-step dispatch to the other workers")
 	}
 	if r.MinGPUs > 0 {
 		p("fewest GPUs for weights", "%d", r.MinGPUs)
 	}
 	p("verdict", "%s: %s", r.Verdict, r.Reason)
 	return tw.Flush()
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// fmtLatency writes a latency the way --nccl-latency reads it back.
+func fmtLatency(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Microsecond), 'f', -1, 64) + "us"
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -16,27 +17,75 @@ func runMain(t *testing.T, args ...string) (int, string, string) {
 	return rc, out.String(), errb.String()
 }
 
-// The command the example's comment and the runbook give.
+// The command the example's comment and the runbook give: it prints the
+// headroom, the KV capacity and a tokens/s estimate with its assumptions
+// (the numbers are TestExampleModelFitsTwoT4s's and
+// TestExampleDecodeEstimate's).
 func TestMainExampleCommand(t *testing.T) {
 	rc, out, stderr := runMain(t, "--model", "mistralai/Mistral-Nemo-Instruct-2407", "--gpu", "t4", "--tp", "2",
-		"--max-model-len", "8192", "--gpu-memory-utilization", "0.95", "--enforce-eager", "--dtype", "half")
+		"--max-model-len", "8192", "--gpu-memory-utilization", "0.95", "--enforce-eager", "--dtype", "half",
+		"--max-num-batched-tokens", "2048", "--max-num-seqs", "8")
 	if rc != 0 {
 		t.Fatalf("exit %d, stderr %s", rc, stderr)
 	}
 	for _, want := range []string{
+		"shape from               https://huggingface.co/mistralai/Mistral-Nemo-Instruct-2407/blob/main/config.json",
 		"parameters               12247782400 (12.25B)",
 		"weights                  22.81 GiB (24.5 GB) at half",
 		"weights per GPU          11.41 GiB",
 		"vLLM budget per GPU      14.01 GiB (gpu_memory_utilization 0.95)",
-		"CUDA graphs none (enforce_eager)",
-		"KV-cache room per GPU    1.11 GiB",
+		"headroom per GPU         0.74 GiB outside the budget: CUDA context and NCCL 0.50 GiB (assumed, --cuda-context-memory), 0.24 GiB left",
+		"activation peak          0.14 GiB: forward of max_num_batched_tokens 2048 (0.14 GiB), sampler over 8 sequences (0.03 GiB",
+		"non-torch memory         0.25 GiB (assumed",
+		"CUDA graphs              none (enforce_eager)",
+		"KV-cache room per GPU    2.21 GiB",
 		"KV cache per token       80 KiB per GPU",
-		"KV capacity              14480 tokens (max_model_len 8192: 1.77 sequences at once)",
-		"verdict                  FITS (TIGHT)",
+		"KV capacity              29024 tokens (max_model_len 8192: 3.54 sequences at once)",
+		"decode                   at most 12.8 tokens/s for one sequence (78.4 ms per token); at most 92.0 tokens/s over 8 sequences",
+		"  memory                 36.4 ms: 10.78 GiB of weights and 0.08 GiB of KV cache (1024 tokens of context) per GPU at 320 GB/s (peak)",
+		"  network                42.0 ms: 82 collectives per token (2 x 40 layers, embedding all-reduce, logits all-gather) x 500us (assumed;",
+		"plus 938 KiB at 1.00 GB/s bus bandwidth (assumed;",
+		"  not counted            prefill, sampling",
+		"verdict                  FITS: the KV cache holds 29024 tokens",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// The NCCL check's numbers feed the estimate: 82 x 350 us + 938 KiB at
+// 2 GB/s (960,512 / 2e9 = 0.48 ms) = 29.2 ms.
+func TestMainMeasuredNetwork(t *testing.T) {
+	rc, out, stderr := runMain(t, "--model", "mistralai/Mistral-Nemo-Instruct-2407", "--tp", "2",
+		"--gpu-memory-utilization", "0.95", "--enforce-eager", "--max-num-seqs", "8",
+		"--nccl-latency", "350us", "--nccl-bandwidth", "2GB/s")
+	if rc != 0 {
+		t.Fatalf("exit %d: %s", rc, stderr)
+	}
+	if want := "  network                29.2 ms: 82 collectives per token (2 x 40 layers, embedding all-reduce, logits all-gather) x 350us (--nccl-latency), plus 938 KiB at 2.00 GB/s bus bandwidth (--nccl-bandwidth)"; !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+}
+
+// A quantised catalogue entry, and a config.json read from disk.
+func TestMainQuantisedAndConfigFile(t *testing.T) {
+	rc, out, stderr := runMain(t, "--model", "casperhansen/mistral-nemo-instruct-2407-awq", "--tp", "1", "--max-num-seqs", "8")
+	if rc != 0 || !strings.Contains(out, "weights                  7.78 GiB (8.4 GB) as awq (4-bit, group size 128), activations half") ||
+		!strings.Contains(out, "network                none (one GPU)") {
+		t.Errorf("exit %d, stderr %s:\n%s", rc, stderr, out)
+	}
+	path := filepath.Join(t.TempDir(), "config.json")
+	b, err := os.ReadFile("models/mistralai--Mistral-Nemo-Instruct-2407.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rc, out, stderr = runMain(t, "--config", path, "--tp", "1", "--quantization", "awq", "--max-num-seqs", "8")
+	if rc != 0 || !strings.Contains(out, "weights                  7.78 GiB (8.4 GB) as awq") {
+		t.Errorf("--config with --quantization awq: exit %d, stderr %s:\n%s", rc, stderr, out)
 	}
 }
 
@@ -46,7 +95,7 @@ func TestMainModelSize(t *testing.T) {
 	if rc != 0 {
 		t.Fatalf("exit %d, stderr %s", rc, stderr)
 	}
-	for _, want := range []string{"weights per GPU          9.31 GiB", "KV-cache room per GPU    1.96 GiB", "verdict                  FITS:"} {
+	for _, want := range []string{"weights per GPU          9.31 GiB", "activation peak          1.00 GiB (assumed: the shape is unknown", "KV-cache room per GPU    2.71 GiB", "verdict                  FITS:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -65,7 +114,7 @@ func TestMainBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--tp", "2"}, "exactly one of --model, --model-size, --params"},
+		{[]string{"--tp", "2"}, "exactly one of --model, --config, --model-size, --params"},
 		{[]string{"--model-size", "20", "--tp", "2"}, `"20" has no unit`},
 		{[]string{"--model-size", "20GB", "--params", "7B"}, "exactly one"},
 		{[]string{"--model", "mistral-large"}, `model "mistral-large" is not in the catalogue`},
@@ -75,8 +124,17 @@ func TestMainBadFlags(t *testing.T) {
 		{[]string{"--model-size", "20GB", "--gpu-memory", "lots"}, "--gpu-memory"},
 		{[]string{"--params", "many"}, "--params"},
 		{[]string{"--model-size", "20GB", "extra"}, `unexpected argument "extra"`},
-		{[]string{"--model", "mistralai/Mistral-7B-Instruct-v0.3", "--layers", "3"}, "brings its own architecture"},
+		{[]string{"--model", "mistralai/Mistral-7B-Instruct-v0.3", "--layers", "3"}, "bring the architecture"},
 		{[]string{"--model-size", "20GB", "--heads", "-4"}, "must not be negative"},
+		{[]string{"--model", "mistralai/Mistral-Nemo-Instruct-2407", "--tp", "2", "--quantization", "fp8"}, "requires compute capability 8.0 and the T4 is 7.5"},
+		{[]string{"--model", "mistralai/Mistral-Nemo-Instruct-2407", "--quantization", "nf4"}, `--quantization "nf4": use one of none, awq, gptq, int8, fp8`},
+		{[]string{"--model", "casperhansen/mistral-nemo-instruct-2407-awq", "--quantization", "gptq"}, "is already quantised as awq"},
+		{[]string{"--model-size", "20GB", "--quantization", "awq"}, "needs the model's shape"},
+		{[]string{"--model-size", "20GB", "--nccl-latency", "fast"}, `"fast" is not a duration`},
+		{[]string{"--model-size", "20GB", "--nccl-latency", "-1ms"}, "must be positive"},
+		{[]string{"--model-size", "20GB", "--nccl-bandwidth", "1Gbps"}, "--nccl-bandwidth"},
+		{[]string{"--model-size", "20GB", "--memory-bandwidth", "0GB/s"}, "--memory-bandwidth"},
+		{[]string{"--config", "does-not-exist.json"}, "--config"},
 	} {
 		rc, _, stderr := runMain(t, tc.args...)
 		if rc != 2 || !strings.Contains(stderr, tc.want) {
@@ -107,8 +165,8 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 	// The defaults print in a form ParseSize reads back.
-	if got, err := ParseSize(size(DefaultOverheads.NonTorch)); err != nil || got != DefaultOverheads.NonTorch {
-		t.Errorf("round trip of %d: %d, %v", DefaultOverheads.NonTorch, got, err)
+	if got, err := ParseSize(size(DefaultOverheads.CUDAContext)); err != nil || got != DefaultOverheads.CUDAContext {
+		t.Errorf("round trip of %d: %d, %v", DefaultOverheads.CUDAContext, got, err)
 	}
 }
 

@@ -1,79 +1,160 @@
 // Package fit answers whether a model can be served by vLLM on a given number
-// of GPUs with tensor parallelism: the weights each GPU holds, the room left
-// for the KV cache inside vLLM's gpu_memory_utilization budget, how many
-// tokens that room holds, and a verdict against max_model_len.
+// of GPUs with tensor parallelism, and how fast it can decode there: the
+// weights each GPU holds, the memory left outside vLLM's budget, the room
+// left for the KV cache inside it, how many tokens that holds, and an upper
+// bound on decode speed from memory bandwidth and per-token collectives.
 //
-// The memory model follows how vLLM sizes its KV cache: it may use
-// utilization x total GPU memory; from that it subtracts the weights, the peak
-// activation of a profiling forward pass and memory outside PyTorch's
-// allocator; what is left becomes KV-cache blocks. Activation, non-PyTorch and
-// CUDA-graph memory are not knowable from the model alone, so they enter as
-// stated assumptions (Overheads) that can be overridden.
+// The memory model follows vLLM v0.11.0's GPU worker
+// (vllm/v1/worker/gpu_worker.py):
+//
+//   - init_device initialises NCCL, then takes a memory snapshot and
+//     refuses to start when the free memory is below
+//     gpu_memory_utilization x total ("Free memory on device ... is less
+//     than desired GPU memory utilization"): the CUDA context and the NCCL
+//     communicators must fit in the headroom (1 - utilization) x total.
+//   - determine_available_memory runs one profiling pass
+//     (gpu_model_runner.py profile_run: a forward of max_num_batched_tokens
+//     tokens and a sampler run over min(max_num_seqs, those tokens)
+//     requests) and gives the KV cache utilization x total minus the
+//     weights, the pass's torch peak and the non-torch increase
+//     (vllm/utils memory_profiling).
+//   - compile_or_warm_up_model captures CUDA graphs after the KV cache is
+//     allocated, and that capture's memory is in no budget: it comes out of
+//     whatever the headroom has left.
+//
+// What the model alone does not determine (CUDA context, non-torch
+// memory, graph memory) enters as stated assumptions that can be
+// overridden; activation memory is derived from the shape and
+// max_num_batched_tokens unless given.
 package fit
 
 import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 )
 
 // GiB is 2^30 bytes, the unit vLLM and PyTorch report GPU memory in.
 const GiB = 1 << 30
 
-// blockTokens is vLLM's default KV-cache block size: capacity is allocated
-// in whole blocks of this many tokens.
+// blockTokens is vLLM's default KV-cache block size on CUDA
+// (vllm/platforms/cuda.py check_and_update_config): capacity is allocated
+// in whole blocks of this many tokens (kv_cache_utils.py get_num_blocks).
 const blockTokens = 16
 
+// vocabPadding is vLLM's DEFAULT_VOCAB_PADDING_SIZE: the embedding and the
+// LM head are padded to a multiple of it before they are split.
+const vocabPadding = 64
+
+// samplerBytesPerLogit is the assumed memory per logit of the profiling
+// sampler run (gpu_model_runner.py _dummy_sampler_run with top-k and
+// top-p set): the gathered fp16 logits, their fp32 copy, the sort's fp32
+// values and int64 indices, softmax and cumulative sums in fp32 — 26
+// bytes, rounded up to 32 for temporaries.
+const samplerBytesPerLogit = 32
+
 // Model describes what the calculation needs to know about a checkpoint.
-// Either Params or Bytes16 sizes the weights; the architecture fields are
-// optional and, when all set, let the calculator turn KV room into tokens.
+// Either the shape (from a config.json), Params or Bytes16 sizes the
+// weights.
 type Model struct {
 	Name string
-	// Params is the parameter count; 0 when only Bytes16 is known.
+	// Source is where the shape was read (a config.json); Note, Base and
+	// PublishedParams come from the catalogue entry.
+	Source, Note, Base string
+	PublishedParams    int64
+	// Params is the parameter count; from the shape when it is known.
 	Params int64
 	// Bytes16 is the weights' size at 16 bits per parameter (the size of an
-	// fp16 or bf16 checkpoint); used when Params is 0.
+	// fp16 or bf16 checkpoint); used when neither the shape nor Params is.
 	Bytes16 int64
 	// Layers, KVHeads and HeadDim size the KV cache per token.
 	Layers, KVHeads, HeadDim int
 	// Heads (attention heads) must divide by the tensor-parallel size.
 	Heads int
+	// Hidden, Intermediate and Vocab complete the shape: with them the
+	// weights are counted per layer as vLLM shards them, and the
+	// activation peak can be derived.
+	Hidden, Intermediate, Vocab int
+	// Tied: the LM head shares the embedding matrix.
+	Tied bool
+	// CheckpointDtype is config.json's torch_dtype.
+	CheckpointDtype string
+	// Quant is the checkpoint's weight format.
+	Quant Quant
 }
 
 // hasArch reports whether the KV cache per token can be computed.
 func (m Model) hasArch() bool { return m.Layers > 0 && m.KVHeads > 0 && m.HeadDim > 0 }
 
-// GPU is one accelerator as CUDA reports it.
-type GPU struct {
-	Name string
-	// Memory is the total CUDA reports (torch.cuda.mem_get_info), which is
-	// what vLLM multiplies by gpu_memory_utilization; less than the marketing
-	// size (ECC and the driver's reservation).
-	Memory int64
-	// BF16 is false for GPUs below compute capability 8.0.
-	BF16 bool
+// hasShape reports whether the full shape is known.
+func (m Model) hasShape() bool {
+	return m.hasArch() && m.Heads > 0 && m.Hidden > 0 && m.Intermediate > 0 && m.Vocab > 0
+}
+
+// shapeParams counts weights: per layer the q/k/v/o projections, the gated
+// MLP (gate, up, down) and two RMSNorms; plus the embedding, the LM head
+// unless tied, and the final norm.
+func (m Model) shapeParams() int64 {
+	if !m.hasShape() {
+		return m.Params
+	}
+	h, l := int64(m.Hidden), int64(m.Layers)
+	q, kv := int64(m.Heads*m.HeadDim), int64(m.KVHeads*m.HeadDim)
+	perLayer := h*(q+2*kv) + q*h + 3*h*int64(m.Intermediate) + 2*h
+	emb := int64(m.Vocab) * h
+	lm := emb
+	if m.Tied {
+		lm = 0
+	}
+	return l*perLayer + emb + lm + h
 }
 
 // Overheads are the per-GPU amounts the model alone does not determine.
 type Overheads struct {
-	// NonTorch: memory outside PyTorch's allocator that vLLM's profiling
-	// counts against the budget (NCCL communicators and buffers, cuBLAS
-	// workspaces).
+	// CUDAContext is memory in use before vLLM's snapshot: the CUDA
+	// context and, since vLLM v0.11.0 initialises the distributed
+	// environment first, the NCCL communicators. It must fit in the
+	// headroom outside the budget.
+	CUDAContext int64
+	// NonTorch: memory outside PyTorch's allocator that appears between the
+	// snapshot and the end of profiling (cuBLAS workspaces and the like);
+	// counted inside the budget.
 	NonTorch int64
-	// Activation: the peak of vLLM's profiling forward pass (one batch of
-	// max_num_batched_tokens plus the sampler's logits).
+	// Activation, when not zero, replaces the derived activation peak.
 	Activation int64
-	// CUDAGraphs: memory of captured CUDA graphs; zero with enforce_eager.
-	// Counted inside the budget, which is conservative: versions that
-	// capture after sizing the KV cache take it from the headroom instead.
+	// CUDAGraphs: memory of the captured CUDA graphs; zero with
+	// enforce_eager. Taken from the headroom after the KV cache.
 	CUDAGraphs int64
 }
 
-// DefaultOverheads are the assumptions used unless overridden. They are
-// deliberately on the high side of what vLLM's start-up log reports for 7-12B
-// models on one node (non-torch a few hundred MiB, activation peak below
-// 1 GiB at the default batch sizes, graphs 0.2-0.5 GiB).
-var DefaultOverheads = Overheads{NonTorch: GiB / 2, Activation: GiB, CUDAGraphs: GiB / 2}
+// DefaultOverheads are the assumptions used unless overridden, on the high
+// side of what vLLM's start-up log shows for 7-24B models on one GPU
+// (non-torch 0.1-0.2 GiB, graphs 0.3-0.8 GiB).
+var DefaultOverheads = Overheads{CUDAContext: GiB / 2, NonTorch: GiB / 4, CUDAGraphs: GiB / 2}
+
+// Decode holds the decode estimate's inputs.
+type Decode struct {
+	// NCCLLatency is one small all-reduce across the tensor-parallel
+	// group (the NCCL check's p50); Measured says it came from there.
+	NCCLLatency time.Duration
+	Measured    bool
+	// BusBandwidth is NCCL's bus bandwidth for large messages (the NCCL
+	// check's 16 MiB figure), bytes per second; BusBandwidthMeasured says
+	// it came from there.
+	BusBandwidth         float64
+	BusBandwidthMeasured bool
+	// Bandwidth, when not zero, replaces the GPU's peak memory bandwidth
+	// (bytes per second).
+	Bandwidth float64
+	// Context is the sequence length the KV read is counted for.
+	Context int
+}
+
+// DefaultDecode: 500 us per collective and 1 GB/s of bus bandwidth are
+// assumptions for NCCL over TCP through two VXLAN tunnels and the VPC, to
+// be replaced by what the NCCL check measures.
+var DefaultDecode = Decode{NCCLLatency: 500 * time.Microsecond, BusBandwidth: 1e9, Context: 1024}
 
 // Config is one question: this model, on TP GPUs like GPU, with these vLLM
 // engine settings.
@@ -85,7 +166,12 @@ type Config struct {
 	MaxModelLen          int
 	GPUMemoryUtilization float64
 	EnforceEager         bool
-	Overheads            Overheads
+	// MaxNumBatchedTokens and MaxNumSeqs size the profiling pass (vLLM
+	// v0.11.0 defaults for a GPU under 70 GiB behind the OpenAI server:
+	// 2048 and 256, engine/arg_utils.py).
+	MaxNumBatchedTokens, MaxNumSeqs int
+	Overheads                       Overheads
+	Decode                          Decode
 }
 
 // Verdict is the answer's headline.
@@ -97,23 +183,31 @@ const (
 	Fits Verdict = "FITS"
 	// Tight: max_model_len fits, but fewer than two such sequences at once.
 	Tight Verdict = "FITS (TIGHT)"
-	// DoesNotFit: vLLM would refuse to start with these settings.
+	// DoesNotFit: vLLM would refuse to start, or fail while starting.
 	DoesNotFit Verdict = "DOES NOT FIT"
 )
 
 // Result holds every figure the verdict rests on; memory in bytes, per GPU.
 type Result struct {
 	Config Config
-	// DtypeBytes is the bytes per parameter and per KV element.
+	// DtypeBytes is the bytes per activation and per KV element.
 	DtypeBytes int
-	// Weights is the whole model's weights at Dtype; WeightsPerGPU its share
-	// on one GPU (vLLM shards the layers, the embedding and the LM head; the
-	// replicated norms are negligible).
+	// Weights is the whole model's weights; WeightsPerGPU one GPU's share
+	// as vLLM shards them (replicated norms and KV heads included).
 	Weights, WeightsPerGPU int64
-	// Budget is GPUMemoryUtilization x GPU memory.
-	Budget int64
-	// Overhead is the sum of the Overheads that apply (graphs only without
-	// enforce_eager).
+	// EmbeddingPerGPU is the embedding table's share (read one row per
+	// token, so left out of the decode estimate's weight reads).
+	EmbeddingPerGPU int64
+	// Budget is GPUMemoryUtilization x GPU memory; Headroom the rest, and
+	// HeadroomSpare what the headroom has left after the CUDA context.
+	Budget, Headroom, HeadroomSpare int64
+	// Activation is the profiling pass's peak; ActivationDerived says it
+	// was derived (ForwardPeak and SamplerPeak are the candidates).
+	Activation               int64
+	ActivationDerived        bool
+	ForwardPeak, SamplerPeak int64
+	// Overhead is what the budget holds besides weights and KV cache:
+	// non-torch memory and the activation peak.
 	Overhead int64
 	// KVRoom is Budget - WeightsPerGPU - Overhead; negative when short.
 	KVRoom int64
@@ -129,6 +223,8 @@ type Result struct {
 	// overheads, ignoring the KV cache, rounded up to divide the attention
 	// heads: a lower bound for --tp at these settings (0: none does).
 	MinGPUs int
+	// Decode is the decode estimate; nil when the inputs are missing.
+	Decode  *DecodeEstimate
 	Verdict Verdict
 	// Reason explains the verdict and, when it fails, what to change.
 	Reason string
@@ -164,41 +260,62 @@ func Compute(cfg Config) (Result, error) {
 		return r, fmt.Errorf("gpu-memory-utilization %v: must be in (0, 1], a fraction of the GPU's memory", cfg.GPUMemoryUtilization)
 	case cfg.MaxModelLen < 1:
 		return r, fmt.Errorf("max-model-len %d: must be at least 1 token", cfg.MaxModelLen)
-	case m.Params <= 0 && m.Bytes16 <= 0:
-		return r, errors.New("model size unknown: give --model, --model-size or --params")
+	case cfg.MaxNumBatchedTokens < 1 || cfg.MaxNumSeqs < 1:
+		return r, fmt.Errorf("max-num-batched-tokens %d and max-num-seqs %d: both must be at least 1", cfg.MaxNumBatchedTokens, cfg.MaxNumSeqs)
+	case m.Params <= 0 && m.Bytes16 <= 0 && !m.hasShape():
+		return r, errors.New("model size unknown: give --model, --config, --model-size or --params")
 	case m.Heads > 0 && m.Heads%cfg.TP != 0:
 		return r, fmt.Errorf("tp %d does not divide the model's %d attention heads: vLLM refuses this split; pick a divisor", cfg.TP, m.Heads)
 	case m.KVHeads > 0 && m.KVHeads%cfg.TP != 0 && cfg.TP%m.KVHeads != 0:
 		return r, fmt.Errorf("tp %d and the model's %d KV heads: one must divide the other for vLLM to shard or replicate them", cfg.TP, m.KVHeads)
+	case m.Quant.Method != None && !m.hasShape():
+		return r, fmt.Errorf("quantization %s needs the model's shape to size the packed weights: use --model or --config", m.Quant.Method)
 	}
 	b, bf16, err := DtypeBytes(cfg.Dtype)
 	if err != nil {
 		return r, err
 	}
-	if bf16 && !cfg.GPU.BF16 {
+	if bf16 && !cfg.GPU.BF16() {
 		return r, fmt.Errorf("dtype bfloat16 on %s: the GPU has no bf16 (compute capability below 8.0); use --dtype half", cfg.GPU.Name)
 	}
+	if err := m.Quant.check(cfg.GPU, cfg.Dtype); err != nil {
+		return r, err
+	}
 	r.DtypeBytes = b
-	if m.Params > 0 {
-		r.Weights = m.Params * int64(b)
-	} else {
-		r.Weights = m.Bytes16 / 2 * int64(b)
-	}
 	tp := int64(cfg.TP)
-	r.WeightsPerGPU = ceilDiv(r.Weights, tp)
-	r.Budget = int64(math.Floor(cfg.GPUMemoryUtilization * float64(cfg.GPU.Memory)))
-	o := cfg.Overheads
-	r.Overhead = o.NonTorch + o.Activation
-	if !cfg.EnforceEager {
-		r.Overhead += o.CUDAGraphs
+	if m.hasShape() {
+		r.Weights = weightBytes(m, 1, b).total()
+		w := weightBytes(m, cfg.TP, b)
+		r.WeightsPerGPU, r.EmbeddingPerGPU = w.total(), w.embedding
+	} else {
+		if m.Params > 0 {
+			r.Weights = m.Params * int64(b)
+		} else {
+			r.Weights = m.Bytes16 / 2 * int64(b)
+		}
+		r.WeightsPerGPU = ceilDiv(r.Weights, tp)
 	}
+	r.Budget = int64(math.Floor(cfg.GPUMemoryUtilization * float64(cfg.GPU.Memory)))
+	r.Headroom = cfg.GPU.Memory - r.Budget
+	o := cfg.Overheads
+	r.HeadroomSpare = r.Headroom - o.CUDAContext
+
+	switch {
+	case o.Activation > 0:
+		r.Activation = o.Activation
+	case m.hasShape():
+		r.ForwardPeak, r.SamplerPeak = activationPeaks(m, cfg.TP, b, cfg.MaxNumBatchedTokens, cfg.MaxNumSeqs)
+		r.Activation, r.ActivationDerived = max(r.ForwardPeak, r.SamplerPeak), true
+	default:
+		// Without the shape there is nothing to derive from: vLLM's log
+		// shows under 1 GiB for 7-12B models at the default batch sizes.
+		r.Activation = GiB
+	}
+	r.Overhead = o.NonTorch + r.Activation
 	r.KVRoom = r.Budget - r.WeightsPerGPU - r.Overhead
 	r.MinGPUs = minGPUs(r.Weights, r.Budget-r.Overhead, m.Heads)
 	if m.hasArch() {
-		// K and V, per layer, for the KV heads this GPU holds (vLLM
-		// replicates KV heads when tp exceeds their number).
-		kvHeads := max(1, m.KVHeads/cfg.TP)
-		r.KVBytesPerToken = 2 * int64(m.Layers) * int64(kvHeads) * int64(m.HeadDim) * int64(b)
+		r.KVBytesPerToken = 2 * int64(m.Layers) * int64(kvHeadsPerGPU(m, cfg.TP)) * int64(m.HeadDim) * int64(b)
 		if r.KVRoom > 0 {
 			r.KVTokens = r.KVRoom / (r.KVBytesPerToken * blockTokens) * blockTokens
 		} else {
@@ -206,19 +323,89 @@ func Compute(cfg Config) (Result, error) {
 		}
 		r.Concurrency = float64(r.KVTokens) / float64(cfg.MaxModelLen)
 	}
+	r.Decode = estimateDecode(r)
 	r.Verdict, r.Reason = verdict(r)
 	return r, nil
 }
 
+// kvHeadsPerGPU: vLLM shards KV heads over the tensor-parallel group and
+// replicates them when the group is larger than their number.
+func kvHeadsPerGPU(m Model, tp int) int { return max(1, m.KVHeads/tp) }
+
+// weights is one GPU's weight memory by part.
+type weights struct{ layers, norms, embedding, lmHead int64 }
+
+func (w weights) total() int64 { return w.layers + w.norms + w.embedding + w.lmHead }
+
+// weightBytes counts one GPU's weights at tensor-parallel size tp as
+// vLLM's Llama/Mistral model (vllm/model_executor/models/llama.py) shards
+// them: QKV and gate/up are column-parallel (outputs split), o_proj and
+// down_proj row-parallel (inputs split), KV heads replicated beyond their
+// number, norms replicated, embedding and LM head split by vocabulary
+// (vocab_parallel_embedding.py).
+func weightBytes(m Model, tp, act int) weights {
+	t := int64(tp)
+	h, hd := int64(m.Hidden), int64(m.HeadDim)
+	qOut := int64(m.Heads) * hd / t
+	kvOut := 2 * int64(kvHeadsPerGPU(m, tp)) * hd
+	inter := int64(m.Intermediate) / t
+	q := m.Quant
+	perLayer := q.linearBytes(h, qOut+kvOut, act) + // qkv_proj
+		q.linearBytes(int64(m.Heads)*hd/t, h, act) + // o_proj
+		q.linearBytes(h, 2*inter, act) + // gate_up_proj
+		q.linearBytes(inter, h, act) // down_proj
+	vocab := ceilDiv(ceilDiv(int64(m.Vocab), vocabPadding)*vocabPadding, t)
+	w := weights{
+		layers:    int64(m.Layers) * perLayer,
+		norms:     (2*int64(m.Layers) + 1) * h * int64(act),
+		embedding: vocab * h * int64(act),
+	}
+	if !m.Tied {
+		w.lmHead = w.embedding
+	}
+	return w
+}
+
+// activationPeaks derives the profiling pass's torch peak above the
+// weights on one GPU: the largest live set of one decoder layer's forward
+// over tokens rows (residual, normalised input, projection outputs, any
+// dequantised weight), and the sampler run over min(seqs, tokens) rows of
+// the full vocabulary.
+func activationPeaks(m Model, tp, act int, tokens, seqs int) (forward, sampler int64) {
+	t := int64(tp)
+	n, b := int64(tokens), int64(act)
+	h, hd := int64(m.Hidden), int64(m.HeadDim)
+	qOut := int64(m.Heads) * hd / t
+	kvOut := 2 * int64(kvHeadsPerGPU(m, tp)) * hd
+	inter := int64(m.Intermediate) / t
+	q := m.Quant
+	// Attention: residual, input, qkv output, attention output, o_proj output.
+	attn := n*b*(2*h+qOut+kvOut+qOut+h) + max(q.dequantTemp(h, qOut+kvOut, n), q.dequantTemp(qOut, h, n))
+	// MLP: residual, input, gate_up output, activation, down_proj output.
+	mlp := n*b*(2*h+2*inter+inter+h) + max(q.dequantTemp(h, 2*inter, n), q.dequantTemp(inter, h, n))
+	forward = max(attn, mlp)
+	rows := int64(min(seqs, tokens))
+	sampler = rows * int64(m.Vocab) * samplerBytesPerLogit
+	return forward, sampler
+}
+
 func verdict(r Result) (Verdict, string) {
 	c := r.Config
+	o := c.Overheads
 	switch {
 	case r.WeightsPerGPU >= c.GPU.Memory:
 		return DoesNotFit, fmt.Sprintf("the weights alone need %s per GPU, more than a %s's %s; %s, or a quantised checkpoint",
 			gib(r.WeightsPerGPU), c.GPU.Name, gib(c.GPU.Memory), tpHint(r.MinGPUs))
+	case r.HeadroomSpare < 0:
+		maxUtil := math.Floor(float64(c.GPU.Memory-o.CUDAContext)/float64(c.GPU.Memory)*100) / 100
+		return DoesNotFit, fmt.Sprintf("the %s outside the budget ((1 - %.2f) x %s) cannot hold the CUDA context and NCCL (%s): vLLM refuses at start-up (\"Free memory on device ... is less than desired GPU memory utilization\"); use --gpu-memory-utilization %.2f or lower",
+			gib(r.Headroom), c.GPUMemoryUtilization, gib(c.GPU.Memory), gib(o.CUDAContext), maxUtil)
 	case r.KVRoom <= 0:
-		return DoesNotFit, fmt.Sprintf("weights %s + overheads %s per GPU exceed the %s budget (%.2f x %s): no room for the KV cache; use --enforce-eager or a higher --gpu-memory-utilization, or %s",
+		return DoesNotFit, fmt.Sprintf("weights %s + overheads %s per GPU exceed the %s budget (%.2f x %s): no room for the KV cache (\"No available memory for the cache blocks\"); raise --gpu-memory-utilization, lower --max-num-seqs or --max-num-batched-tokens, or %s",
 			gib(r.WeightsPerGPU), gib(r.Overhead), gib(r.Budget), c.GPUMemoryUtilization, gib(c.GPU.Memory), tpHint(r.MinGPUs))
+	case !c.EnforceEager && o.CUDAGraphs > r.HeadroomSpare:
+		return DoesNotFit, fmt.Sprintf("CUDA graphs (%s) are captured after the KV cache is sized, from the %s the headroom has left after the CUDA context: the capture runs out of memory; use --enforce-eager, or a --gpu-memory-utilization that leaves %s outside the budget",
+			gib(o.CUDAGraphs), gib(r.HeadroomSpare), gib(o.CUDAContext+o.CUDAGraphs))
 	case r.KVTokens < 0:
 		return Fits, fmt.Sprintf("%s per GPU left for the KV cache; token capacity against max_model_len %d not checked: give --layers, --kv-heads and --head-dim, or --model",
 			gib(r.KVRoom), c.MaxModelLen)

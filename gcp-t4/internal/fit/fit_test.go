@@ -1,29 +1,92 @@
 package fit
 
 import (
+	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
-// The catalogue's parameter counts, derived from the config.json shapes,
-// must equal the counts the model cards publish: they size the weights.
+// Every catalogue entry is a config.json fixture with its source; the
+// shape of an unquantised one must reproduce the parameter count its model
+// card publishes (which is what sizes the weights), and a quantised one
+// must have its base's shape.
 func TestCatalogueParameterCounts(t *testing.T) {
 	want := map[string]int64{
-		"mistralai/Mistral-7B-Instruct-v0.3":        7_248_023_552,
-		"mistralai/Ministral-8B-Instruct-2410":      8_019_808_256,
-		"mistralai/Mistral-Nemo-Instruct-2407":      12_247_782_400,
+		// 32 x (4096x6144 + 4096x4096 + 3x4096x14336 + 2x4096) + 2x32768x4096 + 4096
+		"mistralai/Mistral-7B-Instruct-v0.3": 7_248_023_552,
+		// 36 x (4096x6144 + 4096x4096 + 3x4096x12288 + 2x4096) + 2x131072x4096 + 4096
+		"mistralai/Ministral-8B-Instruct-2410": 8_019_808_256,
+		// 40 x (5120x6144 + 4096x5120 + 3x5120x14336 + 2x5120) + 2x131072x5120 + 5120
+		"mistralai/Mistral-Nemo-Instruct-2407": 12_247_782_400,
+		// 40 x (5120x6144 + 4096x5120 + 3x5120x32768 + 2x5120) + 2x131072x5120 + 5120
 		"mistralai/Mistral-Small-24B-Instruct-2501": 23_572_403_200,
 	}
-	if got := len(ModelNames()); got != len(want) {
-		t.Fatalf("catalogue has %d models, test knows %d", got, len(want))
+	names := ModelNames()
+	if len(names) < 8 {
+		t.Fatalf("catalogue has %d models (%v); the fixtures did not load", len(names), names)
 	}
-	for name, params := range want {
-		m, err := LookupModel(strings.ToLower(name))
+	bases := 0
+	for _, name := range names {
+		m, err := LookupModel(strings.ToUpper(name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.Params != params || m.Name != name {
-			t.Errorf("%s: %d parameters (name %q), want %d", name, m.Params, m.Name, params)
+		if m.Name != name || !strings.HasPrefix(m.Source, "https://huggingface.co/"+name+"/") {
+			t.Errorf("%s: name %q, source %q", name, m.Name, m.Source)
+		}
+		if m.Base == "" {
+			bases++
+			if m.PublishedParams != want[name] || m.Params != want[name] {
+				t.Errorf("%s: shape gives %d parameters, fixture publishes %d, want %d", name, m.Params, m.PublishedParams, want[name])
+			}
+			continue
+		}
+		base, err := LookupModel(m.Base)
+		if err != nil {
+			t.Fatalf("%s: base %s: %v", name, m.Base, err)
+		}
+		if m.Quant.Method == None || m.Params != base.Params || m.Hidden != base.Hidden || m.Intermediate != base.Intermediate {
+			t.Errorf("%s: quant %v, %d parameters; want a quantised copy of %s's %d", name, m.Quant, m.Params, m.Base, base.Params)
+		}
+	}
+	if bases != len(want) {
+		t.Errorf("%d unquantised entries, the test knows %d", bases, len(want))
+	}
+}
+
+// A downloaded config.json carries many more keys than the calculator
+// reads; they are ignored, and missing ones are named.
+func TestParseConfigJSON(t *testing.T) {
+	full := `{"architectures":["MistralForCausalLM"],"attention_dropout":0.0,"bos_token_id":1,"eos_token_id":2,
+	"head_dim":128,"hidden_act":"silu","hidden_size":5120,"initializer_range":0.02,"intermediate_size":14336,
+	"max_position_embeddings":1024000,"model_type":"mistral","num_attention_heads":32,"num_hidden_layers":40,
+	"num_key_value_heads":8,"rms_norm_eps":1e-05,"rope_theta":1000000.0,"sliding_window":null,
+	"tie_word_embeddings":false,"torch_dtype":"bfloat16","transformers_version":"4.43.0.dev0","use_cache":true,"vocab_size":131072}`
+	m, err := ParseConfigJSON(strings.NewReader(full), "config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Params != 12_247_782_400 || m.HeadDim != 128 || m.CheckpointDtype != "bfloat16" {
+		t.Errorf("parsed %+v", m)
+	}
+	// No head_dim: hidden_size / num_attention_heads (Mistral-7B-v0.3's config).
+	noHD := `{"hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":8,"vocab_size":32768}`
+	if m, err := ParseConfigJSON(strings.NewReader(noHD), "x"); err != nil || m.HeadDim != 128 {
+		t.Errorf("head_dim %d, %v; want 128", m.HeadDim, err)
+	}
+	for doc, want := range map[string]string{
+		`{"hidden_size":4096}`: "lacks intermediate_size, num_attention_heads, num_hidden_layers, num_key_value_heads, vocab_size",
+		`not json`:             "not a config.json",
+		`{"architectures":["MixtralForCausalLM"],"hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":8,"vocab_size":32000}`:                                                    "mixture of experts",
+		`{"hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":8,"vocab_size":32768,"quantization_config":{"quant_method":"awq","bits":4,"group_size":128,"zero_point":false}}`: "without zero_point",
+		`{"hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":8,"vocab_size":32768,"quantization_config":{"quant_method":"awq","bits":3,"group_size":128}}`:                    "4 bits only",
+		`{"hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":8,"vocab_size":32768,"quantization_config":{"quant_method":"bitsandbytes"}}`:                                     `quant_method "bitsandbytes"`,
+	} {
+		if _, err := ParseConfigJSON(strings.NewReader(doc), "x"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%.60s: error %v, want %q", doc, err, want)
 		}
 	}
 }
@@ -37,69 +100,160 @@ func t4(t *testing.T) GPU {
 	return g
 }
 
-func nemo(t *testing.T) Model {
+func model(t *testing.T, id string) Model {
 	t.Helper()
-	m, err := LookupModel("mistralai/Mistral-Nemo-Instruct-2407")
+	m, err := LookupModel(id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
+const nemoID = "mistralai/Mistral-Nemo-Instruct-2407"
+
 // exampleConfig is install/examples/mistral-tp2's engine_kwargs (the
 // test/kuberay module checks the manifest says the same).
 func exampleConfig(t *testing.T) Config {
 	return Config{
-		Model: nemo(t), GPU: t4(t), TP: 2, Dtype: "half",
+		Model: model(t, nemoID), GPU: t4(t), TP: 2, Dtype: "half",
 		MaxModelLen: 8192, GPUMemoryUtilization: 0.95, EnforceEager: true,
-		Overheads: DefaultOverheads,
+		MaxNumBatchedTokens: 2048, MaxNumSeqs: 8,
+		Overheads: DefaultOverheads, Decode: DefaultDecode,
 	}
 }
 
+type check struct {
+	name      string
+	got, want int64
+}
+
+func checkAll(t *testing.T, cs []check) {
+	t.Helper()
+	for _, c := range cs {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
+		}
+	}
+}
+
+// Mistral-Nemo over two T4s at the example's settings, by hand from
+// config.json (hidden 5120, 40 layers, 32 heads, 8 KV heads, head_dim 128,
+// intermediate 14336, vocab 131072, untied):
+//
+//	per GPU, per layer at 2 bytes: qkv 5120 x (2048 + 1024) = 31,457,280;
+//	o 2048 x 5120 = 20,971,520; gate_up 5120 x 14336 = 146,800,640;
+//	down 7168 x 5120 = 73,400,320: 272,629,760 x 40 = 10,905,190,400.
+//	norms (replicated) 81 x 5120 x 2 = 829,440; embedding and LM head
+//	65536 x 5120 x 2 = 671,088,640 each. Total 12,248,197,120.
+//	budget floor(0.95 x 14.75 GiB = 15,837,691,904) = 15,045,807,308;
+//	headroom 791,884,596, less the 0.5 GiB context: 255,013,684.
+//	activation: MLP stage 2048 x 2 x (2x5120 + 14336 + 7168 + 5120)
+//	= 150,994,944; sampler 8 x 131072 x 32 = 33,554,432.
+//	KV room 15,045,807,308 - 12,248,197,120 - (0.25 GiB + 150,994,944)
+//	= 2,378,179,788; per token 2 x 40 x 4 x 128 x 2 = 81,920 bytes;
+//	whole 16-token blocks of 1,310,720: 1814 -> 29,024 tokens.
 func TestExampleModelFitsTwoT4s(t *testing.T) {
 	r, err := Compute(exampleConfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const weights = 12_247_782_400 * 2 // 24.5 GB at fp16
-	checks := []struct {
-		name      string
-		got, want int64
-	}{
-		{"weights", r.Weights, weights},
-		{"weights per GPU", r.WeightsPerGPU, weights / 2},
-		{"budget", r.Budget, 15_045_807_308},                            // 0.95 x 14.75 GiB
-		{"overhead", r.Overhead, 3 * GiB / 2},                           // no CUDA graphs
-		{"KV room", r.KVRoom, 15_045_807_308 - weights/2 - 3*GiB/2},     // ~1.11 GiB
-		{"KV bytes per token", r.KVBytesPerToken, 2 * 40 * 4 * 128 * 2}, // 4 of 8 KV heads per GPU
-		{"KV tokens", r.KVTokens, 14_480},                               // whole 16-token blocks
+	checkAll(t, []check{
+		{"weights", r.Weights, 12_247_782_400 * 2},
+		{"weights per GPU", r.WeightsPerGPU, 12_248_197_120},
+		{"embedding per GPU", r.EmbeddingPerGPU, 671_088_640},
+		{"budget", r.Budget, 15_045_807_308},
+		{"headroom", r.Headroom, 791_884_596},
+		{"headroom spare", r.HeadroomSpare, 255_013_684},
+		{"forward peak", r.ForwardPeak, 150_994_944},
+		{"sampler peak", r.SamplerPeak, 33_554_432},
+		{"activation", r.Activation, 150_994_944},
+		{"KV room", r.KVRoom, 2_378_179_788},
+		{"KV bytes per token", r.KVBytesPerToken, 81_920},
+		{"KV tokens", r.KVTokens, 29_024},
 		{"fewest GPUs", int64(r.MinGPUs), 2},
-	}
-	for _, c := range checks {
-		if c.got != c.want {
-			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
-		}
-	}
-	if r.Verdict != Tight {
-		t.Errorf("verdict %s (%s), want %s", r.Verdict, r.Reason, Tight)
-	}
-	if !strings.Contains(r.Reason, "14480 tokens") {
-		t.Errorf("reason %q does not give the token capacity", r.Reason)
+	})
+	if r.Verdict != Fits || !strings.Contains(r.Reason, "29024 tokens: 3.54 sequences") {
+		t.Errorf("verdict %s (%s), want %s with 29024 tokens", r.Verdict, r.Reason, Fits)
 	}
 }
 
-// The example's two settings that make room (0.95, eager) are both needed.
-func TestExampleModelNeedsItsSettings(t *testing.T) {
+// The decode estimate for the same settings:
+//
+//	weights read per token per GPU 12,248,197,120 - 671,088,640 (the
+//	embedding: one row) = 11,577,108,480; KV at 1024 tokens 83,886,080;
+//	/ 320e9 B/s = 36.441 ms.
+//	collectives 2 x 40 + 2 = 82, x 500 us = 41 ms; payload per token
+//	81 x 10,240 x 2(2-1)/2 + 131072 x 2 x (2-1)/2 = 960,512 bytes at 1 GB/s
+//	= 0.961 ms: network 41.961 ms, 78.401 ms per token, 12.75 tokens/s.
+//	8 sequences (29,024 / 1024 = 28 would fit): (11,577,108,480 + 8 x
+//	83,886,080) / 320e9 = 38.276 ms + 41 ms + 8 x 0.961 ms = 86.96 ms per
+//	step: 92.0 tokens/s.
+func TestExampleDecodeEstimate(t *testing.T) {
+	r, err := Compute(exampleConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Decode
+	if d == nil {
+		t.Fatal("no decode estimate")
+	}
+	checkAll(t, []check{
+		{"weight bytes", d.WeightBytes, 11_577_108_480},
+		{"KV bytes", d.KVBytes, 83_886_080},
+		{"collectives", int64(d.Collectives), 82},
+		{"payload", d.Payload, 960_512},
+		{"batch", int64(d.Batch), 8},
+	})
+	near := func(name string, got, want, tol float64) {
+		t.Helper()
+		if math.Abs(got-want) > tol {
+			t.Errorf("%s = %.4f, want %.4f", name, got, want)
+		}
+	}
+	near("memory ms", ms(d.Memory), 36.4406, 0.001)
+	near("network ms", ms(d.Network), 41.9605, 0.001)
+	near("per token ms", ms(d.PerToken), 78.4011, 0.001)
+	near("tokens/s", d.TokensPerSecond, 12.755, 0.001)
+	near("batch step ms", ms(d.BatchPerStep), 38.2756+41+8*0.960512, 0.001)
+	near("batch tokens/s", d.BatchTokensPerSecond, 8/(38.2756+41+8*0.960512)*1000, 0.01)
+
+	// A measured latency replaces the assumed one: 82 x 350 us = 28.7 ms.
+	cfg := exampleConfig(t)
+	cfg.Decode.NCCLLatency, cfg.Decode.Measured = 350*time.Microsecond, true
+	r, _ = Compute(cfg)
+	near("network at 350us", ms(r.Decode.Network), 28.7+0.960512, 0.001)
+	// One GPU: no collectives at all.
+	cfg.Model = model(t, "casperhansen/mistral-nemo-instruct-2407-awq")
+	cfg.TP = 1
+	r, _ = Compute(cfg)
+	if r.Decode.Collectives != 0 || r.Decode.Network != 0 || r.Decode.Payload != 0 {
+		t.Errorf("tp 1: %d collectives, %s, %d bytes; want none", r.Decode.Collectives, r.Decode.Network, r.Decode.Payload)
+	}
+}
+
+// The example's choices, each checked against its alternative.
+func TestExampleSettingsAgainstAlternatives(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		change func(*Config)
-		reason string
+		name    string
+		change  func(*Config)
+		verdict Verdict
+		reason  string
 	}{
-		{"utilization 0.90", func(c *Config) { c.GPUMemoryUtilization = 0.90 }, "fewer than max_model_len 8192"},
-		{"CUDA graphs", func(c *Config) { c.EnforceEager = false }, "fewer than max_model_len 8192"},
-		{"vLLM defaults", func(c *Config) { c.GPUMemoryUtilization, c.EnforceEager = 0.90, false }, "no room for the KV cache"},
-		{"one T4", func(c *Config) { c.TP = 1 }, "the weights alone need 22.81 GiB per GPU"},
-		{"32k context", func(c *Config) { c.MaxModelLen = 32768 }, "lower --max-model-len to at most 14480"},
+		// 14,253,922,713 - 12,248,197,120 - 419,430,400 = 1,586,295,193:
+		// 1210 blocks, 19,360 tokens; headroom 1,583,769,191 - 0.5 GiB
+		// = 1,046,898,279 holds 0.5 GiB of graphs.
+		{"0.90 with CUDA graphs", func(c *Config) { c.GPUMemoryUtilization, c.EnforceEager = 0.90, false }, Fits, "19360 tokens"},
+		// 255,013,684 spare < 0.5 GiB of graphs.
+		{"0.95 with CUDA graphs", func(c *Config) { c.EnforceEager = false }, DoesNotFit, "captured after the KV cache is sized"},
+		// headroom 15,837,691,904 - 15,521,938,065 = 315,753,839 < 0.5 GiB;
+		// floor((15,837,691,904 - 536,870,912) / 15,837,691,904, 2) = 0.96.
+		{"0.98", func(c *Config) { c.GPUMemoryUtilization = 0.98 }, DoesNotFit, "--gpu-memory-utilization 0.96 or lower"},
+		// vLLM's defaults: 256 sequences make the sampler 256 x 131072 x 32
+		// = 1 GiB: 14,253,922,713 - 12,248,197,120 - 1.25 GiB = 663,548,313,
+		// 506 blocks, 8096 tokens < 8192.
+		{"vLLM defaults", func(c *Config) { c.GPUMemoryUtilization, c.EnforceEager, c.MaxNumSeqs = 0.90, false, 256 }, DoesNotFit, "lower --max-model-len to at most 8096"},
+		{"one T4", func(c *Config) { c.TP = 1 }, DoesNotFit, "the weights alone need 22.81 GiB per GPU"},
+		{"32k context", func(c *Config) { c.MaxModelLen = 32768 }, DoesNotFit, "lower --max-model-len to at most 29024"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := exampleConfig(t)
@@ -108,32 +262,151 @@ func TestExampleModelNeedsItsSettings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Verdict != DoesNotFit || !strings.Contains(r.Reason, tc.reason) {
-				t.Errorf("verdict %s: %s; want %s mentioning %q", r.Verdict, r.Reason, DoesNotFit, tc.reason)
+			if r.Verdict != tc.verdict || !strings.Contains(r.Reason, tc.reason) {
+				t.Errorf("verdict %s: %s; want %s mentioning %q", r.Verdict, r.Reason, tc.verdict, tc.reason)
 			}
 		})
 	}
 }
 
-// Mistral-Small-24B: 47.1 GB at fp16 is 21.95 GiB per T4 at TP 2.
-func TestTooBigModelDoesNotFit(t *testing.T) {
-	m, err := LookupModel("mistralai/Mistral-Small-24B-Instruct-2501")
-	if err != nil {
-		t.Fatal(err)
-	}
+// The activation peak follows max_num_batched_tokens: the forward is
+// linear in it, and the sampler in max_num_seqs.
+func TestActivationFollowsBatchedTokens(t *testing.T) {
 	cfg := exampleConfig(t)
-	cfg.Model = m
+	cfg.MaxNumBatchedTokens = 8192
 	r, err := Compute(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.WeightsPerGPU != 23_572_403_200 {
-		t.Errorf("weights per GPU %d, want 23572403200", r.WeightsPerGPU)
+	// 4 x 150,994,944.
+	if r.ForwardPeak != 603_979_776 || r.Activation != 603_979_776 {
+		t.Errorf("forward %d, activation %d at 8192 tokens; want 603979776", r.ForwardPeak, r.Activation)
+	}
+	// --activation-memory from vLLM's log replaces the derivation.
+	cfg.Overheads.Activation = GiB
+	r, _ = Compute(cfg)
+	if r.Activation != GiB || r.ActivationDerived {
+		t.Errorf("activation %d derived %v; want the given 1 GiB", r.Activation, r.ActivationDerived)
+	}
+}
+
+// AWQ, by hand from awq.py's create_weights (qweight int32[in, out/8],
+// qzeros int32[in/128, out/8], scales fp16[in/128, out]) for Mistral-Nemo
+// at tp 1:
+//
+//	qkv 5120x6144: 15,728,640 + 122,880 + 491,520 = 16,343,040
+//	o 4096x5120: 10,485,760 + 81,920 + 327,680 = 10,895,360
+//	gate_up 5120x28672: 73,400,320 + 573,440 + 2,293,760 = 76,267,520
+//	down 14336x5120: 36,700,160 + 286,720 + 1,146,880 = 38,133,760
+//	141,639,680 x 40 = 5,665,587,200; + norms 829,440 + embedding and LM
+//	head (fp16) 2 x 1,342,177,280 = 8,350,771,200 (7.78 GiB): one T4.
+//	activation: MLP 4096 x (10240 + 28672 + 14336 + 5120) = 239,075,328
+//	plus gate_up dequantised for 2048 >= 256 tokens 5120 x 28672 x 2 =
+//	293,601,280: 532,676,608. KV room 14,253,922,713 - 8,350,771,200 -
+//	(268,435,456 + 532,676,608) = 5,102,039,449; 163,840 bytes per token,
+//	2,621,440 per block: 1946 blocks, 31,136 tokens.
+func TestAWQNemoFitsOneT4(t *testing.T) {
+	cfg := exampleConfig(t)
+	cfg.Model = model(t, "casperhansen/mistral-nemo-instruct-2407-awq")
+	cfg.TP, cfg.GPUMemoryUtilization, cfg.EnforceEager = 1, 0.90, false
+	r, err := Compute(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAll(t, []check{
+		{"weights", r.Weights, 8_350_771_200},
+		{"weights per GPU", r.WeightsPerGPU, 8_350_771_200},
+		{"forward peak", r.ForwardPeak, 532_676_608},
+		{"KV room", r.KVRoom, 5_102_039_449},
+		{"KV tokens", r.KVTokens, 31_136},
+	})
+	if r.Verdict != Fits {
+		t.Errorf("verdict %s: %s", r.Verdict, r.Reason)
+	}
+	// --quantization awq on the base model sizes the same.
+	base := exampleConfig(t)
+	base.Model.Quant, _ = ParseQuant("awq", 128)
+	base.TP, base.GPUMemoryUtilization, base.EnforceEager = 1, 0.90, false
+	if rb, _ := Compute(base); rb.Weights != r.Weights || rb.KVTokens != r.KVTokens {
+		t.Errorf("--quantization awq on %s: %d bytes, %d tokens; the AWQ checkpoint %d, %d", nemoID, rb.Weights, rb.KVTokens, r.Weights, r.KVTokens)
+	}
+}
+
+// Mistral-Small-24B in AWQ: the same arithmetic gives 22,229,811,200
+// linear parameters x (0.5 + 2/128 + 4/(8 x 128)) = 11,549,081,600 bytes
+// + 2 x 1,342,177,280 + 829,440 = 14,234,265,600 (13.26 GiB). A vLLM
+// start-up log published for this very checkpoint (stelterlab/Mistral-
+// Small-24B-Instruct-2501-AWQ on one A100) reports "13.31 GiB weights",
+// which includes the rotary cache and buffers: within 0.5 %.
+func TestAWQSmall24BAgainstAMeasurement(t *testing.T) {
+	cfg := exampleConfig(t)
+	cfg.Model = model(t, "stelterlab/Mistral-Small-24B-Instruct-2501-AWQ")
+	r, err := Compute(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Weights != 14_234_265_600 {
+		t.Errorf("weights %d, want 14234265600", r.Weights)
+	}
+	if got := float64(r.Weights) / GiB; math.Abs(got-13.31)/13.31 > 0.005 {
+		t.Errorf("weights %.3f GiB, more than 0.5%% from the measured 13.31 GiB", got)
+	}
+	// Split over two T4s it fits with room to spare, where the fp16
+	// checkpoint (47.1 GB) does not.
+	if r.Verdict != Fits || r.WeightsPerGPU != 7_117_547_520 {
+		t.Errorf("tp 2: %s, %d bytes per GPU: %s", r.Verdict, r.WeightsPerGPU, r.Reason)
+	}
+}
+
+// 8-bit GPTQ (gptq.py: pack factor 32/8 = 4; qweight int32[in/4, out],
+// g_idx int32[in], qzeros int32[in/128, out/4], scales fp16[in/128, out])
+// for Mistral-Nemo at tp 1:
+//
+//	qkv 5120x6144: 31,457,280 + 20,480 + 245,760 + 491,520 = 32,215,040
+//	o 4096x5120: 20,971,520 + 16,384 + 163,840 + 327,680 = 21,479,424
+//	gate_up 5120x28672: 146,800,640 + 20,480 + 1,146,880 + 2,293,760 = 150,261,760
+//	down 14336x5120: 73,400,320 + 57,344 + 573,440 + 1,146,880 = 75,177,984
+//	279,134,208 x 40 = 11,165,368,320 + 2,684,354,560 + 829,440 = 13,850,552,320.
+//
+// 4-bit GPTQ (pack factor 8): qkv 15,728,640 + 20,480 + 122,880 + 491,520
+// = 16,363,520; o 10,485,760 + 16,384 + 81,920 + 327,680 = 10,911,744;
+// gate_up 73,400,320 + 20,480 + 573,440 + 2,293,760 = 76,288,000; down
+// 36,700,160 + 57,344 + 286,720 + 1,146,880 = 38,191,104: 141,754,368 x 40
+// = 5,670,174,720 + 2,685,184,000 = 8,355,358,720.
+func TestGPTQSizes(t *testing.T) {
+	for id, want := range map[string]int64{
+		"shuyuej/Mistral-Nemo-Instruct-2407-GPTQ-INT8": 13_850_552_320,
+		"shuyuej/Mistral-Nemo-Instruct-2407-GPTQ":      8_355_358_720,
+	} {
+		cfg := exampleConfig(t)
+		cfg.Model = model(t, id)
+		r, err := Compute(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Weights != want {
+			t.Errorf("%s: weights %d, want %d", id, r.Weights, want)
+		}
+	}
+}
+
+// Mistral-Small-24B at fp16: 47.1 GB is 21.95 GiB per T4 at tp 2.
+func TestTooBigModelDoesNotFit(t *testing.T) {
+	cfg := exampleConfig(t)
+	cfg.Model = model(t, "mistralai/Mistral-Small-24B-Instruct-2501")
+	r, err := Compute(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 40 x (31,457,280 + 20,971,520 + 5120 x 32768 x 2 + 16384 x 5120 x 2)
+	// + 829,440 + 2 x 671,088,640 = 23,572,817,920.
+	if r.WeightsPerGPU != 23_572_817_920 {
+		t.Errorf("weights per GPU %d, want 23572817920", r.WeightsPerGPU)
 	}
 	if r.Verdict != DoesNotFit || r.KVTokens != 0 {
 		t.Errorf("verdict %s with %d KV tokens, want %s with 0", r.Verdict, r.KVTokens, DoesNotFit)
 	}
-	// 47.1 GB over per-GPU budgets of 12.5 GiB needs 4; 4 divides 32 heads.
+	// 47.1 GB over per-GPU budgets of 13.6 GiB needs 4; 4 divides 32 heads.
 	if r.MinGPUs != 4 || !strings.Contains(r.Reason, "at least --tp 4") {
 		t.Errorf("fewest GPUs %d, reason %q; want 4", r.MinGPUs, r.Reason)
 	}
@@ -143,16 +416,17 @@ func TestTooBigModelDoesNotFit(t *testing.T) {
 func TestGeneric20GBCheckpoint(t *testing.T) {
 	r, err := Compute(Config{
 		Model: Model{Name: "20GB", Bytes16: 20e9}, GPU: t4(t), TP: 2, Dtype: "half",
-		MaxModelLen: 8192, GPUMemoryUtilization: 0.90, Overheads: DefaultOverheads,
+		MaxModelLen: 8192, GPUMemoryUtilization: 0.90, MaxNumBatchedTokens: 2048, MaxNumSeqs: 256,
+		Overheads: DefaultOverheads, Decode: DefaultDecode,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.WeightsPerGPU != 10e9 || r.KVTokens != -1 {
-		t.Errorf("weights per GPU %d, KV tokens %d; want 1e10 and -1 (architecture unknown)", r.WeightsPerGPU, r.KVTokens)
+	if r.WeightsPerGPU != 10e9 || r.KVTokens != -1 || r.Decode != nil {
+		t.Errorf("weights per GPU %d, KV tokens %d, decode %v; want 1e10, -1 and none (architecture unknown)", r.WeightsPerGPU, r.KVTokens, r.Decode)
 	}
-	// 0.90 x 14.75 GiB - 10 GB - 2 GiB.
-	if want := int64(14_253_922_713) - 10e9 - 2*GiB; r.KVRoom != want {
+	// 0.90 x 14.75 GiB - 10 GB - 0.25 GiB - 1 GiB (assumed activation).
+	if want := int64(14_253_922_713) - 10e9 - GiB/4 - GiB; r.KVRoom != want {
 		t.Errorf("KV room %d, want %d", r.KVRoom, want)
 	}
 	if r.Verdict != Fits || !strings.Contains(r.Reason, "not checked") {
@@ -200,8 +474,16 @@ func TestComputeRejectsWhatVLLMRejects(t *testing.T) {
 		{"utilization 0", func(c *Config) { c.GPUMemoryUtilization = 0 }, "gpu-memory-utilization"},
 		{"utilization 1.2", func(c *Config) { c.GPUMemoryUtilization = 1.2 }, "gpu-memory-utilization"},
 		{"max-model-len 0", func(c *Config) { c.MaxModelLen = 0 }, "max-model-len"},
+		{"max-num-seqs 0", func(c *Config) { c.MaxNumSeqs = 0 }, "max-num-seqs"},
 		{"no size", func(c *Config) { c.Model = Model{} }, "model size unknown"},
 		{"kv heads 3 tp 2", func(c *Config) { c.Model.KVHeads, c.Model.Heads = 3, 0 }, "KV heads"},
+		// fp8.py get_min_capability is 80; a T4 is 75.
+		{"fp8 on T4", func(c *Config) { c.Model.Quant, _ = ParseQuant("fp8", 0) }, "requires compute capability 8.0 and the T4 is 7.5"},
+		// awq.py get_supported_act_dtypes: half only.
+		{"awq in float32", func(c *Config) { c.Model.Quant, _ = ParseQuant("awq", 128); c.Dtype = "float32" }, "float16 only"},
+		{"awq without shape", func(c *Config) {
+			c.Model = Model{Name: "x", Bytes16: 1e9, Quant: Quant{Method: AWQ, Bits: 4, GroupSize: 128}}
+		}, "needs the model's shape"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := exampleConfig(t)
@@ -222,5 +504,27 @@ func TestOverheadsFillingTheBudget(t *testing.T) {
 	}
 	if r.Verdict != DoesNotFit || r.MinGPUs != 0 || !strings.Contains(r.Reason, "no tensor-parallel size helps") {
 		t.Errorf("verdict %s, fewest GPUs %d: %s", r.Verdict, r.MinGPUs, r.Reason)
+	}
+}
+
+// The fixtures are files a person can compare with the model pages: one
+// per catalogue entry, each naming the config.json it came from.
+func TestFixturesNameTheirSource(t *testing.T) {
+	entries, err := os.ReadDir("models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != len(ModelNames()) {
+		t.Errorf("%d fixture files, %d catalogue entries", len(entries), len(ModelNames()))
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("models", e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := strings.Replace(strings.TrimSuffix(e.Name(), ".json"), "--", "/", 1)
+		if !strings.Contains(string(b), `"_source": "https://huggingface.co/`+id+`/blob/main/config.json"`) {
+			t.Errorf("%s does not name %s's config.json as its source", e.Name(), id)
+		}
 	}
 }

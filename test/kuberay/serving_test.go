@@ -1,0 +1,355 @@
+package kuberay
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
+	"github.com/ray-project/kuberay/ray-operator/controllers/ray/common"
+	"github.com/ray-project/kuberay/ray-operator/controllers/ray/utils"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// catalogued is the served model's entry in gcp-t4 plan serve's catalogue:
+// the fields of its config.json the manifests are sized from.
+type catalogued struct {
+	Parameters int64 `json:"_parameters"`
+	Layers     int   `json:"num_hidden_layers"`
+	Hidden     int   `json:"hidden_size"`
+	Heads      int   `json:"num_attention_heads"`
+	KVHeads    int   `json:"num_key_value_heads"`
+	HeadDim    int   `json:"head_dim"`
+}
+
+func servedModel(t *testing.T) catalogued {
+	t.Helper()
+	name := strings.Replace(modelSourceID, "/", "--", 1) + ".json"
+	b, err := os.ReadFile(filepath.Join(repoRoot, "gcp-t4/internal/fit/models", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c catalogued
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// vLLM's default loader (load_format "auto") downloads every *.safetensors
+// (vllm/model_executor/model_loader/default_loader.py _prepare_weights at
+// v0.11.0), which for Mistral-Nemo is the five Hugging Face shards and the
+// 24.5 GB consolidated.safetensors. The example downloads the shards only:
+// safetensors, with consolidated.safetensors ignored, and vLLM's own default
+// ignore pattern kept (vllm/config/load.py: a set ignore_patterns replaces
+// ["original/**/*"]).
+func TestModelDownloadsOnlyTheShards(t *testing.T) {
+	ek := theLLM(t, only[*rayv1.RayService](t, example(t))).EngineKwargs
+	if ek.LoadFormat != "safetensors" {
+		t.Errorf("load_format %q, want safetensors (auto also takes *.bin; mistral takes consolidated*.safetensors only)", ek.LoadFormat)
+	}
+	for _, p := range []string{"consolidated.safetensors", "original/**/*"} {
+		if !slices.Contains(ek.IgnorePatterns, p) {
+			t.Errorf("ignore_patterns %v lacks %q", ek.IgnorePatterns, p)
+		}
+	}
+	for _, p := range ek.IgnorePatterns {
+		if matched, _ := filepath.Match(p, "model-00001-of-00005.safetensors"); matched {
+			t.Errorf("ignore pattern %q would drop the Hugging Face shards too", p)
+		}
+	}
+}
+
+// The Hugging Face cache holds one copy of the shards with room for the
+// tokenizer and partial downloads, not two copies; it is a disk emptyDir
+// (in the podVM: the kata agent's local storage on the boot disk) where
+// Ray's GCS downloader and huggingface_hub both write.
+func TestHFCacheSizedForTheShards(t *testing.T) {
+	m := servedModel(t)
+	shards := m.Parameters * 2 // bf16 shards
+	for _, p := range rayPods(t, only[*rayv1.RayService](t, example(t))) {
+		c := p.tpl.Spec.Containers[0]
+		mount := ""
+		for _, vm := range c.VolumeMounts {
+			if vm.MountPath == "/home/ray/.cache/huggingface" {
+				mount = vm.Name
+			}
+		}
+		if mount == "" {
+			t.Errorf("%s: nothing mounted at /home/ray/.cache/huggingface (huggingface_hub's and Ray's cache)", p.group)
+			continue
+		}
+		for _, e := range c.Env {
+			if e.Name == "HF_HOME" || e.Name == "HF_HUB_CACHE" || e.Name == "TRANSFORMERS_CACHE" {
+				t.Errorf("%s: %s moves the cache away from the mounted volume", p.group, e.Name)
+			}
+		}
+		i := slices.IndexFunc(p.tpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == mount })
+		ed := p.tpl.Spec.Volumes[i].EmptyDir
+		if ed == nil || ed.Medium != corev1.StorageMediumDefault || ed.SizeLimit == nil {
+			t.Errorf("%s: hf-cache %+v, want a disk emptyDir with a sizeLimit", p.group, ed)
+			continue
+		}
+		if lim := ed.SizeLimit.Value(); lim < shards*11/10 || lim >= 2*shards {
+			t.Errorf("%s: hf-cache sizeLimit %s; want at least the shards %d B + 10 %% and below two copies", p.group, ed.SizeLimit, shards)
+		}
+	}
+}
+
+// Ray's default object store is 30 % of the memory it sees, capped at 95 %
+// of /dev/shm (python/ray/_private/resource_spec.py); set explicitly larger
+// than /dev/shm, Ray moves it to /tmp with a warning. The example sets it
+// well below /dev/shm on every node.
+func TestObjectStoreFitsSharedMemory(t *testing.T) {
+	for _, p := range rayPods(t, only[*rayv1.RayService](t, example(t))) {
+		v, ok := p.rayStartParams["object-store-memory"]
+		if !ok {
+			t.Errorf("%s: no object-store-memory", p.group)
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Errorf("%s: object-store-memory %q is not bytes: %v", p.group, v, err)
+			continue
+		}
+		var shm *resource.Quantity
+		for _, vol := range p.tpl.Spec.Volumes {
+			if vol.EmptyDir != nil && vol.EmptyDir.Medium == corev1.StorageMediumMemory {
+				shm = vol.EmptyDir.SizeLimit
+			}
+		}
+		if shm == nil || n < 75<<20 || n > shm.Value()/2 {
+			t.Errorf("%s: object store %d B with /dev/shm %v; want at least Ray's 75 MiB minimum and at most half of /dev/shm", p.group, n, shm)
+		}
+	}
+}
+
+// max_ongoing_requests is Serve's per-replica admission limit (Ray Serve
+// LLM's default is 1e9, python/ray/llm/_internal/serve/constants.py): at
+// least one full vLLM batch, at most a few waiting behind it.
+func TestServeAdmissionMatchesTheBatch(t *testing.T) {
+	llm := theLLM(t, only[*rayv1.RayService](t, example(t)))
+	mor := llm.DeploymentConfig.MaxOngoingRequests
+	seqs := llm.EngineKwargs.MaxNumSeqs
+	if mor == nil || *mor < seqs || *mor > 4*seqs {
+		t.Errorf("max_ongoing_requests %v with max_num_seqs %d; want between %d and %d", mor, seqs, seqs, 4*seqs)
+	}
+	if llm.LogEngineMetrics == nil || !*llm.LogEngineMetrics {
+		t.Error("log_engine_metrics is not true: vLLM's engine metrics stay off Ray's metrics port")
+	}
+}
+
+// KubeRay's own pod builder (controllers/ray/common/pod.go at v1.6.2) on
+// the example's templates: the ray start command carries the object store
+// and the metrics port, the pods keep the example's probes, and without
+// them KubeRay would add exec probes (Ray below 2.53) that go through the
+// peer-pod exec path every period, 2 s timeout, one failure for a worker.
+func TestKubeRayBuildsThePodsAsIntended(t *testing.T) {
+	t.Setenv(utils.ENABLE_PROBES_INJECTION, "true")
+	rs := only[*rayv1.RayService](t, example(t))
+	cluster := rayv1.RayCluster{Spec: *rs.Spec.RayClusterSpec.DeepCopy()}
+	cluster.Name, cluster.Namespace = "mistral-tp2-raycluster", "mistral-tp2"
+	ctx := t.Context()
+	spec := cluster.Spec
+	build := func(strip bool) []corev1.Pod {
+		head := spec.HeadGroupSpec.DeepCopy()
+		worker := spec.WorkerGroupSpecs[0].DeepCopy()
+		if strip {
+			for _, c := range []*corev1.Container{&head.Template.Spec.Containers[0], &worker.Template.Spec.Containers[0]} {
+				c.ReadinessProbe, c.LivenessProbe = nil, nil
+			}
+		}
+		ht := common.DefaultHeadPodTemplate(ctx, cluster, *head, "head", "6379")
+		hp := common.BuildPod(ctx, ht, rayv1.HeadNode, head.RayStartParams, "6379", false, utils.RayServiceCRD, "", nil, spec.RayVersion)
+		fqdn := "mistral-tp2-raycluster-head-svc.mistral-tp2.svc.cluster.local"
+		wt := common.DefaultWorkerPodTemplate(ctx, cluster, *worker, "worker", fqdn, "6379", worker.GroupName, 0, 0)
+		wp := common.BuildPod(ctx, wt, rayv1.WorkerNode, worker.RayStartParams, "6379", false, utils.RayServiceCRD, fqdn, nil, spec.RayVersion)
+		return []corev1.Pod{hp, wp}
+	}
+	for _, pod := range build(false) {
+		c := pod.Spec.Containers[0]
+		cmd := strings.Join(append(slices.Clone(c.Command), c.Args...), " ")
+		for _, want := range []string{"--object-store-memory=2147483648", "--metrics-export-port=8080", "--num-gpus=1"} {
+			if !strings.Contains(cmd, want) {
+				t.Errorf("%s: ray start lacks %s: %s", c.Name, want, cmd)
+			}
+		}
+		if i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == utils.MetricsPortName }); i < 0 || c.Ports[i].ContainerPort != utils.DefaultMetricsPort {
+			t.Errorf("%s: ports %v, want %s/%d", c.Name, c.Ports, utils.MetricsPortName, utils.DefaultMetricsPort)
+		}
+		for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+			if p == nil || p.HTTPGet == nil || p.Exec != nil {
+				t.Errorf("%s: %s probe %+v, want the example's HTTP probe kept", c.Name, name, p)
+			}
+		}
+	}
+	worker := build(true)[1].Spec.Containers[0]
+	if p := worker.ReadinessProbe; p == nil || p.Exec == nil || p.TimeoutSeconds != utils.DefaultReadinessProbeTimeoutSeconds || p.FailureThreshold != utils.ServeReadinessProbeFailureThreshold {
+		t.Errorf("KubeRay's own worker readiness probe is %+v; the example's reason for its own probes has changed", p)
+	}
+}
+
+// The probes are HTTP from the kubelet to the pod IP (no exec through the
+// kata shim, CAA and the podVM agent), with timeouts and thresholds that
+// ride out a slow tunnel, on the ports Ray listens on (KubeRay's constants
+// for them, controllers/ray/utils/constant.go at v1.6.2).
+func TestProbesTolerateThePeerPodPath(t *testing.T) {
+	rs := only[*rayv1.RayService](t, example(t))
+	for _, p := range rayPods(t, rs) {
+		c := p.tpl.Spec.Containers[0]
+		for _, k := range []string{"dashboard-port", "dashboard-agent-listen-port"} {
+			if _, ok := p.rayStartParams[k]; ok {
+				t.Errorf("%s: rayStartParams %s moves a port the probes use", p.group, k)
+			}
+		}
+		serve := int32(0)
+		for _, cp := range c.Ports {
+			if cp.Name == utils.ServingPortName {
+				serve = cp.ContainerPort
+			}
+		}
+		wantReady := httpProbe{"/" + utils.RayServeProxyHealthPath, serve}
+		if p.group == "head" {
+			wantReady = httpProbe{"/" + utils.RayDashboardGCSHealthPath, utils.DefaultDashboardPort}
+		}
+		wantLive := httpProbe{"/" + utils.RayAgentRayletHealthPath, utils.DefaultDashboardAgentListenPort}
+		for name, tc := range map[string]struct {
+			probe     *corev1.Probe
+			want      httpProbe
+			minWindow int32
+		}{
+			"readiness": {c.ReadinessProbe, wantReady, 30},
+			// KubeRay's own liveness window: 120 x 5 s.
+			"liveness": {c.LivenessProbe, wantLive, utils.DefaultLivenessProbeFailureThreshold * utils.DefaultLivenessProbePeriodSeconds},
+		} {
+			pr := tc.probe
+			if pr == nil || pr.HTTPGet == nil || pr.Exec != nil {
+				t.Errorf("%s: %s probe %+v, want httpGet", p.group, name, pr)
+				continue
+			}
+			got := httpProbe{pr.HTTPGet.Path, pr.HTTPGet.Port.IntVal}
+			if got != tc.want || pr.HTTPGet.Port.Type != intstr.Int {
+				t.Errorf("%s: %s probe %+v, want %+v", p.group, name, got, tc.want)
+			}
+			if pr.TimeoutSeconds < 5 || pr.FailureThreshold < 3 || pr.PeriodSeconds*pr.FailureThreshold < tc.minWindow {
+				t.Errorf("%s: %s probe timeout %d s, %d x %d s; want a timeout of 5 s or more and a window of %d s or more",
+					p.group, name, pr.TimeoutSeconds, pr.FailureThreshold, pr.PeriodSeconds, tc.minWindow)
+			}
+		}
+	}
+}
+
+type httpProbe struct {
+	path string
+	port int32
+}
+
+// NCCL's socket transport: at most 16 threads and 64 sockets in all
+// (src/transport/net_socket.cc at v2.27.3: MAX_THREADS, MAX_SOCKETS); the
+// example sets what NCCL picks on its own for a gVNIC (4 x 1).
+func TestNCCLSocketThreads(t *testing.T) {
+	for _, p := range rayPods(t, only[*rayv1.RayService](t, example(t))) {
+		env := envMap(t, p.group, p.tpl.Spec.Containers[0])
+		nt, err1 := strconv.Atoi(env["NCCL_SOCKET_NTHREADS"])
+		ns, err2 := strconv.Atoi(env["NCCL_NSOCKS_PERTHREAD"])
+		if err1 != nil || err2 != nil || nt < 1 || nt > 16 || ns < 1 || nt*ns > 64 {
+			t.Errorf("%s: NCCL_SOCKET_NTHREADS %q x NCCL_NSOCKS_PERTHREAD %q; want 1-16 threads and at most 64 sockets", p.group, env["NCCL_SOCKET_NTHREADS"], env["NCCL_NSOCKS_PERTHREAD"])
+		}
+	}
+}
+
+// VLLM_ATTENTION_BACKEND takes a name of vLLM's _Backend enum
+// (vllm/platforms/interface.py at v0.11.0); on compute capability 7.5 the
+// V1 engine's choices are FlexAttention (the default there), Triton,
+// FlashInfer and XFormers (vllm/platforms/cuda.py get_attn_backend_cls):
+// FLASH_ATTN needs 8.0.
+func TestAttentionBackendRunsOnT4(t *testing.T) {
+	for _, p := range rayPods(t, only[*rayv1.RayService](t, example(t))) {
+		b := envMap(t, p.group, p.tpl.Spec.Containers[0])["VLLM_ATTENTION_BACKEND"]
+		if !slices.Contains([]string{"FLEX_ATTENTION", "TRITON_ATTN", "FLASHINFER", "XFORMERS"}, b) {
+			t.Errorf("%s: VLLM_ATTENTION_BACKEND %q is not one vLLM 0.11 runs on a T4", p.group, b)
+		}
+	}
+}
+
+// The optional GCS mirror, in the form the manifest's comment gives it,
+// decodes as Ray Serve LLM's CloudMirrorConfig; a wrong scheme or key does
+// not.
+func TestGCSModelSource(t *testing.T) {
+	const line = "                model_source: mistralai/Mistral-Nemo-Instruct-2407\n"
+	mirror := "                model_source:\n                  bucket_uri: gs://BUCKET/mistral-nemo-instruct-2407\n"
+	b, err := os.ReadFile(filepath.Join(exampleDir, "rayservice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The comment shows the same lines, commented out.
+	if commented := strings.ReplaceAll(mirror, "                ", "                #   "); !strings.Contains(string(b), commented) {
+		t.Errorf("rayservice.yaml does not show the GCS form as the comment %q", commented)
+	}
+	for _, tc := range []struct {
+		name, new, want string
+	}{
+		{"bucket", mirror, ""},
+		{"not a bucket URI", strings.Replace(mirror, "gs://", "https://storage.googleapis.com/", 1), "gs:// or s3://"},
+		{"misspelt key", strings.Replace(mirror, "bucket_uri", "bucket", 1), `unknown field "bucket"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := mutated(t, "rayservice.yaml", line, tc.new)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sc serveConfig
+			err = decodeStrict([]byte(only[*rayv1.RayService](t, objs).Spec.ServeConfigV2), &sc)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want == "":
+				src := sc.Applications[0].Args.LLMConfigs[0].ModelLoadingConfig.ModelSource
+				if src.Mirror == nil || src.Mirror.BucketURI != "gs://BUCKET/mistral-nemo-instruct-2407" || src.ID != "" {
+					t.Errorf("model_source %+v", src)
+				}
+			case err == nil || !strings.Contains(err.Error(), tc.want):
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The scrape config selects the Ray pods' metrics port by name.
+func TestScrapeConfigSelectsTheMetricsPort(t *testing.T) {
+	pm := only[*podMonitoring](t, monitoring(t))
+	rs := only[*rayv1.RayService](t, example(t))
+	if len(pm.Spec.Endpoints) != 1 {
+		t.Fatalf("endpoints %+v, want one", pm.Spec.Endpoints)
+	}
+	ep := pm.Spec.Endpoints[0]
+	for _, p := range rayPods(t, rs) {
+		for k, v := range pm.Spec.Selector.MatchLabels {
+			if p.tpl.Labels[k] != v {
+				t.Errorf("%s pods lack %s=%s", p.group, k, v)
+			}
+		}
+		c := p.tpl.Spec.Containers[0]
+		if !slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool {
+			return cp.Name == ep.Port.StrVal && cp.ContainerPort == utils.DefaultMetricsPort
+		}) {
+			t.Errorf("%s: no port %q = %d (KubeRay's --metrics-export-port)", p.group, ep.Port.StrVal, utils.DefaultMetricsPort)
+		}
+		if v, ok := p.rayStartParams["metrics-export-port"]; ok && v != strconv.Itoa(utils.DefaultMetricsPort) {
+			t.Errorf("%s: metrics-export-port %s, the scrape config expects %d", p.group, v, utils.DefaultMetricsPort)
+		}
+	}
+	// The CRD's rule (pod_types.go ScrapeEndpoint): timeout <= interval.
+	interval, err1 := time.ParseDuration(ep.Interval)
+	timeout, err2 := time.ParseDuration(ep.Timeout)
+	if err1 != nil || err2 != nil || timeout > interval {
+		t.Errorf("endpoint interval %q, timeout %q: want durations with the timeout no longer than the interval", ep.Interval, ep.Timeout)
+	}
+}
