@@ -44,8 +44,8 @@ type Server struct {
 	fakeClock bool
 	longPoll  time.Duration
 
-	world  *world
-	routes []route
+	world *world
+	mux   *http.ServeMux
 
 	instances  map[string]*instanceRecord // key zone/name
 	ops        map[string]*opRecord       // key operation name
@@ -109,7 +109,10 @@ type fault struct {
 }
 
 // New starts a fake with the default world (see world.go).
-func New(opts ...Option) *Server {
+func New(opts ...Option) *Server { return newServer(routeTable(), opts...) }
+
+// newServer starts a fake serving routes; tests add routes of their own.
+func newServer(routes []route, opts ...Option) *Server {
 	s := &Server{
 		project:    defaultProject,
 		closing:    make(chan struct{}),
@@ -127,7 +130,7 @@ func New(opts ...Option) *Server {
 		o(s)
 	}
 	s.world = defaultWorld(s.project)
-	s.routes = routeTable()
+	s.mux = s.newMux(routes)
 	s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
 	// After the listener: resource references resolve against its URL.
 	s.world.infra = newInfra(s)
@@ -283,8 +286,9 @@ type handlerFunc func(s *Server, rc *reqCtx) (proto.Message, error)
 type route struct {
 	method string
 	kind   string
-	segs   []string
-	h      handlerFunc
+	// path is a ServeMux pattern below /compute/v1/projects/{project}/.
+	path string
+	h    handlerFunc
 	// unlocked handlers manage the mutex themselves (long-polls must not
 	// hold it while they wait).
 	unlocked bool
@@ -293,48 +297,49 @@ type route struct {
 	anyProject bool
 }
 
-func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+// serve records one Compute request and answers it: with routeErr when
+// routing already failed, else through rt's handler.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt *route, project string, params map[string]string, routeErr *apiError) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		s.writeError(w, apiErr(http.StatusBadRequest, "badRequest", fmt.Sprintf("reading request body: %v", err)))
 		return
 	}
-	if strings.HasPrefix(r.URL.Path, crmPrefix) {
-		s.serveResourceManager(w, r, body)
+	msg, err := s.dispatch(&reqCtx{r: r, project: project, params: params, body: body}, rt, routeErr)
+	if err != nil {
+		s.writeError(w, err)
 		return
 	}
-	rt, params, project, allowed := s.matchRoute(r.Method, r.URL.Path)
+	s.writeProto(w, msg)
+}
+
+// dispatch records the call and runs its handler. Recording and a locked
+// handler happen under one hold of s.mu, so once a call is visible in
+// Calls its handler has run (zoneOperations.wait excepted: it waits
+// without the lock).
+func (s *Server) dispatch(rc *reqCtx, rt *route, routeErr *apiError) (proto.Message, error) {
+	r := rc.r
 	kind := ""
 	if rt != nil {
 		kind = rt.kind
 	}
-
 	s.mu.Lock()
-	call := &Call{Method: r.Method, Kind: kind, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Body: bytes.Clone(body)}
+	call := &Call{Method: r.Method, Kind: kind, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Body: bytes.Clone(rc.body)}
 	s.calls = append(s.calls, call)
 
-	var ae *apiError
-	switch {
-	case rt == nil && len(allowed) > 0:
-		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		ae = apiErr(http.StatusMethodNotAllowed, "badRequest", fmt.Sprintf("Method %s is not allowed for %s.", r.Method, r.URL.Path))
-	case rt == nil:
-		ae = notFoundf("The requested URL %s was not found on this server.", r.URL.Path)
-	default:
-		ae = s.takeFault(r.Method, kind)
-		if ae == nil && project != s.project && !(rt.anyProject && s.world.hasImageProject(project)) {
-			ae = notFoundf("The resource 'projects/%s' was not found", project)
-		}
+	if routeErr == nil {
+		routeErr = s.takeFault(r.Method, kind)
 	}
-	if ae != nil {
-		call.Status = ae.code
+	if routeErr == nil && rc.project != s.project && !(rt.anyProject && s.world.hasImageProject(rc.project)) {
+		routeErr = notFoundf("The resource 'projects/%s' was not found", rc.project)
+	}
+	if routeErr != nil {
+		call.Status = routeErr.code
 		s.mu.Unlock()
-		s.writeError(w, ae)
-		return
+		return nil, routeErr
 	}
-
-	rc := &reqCtx{r: r, project: project, params: params, body: body}
 	var msg proto.Message
+	var err error
 	if rt.unlocked {
 		s.mu.Unlock()
 		msg, err = rt.h(s, rc)
@@ -343,18 +348,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.settle()
 		msg, err = rt.h(s, rc)
 	}
-	status := http.StatusOK
+	call.Status = http.StatusOK
 	if err != nil {
-		status = errorCode(err)
+		call.Status = errorCode(err)
 	}
-	call.Status = status
 	s.mu.Unlock()
-
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	s.writeProto(w, msg)
+	return msg, err
 }
 
 func (s *Server) takeFault(method, kind string) *apiError {
