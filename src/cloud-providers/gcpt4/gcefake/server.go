@@ -316,14 +316,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt *route, projec
 // dispatch records the call and runs its handler. Recording and a locked
 // handler happen under one hold of s.mu, so once a call is visible in
 // Calls its handler has run (zoneOperations.wait excepted: it waits
-// without the lock).
-func (s *Server) dispatch(rc *reqCtx, rt *route, routeErr *apiError) (proto.Message, error) {
+// without the lock). Every exit, a panicking handler's included, releases
+// s.mu: net/http recovers the panic, and later requests must not hang.
+func (s *Server) dispatch(rc *reqCtx, rt *route, routeErr *apiError) (msg proto.Message, err error) {
 	r := rc.r
 	kind := ""
 	if rt != nil {
 		kind = rt.kind
 	}
 	s.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			s.mu.Unlock()
+		}
+	}()
 	call := &Call{Method: r.Method, Kind: kind, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Body: bytes.Clone(rc.body)}
 	s.calls = append(s.calls, call)
 
@@ -335,15 +342,14 @@ func (s *Server) dispatch(rc *reqCtx, rt *route, routeErr *apiError) (proto.Mess
 	}
 	if routeErr != nil {
 		call.Status = routeErr.code
-		s.mu.Unlock()
 		return nil, routeErr
 	}
-	var msg proto.Message
-	var err error
 	if rt.unlocked {
 		s.mu.Unlock()
+		locked = false
 		msg, err = rt.h(s, rc)
 		s.mu.Lock()
+		locked = true
 	} else {
 		s.settle()
 		msg, err = rt.h(s, rc)
@@ -352,7 +358,6 @@ func (s *Server) dispatch(rc *reqCtx, rt *route, routeErr *apiError) (proto.Mess
 	if err != nil {
 		call.Status = errorCode(err)
 	}
-	s.mu.Unlock()
 	return msg, err
 }
 
