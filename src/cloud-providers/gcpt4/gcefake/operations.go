@@ -119,8 +119,9 @@ func (s *Server) handleZoneOperationGet(rc *reqCtx) (proto.Message, error) {
 // clock it polls that clock, since only the test can move it.
 func (s *Server) handleZoneOperationWait(rc *reqCtx) (proto.Message, error) {
 	deadline := time.Now().Add(s.longPoll)
+	parked := false
 	for {
-		out, wait, err := s.pollOperation(rc, deadline)
+		out, wait, err := s.pollOperation(rc, deadline, &parked)
 		if out != nil || err != nil {
 			return out, err
 		}
@@ -136,10 +137,15 @@ func (s *Server) handleZoneOperationWait(rc *reqCtx) (proto.Message, error) {
 
 // pollOperation is one look at a waited-for operation, under s.mu (released
 // by defer, also on panic). It returns the operation when the wait is over,
-// else how long to sleep before looking again.
-func (s *Server) pollOperation(rc *reqCtx, deadline time.Time) (proto.Message, time.Duration, error) {
+// else how long to sleep before looking again; *parked says whether this
+// wait counts in s.parked, as it does while it sleeps.
+func (s *Server) pollOperation(rc *reqCtx, deadline time.Time, parked *bool) (proto.Message, time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if *parked {
+		s.parked--
+		*parked = false
+	}
 	s.settle()
 	rec, err := s.lookupOp(rc)
 	if err != nil {
@@ -148,6 +154,9 @@ func (s *Server) pollOperation(rc *reqCtx, deadline time.Time) (proto.Message, t
 	if rec.done || !time.Now().Before(deadline) || rc.r.Context().Err() != nil || s.isClosing() {
 		return proto.Clone(rec.op), 0, nil
 	}
+	s.parked++
+	*parked = true
+	s.changed()
 	if s.fakeClock {
 		return nil, 5 * time.Millisecond, nil
 	}

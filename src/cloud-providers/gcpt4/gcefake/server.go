@@ -2,6 +2,7 @@ package gcefake
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -63,6 +64,13 @@ type Server struct {
 
 	calls []*Call
 	seq   uint64
+
+	// notify is closed and replaced whenever a call is recorded or a
+	// long-poll parks, waking AwaitCalls and AwaitLongPolls.
+	notify chan struct{}
+	// parked counts zoneOperations.wait requests blocked on a RUNNING
+	// operation.
+	parked int
 }
 
 // Option configures a Server at construction time.
@@ -116,6 +124,7 @@ func newServer(routes []route, opts ...Option) *Server {
 	s := &Server{
 		project:    defaultProject,
 		closing:    make(chan struct{}),
+		notify:     make(chan struct{}),
 		now:        time.Now,
 		longPoll:   defaultLongPoll,
 		instances:  map[string]*instanceRecord{},
@@ -224,6 +233,50 @@ func (s *Server) Calls() []Call {
 func (s *Server) CountCalls(kind string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.countCalls(kind)
+}
+
+// AwaitCalls blocks until at least n requests of kind are recorded (as
+// CountCalls counts them) or ctx ends. The handler of a recorded call has
+// run, zoneOperations.wait excepted: it waits after it is recorded, which
+// AwaitLongPolls observes.
+func (s *Server) AwaitCalls(ctx context.Context, kind string, n int) error {
+	return s.await(ctx, fmt.Sprintf("%d %s call(s)", n, kind), func() bool { return s.countCalls(kind) >= n })
+}
+
+// AwaitLongPolls blocks until at least n zoneOperations.wait requests are
+// blocked on an operation that is still RUNNING, or ctx ends. Such a wait
+// returns only when its operation completes (with WithClock: once the
+// clock is advanced past it), its request ends, the long-poll limit passes
+// or the Server closes.
+func (s *Server) AwaitLongPolls(ctx context.Context, n int) error {
+	return s.await(ctx, fmt.Sprintf("%d parked zoneOperations.wait call(s)", n), func() bool { return s.parked >= n })
+}
+
+// await blocks until cond, checked under s.mu, holds.
+func (s *Server) await(ctx context.Context, what string, cond func() bool) error {
+	for {
+		s.mu.Lock()
+		ok, ch := cond(), s.notify
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("gcefake: waiting for %s: %w", what, ctx.Err())
+		}
+	}
+}
+
+// changed wakes every await; s.mu must be held.
+func (s *Server) changed() {
+	close(s.notify)
+	s.notify = make(chan struct{})
+}
+
+func (s *Server) countCalls(kind string) int {
 	n := 0
 	for _, c := range s.calls {
 		if c.Kind == kind {
@@ -333,6 +386,7 @@ func (s *Server) dispatch(rc *reqCtx, rt *route, routeErr *apiError) (msg proto.
 	}()
 	call := &Call{Method: r.Method, Kind: kind, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Body: bytes.Clone(rc.body)}
 	s.calls = append(s.calls, call)
+	s.changed()
 
 	if routeErr == nil {
 		routeErr = s.takeFault(r.Method, kind)

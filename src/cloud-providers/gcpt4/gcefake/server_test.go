@@ -2,6 +2,7 @@ package gcefake
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -74,5 +75,26 @@ func mustDropConnection(ctx context.Context, t *testing.T, s *Server, method, pa
 	if err == nil {
 		resp.Body.Close()
 		t.Fatalf("%s %s: HTTP %d, want the connection dropped by the recovered panic", method, path, resp.StatusCode)
+	}
+}
+
+func TestAwaitCalls(t *testing.T) {
+	s := newFake(t)
+	ctx := testCtx(t)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.AwaitCalls(done, "instances.insert", 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("AwaitCalls with nothing recorded = %v, want context.Canceled", err)
+	}
+	if err := s.AwaitLongPolls(done, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("AwaitLongPolls with none parked = %v, want context.Canceled", err)
+	}
+	res := make(chan error, 1)
+	go func() { res <- s.AwaitCalls(ctx, "instances.insert", 2) }()
+	c := instancesClient(t, s)
+	mustInsert(t, c, zoneA, t4Instance("a1", zoneA, 1))
+	mustInsert(t, c, zoneA, t4Instance("a2", zoneA, 1))
+	if err := <-res; err != nil {
+		t.Fatalf("AwaitCalls after two inserts: %v", err)
 	}
 }
