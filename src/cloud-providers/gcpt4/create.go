@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -142,7 +143,10 @@ func (a *attempts) add(zone, model, outcome string) {
 func (a *attempts) noCapacity(name string, plan createPlan, cfg Config) error {
 	var fixes []string
 	for _, q := range a.quota {
-		fixes = append(fixes, quotaAdvice(q.metric, q.region, q.model == ProvisioningSpot))
+		// Zones of one region report the same quota: advise once.
+		if f := quotaAdvice(q.metric, q.region, q.model == ProvisioningSpot); !slices.Contains(fixes, f) {
+			fixes = append(fixes, f)
+		}
 	}
 	if a.stockouts > 0 || len(a.lines) > len(a.quota) {
 		if cfg.autoZones() {
@@ -161,17 +165,7 @@ func (a *attempts) noCapacity(name string, plan createPlan, cfg Config) error {
 	case len(plan.models) == 1:
 		fixes = append(fixes, "allow falling back to standard capacity with GCP_SPOT_FALLBACK=true")
 	}
-	return fmt.Errorf("creating podVM %s (%s): %w; tried %s; to fix: %s", name, plan.describe, ErrNoCapacity, strings.Join(a.lines, "; "), strings.Join(dedupe(fixes), "; "))
-}
-
-func dedupe(in []string) []string {
-	var out []string
-	for _, s := range in {
-		if !contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	return out
+	return fmt.Errorf("creating podVM %s (%s): %w; tried %s; to fix: %s", name, plan.describe, ErrNoCapacity, strings.Join(a.lines, "; "), strings.Join(fixes, "; "))
 }
 
 // preferZones moves GCE's zonesAvailable hint to the front of the queue.
@@ -241,7 +235,7 @@ func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.Insta
 // GCP_INSTANCE_TYPES allow-list, profile selection, and the provisioning
 // models to try in order.
 func (c *Config) chooseProfile(catalog *Catalog, spec provider.InstanceTypeSpec) (Profile, []string, error) {
-	if spec.InstanceType != "" && len(c.InstanceTypes) > 0 && !contains(c.InstanceTypes, spec.InstanceType) {
+	if spec.InstanceType != "" && len(c.InstanceTypes) > 0 && !slices.Contains(c.InstanceTypes, spec.InstanceType) {
 		return Profile{}, nil, fmt.Errorf("machine_type annotation %q is not in GCP_INSTANCE_TYPES (%s); use one of those or extend the list", spec.InstanceType, c.InstanceTypes.String())
 	}
 	profile, err := catalog.Select(Request{InstanceType: spec.InstanceType, GPUs: spec.GPUs, VCPUs: spec.VCPUs, MemoryMiB: spec.Memory})
@@ -317,13 +311,4 @@ func (p *Provider) abandon(ctx context.Context, log *slog.Logger, vm podVM, zone
 	}
 	log.Warn("podVM create failed; the VM was deleted", "zone", zone, "err", cause)
 	return nil, gerr, cause
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

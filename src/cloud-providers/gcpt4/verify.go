@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,7 +59,7 @@ func (p *Provider) verifyAPI(ctx context.Context) error {
 	}
 	var names []string
 	for _, pr := range p.catalog.Profiles() {
-		if !pr.Explicit && pr.Accelerator != "" && !contains(names, pr.Accelerator) {
+		if !pr.Explicit && pr.Accelerator != "" && !slices.Contains(names, pr.Accelerator) {
 			names = append(names, pr.Accelerator)
 		}
 	}
