@@ -10,11 +10,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 )
 
 // Main is `gcp-t4 gc`: the provider's own flags (and env), plus what to
@@ -23,8 +22,7 @@ import (
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
 	fs := flag.NewFlagSet("gcp-t4 gc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cloud := provider.Get(gcpt4.ProviderName)
-	cloud.ParseCmd(fs)
+	pf := providerflags.Register(fs)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account, then $KUBECONFIG")
 	grace := fs.Duration("grace", 10*time.Minute, "leave VMs younger than this alone")
 	del := fs.Bool("delete", false, "delete the orphans (default: only list them)")
@@ -37,7 +35,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		fmt.Fprintf(stderr, "gcp-t4 gc: -o %q: use table or json\n", *output)
 		return 2
 	}
-	prov, err := cloud.NewProvider()
+	prov, err := pf.Provider(ctx, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
 		return 2
@@ -48,7 +46,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
 		return 2
 	}
-	c := &Collector{VMs: prov.(VMs), Pods: KubePods{Client: kube}, Grace: *grace, Skew: 2 * time.Minute, Delete: *del, Now: time.Now, Log: logger}
+	c := &Collector{VMs: prov, Pods: KubePods{Client: kube}, Grace: *grace, Skew: 2 * time.Minute, Delete: *del, Now: time.Now, Log: logger}
 	for {
 		code := once(ctx, c, *output, stdout, stderr)
 		if *interval <= 0 {
