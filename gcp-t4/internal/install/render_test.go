@@ -397,6 +397,20 @@ func TestParseImage(t *testing.T) {
 			t.Errorf("%s → %s, want %s", ref, got, want)
 		}
 	}
+	// What the node's containerd would refuse to pull is refused here,
+	// with the reason its parser gives.
+	for ref, why := range map[string]string{
+		"Not An Image":             "invalid reference format",
+		"ghcr.io/You/caa":          "must be lowercase",
+		"ghcr.io/o/caa:":           "invalid reference format",
+		"ghcr.io/o/caa@sha256:abc": "invalid reference format",
+		"ghcr.io/o/caa:v1/x":       "invalid reference format",
+	} {
+		_, err := parseImage(ref)
+		if err == nil || !strings.Contains(err.Error(), "--image") || !strings.Contains(err.Error(), why) {
+			t.Errorf("parseImage(%q) = %v, want a --image error saying %q", ref, err, why)
+		}
+	}
 }
 
 func hex64() string { return strings.Repeat("ab", 32) }
