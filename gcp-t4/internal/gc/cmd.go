@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
@@ -47,17 +48,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		return 2
 	}
 	c := &Collector{VMs: prov, Pods: KubePods{Client: kube}, Grace: *grace, Skew: 2 * time.Minute, Delete: *del, Now: time.Now, Log: logger}
-	for {
-		code := once(ctx, c, *output, stdout, stderr)
-		if *interval <= 0 {
-			return code
-		}
-		select {
-		case <-ctx.Done():
-			return 0
-		case <-time.After(*interval):
-		}
+	if *interval <= 0 {
+		return once(ctx, c, *output, stdout, stderr)
 	}
+	// The sidecar loop: a pass now, then one every interval after the last
+	// ended, until stopped; a failed pass is reported and the next one runs.
+	wait.UntilWithContext(ctx, func(ctx context.Context) { once(ctx, c, *output, stdout, stderr) }, *interval)
+	return 0
 }
 
 func once(ctx context.Context, c *Collector, output string, stdout, stderr io.Writer) int {
