@@ -52,7 +52,7 @@ ensure_plugin() {
 		# leaves a half-written plugin that later runs would trust.
 		local tmp
 		tmp=$(mktemp -d "$cache_root/.install.XXXXXX")
-		(cd "$tmp" && GOWORK=off GOFLAGS= GOBIN="$tmp" go install "$pkg@$version")
+		(cd "$tmp" && GOWORK=off GOFLAGS='' GOBIN="$tmp" go install "$pkg@$version")
 		mv -f "$tmp/$name" "$bin/$name"
 		rm -rf "$tmp"
 	fi
