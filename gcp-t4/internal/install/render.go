@@ -175,16 +175,16 @@ func wifAudience(data []byte) (string, error) {
 		} `json:"credential_source"`
 	}
 	if err := json.Unmarshal(data, &c); err != nil {
-		return "", fmt.Errorf("Workload Identity Federation credential configuration: not JSON (%v); create it with gcloud iam workload-identity-pools create-cred-config", err)
+		return "", fmt.Errorf("--wif-credential-config: not JSON (%v); create it with gcloud iam workload-identity-pools create-cred-config", err)
 	}
 	if c.Type != "external_account" {
-		return "", fmt.Errorf("Workload Identity Federation credential configuration: type %q, want external_account (a key file goes to --credentials-file)", c.Type)
+		return "", fmt.Errorf("--wif-credential-config: type %q, want external_account (a key file goes to --credentials-file)", c.Type)
 	}
 	if !strings.HasPrefix(c.Audience, "//iam.googleapis.com/") {
-		return "", fmt.Errorf("Workload Identity Federation credential configuration: audience %q, want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER", c.Audience)
+		return "", fmt.Errorf("--wif-credential-config: audience %q, want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER", c.Audience)
 	}
 	if c.CredentialSource.File != WIFTokenPath {
-		return "", fmt.Errorf("Workload Identity Federation credential configuration: credential_source.file %q, want %s where the pod's projected token is; recreate it with --credential-source-file=%s", c.CredentialSource.File, WIFTokenPath, WIFTokenPath)
+		return "", fmt.Errorf("--wif-credential-config: credential_source.file %q, want %s where the pod's projected token is; recreate it with --credential-source-file=%s", c.CredentialSource.File, WIFTokenPath, WIFTokenPath)
 	}
 	return c.Audience, nil
 }
