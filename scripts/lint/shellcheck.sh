@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# shellcheck over every tracked shell script (scripts/lint/shell-scripts.sh
-# lists them), following sourced files relative to each script. Needs
-# shellcheck: scripts/lint/setup.sh installs it.
+# Runs shellcheck over every tracked shell script (scripts/lint/shell-scripts.sh
+# lists them), following sourced files relative to each script;
+# scripts/lint/setup.sh installs the tool.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if ! command -v shellcheck >/dev/null 2>&1; then
