@@ -11,6 +11,8 @@ import (
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 )
 
 // stopTimeout bounds the VM deletes at shutdown; GCE deletes take tens of
@@ -27,18 +29,14 @@ func Start(args []string, version string, stderr io.Writer, logger *slog.Logger)
 	var socket, podsDir string
 	reg.StringWithEnv(&socket, "socket", DefaultSocketPath, "REMOTE_HYPERVISOR_ENDPOINT", "Unix socket to serve the kata remote-hypervisor protocol on (kata's remote_hypervisor_socket)")
 	reg.StringWithEnv(&podsDir, "pods-dir", DefaultPodsDir, "PODS_DIR", "Directory for per-sandbox files; each sandbox's agent socket path is under it")
-	cloud := provider.Get(gcpt4.ProviderName)
-	if cloud == nil {
-		return nil, fmt.Errorf("provider %q is not registered; this binary was built without it", gcpt4.ProviderName)
-	}
-	cloud.ParseCmd(fs)
+	pf := providerflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q: all settings are flags (see -h)", fs.Args())
 	}
-	prov, err := cloud.NewProvider()
+	prov, err := pf.Provider(context.Background(), logger)
 	if err != nil {
 		return nil, fmt.Errorf("provider %s: %w", gcpt4.ProviderName, err)
 	}

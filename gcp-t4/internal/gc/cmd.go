@@ -10,11 +10,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 )
 
 // Main is `gcp-t4 gc`: the provider's own flags (and env), plus what to
@@ -23,8 +23,7 @@ import (
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
 	fs := flag.NewFlagSet("gcp-t4 gc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cloud := provider.Get(gcpt4.ProviderName)
-	cloud.ParseCmd(fs)
+	pf := providerflags.Register(fs)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account, then $KUBECONFIG")
 	grace := fs.Duration("grace", 10*time.Minute, "leave VMs younger than this alone")
 	del := fs.Bool("delete", false, "delete the orphans (default: only list them)")
@@ -37,7 +36,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		fmt.Fprintf(stderr, "gcp-t4 gc: -o %q: use table or json\n", *output)
 		return 2
 	}
-	prov, err := cloud.NewProvider()
+	prov, err := pf.Provider(ctx, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
 		return 2
@@ -48,18 +47,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
 		return 2
 	}
-	c := &Collector{VMs: prov.(VMs), Pods: KubePods{Client: kube}, Grace: *grace, Skew: 2 * time.Minute, Delete: *del, Now: time.Now, Log: logger}
-	for {
-		code := once(ctx, c, *output, stdout, stderr)
-		if *interval <= 0 {
-			return code
-		}
-		select {
-		case <-ctx.Done():
-			return 0
-		case <-time.After(*interval):
-		}
+	c := &Collector{VMs: prov, Pods: KubePods{Client: kube}, Grace: *grace, Skew: 2 * time.Minute, Delete: *del, Now: time.Now, Log: logger}
+	if *interval <= 0 {
+		return once(ctx, c, *output, stdout, stderr)
 	}
+	// The sidecar loop: a pass now, then one every interval after the last
+	// ended, until stopped; a failed pass is reported and the next one runs.
+	wait.UntilWithContext(ctx, func(ctx context.Context) { once(ctx, c, *output, stdout, stderr) }, *interval)
+	return 0
 }
 
 func once(ctx context.Context, c *Collector, output string, stdout, stderr io.Writer) int {

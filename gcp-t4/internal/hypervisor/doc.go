@@ -5,8 +5,8 @@
 // is defined here again, wire-compatible with kata's hypervisor.proto, and
 // the Go code is generated with protoc-gen-go and containerd's
 // protoc-gen-go-ttrpc. Edit hypervisor.proto, then run go generate; the
-// generated files are committed and TestGeneratedCodeIsCurrent fails when
-// they are stale.
+// generated files are committed, and `make lint`
+// (scripts/lint/check-generated.sh) fails when they are stale.
 package hypervisor
 
 //go:generate ./generate.sh

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Regenerates the Go code for hypervisor.proto:
 #   generate.sh            write hypervisor.pb.go and hypervisor_ttrpc.pb.go here
-#   generate.sh OUTDIR     write them to OUTDIR instead (the freshness test)
+#   generate.sh OUTDIR     write them to OUTDIR instead (the freshness check,
+#                          scripts/lint/check-generated.sh, in make lint)
 #   generate.sh --tools    only install the generators and print their bin dir
 #
-# protoc comes from Debian's protobuf-compiler (installed with apt-get when
-# root). protoc-gen-go and protoc-gen-go-ttrpc are installed with `go
+# protoc comes from Debian's protobuf-compiler (scripts/lint/setup.sh
+# installs it). protoc-gen-go and protoc-gen-go-ttrpc are installed with `go
 # install` at the versions gcp-t4/go.mod requires for their runtimes, so the
 # generated code always matches the libraries it is compiled against; they
 # live in a per-version cache outside the repository.
@@ -27,17 +28,10 @@ if [ -z "$protobuf_version" ] || [ -z "$ttrpc_version" ]; then
 fi
 
 ensure_protoc() {
-	if command -v protoc >/dev/null 2>&1; then
-		return
-	fi
-	if [ "$(id -u)" -ne 0 ]; then
-		echo "generate.sh: protoc is missing; install it with: sudo apt-get install -y protobuf-compiler" >&2
+	if ! command -v protoc >/dev/null 2>&1; then
+		echo "generate.sh: protoc is missing; run scripts/lint/setup.sh as root, or: sudo apt-get install -y protobuf-compiler" >&2
 		exit 1
 	fi
-	# Other tools may hold the dpkg lock briefly; wait rather than fail.
-	echo "generate.sh: installing protobuf-compiler with apt-get" >&2
-	apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
-	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends protobuf-compiler >&2
 }
 
 # ensure_plugin NAME PACKAGE VERSION: go install PACKAGE@VERSION into
@@ -52,14 +46,13 @@ ensure_plugin() {
 		# leaves a half-written plugin that later runs would trust.
 		local tmp
 		tmp=$(mktemp -d "$cache_root/.install.XXXXXX")
-		(cd "$tmp" && GOWORK=off GOFLAGS= GOBIN="$tmp" go install "$pkg@$version")
+		(cd "$tmp" && GOWORK=off GOFLAGS='' GOBIN="$tmp" go install "$pkg@$version")
 		mv -f "$tmp/$name" "$bin/$name"
 		rm -rf "$tmp"
 	fi
 	echo "$bin"
 }
 
-ensure_protoc
 mkdir -p "$cache_root"
 go_bin=$(ensure_plugin protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$protobuf_version")
 ttrpc_bin=$(ensure_plugin protoc-gen-go-ttrpc github.com/containerd/ttrpc/cmd/protoc-gen-go-ttrpc "$ttrpc_version")
@@ -69,6 +62,7 @@ if [ "${1:-}" = "--tools" ]; then
 	exit 0
 fi
 
+ensure_protoc
 out=${1:-$here}
 mkdir -p "$out"
 PATH="$go_bin:$ttrpc_bin:$PATH" protoc \

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/kustomize/api/resmap"
 )
@@ -324,31 +325,34 @@ func (c Cluster) deleteAll(ctx context.Context, refs []Ref) error {
 }
 
 func (c Cluster) waitGone(ctx context.Context, refs []Ref) error {
-	delay := 100 * time.Millisecond
-	for {
-		var left []string
+	var left []string // as of the last complete look
+	err := wait.PollUntilContextCancel(ctx, goneInterval, true, func(ctx context.Context) (bool, error) {
+		var present []string
 		for _, r := range refs {
 			ri, err := c.resource(r)
 			if err != nil {
-				return err
+				return false, err
 			}
 			_, err = ri.Get(ctx, r.Name, metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
+			case err != nil && ctx.Err() != nil:
+				return false, nil // the loop reports the context's end
 			case err != nil:
-				return fmt.Errorf("check %s is gone: %w", r, err)
+				return false, fmt.Errorf("check %s is gone: %w", r, err)
 			default:
-				left = append(left, r.String())
+				present = append(present, r.String())
 			}
 		}
-		if len(left) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("still present: %v: %w", left, ctx.Err())
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, time.Second)
+		left = present
+		return len(left) == 0, nil
+	})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("still present: %v: %w", left, err)
 	}
+	return err
 }
+
+// goneInterval is how often waitGone looks again: deletions with
+// finalizers (a namespace) take seconds.
+const goneInterval = 250 * time.Millisecond

@@ -12,7 +12,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/distribution/reference"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/pkg/util"
 	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -173,16 +175,16 @@ func wifAudience(data []byte) (string, error) {
 		} `json:"credential_source"`
 	}
 	if err := json.Unmarshal(data, &c); err != nil {
-		return "", fmt.Errorf("Workload Identity Federation credential configuration: not JSON (%v); create it with gcloud iam workload-identity-pools create-cred-config", err)
+		return "", fmt.Errorf("--wif-credential-config: not JSON (%v); create it with gcloud iam workload-identity-pools create-cred-config", err)
 	}
 	if c.Type != "external_account" {
-		return "", fmt.Errorf("Workload Identity Federation credential configuration: type %q, want external_account (a key file goes to --credentials-file)", c.Type)
+		return "", fmt.Errorf("--wif-credential-config: type %q, want external_account (a key file goes to --credentials-file)", c.Type)
 	}
 	if !strings.HasPrefix(c.Audience, "//iam.googleapis.com/") {
-		return "", fmt.Errorf("Workload Identity Federation credential configuration: audience %q, want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER", c.Audience)
+		return "", fmt.Errorf("--wif-credential-config: audience %q, want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER", c.Audience)
 	}
 	if c.CredentialSource.File != WIFTokenPath {
-		return "", fmt.Errorf("Workload Identity Federation credential configuration: credential_source.file %q, want %s where the pod's projected token is; recreate it with --credential-source-file=%s", c.CredentialSource.File, WIFTokenPath, WIFTokenPath)
+		return "", fmt.Errorf("--wif-credential-config: credential_source.file %q, want %s where the pod's projected token is; recreate it with --credential-source-file=%s", c.CredentialSource.File, WIFTokenPath, WIFTokenPath)
 	}
 	return c.Audience, nil
 }
@@ -228,24 +230,18 @@ spec:
 `, DaemonSetName, wifDir, wifConfigFile, wifDir, aud, wifConfigMap, wifConfigFile, wifConfigFile), nil
 }
 
-// imageRE is a loose reference check: registry[:port]/path[:tag][@digest].
-var imageRE = regexp.MustCompile(`^[a-z0-9]+([._\-/:][a-zA-Z0-9]+)*(:[\w][\w.\-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
-
+// parseImage checks ref against the grammar the node's containerd pulls
+// images with (CRI PullImage parses with distribution/reference's
+// ParseDockerRef: containerd v2.4.2 internal/cri/server/images/image_pull.go),
+// and splits it as `kustomize edit set image` does (kustomize/api
+// pkg/util.SplitImageName), so the overlay's images entry is the one a
+// user's own kustomization would hold.
 func parseImage(ref string) (types.Image, error) {
-	if !imageRE.MatchString(ref) {
-		return types.Image{}, fmt.Errorf("--image %q: not an image reference; want name[:tag][@sha256:digest], e.g. ghcr.io/you/caa-gcp-t4:v1", ref)
+	if _, err := reference.ParseDockerRef(ref); err != nil {
+		return types.Image{}, fmt.Errorf("--image %q: %w; want name[:tag][@sha256:digest], e.g. ghcr.io/you/caa-gcp-t4:v1", ref, err)
 	}
-	img := types.Image{Name: ImageName}
-	name := ref
-	if i := strings.Index(name, "@"); i >= 0 {
-		img.Digest = name[i+1:]
-		name = name[:i]
-	}
-	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
-		img.NewTag = name[i+1:]
-		name = name[:i]
-	}
-	img.NewName = name
+	name, tag, digest := util.SplitImageName(ref)
+	img := types.Image{Name: ImageName, NewName: name, NewTag: tag, Digest: digest}
 	if img.NewTag == "" && img.Digest == "" {
 		img.NewTag = "latest"
 	}

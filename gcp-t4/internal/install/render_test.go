@@ -5,6 +5,7 @@ import (
 	"context"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/yaml"
 )
 
 // repoInstall is the canonical kustomize tree, relative to this package.
@@ -397,6 +400,20 @@ func TestParseImage(t *testing.T) {
 			t.Errorf("%s → %s, want %s", ref, got, want)
 		}
 	}
+	// What the node's containerd would refuse to pull is refused here,
+	// with the reason its parser gives.
+	for ref, why := range map[string]string{
+		"Not An Image":             "invalid reference format",
+		"ghcr.io/You/caa":          "must be lowercase",
+		"ghcr.io/o/caa:":           "invalid reference format",
+		"ghcr.io/o/caa@sha256:abc": "invalid reference format",
+		"ghcr.io/o/caa:v1/x":       "invalid reference format",
+	} {
+		_, err := parseImage(ref)
+		if err == nil || !strings.Contains(err.Error(), "--image") || !strings.Contains(err.Error(), why) {
+			t.Errorf("parseImage(%q) = %v, want a --image error saying %q", ref, err, why)
+		}
+	}
 }
 
 func hex64() string { return strings.Repeat("ab", 32) }
@@ -468,5 +485,49 @@ func TestDecideWithoutSelectedNodes(t *testing.T) {
 	d, err = Decide(env, ModeOff, ModeOff)
 	if err != nil || d.GKERemediation || d.RuntimeClass || !strings.Contains(strings.Join(d.Warnings, "\n"), "--gke=off") {
 		t.Errorf("--gke=off on GKE: %+v, %v", d, err)
+	}
+}
+
+// TestParseImageSplitsAsKustomizeEditSetImage: the images entry for
+// --image is the one `kustomize edit set image` (the kustomize CLI built
+// from the module proxy) writes for the same reference, plus the :latest
+// a reference without tag or digest stands for.
+func TestParseImageSplitsAsKustomizeEditSetImage(t *testing.T) {
+	bin := kustomizeCLI(t)
+	for _, ref := range []string{
+		"caa",
+		"localhost:5000/caa-gcp-t4",
+		"localhost:5000/caa-gcp-t4:v1.2",
+		"ghcr.io/o/caa@sha256:" + hex64(),
+		"ghcr.io/o/caa:v1@sha256:" + hex64(),
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "edit", "set", "image", ImageName+"="+ref)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kustomize edit set image %s: %v\n%s", ref, err, out)
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k types.Kustomization
+		if err := yaml.Unmarshal(raw, &k); err != nil || len(k.Images) != 1 {
+			t.Fatalf("kustomize wrote %s (%v)", raw, err)
+		}
+		want := k.Images[0]
+		if want.NewTag == "" && want.Digest == "" {
+			want.NewTag = "latest"
+		}
+		got, err := parseImage(ref)
+		if err != nil {
+			t.Fatalf("parseImage(%s): %v", ref, err)
+		}
+		if got != want {
+			t.Errorf("%s: parseImage = %+v, kustomize edit set image wrote %+v", ref, got, want)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -38,39 +39,29 @@ func (r Rollout) String() string {
 	return fmt.Sprintf("%d of %d nodes updated, %d available", r.Updated, r.Desired, r.Available)
 }
 
-// WaitRollout polls the CAA DaemonSet (at most every interval) until its
-// rollout is done or ctx ends, printing a line to progress whenever the
-// numbers change.
+// WaitRollout polls the CAA DaemonSet every interval (the first look at
+// once: a DaemonSet with nothing to roll is done) until its rollout is done
+// or ctx ends, printing a line to progress whenever the numbers change.
 func WaitRollout(ctx context.Context, cs kubernetes.Interface, progress io.Writer, every time.Duration) (Rollout, error) {
 	var last string
-	// Start fast (a DaemonSet with nothing to roll is done at once), then
-	// back off to every.
-	delay := every / 8
-	for {
+	var r Rollout
+	err := wait.PollUntilContextCancel(ctx, every, true, func(ctx context.Context) (bool, error) {
 		ds, err := cs.AppsV1().DaemonSets(Namespace).Get(ctx, DaemonSetName, metav1.GetOptions{})
 		if err != nil {
 			if ctx.Err() != nil {
-				err = ctx.Err()
+				return false, nil // the loop reports the context's end
 			}
-			return Rollout{}, fmt.Errorf("read daemonset %s/%s: %w", Namespace, DaemonSetName, err)
+			return false, fmt.Errorf("read daemonset %s/%s: %w", Namespace, DaemonSetName, err)
 		}
-		r := rolloutOf(ds)
+		r = rolloutOf(ds)
 		if s := r.String(); s != last {
 			fmt.Fprintf(progress, "daemonset/%s: %s\n", DaemonSetName, s)
 			last = s
 		}
-		if r.Done {
-			return r, nil
-		}
-		select {
-		case <-ctx.Done():
-			err := ctx.Err()
-			if errors.Is(err, context.DeadlineExceeded) {
-				err = fmt.Errorf("rollout of daemonset %s/%s not finished (%s): see `kubectl -n %s describe daemonset %s` and its pods' events", Namespace, DaemonSetName, r, Namespace, DaemonSetName)
-			}
-			return r, err
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, every)
+		return r.Done, nil
+	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("rollout of daemonset %s/%s not finished (%s): see `kubectl -n %s describe daemonset %s` and its pods' events", Namespace, DaemonSetName, r, Namespace, DaemonSetName)
 	}
+	return r, err
 }

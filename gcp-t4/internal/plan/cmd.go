@@ -11,13 +11,13 @@ import (
 	"strconv"
 	"strings"
 
-	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/fit"
 	"github.com/caa-gcp-t4/gcp-t4/internal/prices"
+	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 )
 
 // Stand-ins for required provider settings, so that plan runs without a
@@ -58,15 +58,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gcp-t4 plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cloud := provider.Get(gcpt4.ProviderName)
-	mgr, ok := cloud.(interface{ GetConfig() *gcpt4.Config })
-	if cloud == nil || !ok {
-		return fmt.Errorf("provider %q is not registered; this binary was built without it", gcpt4.ProviderName)
-	}
-	// Start from a clean configuration: flags re-read env defaults, and a
-	// map-valued flag would otherwise keep an earlier parse's pairs.
-	*mgr.GetConfig() = gcpt4.Config{}
-	cloud.ParseCmd(fs)
+	pf := providerflags.Register(fs)
 	file := fs.String("f", "", "manifest: a Pod, Deployment, StatefulSet, Job, CronJob, RayService, RayCluster or RayJob (YAML or JSON, several documents allowed; - for stdin)")
 	output := fs.String("o", OutputTable, "output: table, json, or request (the exact instances.insert request per pod group, protojson)")
 	runtimeClass := fs.String("runtime-class", DefaultRuntimeClass, "the runtime class the peer-pods webhook acts on (its TARGET_RUNTIMECLASS)")
@@ -83,7 +75,7 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if *output != OutputTable && *output != OutputJSON && *output != OutputRequest {
 		return fmt.Errorf("-o %q: use table, json or request", *output)
 	}
-	cfg := *mgr.GetConfig()
+	cfg := pf.Config()
 	var notes []string
 	for _, p := range placeholders {
 		if f := p.field(&cfg); *f == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -96,7 +97,7 @@ func (c *Cluster) checkOS(nodes []corev1.Node) Result {
 	var cos []string
 	for _, n := range nodes {
 		if n.Labels[labelOS] == "cos" || strings.Contains(n.Status.NodeInfo.OSImage, "Container-Optimized OS") {
-			if p := pool(n); !contains(cos, p) {
+			if p := pool(n); !slices.Contains(cos, p) {
 				cos = append(cos, p)
 			}
 		}

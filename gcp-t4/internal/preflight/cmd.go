@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -14,10 +13,12 @@ import (
 	"strings"
 	"time"
 
-	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"google.golang.org/api/option"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 )
 
 // Main is `gcp-t4 preflight`: the provider's flags and env (as CAA reads
@@ -26,14 +27,7 @@ import (
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
 	fs := flag.NewFlagSet("gcp-t4 preflight", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cloud := provider.Get(gcpt4.ProviderName)
-	mgr, ok := cloud.(interface{ GetConfig() *gcpt4.Config })
-	if cloud == nil || !ok {
-		fmt.Fprintf(stderr, "gcp-t4 preflight: provider %q is not registered\n", gcpt4.ProviderName)
-		return 2
-	}
-	*mgr.GetConfig() = gcpt4.Config{}
-	cloud.ParseCmd(fs)
+	pf := providerflags.Register(fs)
 	output := fs.String("o", "table", "output: table or json")
 	kubeconfigPath := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster to check as well (default $KUBECONFIG); empty checks the project only")
 	nodeCIDRs := fs.String("node-cidrs", "", "worker node address ranges for the firewall checks, comma separated (default: the nodes' InternalIPs with -kubeconfig, else the podVM subnet)")
@@ -60,7 +54,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	cfg := *mgr.GetConfig()
+	cfg := pf.Config()
 	opts := Options{Cfg: cfg, Member: *member, CRMEndpoint: *crmEndpoint}
 	if *nodeCIDRs != "" {
 		for _, s := range strings.Split(*nodeCIDRs, ",") {

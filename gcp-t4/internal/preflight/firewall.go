@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -100,7 +101,7 @@ func decide(fws []*computepb.Firewall, network string, f flow, src netip.Prefix,
 			if len(fw.GetTargetTags()) > 0 {
 				continue
 			}
-			if sas := fw.GetTargetServiceAccounts(); len(sas) > 0 && !contains(sas, serviceAccount) {
+			if sas := fw.GetTargetServiceAccounts(); len(sas) > 0 && !slices.Contains(sas, serviceAccount) {
 				continue
 			}
 		} else {
@@ -184,7 +185,7 @@ func (g *GCE) checkFirewalls(fws []*computepb.Firewall, net *computepb.Network, 
 					why = "denied by " + v.rule
 				}
 				blocked = append(blocked, src.String()+": "+why)
-			} else if !contains(via, v.rule) {
+			} else if !slices.Contains(via, v.rule) {
 				via = append(via, v.rule)
 			}
 		}
@@ -243,7 +244,7 @@ func (g *GCE) checkPermissions(ctx context.Context) Result {
 	}
 	var missing []string
 	for _, p := range want {
-		if !contains(resp.Permissions, p) {
+		if !slices.Contains(resp.Permissions, p) {
 			missing = append(missing, p)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -185,27 +186,16 @@ func (g *GCE) autoProfiles() []gcpt4.Profile {
 func (g *GCE) accelNames() []string {
 	var names []string
 	for _, p := range g.autoProfiles() {
-		if !contains(names, p.Accelerator) {
-			names = append(names, p.Accelerator)
-		}
+		names = append(names, p.Accelerator)
 	}
-	sort.Strings(names)
-	return names
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 func (g *GCE) regionNames() []string {
 	var rs []string
 	for _, z := range g.Cfg.Zones() {
-		if r := gcpt4.Region(z); !contains(rs, r) {
+		if r := gcpt4.Region(z); !slices.Contains(rs, r) {
 			rs = append(rs, r)
 		}
 	}

@@ -63,7 +63,6 @@ func (r *Remediator) Run(ctx context.Context, l Loop) error {
 	retry.Stop()
 	resync := time.NewTicker(l.Resync)
 	defer resync.Stop()
-	trimmed := false
 	var backoff time.Duration
 	for {
 		select {
@@ -101,10 +100,6 @@ func (r *Remediator) Run(ctx context.Context, l Loop) error {
 		}
 		if l.Reconciled != nil {
 			l.Reconciled(res, err)
-		}
-		if !trimmed {
-			trimResident()
-			trimmed = true
 		}
 		if res.RetryIn > 0 {
 			retry.Reset(res.RetryIn)

@@ -7,9 +7,11 @@ import (
 	"testing"
 )
 
-// FuzzApply: for any document a real parser accepts, the kata edit either
-// refuses (leaving the input alone) or produces a document that parses,
-// holds the wanted values, keeps every other key, and is a fixed point.
+// FuzzApply: for input the real parser rejects, the kata edit refuses and
+// leaves the input byte-identical; for any document it accepts, the edit
+// either refuses (leaving the input alone) or produces a document that
+// parses, holds the wanted values, keeps every other key, and is a fixed
+// point.
 func FuzzApply(f *testing.F) {
 	gke, err := os.ReadFile("testdata/gke-v2.toml")
 	if err != nil {
@@ -25,6 +27,8 @@ func FuzzApply(f *testing.F) {
 		"[plugins]\n'io.containerd.grpc.v1.cri' = {}\n",
 		"s = '''\n[x]\n'''\n[[y]]\nz = 1979-05-27 07:32:00Z\n",
 		"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.kata-remote]\nruntime_type = \"old\"\ncri_handler = \"cc\"\n",
+		// Not TOML: each must be refused.
+		"[a", "x = ", "a = 1\na = 2\n", "\x00", "[plugins]\n[plugins]\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -32,16 +36,27 @@ func FuzzApply(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
-		before, err := Decode(src)
-		if err != nil {
-			t.Skip() // not TOML: Apply must refuse, checked below
-		}
 		orig := bytes.Clone(src)
+		before, decErr := Decode(src)
 		out, err := Apply(src, kataChanges(), Render)
 		if !bytes.Equal(src, orig) {
 			t.Fatal("Apply modified its input")
 		}
+		if decErr != nil {
+			// Not TOML: the edit must refuse and return nothing to write,
+			// so the caller leaves the file byte-identical.
+			if err == nil {
+				t.Fatalf("Apply accepted input the parser rejects (%v):\n%q", decErr, src)
+			}
+			if out != nil {
+				t.Fatalf("Apply refused (%v) but returned %d bytes to write", err, len(out))
+			}
+			return
+		}
 		if err != nil {
+			if out != nil {
+				t.Fatalf("Apply refused (%v) but returned %d bytes to write", err, len(out))
+			}
 			var se *scanError
 			if !errors.Is(err, ErrUnsupported) && !errors.As(err, &se) {
 				t.Fatalf("Apply refused with an unexpected error: %v", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,7 +59,7 @@ func (st walkStep) offering(zone string) offering {
 func (cp createPlan) models() []string {
 	var out []string
 	for _, st := range cp.steps {
-		if !contains(out, st.model) {
+		if !slices.Contains(out, st.model) {
 			out = append(out, st.model)
 		}
 	}
@@ -202,7 +203,10 @@ func (a *attempts) add(zone, model, outcome string) {
 func (a *attempts) noCapacity(name string, plan createPlan, cfg Config) error {
 	var fixes []string
 	for _, q := range a.quota {
-		fixes = append(fixes, quotaAdvice(q.metric, q.region, q.model == ProvisioningSpot))
+		// Zones of one region report the same quota: advise once.
+		if f := quotaAdvice(q.metric, q.region, q.model == ProvisioningSpot); !slices.Contains(fixes, f) {
+			fixes = append(fixes, f)
+		}
 	}
 	if a.stockouts > 0 || len(a.lines) > len(a.quota) {
 		if cfg.autoZones() {
@@ -213,22 +217,12 @@ func (a *attempts) noCapacity(name string, plan createPlan, cfg Config) error {
 	}
 	models := plan.models()
 	switch {
-	case !contains(models, ProvisioningSpot):
+	case !slices.Contains(models, ProvisioningSpot):
 		fixes = append(fixes, "allow Spot capacity with GCP_PROVISIONING_MODEL=SPOT")
 	case len(models) == 1 && !plan.spotOnly():
 		fixes = append(fixes, "allow falling back to standard capacity with GCP_SPOT_FALLBACK=true")
 	}
-	return fmt.Errorf("creating podVM %s (%s): %w; tried %s; to fix: %s", name, plan.describe, ErrNoCapacity, strings.Join(a.lines, "; "), strings.Join(dedupe(fixes), "; "))
-}
-
-func dedupe(in []string) []string {
-	var out []string
-	for _, s := range in {
-		if !contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	return out
+	return fmt.Errorf("creating podVM %s (%s): %w; tried %s; to fix: %s", name, plan.describe, ErrNoCapacity, strings.Join(a.lines, "; "), strings.Join(fixes, "; "))
 }
 
 // preferZones moves GCE's zonesAvailable hint to the front of the queue.
@@ -252,7 +246,7 @@ func preferZones(queue, available []string) []string {
 // standard fallback is no fix to suggest.
 func (cp createPlan) spotOnly() bool {
 	for _, st := range cp.steps {
-		if sold, _ := soldModels(st.machineType); !contains(sold, ProvisioningStandard) {
+		if sold, _ := soldModels(st.machineType); !slices.Contains(sold, ProvisioningStandard) {
 			return true
 		}
 	}
@@ -352,7 +346,7 @@ func (c *Config) templateModels(props *computepb.InstanceProperties) ([]string, 
 	sold, note := soldModels(mt)
 	var out []string
 	for i, m := range models {
-		if (m == ProvisioningStandard || m == ProvisioningSpot) && !contains(sold, m) {
+		if (m == ProvisioningStandard || m == ProvisioningSpot) && !slices.Contains(sold, m) {
 			if i == 0 {
 				return nil, fmt.Errorf("GCP_INSTANCE_TEMPLATE %s: %s: %s; set GCP_PROVISIONING_MODEL=%s or give the template provisioningModel %s", c.InstanceTemplate, m, note, sold[0], sold[0])
 			}
@@ -425,13 +419,4 @@ func (p *Provider) abandon(ctx context.Context, log *slog.Logger, vm podVM, zone
 	}
 	log.Warn("podVM create failed; the VM was deleted", "zone", zone, "err", cause)
 	return nil, gerr, cause
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

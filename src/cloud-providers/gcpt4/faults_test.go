@@ -3,7 +3,9 @@ package gcpt4
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,16 +13,25 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 )
 
+// opLatency is how long an operation runs on the fake clock of the tests
+// that use one; only advancing that clock completes it, so its size only
+// has to be larger than nothing.
+const opLatency = time.Minute
+
 // TestFaultMatrix drives one create through each fault GCE users meet and
 // checks the outcome and, always, that no instance is left behind once the
-// adaptor has deleted what it was given.
+// adaptor has deleted what it was given. The fake runs on a clock only the
+// case's drive advances, once the condition it waits for holds.
 func TestFaultMatrix(t *testing.T) {
 	cases := []struct {
 		name  string
 		zones []string
 		setup func(*gcefake.Server)
 		// ctx wraps the create's context (deadlines, cancellation).
-		ctx     func(context.Context, *gcefake.Server) (context.Context, context.CancelFunc)
+		ctx func(context.Context) (context.Context, context.CancelFunc)
+		// drive runs beside the create: it ends the create's context or
+		// advances the clock when the fake shows the create got there.
+		drive   func(context.Context, *gcefake.Server, *testClock, context.CancelFunc) error
 		wantErr string // "" = success
 		// wantZone is where a successful create must land.
 		wantZone    string
@@ -53,18 +64,32 @@ func TestFaultMatrix(t *testing.T) {
 			wantZone: "us-central1-a", wantInserts: 2},
 		{name: "503 on operation wait",
 			setup: func(f *gcefake.Server) {
-				f.SetOperationLatency(50 * time.Millisecond)
+				f.SetOperationLatency(opLatency)
 				f.FailNext("POST", "zoneOperations.wait", 503, 2)
+			},
+			// The third wait gets through and parks on the running insert.
+			drive: func(ctx context.Context, f *gcefake.Server, clk *testClock, _ context.CancelFunc) error {
+				if err := f.AwaitLongPolls(ctx, 1); err != nil {
+					return err
+				}
+				clk.Advance(opLatency)
+				return nil
 			},
 			wantZone: "us-central1-a", wantInserts: 1},
 		{name: "503 on get",
 			setup:    func(f *gcefake.Server) { f.FailNext("GET", "instances.get", 503, 2) },
 			wantZone: "us-central1-a", wantInserts: 1},
 		{name: "persistent 503 on get until the deadline deletes the VM",
-			// The client itself retries GETs on 503 until the deadline.
+			// The client itself retries GETs on 503 until the deadline,
+			// which passes once it has retried.
 			setup: func(f *gcefake.Server) { f.FailNext("GET", "instances.get", 503, 1000) },
-			ctx: func(ctx context.Context, _ *gcefake.Server) (context.Context, context.CancelFunc) {
-				return context.WithTimeout(ctx, 500*time.Millisecond)
+			ctx:   expiringContext,
+			drive: func(ctx context.Context, f *gcefake.Server, _ *testClock, expire context.CancelFunc) error {
+				if err := f.AwaitCalls(ctx, "instances.get", 2); err != nil {
+					return err
+				}
+				expire()
+				return nil
 			},
 			wantErr: "deadline exceeded", wantInserts: 1},
 		{name: "operation error without HTTP code", zones: []string{"us-central1-b"},
@@ -75,39 +100,41 @@ func TestFaultMatrix(t *testing.T) {
 			},
 			wantErr: "ZONE_RESOURCE_POOL_EXHAUSTED", wantInserts: 2},
 		{name: "slow operation past the deadline",
-			setup: func(f *gcefake.Server) { f.SetOperationLatency(2 * time.Second) },
-			ctx: func(ctx context.Context, _ *gcefake.Server) (context.Context, context.CancelFunc) {
-				return context.WithTimeout(ctx, 150*time.Millisecond)
-			},
+			setup:   func(f *gcefake.Server) { f.SetOperationLatency(opLatency) },
+			ctx:     expiringContext,
+			drive:   endWaitThenFinishDelete,
 			wantErr: "deadline exceeded", wantInserts: 1},
 		{name: "cancellation mid-create",
-			setup: func(f *gcefake.Server) { f.SetOperationLatency(2 * time.Second) },
-			ctx: func(ctx context.Context, f *gcefake.Server) (context.Context, context.CancelFunc) {
-				ctx, cancel := context.WithCancel(ctx)
-				go func() {
-					// Cancel once GCE has accepted the insert.
-					for f.CountCalls("instances.insert") == 0 {
-						time.Sleep(5 * time.Millisecond)
-					}
-					time.Sleep(50 * time.Millisecond)
-					cancel()
-				}()
-				return ctx, cancel
+			setup: func(f *gcefake.Server) { f.SetOperationLatency(opLatency) },
+			ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
+				return context.WithCancel(ctx)
 			},
+			drive:   endWaitThenFinishDelete,
 			wantErr: "context canceled", wantInserts: 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, fake := newTestProvider(t, func(c *Config) { c.FallbackZones = tc.zones })
+			p, fake, clk := newClockedProvider(t, func(c *Config) { c.FallbackZones = tc.zones })
 			if tc.setup != nil {
 				tc.setup(fake)
 			}
 			ctx, cancel := context.Background(), context.CancelFunc(func() {})
 			if tc.ctx != nil {
-				ctx, cancel = tc.ctx(ctx, fake)
+				ctx, cancel = tc.ctx(ctx)
+			}
+			driven := make(chan error, 1)
+			driveCtx, stopDrive := context.WithCancel(context.Background())
+			if tc.drive != nil {
+				go func() { driven <- tc.drive(driveCtx, fake, clk, cancel) }()
+			} else {
+				driven <- nil
 			}
 			inst, err := p.CreateInstance(ctx, "llm-0", sandbox, cloudConfig("llm-0"), oneT4)
 			cancel()
+			stopDrive()
+			if derr := <-driven; derr != nil {
+				t.Errorf("drive: %v", derr)
+			}
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("CreateInstance: %v", err)
@@ -133,23 +160,45 @@ func TestFaultMatrix(t *testing.T) {
 	}
 }
 
+// endWaitThenFinishDelete ends the create's context once it waits on the
+// accepted insert (GCE has the VM; the create cannot finish first, since
+// the clock stands still), then lets the provider's own clean-up delete
+// complete.
+func endWaitThenFinishDelete(ctx context.Context, f *gcefake.Server, clk *testClock, end context.CancelFunc) error {
+	if err := f.AwaitLongPolls(ctx, 1); err != nil {
+		return err
+	}
+	end()
+	// Once recorded, the delete's operation exists: advancing completes
+	// both it and the insert.
+	if err := f.AwaitCalls(ctx, "instances.delete", 1); err != nil {
+		return err
+	}
+	clk.Advance(2 * opLatency)
+	return nil
+}
+
 // TestCrashBetweenInsertAndReturn: the adaptor dies after GCE accepted the
 // insert, so the instance never reaches CAA. The VM is found again by its
 // labels after the restart and deleted, so nothing leaks.
 func TestCrashBetweenInsertAndReturn(t *testing.T) {
-	first, fake := newTestProvider(t, nil)
-	fake.SetOperationLatency(300 * time.Millisecond)
+	first, fake, _ := newClockedProvider(t, nil)
+	fake.SetOperationLatency(opLatency)
 	// The dying process cannot clean up either: its deletes fail.
 	fake.FailNext("DELETE", "instances.delete", 500, callAttempts)
 	ctx, cancel := context.WithCancel(context.Background())
+	crashed := make(chan error, 1)
 	go func() {
-		for fake.CountCalls("instances.insert") == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
+		// The crash comes while the create waits on the accepted insert.
+		err := fake.AwaitLongPolls(testContext(t), 1)
 		cancel()
+		crashed <- err
 	}()
 	// The crash: whatever CreateInstance returns is lost with the process.
 	_, _ = first.CreateInstance(ctx, "llm-0", sandbox, cloudConfig("llm-0"), oneT4)
+	if err := <-crashed; err != nil {
+		t.Fatal(err)
+	}
 	if len(fake.Instances()) != 1 {
 		t.Fatalf("the crash should leave the accepted VM behind, got %d instances", len(fake.Instances()))
 	}
@@ -174,8 +223,8 @@ func TestCrashBetweenInsertAndReturn(t *testing.T) {
 // TestTeardownWaitsForCreates: shutting the adaptor down mid-create must
 // neither panic nor orphan the VM; the create finishes and is returned.
 func TestTeardownWaitsForCreates(t *testing.T) {
-	p, fake := newTestProvider(t, nil)
-	fake.SetOperationLatency(200 * time.Millisecond)
+	p, fake, clk := newClockedProvider(t, nil)
+	fake.SetOperationLatency(opLatency)
 	type result struct {
 		inst *provider.Instance
 		err  error
@@ -185,15 +234,28 @@ func TestTeardownWaitsForCreates(t *testing.T) {
 		inst, err := p.CreateInstance(context.Background(), "llm-0", sandbox, cloudConfig("llm-0"), oneT4)
 		res <- result{inst, err}
 	}()
-	for fake.CountCalls("instances.insert") == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := p.Teardown(); err != nil {
+	// The create waits on its insert, which cannot finish before the
+	// clock moves: Teardown begins with the create in flight.
+	if err := fake.AwaitLongPolls(testContext(t), 1); err != nil {
 		t.Fatal(err)
 	}
+	tornDown := make(chan error, 1)
+	go func() { tornDown <- p.Teardown() }()
+	for !closing(p) {
+		runtime.Gosched() // Teardown marks the provider closed first thing
+	}
+	select {
+	case err := <-tornDown:
+		t.Fatalf("Teardown returned (%v) while a create was in flight", err)
+	default:
+	}
+	clk.Advance(opLatency)
 	r := <-res
 	if r.err != nil || r.inst == nil || len(r.inst.IPs) != 1 {
 		t.Fatalf("create in flight at teardown: %+v, %v", r.inst, r.err)
+	}
+	if err := <-tornDown; err != nil {
+		t.Fatal(err)
 	}
 	if _, err := p.CreateInstance(context.Background(), "late", sandbox, cloudConfig("x"), oneT4); !errors.Is(err, errTornDown) {
 		t.Fatalf("create after teardown: %v", err)
@@ -302,4 +364,74 @@ func TestMutationRateLimit(t *testing.T) {
 	if p0.limiter != nil {
 		t.Fatal("0 must disable the limiter")
 	}
+}
+
+// testClock is the fake's clock in tests that must not wait out real
+// operations: only Advance moves it.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// newClockedProvider is newTestProvider on a fake that runs on a testClock.
+func newClockedProvider(t testing.TB, mutate func(*Config)) (*Provider, *gcefake.Server, *testClock) {
+	t.Helper()
+	clk := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	fake := gcefake.New(gcefake.WithClock(clk.Now))
+	t.Cleanup(fake.Close)
+	p, _ := newTestProviderOn(t, fake, mutate)
+	return p, fake, clk
+}
+
+// testContext bounds a test's waits on the fake, so that a broken provider
+// fails the test instead of hanging it.
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// expiringContext returns a context whose deadline passes when its cancel
+// func is called: Err is then context.DeadlineExceeded, as for a real
+// deadline, but the moment is a condition the test chose, not a duration
+// that a loaded machine may overrun before the create gets there.
+func expiringContext(parent context.Context) (context.Context, context.CancelFunc) {
+	c := &expiring{Context: parent, done: make(chan struct{})}
+	return c, func() { c.once.Do(func() { close(c.done) }) }
+}
+
+type expiring struct {
+	context.Context
+	done chan struct{}
+	once sync.Once
+}
+
+func (c *expiring) Done() <-chan struct{} { return c.done }
+
+func (c *expiring) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// closing reports whether Teardown has begun.
+func closing(p *Provider) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }

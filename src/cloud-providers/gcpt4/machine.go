@@ -3,6 +3,7 @@ package gcpt4
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -269,7 +270,7 @@ func diskTypesFor(family string) []string {
 // checkDiskType refuses a boot disk type the machine series does not take.
 func checkDiskType(field, machineType, diskType string) error {
 	allowed := diskTypesFor(familyOf(machineType))
-	if allowed == nil || contains(allowed, diskType) {
+	if allowed == nil || slices.Contains(allowed, diskType) {
 		return nil
 	}
 	return fmt.Errorf("%s: disk type %s does not attach to %s (%s series takes %s); set another disk type (GCP_DISK_TYPE, or diskType: in the profile)",
@@ -309,7 +310,7 @@ func checkMinCPUPlatform(field, machineType, platform string) error {
 		return nil
 	}
 	allowed, ok := minCPUPlatforms[familyOf(machineType)]
-	if ok && contains(allowed, platform) {
+	if ok && slices.Contains(allowed, platform) {
 		return nil
 	}
 	if !ok {

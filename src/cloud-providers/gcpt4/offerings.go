@@ -2,6 +2,7 @@ package gcpt4
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -200,7 +201,7 @@ func rankCandidates(cs []Candidate, model string) {
 // profile (such as h100-cc) unless it names it.
 func (c *Config) Select(catalog *Catalog, spec provider.InstanceTypeSpec) (*Selection, error) {
 	r := Request{InstanceType: spec.InstanceType, GPUs: spec.GPUs, VCPUs: spec.VCPUs, MemoryMiB: spec.Memory}
-	if r.InstanceType != "" && len(c.InstanceTypes) > 0 && !contains(c.InstanceTypes, r.InstanceType) {
+	if r.InstanceType != "" && len(c.InstanceTypes) > 0 && !slices.Contains(c.InstanceTypes, r.InstanceType) {
 		return nil, fmt.Errorf("machine_type annotation %q is not in GCP_INSTANCE_TYPES (%s); use one of those or extend the list", r.InstanceType, c.InstanceTypes.String())
 	}
 	prices := catalog.prices
@@ -351,11 +352,11 @@ func (c *Config) candidate(prices *PriceTable, p Profile, podImage string) (Cand
 func (c *Config) modelsFor(p Profile) ([]string, error) {
 	first := c.provisioningModel(p)
 	sold, note := soldModels(p.MachineType)
-	if !contains(sold, first) {
+	if !slices.Contains(sold, first) {
 		return nil, fmt.Errorf("profile %s: provisioning model %s: %s; set provisioningModel: %s in the profile (or GCP_PROVISIONING_MODEL=%s)", p.Name, first, note, sold[0], sold[0])
 	}
 	models := []string{first}
-	if first == ProvisioningSpot && c.SpotFallback && contains(sold, ProvisioningStandard) {
+	if first == ProvisioningSpot && c.SpotFallback && slices.Contains(sold, ProvisioningStandard) {
 		models = append(models, ProvisioningStandard)
 	}
 	return models, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v2"
@@ -145,7 +146,7 @@ func (p *Profile) normalize(field string) error {
 	default:
 		return fmt.Errorf("%s.provisioningModel: %q is not STANDARD or SPOT", field, p.ProvisioningModel)
 	}
-	if sold, note := soldModels(p.MachineType); p.ProvisioningModel != "" && !contains(sold, p.ProvisioningModel) {
+	if sold, note := soldModels(p.MachineType); p.ProvisioningModel != "" && !slices.Contains(sold, p.ProvisioningModel) {
 		return fmt.Errorf("%s.provisioningModel: %s: %s; set provisioningModel: %s", field, p.ProvisioningModel, note, sold[0])
 	}
 	return nil

@@ -198,15 +198,6 @@ func (p *Provider) adopt(ctx context.Context, log *slog.Logger, vm podVM, zone s
 	return p.toInstance(ctx, log, zone, existing)
 }
 
-// readInstance reads the new VM once for its internal IP.
-func (p *Provider) readInstance(ctx context.Context, log *slog.Logger, vm podVM, zone string) (*provider.Instance, *gceError, error) {
-	inst, err := p.getInstance(ctx, zone, vm.name)
-	if err != nil {
-		return &provider.Instance{ID: InstanceID(zone, vm.name), Name: vm.name}, asGCE(err), p.createError(vm, zone, err)
-	}
-	return p.toInstance(ctx, log, zone, inst)
-}
-
 // toInstance checks the VM is private and returns its address. A VM with
 // an external IP is deleted: it must never exist, whatever a template says.
 func (p *Provider) toInstance(ctx context.Context, log *slog.Logger, zone string, inst *computepb.Instance) (*provider.Instance, *gceError, error) {

@@ -492,11 +492,16 @@ func TestConcurrentCreatesAndDeletes(t *testing.T) {
 }
 
 func TestCreateHonoursContext(t *testing.T) {
-	p, fake := newTestProvider(t, nil)
-	fake.SetOperationLatency(2 * time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
+	p, fake, clk := newClockedProvider(t, nil)
+	fake.SetOperationLatency(opLatency)
+	ctx, expire := expiringContext(context.Background())
+	defer expire()
+	driven := make(chan error, 1)
+	go func() { driven <- endWaitThenFinishDelete(testContext(t), fake, clk, expire) }()
 	inst, err := p.CreateInstance(ctx, "llm-0", sandbox, cloudConfig("llm-0"), oneT4)
+	if derr := <-driven; derr != nil {
+		t.Fatal(derr)
+	}
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("want a deadline error, got %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,7 +94,7 @@ func (p *Provider) verifyAPI(ctx context.Context) error {
 	p.mu.Unlock()
 	var names []string
 	for _, pr := range p.catalog.Profiles() {
-		if !pr.Explicit && pr.Accelerator != "" && !contains(names, pr.Accelerator) {
+		if !pr.Explicit && pr.Accelerator != "" && !slices.Contains(names, pr.Accelerator) {
 			names = append(names, pr.Accelerator)
 		}
 	}

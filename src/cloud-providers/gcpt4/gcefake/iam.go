@@ -89,12 +89,15 @@ type rpcError struct {
 
 // serveResourceManager answers the Resource Manager paths.
 func (s *Server) serveResourceManager(w http.ResponseWriter, r *http.Request, body []byte) {
-	s.mu.Lock()
-	call := &Call{Method: r.Method, Kind: "projects.testIamPermissions", Path: r.URL.Path, RawQuery: r.URL.RawQuery, Body: bytes.Clone(body)}
-	s.calls = append(s.calls, call)
-	code, resp := s.testIamPermissions(r, body)
-	call.Status = code
-	s.mu.Unlock()
+	code, resp := func() (int, []byte) {
+		s.mu.Lock()
+		defer s.mu.Unlock() // also on panic: later requests must not hang
+		call := &Call{Method: r.Method, Kind: "projects.testIamPermissions", Path: r.URL.Path, RawQuery: r.URL.RawQuery, Body: bytes.Clone(body)}
+		s.calls = append(s.calls, call)
+		code, resp := s.testIamPermissions(r, body)
+		call.Status = code
+		return code, resp
+	}()
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	w.WriteHeader(code)
 	_, _ = w.Write(resp)

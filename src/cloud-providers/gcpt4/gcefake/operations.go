@@ -123,26 +123,13 @@ func (s *Server) handleZoneOperationGet(rc *reqCtx) (proto.Message, error) {
 // clock it polls that clock, since only the test can move it.
 func (s *Server) handleZoneOperationWait(rc *reqCtx) (proto.Message, error) {
 	deadline := time.Now().Add(s.longPoll)
+	parked := false
 	for {
-		s.mu.Lock()
-		s.settle()
-		rec, err := s.lookupOp(rc)
-		if err != nil {
-			s.mu.Unlock()
-			return nil, err
+		out, wait, err := s.pollOperation(rc, deadline, &parked)
+		if out != nil || err != nil {
+			return out, err
 		}
-		if rec.done || !time.Now().Before(deadline) || rc.r.Context().Err() != nil || s.isClosing() {
-			out := proto.Clone(rec.op)
-			s.mu.Unlock()
-			return out, nil
-		}
-		wait := 5 * time.Millisecond
-		if !s.fakeClock {
-			wait = max(rec.doneAt.Sub(s.now()), time.Millisecond)
-		}
-		s.mu.Unlock()
-		wait = min(wait, time.Until(deadline))
-		t := time.NewTimer(wait)
+		t := time.NewTimer(min(wait, time.Until(deadline)))
 		select {
 		case <-rc.r.Context().Done():
 		case <-s.closing:
@@ -150,6 +137,34 @@ func (s *Server) handleZoneOperationWait(rc *reqCtx) (proto.Message, error) {
 		}
 		t.Stop()
 	}
+}
+
+// pollOperation is one look at a waited-for operation, under s.mu (released
+// by defer, also on panic). It returns the operation when the wait is over,
+// else how long to sleep before looking again; *parked says whether this
+// wait counts in s.parked, as it does while it sleeps.
+func (s *Server) pollOperation(rc *reqCtx, deadline time.Time, parked *bool) (proto.Message, time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if *parked {
+		s.parked--
+		*parked = false
+	}
+	s.settle()
+	rec, err := s.lookupOp(rc)
+	if err != nil {
+		return nil, 0, err
+	}
+	if rec.done || !time.Now().Before(deadline) || rc.r.Context().Err() != nil || s.isClosing() {
+		return proto.Clone(rec.op), 0, nil
+	}
+	s.parked++
+	*parked = true
+	s.changed()
+	if s.fakeClock {
+		return nil, 5 * time.Millisecond, nil
+	}
+	return nil, max(rec.doneAt.Sub(s.now()), time.Millisecond), nil
 }
 
 func (s *Server) isClosing() bool {

@@ -1,6 +1,7 @@
 package gcefake
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -233,18 +234,32 @@ func TestOperationLatencyWithClock(t *testing.T) {
 		t.Fatalf("Poll before latency elapsed: done=%v err=%v", op.Done(), err)
 	}
 
-	// The long-poll blocks until the clock passes the latency.
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		clk.Advance(31 * time.Second)
-	}()
-	start := time.Now()
-	got, err := ops.Wait(ctx, &computepb.WaitZoneOperationRequest{Project: testProject, Zone: zoneA, Operation: op.Name()})
-	if err != nil {
-		t.Fatalf("ZoneOperations.Wait: %v", err)
+	// The long-poll blocks until the clock passes the latency: once it is
+	// parked on the RUNNING operation, only Advance can release it.
+	type waited struct {
+		op  *computepb.Operation
+		err error
 	}
-	if got.GetStatus() != computepb.Operation_DONE || time.Since(start) < 40*time.Millisecond {
-		t.Fatalf("Wait returned %v after %v", got.GetStatus(), time.Since(start))
+	res := make(chan waited, 1)
+	go func() {
+		got, err := ops.Wait(ctx, &computepb.WaitZoneOperationRequest{Project: testProject, Zone: zoneA, Operation: op.Name()})
+		res <- waited{got, err}
+	}()
+	if err := s.AwaitLongPolls(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-res:
+		t.Fatalf("ZoneOperations.Wait returned (%v, %v) before the clock passed the latency", r.op.GetStatus(), r.err)
+	default:
+	}
+	clk.Advance(31 * time.Second)
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("ZoneOperations.Wait: %v", r.err)
+	}
+	if r.op.GetStatus() != computepb.Operation_DONE {
+		t.Fatalf("Wait returned %v after the clock passed the latency", r.op.GetStatus())
 	}
 	if err := op.Wait(ctx); err != nil || !op.Done() {
 		t.Fatalf("op.Wait: %v", err)
@@ -319,9 +334,11 @@ func TestOperationLatencyRealClock(t *testing.T) {
 
 func TestCloseReleasesLongPoll(t *testing.T) {
 	clk := newTestClock()
-	s := New(WithClock(clk.Now))
+	// Neither the operation, nor the long-poll limit, nor the request's
+	// context ends this wait: only Close can.
+	s := New(WithClock(clk.Now), WithLongPollLimit(time.Hour))
 	s.SetOperationLatency(time.Hour)
-	ctx := testCtx(t)
+	ctx := context.Background()
 	c, err := compute.NewInstancesRESTClient(ctx, s.ClientOptions()...)
 	if err != nil {
 		t.Fatalf("client: %v", err)
@@ -336,17 +353,33 @@ func TestCloseReleasesLongPoll(t *testing.T) {
 	if err != nil {
 		t.Fatalf("insert: %v", err)
 	}
-	done := make(chan struct{})
 	go func() {
-		defer close(done)
 		_, _ = ops.Wait(ctx, &computepb.WaitZoneOperationRequest{Project: testProject, Zone: zoneA, Operation: op.Name()})
 	}()
-	time.Sleep(50 * time.Millisecond)
-	start := time.Now()
-	s.Close()
-	s.Close()
-	<-done
-	if el := time.Since(start); el > 2*time.Second {
-		t.Fatalf("Close blocked for %v behind a long-poll", el)
+	if err := s.AwaitLongPolls(testCtx(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		s.Close()
+		s.Close()
+	}()
+	// A liveness guard, not a timing goal: without the release, Close
+	// would wait out the hour-long poll.
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("Close is blocked behind a parked long-poll")
+	}
+	// The wait was answered (still RUNNING) by the release, not cut off.
+	var wait *Call
+	for _, call := range s.Calls() {
+		if call.Kind == "zoneOperations.wait" {
+			wait = &call
+		}
+	}
+	if wait == nil || wait.Status != http.StatusOK {
+		t.Fatalf("zoneOperations.wait call = %+v, want answered with 200", wait)
 	}
 }

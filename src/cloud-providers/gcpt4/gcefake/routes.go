@@ -1,98 +1,113 @@
 package gcefake
 
 import (
+	"fmt"
+	"io"
 	"net/http"
-	"sort"
+	"net/http/httptest"
 	"strings"
 )
 
 // routeTable lists the endpoints the fake serves, relative to
-// /compute/v1/projects/{project}/. It is built per call rather than kept in a
-// package variable so there is no shared mutable state.
+// /compute/v1/projects/{project}/, as net/http.ServeMux wildcards. It is
+// built per call rather than kept in a package variable so there is no
+// shared mutable state.
 func routeTable() []route {
 	get, post, del := http.MethodGet, http.MethodPost, http.MethodDelete
 	return []route{
-		{method: get, kind: "projects.get", segs: nil, h: (*Server).handleProjectGet},
-		{method: get, kind: "zones.list", segs: split("zones"), h: (*Server).handleZonesList},
-		{method: get, kind: "zones.get", segs: split("zones/{zone}"), h: (*Server).handleZonesGet},
-		{method: get, kind: "regions.list", segs: split("regions"), h: (*Server).handleRegionsList},
-		{method: get, kind: "regions.get", segs: split("regions/{region}"), h: (*Server).handleRegionsGet},
-		{method: get, kind: "instances.list", segs: split("zones/{zone}/instances"), h: (*Server).handleInstancesList},
-		{method: post, kind: "instances.insert", segs: split("zones/{zone}/instances"), h: (*Server).handleInstancesInsert},
-		{method: get, kind: "instances.get", segs: split("zones/{zone}/instances/{instance}"), h: (*Server).handleInstancesGet},
-		{method: del, kind: "instances.delete", segs: split("zones/{zone}/instances/{instance}"), h: (*Server).handleInstancesDelete},
-		{method: get, kind: "instances.getSerialPortOutput", segs: split("zones/{zone}/instances/{instance}/serialPort"), h: (*Server).handleSerialPort},
-		{method: get, kind: "instances.aggregatedList", segs: split("aggregated/instances"), h: (*Server).handleInstancesAggregated},
-		{method: get, kind: "zoneOperations.get", segs: split("zones/{zone}/operations/{operation}"), h: (*Server).handleZoneOperationGet},
-		{method: post, kind: "zoneOperations.wait", segs: split("zones/{zone}/operations/{operation}/wait"), h: (*Server).handleZoneOperationWait, unlocked: true},
-		{method: get, kind: "machineTypes.list", segs: split("zones/{zone}/machineTypes"), h: (*Server).handleMachineTypesList},
-		{method: get, kind: "machineTypes.get", segs: split("zones/{zone}/machineTypes/{machineType}"), h: (*Server).handleMachineTypesGet},
-		{method: get, kind: "acceleratorTypes.list", segs: split("zones/{zone}/acceleratorTypes"), h: (*Server).handleAcceleratorTypesList},
-		{method: get, kind: "acceleratorTypes.get", segs: split("zones/{zone}/acceleratorTypes/{acceleratorType}"), h: (*Server).handleAcceleratorTypesGet},
-		{method: get, kind: "acceleratorTypes.aggregatedList", segs: split("aggregated/acceleratorTypes"), h: (*Server).handleAcceleratorTypesAggregated},
-		{method: get, kind: "images.get", segs: split("global/images/{image}"), h: (*Server).handleImagesGet, anyProject: true},
-		{method: get, kind: "images.getFromFamily", segs: split("global/images/family/{family}"), h: (*Server).handleImagesFromFamily, anyProject: true},
-		{method: get, kind: "instanceTemplates.get", segs: split("global/instanceTemplates/{template}"), h: (*Server).handleTemplateGet},
-		{method: get, kind: "regionInstanceTemplates.get", segs: split("regions/{region}/instanceTemplates/{template}"), h: (*Server).handleRegionTemplateGet},
-		{method: get, kind: "networks.get", segs: split("global/networks/{network}"), h: (*Server).handleNetworksGet},
-		{method: get, kind: "subnetworks.get", segs: split("regions/{region}/subnetworks/{subnetwork}"), h: (*Server).handleSubnetworksGet},
-		{method: get, kind: "firewalls.list", segs: split("global/firewalls"), h: (*Server).handleFirewallsList},
-		{method: get, kind: "firewalls.get", segs: split("global/firewalls/{firewall}"), h: (*Server).handleFirewallsGet},
-		{method: get, kind: "routers.list", segs: split("regions/{region}/routers"), h: (*Server).handleRoutersList},
-		{method: get, kind: "routers.get", segs: split("regions/{region}/routers/{router}"), h: (*Server).handleRoutersGet},
+		{method: get, kind: "projects.get", path: "", h: (*Server).handleProjectGet},
+		{method: get, kind: "zones.list", path: "zones", h: (*Server).handleZonesList},
+		{method: get, kind: "zones.get", path: "zones/{zone}", h: (*Server).handleZonesGet},
+		{method: get, kind: "regions.list", path: "regions", h: (*Server).handleRegionsList},
+		{method: get, kind: "regions.get", path: "regions/{region}", h: (*Server).handleRegionsGet},
+		{method: get, kind: "instances.list", path: "zones/{zone}/instances", h: (*Server).handleInstancesList},
+		{method: post, kind: "instances.insert", path: "zones/{zone}/instances", h: (*Server).handleInstancesInsert},
+		{method: get, kind: "instances.get", path: "zones/{zone}/instances/{instance}", h: (*Server).handleInstancesGet},
+		{method: del, kind: "instances.delete", path: "zones/{zone}/instances/{instance}", h: (*Server).handleInstancesDelete},
+		{method: get, kind: "instances.getSerialPortOutput", path: "zones/{zone}/instances/{instance}/serialPort", h: (*Server).handleSerialPort},
+		{method: get, kind: "instances.aggregatedList", path: "aggregated/instances", h: (*Server).handleInstancesAggregated},
+		{method: get, kind: "zoneOperations.get", path: "zones/{zone}/operations/{operation}", h: (*Server).handleZoneOperationGet},
+		{method: post, kind: "zoneOperations.wait", path: "zones/{zone}/operations/{operation}/wait", h: (*Server).handleZoneOperationWait, unlocked: true},
+		{method: get, kind: "machineTypes.list", path: "zones/{zone}/machineTypes", h: (*Server).handleMachineTypesList},
+		{method: get, kind: "machineTypes.get", path: "zones/{zone}/machineTypes/{machineType}", h: (*Server).handleMachineTypesGet},
+		{method: get, kind: "acceleratorTypes.list", path: "zones/{zone}/acceleratorTypes", h: (*Server).handleAcceleratorTypesList},
+		{method: get, kind: "acceleratorTypes.get", path: "zones/{zone}/acceleratorTypes/{acceleratorType}", h: (*Server).handleAcceleratorTypesGet},
+		{method: get, kind: "acceleratorTypes.aggregatedList", path: "aggregated/acceleratorTypes", h: (*Server).handleAcceleratorTypesAggregated},
+		{method: get, kind: "images.get", path: "global/images/{image}", h: (*Server).handleImagesGet, anyProject: true},
+		{method: get, kind: "images.getFromFamily", path: "global/images/family/{family}", h: (*Server).handleImagesFromFamily, anyProject: true},
+		{method: get, kind: "instanceTemplates.get", path: "global/instanceTemplates/{template}", h: (*Server).handleTemplateGet},
+		{method: get, kind: "regionInstanceTemplates.get", path: "regions/{region}/instanceTemplates/{template}", h: (*Server).handleRegionTemplateGet},
+		{method: get, kind: "networks.get", path: "global/networks/{network}", h: (*Server).handleNetworksGet},
+		{method: get, kind: "subnetworks.get", path: "regions/{region}/subnetworks/{subnetwork}", h: (*Server).handleSubnetworksGet},
+		{method: get, kind: "firewalls.list", path: "global/firewalls", h: (*Server).handleFirewallsList},
+		{method: get, kind: "firewalls.get", path: "global/firewalls/{firewall}", h: (*Server).handleFirewallsGet},
+		{method: get, kind: "routers.list", path: "regions/{region}/routers", h: (*Server).handleRoutersList},
+		{method: get, kind: "routers.get", path: "regions/{region}/routers/{router}", h: (*Server).handleRoutersGet},
 	}
 }
 
-func split(p string) []string { return strings.Split(p, "/") }
-
-// matchRoute finds the route for method and path. When the path exists but
-// not for this method, it returns no route and the allowed methods so the
-// caller can answer 405.
-func (s *Server) matchRoute(method, path string) (rt *route, params map[string]string, project string, allowed []string) {
-	rest, ok := strings.CutPrefix(path, pathBase)
-	if !ok {
-		return nil, nil, "", nil
-	}
-	segs := strings.Split(rest, "/")
-	project, segs = segs[0], segs[1:]
-	if project == "" {
-		return nil, nil, "", nil
-	}
-	methods := map[string]bool{}
-	for i := range s.routes {
-		cand := &s.routes[i]
-		p, ok := matchSegs(cand.segs, segs)
-		if !ok {
-			continue
+// newMux registers every route as a ServeMux method+path pattern, plus the
+// Resource Manager paths the IAM check uses.
+func (s *Server) newMux(routes []route) *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, rt := range routes {
+		pattern := rt.method + " " + pathBase + "{project}"
+		if rt.path != "" {
+			pattern += "/" + rt.path
 		}
-		if cand.method == method {
-			return cand, p, project, nil
-		}
-		methods[cand.method] = true
-	}
-	for m := range methods {
-		allowed = append(allowed, m)
-	}
-	sort.Strings(allowed)
-	return nil, nil, project, allowed
-}
-
-func matchSegs(pattern, segs []string) (map[string]string, bool) {
-	if len(pattern) != len(segs) {
-		return nil, false
-	}
-	params := map[string]string{}
-	for i, p := range pattern {
-		if strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") {
-			if segs[i] == "" {
-				return nil, false
+		names := wildcards(rt.path)
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			params := make(map[string]string, len(names))
+			for _, n := range names {
+				params[n] = r.PathValue(n)
 			}
-			params[p[1:len(p)-1]] = segs[i]
-			continue
+			s.serve(w, r, &rt, r.PathValue("project"), params, nil)
+		})
+	}
+	// Resource Manager checks method and path itself: its errors have
+	// another shape.
+	mux.HandleFunc(crmPrefix, func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			s.writeError(w, apiErr(http.StatusBadRequest, "badRequest", fmt.Sprintf("reading request body: %v", err)))
+			return
 		}
-		if p != segs[i] {
-			return nil, false
+		s.serveResourceManager(w, r, body)
+	})
+	return mux
+}
+
+// wildcards lists the {name} segments of a route path.
+func wildcards(path string) []string {
+	var names []string
+	for _, seg := range strings.Split(path, "/") {
+		if n, ok := strings.CutPrefix(seg, "{"); ok {
+			names = append(names, strings.TrimSuffix(n, "}"))
 		}
 	}
-	return params, true
+	return names
+}
+
+// serveHTTP dispatches through the mux. A request no pattern matches is
+// answered in GCE's JSON error shape rather than ServeMux's plain text: 405
+// with the mux's Allow header when the path exists for other methods, 404
+// otherwise (ServeMux's redirects for unclean paths included: GCE does not
+// redirect).
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	// Learn what the mux would answer without sending its plain-text body.
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	var ae *apiError
+	if allow := rec.Header().Get("Allow"); rec.Code == http.StatusMethodNotAllowed && allow != "" {
+		w.Header().Set("Allow", allow)
+		ae = apiErr(http.StatusMethodNotAllowed, "badRequest", "Method "+r.Method+" is not allowed for "+r.URL.Path+".")
+	} else {
+		ae = notFoundf("The requested URL %s was not found on this server.", r.URL.Path)
+	}
+	s.serve(w, r, nil, "", nil, ae)
 }

@@ -2,6 +2,7 @@ package gcefake
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -44,8 +45,8 @@ type Server struct {
 	fakeClock bool
 	longPoll  time.Duration
 
-	world  *world
-	routes []route
+	world *world
+	mux   *http.ServeMux
 
 	instances  map[string]*instanceRecord // key zone/name
 	ops        map[string]*opRecord       // key operation name
@@ -63,6 +64,13 @@ type Server struct {
 
 	calls []*Call
 	seq   uint64
+
+	// notify is closed and replaced whenever a call is recorded or a
+	// long-poll parks, waking AwaitCalls and AwaitLongPolls.
+	notify chan struct{}
+	// parked counts zoneOperations.wait requests blocked on a RUNNING
+	// operation.
+	parked int
 }
 
 // Option configures a Server at construction time.
@@ -109,10 +117,14 @@ type fault struct {
 }
 
 // New starts a fake with the default world (see world.go).
-func New(opts ...Option) *Server {
+func New(opts ...Option) *Server { return newServer(routeTable(), opts...) }
+
+// newServer starts a fake serving routes; tests add routes of their own.
+func newServer(routes []route, opts ...Option) *Server {
 	s := &Server{
 		project:    defaultProject,
 		closing:    make(chan struct{}),
+		notify:     make(chan struct{}),
 		now:        time.Now,
 		longPoll:   defaultLongPoll,
 		instances:  map[string]*instanceRecord{},
@@ -127,7 +139,7 @@ func New(opts ...Option) *Server {
 		o(s)
 	}
 	s.world = defaultWorld(s.project)
-	s.routes = routeTable()
+	s.mux = s.newMux(routes)
 	s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
 	// After the listener: resource references resolve against its URL.
 	s.world.infra = newInfra(s)
@@ -221,6 +233,50 @@ func (s *Server) Calls() []Call {
 func (s *Server) CountCalls(kind string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.countCalls(kind)
+}
+
+// AwaitCalls blocks until at least n requests of kind are recorded (as
+// CountCalls counts them) or ctx ends. The handler of a recorded call has
+// run, zoneOperations.wait excepted: it waits after it is recorded, which
+// AwaitLongPolls observes.
+func (s *Server) AwaitCalls(ctx context.Context, kind string, n int) error {
+	return s.await(ctx, fmt.Sprintf("%d %s call(s)", n, kind), func() bool { return s.countCalls(kind) >= n })
+}
+
+// AwaitLongPolls blocks until at least n zoneOperations.wait requests are
+// blocked on an operation that is still RUNNING, or ctx ends. Such a wait
+// returns only when its operation completes (with WithClock: once the
+// clock is advanced past it), its request ends, the long-poll limit passes
+// or the Server closes.
+func (s *Server) AwaitLongPolls(ctx context.Context, n int) error {
+	return s.await(ctx, fmt.Sprintf("%d parked zoneOperations.wait call(s)", n), func() bool { return s.parked >= n })
+}
+
+// await blocks until cond, checked under s.mu, holds.
+func (s *Server) await(ctx context.Context, what string, cond func() bool) error {
+	for {
+		s.mu.Lock()
+		ok, ch := cond(), s.notify
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("gcefake: waiting for %s: %w", what, ctx.Err())
+		}
+	}
+}
+
+// changed wakes every await; s.mu must be held.
+func (s *Server) changed() {
+	close(s.notify)
+	s.notify = make(chan struct{})
+}
+
+func (s *Server) countCalls(kind string) int {
 	n := 0
 	for _, c := range s.calls {
 		if c.Kind == kind {
@@ -283,8 +339,9 @@ type handlerFunc func(s *Server, rc *reqCtx) (proto.Message, error)
 type route struct {
 	method string
 	kind   string
-	segs   []string
-	h      handlerFunc
+	// path is a ServeMux pattern below /compute/v1/projects/{project}/.
+	path string
+	h    handlerFunc
 	// unlocked handlers manage the mutex themselves (long-polls must not
 	// hold it while they wait).
 	unlocked bool
@@ -293,68 +350,69 @@ type route struct {
 	anyProject bool
 }
 
-func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+// serve records one Compute request and answers it: with routeErr when
+// routing already failed, else through rt's handler.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt *route, project string, params map[string]string, routeErr *apiError) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		s.writeError(w, apiErr(http.StatusBadRequest, "badRequest", fmt.Sprintf("reading request body: %v", err)))
 		return
 	}
-	if strings.HasPrefix(r.URL.Path, crmPrefix) {
-		s.serveResourceManager(w, r, body)
-		return
-	}
-	rt, params, project, allowed := s.matchRoute(r.Method, r.URL.Path)
-	kind := ""
-	if rt != nil {
-		kind = rt.kind
-	}
-
-	s.mu.Lock()
-	call := &Call{Method: r.Method, Kind: kind, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Body: bytes.Clone(body)}
-	s.calls = append(s.calls, call)
-
-	var ae *apiError
-	switch {
-	case rt == nil && len(allowed) > 0:
-		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		ae = apiErr(http.StatusMethodNotAllowed, "badRequest", fmt.Sprintf("Method %s is not allowed for %s.", r.Method, r.URL.Path))
-	case rt == nil:
-		ae = notFoundf("The requested URL %s was not found on this server.", r.URL.Path)
-	default:
-		ae = s.takeFault(r.Method, kind)
-		if ae == nil && project != s.project && !(rt.anyProject && s.world.hasImageProject(project)) {
-			ae = notFoundf("The resource 'projects/%s' was not found", project)
-		}
-	}
-	if ae != nil {
-		call.Status = ae.code
-		s.mu.Unlock()
-		s.writeError(w, ae)
-		return
-	}
-
-	rc := &reqCtx{r: r, project: project, params: params, body: body}
-	var msg proto.Message
-	if rt.unlocked {
-		s.mu.Unlock()
-		msg, err = rt.h(s, rc)
-		s.mu.Lock()
-	} else {
-		s.settle()
-		msg, err = rt.h(s, rc)
-	}
-	status := http.StatusOK
-	if err != nil {
-		status = errorCode(err)
-	}
-	call.Status = status
-	s.mu.Unlock()
-
+	msg, err := s.dispatch(&reqCtx{r: r, project: project, params: params, body: body}, rt, routeErr)
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
 	s.writeProto(w, msg)
+}
+
+// dispatch records the call and runs its handler. Recording and a locked
+// handler happen under one hold of s.mu, so once a call is visible in
+// Calls its handler has run (zoneOperations.wait excepted: it waits
+// without the lock). Every exit, a panicking handler's included, releases
+// s.mu: net/http recovers the panic, and later requests must not hang.
+func (s *Server) dispatch(rc *reqCtx, rt *route, routeErr *apiError) (msg proto.Message, err error) {
+	r := rc.r
+	kind := ""
+	if rt != nil {
+		kind = rt.kind
+	}
+	s.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			s.mu.Unlock()
+		}
+	}()
+	call := &Call{Method: r.Method, Kind: kind, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Body: bytes.Clone(rc.body)}
+	s.calls = append(s.calls, call)
+	s.changed()
+
+	if routeErr == nil {
+		routeErr = s.takeFault(r.Method, kind)
+	}
+	if routeErr == nil && rc.project != s.project && !(rt.anyProject && s.world.hasImageProject(rc.project)) {
+		routeErr = notFoundf("The resource 'projects/%s' was not found", rc.project)
+	}
+	if routeErr != nil {
+		call.Status = routeErr.code
+		return nil, routeErr
+	}
+	if rt.unlocked {
+		s.mu.Unlock()
+		locked = false
+		msg, err = rt.h(s, rc)
+		s.mu.Lock()
+		locked = true
+	} else {
+		s.settle()
+		msg, err = rt.h(s, rc)
+	}
+	call.Status = http.StatusOK
+	if err != nil {
+		call.Status = errorCode(err)
+	}
+	return msg, err
 }
 
 func (s *Server) takeFault(method, kind string) *apiError {

@@ -1,0 +1,39 @@
+// Package providerflags gives each gcp-t4 command a gcpt4.Manager of its
+// own: the provider's flags and env parsed exactly as CAA parses them
+// (Manager.ParseCmd), without the provider table upstream's
+// cloud-api-adaptor reads. That table holds one Manager per process, so
+// commands and tests that reset its configuration and type-assert what it
+// builds would share, and race on, one Config.
+//
+// It lives here, not in gcpt4: the drop-in provider package may only use
+// upstream's package paths and API, which have no such constructor.
+package providerflags
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+)
+
+// Flags is one command's provider configuration.
+type Flags struct {
+	m gcpt4.Manager
+}
+
+// Register adds the provider's flags to fs, each defaulting to its env var.
+func Register(fs *flag.FlagSet) *Flags {
+	f := &Flags{}
+	f.m.ParseCmd(fs)
+	return f
+}
+
+// Config is the parsed configuration; read it after fs.Parse.
+func (f *Flags) Config() gcpt4.Config { return *f.m.GetConfig() }
+
+// Provider builds the provider, logging to logger; the caller tears it
+// down.
+func (f *Flags) Provider(ctx context.Context, logger *slog.Logger) (*gcpt4.Provider, error) {
+	return gcpt4.NewProvider(ctx, f.Config(), logger)
+}
