@@ -13,12 +13,12 @@ import (
 // default 100 ms debounce, plan, validation, backup check, temp + fsync +
 // rename. Reported as p50-ms and p99-ms over b.N resets.
 func BenchmarkConfigResetRestored(b *testing.B) {
-	for _, tc := range []struct{ name, version string }{{"containerd-1.7", "1.7.29"}, {"containerd-2.x", "2.2.1"}} {
+	for _, tc := range []struct{ name, version, binary string }{{"containerd-1.7", "1.7.29", "v1.7.29"}, {"containerd-2.x", "2.4.2", "v2.4.2"}} {
 		b.Run(tc.name, func(b *testing.B) {
 			f2 := newFixture(b, "")
 			f2.probe.version = tc.version
-			f2.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: "nydus"}
-			r, err := New(f2.cfg, Deps{Probe: f2.probe, Restarter: f2.rs})
+			f2.probe.state = loadedState()
+			r, err := New(f2.cfg, Deps{Probe: f2.probe, Restarter: f2.rs, Containerd: checker(b, tc.binary)})
 			if err != nil {
 				b.Fatal(err)
 			}
