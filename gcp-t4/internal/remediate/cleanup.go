@@ -58,6 +58,15 @@ func (r *Remediator) Cleanup(ctx context.Context) (CleanupResult, error) {
 		if bytes.Equal(cur, rec.Original) && rec.Existed {
 			continue
 		}
+		if !rec.Existed {
+			// containerd does not start while an import is missing: a file
+			// the main file (as it now is) still imports stays.
+			if files, err := LoadSet(r.cfg.Target.Config, nil); err == nil && loads(files, rec.Path) {
+				out.Kept = append(out.Kept, rec.Path)
+				r.log.Warn("file still imported by containerd's configuration; left as it is", "path", rec.Path)
+				continue
+			}
+		}
 		c := FileChange{Path: rec.Path, Old: cur, New: rec.Original}
 		if !rec.Existed {
 			c.New = nil

@@ -205,8 +205,8 @@ func testContainerd2DropIn(t *testing.T, v2, fixture string) {
 		t.Errorf("main file: %v", err)
 	}
 	drop := []byte(read(t, n.target.DropIn()))
-	if v := mustVersion(t, drop); v != mustVersion(t, orig) {
-		t.Errorf("drop-in version %v, want the main file's %v", v, mustVersion(t, orig))
+	if v := mustVersion(t, drop); v != int64(dropInVersion(n.version, int(mustVersion(t, orig).(int64)))) {
+		t.Errorf("drop-in version %v, main file's %v", v, mustVersion(t, orig))
 	}
 
 	res = reconcileOK(t, r)

@@ -327,6 +327,10 @@ func (p *planner) plan(ctx context.Context) (Plan, error) {
 		return Plan{}, fmt.Errorf("%w: %s declares version %d but containerd %s understands at most %d; containerd would not start with it, fix the file first",
 			ErrUnsupported, t.Config, version, p.run, p.run.MaxSchema())
 	}
+	if mv := MergedVersion(p.run, files); mv != version {
+		return Plan{}, fmt.Errorf("%w: containerd %s merges the current configuration as version %d (set by %s) while %s is version %d, so the main file's settings (CNI, runc, sandbox image) are ignored now; left untouched. Give %s the main file's version or stop importing it",
+			ErrUnsupported, p.run, mv, lastWithVersion(files, mv), t.Config, version, lastWithVersion(files, mv))
+	}
 	before, err := p.ctr.Dump(ctx, t.Config)
 	if err != nil {
 		return Plan{}, fmt.Errorf("%w: containerd %s cannot load the current configuration (%v); fix %s first, it was left untouched", ErrUnsupported, p.run, err, t.Config)
@@ -509,7 +513,7 @@ func (p *planner) dropIn(ctx context.Context, files []LoadFile, before map[strin
 	}
 	var drop []byte
 	if miss := missing(wanted(p.h, l), baseDump); len(miss) > 0 {
-		drop = renderDropIn(p.h, main.Version, miss)
+		drop = renderDropIn(p.h, dropInVersion(p.run, main.Version), miss)
 	}
 	final := base
 	if drop != nil {
@@ -603,16 +607,21 @@ func (p *planner) verify(before, after map[string]any, o owned, override map[str
 		return fmt.Errorf("%w: %v; left untouched", ErrUnsupported, err)
 	}
 	if mv := MergedVersion(p.run, files); mv != files[0].Version {
-		culprit := ""
-		for _, f := range files {
-			if f.Version == mv {
-				culprit = f.Path
-			}
-		}
+		culprit := lastWithVersion(files, mv)
 		return fmt.Errorf("%w: containerd %s would merge the configuration as version %d (set by %s) while %s is version %d, and then ignore the main file's settings; left untouched. Give %s the main file's version or stop importing it",
 			ErrUnsupported, p.run, mv, culprit, p.t.Config, files[0].Version, culprit)
 	}
 	return nil
+}
+
+func lastWithVersion(files []LoadFile, v int) string {
+	culprit := ""
+	for _, f := range files {
+		if f.Version == v {
+			culprit = f.Path
+		}
+	}
+	return culprit
 }
 
 // hint names the files containerd would load besides the main one, where
@@ -687,6 +696,23 @@ func candidateID(changes []FileChange) string {
 	return sum(b.Bytes())
 }
 
+// dropInVersion is the config version of the sidecar's drop-in. containerd
+// 2.0–2.2 merge all files first and migrate the result from the version of
+// the last file merged, so the drop-in has the main file's version (a
+// version 3 drop-in over GKE's version 2 file would leave every GKE CRI
+// setting unmigrated and ignored). From 2.3 every file is migrated on its
+// own, and a version 2 file migrates discard_unpacked_layers only when it
+// also defines a runtime (plugins/cri/images/plugin.go migrateConfig returns
+// early without containerd.runtimes, v2.4.2), which the sidecar's drop-in
+// does not when kata-deploy's defines the handler: it uses the split CRI
+// plugins of version 3 directly.
+func dropInVersion(run Runtime, main int) int {
+	if run.MigratesEachFile() && main < 3 {
+		return 3
+	}
+	return main
+}
+
 // fileKey maps a dump key of containerd 2.x to where a drop-in of the given
 // version sets it: a version 2 drop-in uses the version 2 CRI table, which
 // the plugins' migration copies into the split plugins (and which would
@@ -706,11 +732,7 @@ func fileKey(parts []string, version int) []string {
 }
 
 // renderDropIn writes the sidecar's drop-in for containerd 2.x: the given
-// settings, in the main file's config version. containerd 2.0–2.2 merge all
-// files first and migrate the result from the version of the last file
-// merged, so a version 3 drop-in over GKE's version 2 file would leave
-// every GKE CRI setting (CNI bin_dir, runc options, sandbox image)
-// unmigrated and ignored.
+// settings, in config version version (dropInVersion).
 func renderDropIn(h Handler, version int, settings []leaf) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Owned by gcp-t4-node remediate: what the %s runtime handler for peer pods\n", h.Name)
