@@ -595,3 +595,31 @@ func loadedState() HandlerState {
 	keep := false
 	return HandlerState{Known: true, Loaded: true, Snapshotter: kataDeployNydus, Discard: &keep}
 }
+
+// TestIdlePassesSkipTheCheck: a converged node whose files did not change
+// does not run containerd again at every resync.
+func TestIdlePassesSkipTheCheck(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	f.probe.state = loadedState()
+	ctr := checker(t, "v1.7.29")
+	counted := filepath.Join(f.dir, "containerd")
+	script := "#!/bin/sh\necho run >> " + filepath.Join(f.dir, "runs") + "\nexec " + ctr.Binary + " \"$@\"\n"
+	if err := os.WriteFile(counted, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := f.remediator(t, Deps{Containerd: Containerd{Binary: counted}})
+	runs := func() int { return strings.Count(read(t, filepath.Join(f.dir, "runs")), "run") }
+	for i := range 3 {
+		if res, err := r.Reconcile(context.Background()); err != nil || !res.Converged {
+			t.Fatalf("pass %d: %+v %v", i, res, err)
+		}
+	}
+	after3 := runs()
+	if res, err := r.Reconcile(context.Background()); err != nil || !res.Converged || runs() != after3 {
+		t.Fatalf("idle pass ran containerd (%d → %d runs): %+v %v", after3, runs(), res, err)
+	}
+	os.WriteFile(f.cfg.Target.Config, []byte(gkeFixture(t)), 0o644)
+	if _, err := r.Reconcile(context.Background()); err != nil || runs() == after3 {
+		t.Fatalf("a changed file was not checked again (%v)", err)
+	}
+}

@@ -61,6 +61,9 @@ type Remediator struct {
 	lastEvent string // the last Warning/Normal reported, so a resync does not repeat it
 	// lastWrite is the change this process last wrote, for a rollback.
 	lastWrite *Plan
+	// lastConverged is the last plan that found nothing to write, and
+	// what it was computed from.
+	lastConverged *convergedPlan
 	// ctrVersion caches the checker binary's version by its mtime.
 	ctrVersion   Runtime
 	ctrVersionAt time.Time
@@ -326,11 +329,23 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 	if lerr != nil && !errors.Is(lerr, ErrMalformed) && !errors.Is(lerr, ErrUnsupported) {
 		return res, fmt.Errorf("%w: %v; left untouched", ErrUnsupported, lerr)
 	}
+	// An idle node re-reads the files at every resync; the check with
+	// containerd runs only when something it reads changed.
+	inputs := inputsID(files, run, h, kd, t.DropIn())
+	if r.lastConverged != nil && r.lastConverged.inputs == inputs {
+		res.Plan = r.lastConverged.plan
+		return res, nil
+	}
 	p := &planner{ctr: r.ctr, run: run, h: h, t: t, kd: kd, scratch: r.cfg.Scratch, explicit: r.cfg.Explicit, source: source}
 	pl, err := p.plan(ctx)
 	res.Plan = pl
 	if err != nil {
 		return res, err
+	}
+	if pl.Converged() && lerr == nil {
+		r.lastConverged = &convergedPlan{inputs: inputs, plan: pl}
+	} else {
+		r.lastConverged = nil
 	}
 	if !pl.Handler.Equal(h) {
 		if missing := r.cfg.Host.MissingKata(pl.Handler); missing != "" {
@@ -395,6 +410,29 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 	r.events.Emit(ctx, false, "KataRemoteConfigRestored", fmt.Sprintf("restored runtime handler %s (settings from %s) in %s (%s, config version %d), checked with containerd %s's own merge",
 		h.Name, pl.Source, strings.Join(res.Wrote, ", "), pl.Mode, pl.FileVersion, run))
 	return res, nil
+}
+
+type convergedPlan struct {
+	inputs string
+	plan   Plan
+}
+
+// inputsID identifies everything a plan is computed from.
+func inputsID(files []LoadFile, run Runtime, h Handler, kd KataDeploy, dropIn string) string {
+	var b bytes.Buffer
+	var kh Handler
+	if kd.Handler != nil {
+		kh = *kd.Handler
+	}
+	fmt.Fprintf(&b, "%s\x00%+v\x00%v %s %+v %v %v\x00", run, h, kd.Present, kd.DropIn, kh, kd.Runtimes, kd.ProxyPlugins)
+	for _, f := range files {
+		fmt.Fprintf(&b, "%s\x00%s\x00", f.Path, sum(f.Data))
+	}
+	for _, p := range []string{dropIn, kd.DropIn} {
+		data, err := readOptional(p)
+		fmt.Fprintf(&b, "%s\x00%s\x00%v\x00", p, sum(data), err)
+	}
+	return sum(b.Bytes())
 }
 
 func (r *Remediator) apply(c FileChange) error {
