@@ -2,7 +2,6 @@ package remediate
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,8 +16,6 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 // EnvPrefix prefixes the environment variable of every flag:
@@ -165,17 +162,13 @@ func splitList(s string) []string {
 	return out
 }
 
-func kubeClient(o *options) (corev1client.CoreV1Interface, error) {
+func kubeClient(o *options) (API, error) {
 	// Without a cluster (a node debugged by hand) Events and the Node's
 	// runtimeHandlers are simply not used.
 	if o.kubeconfig == "" && !kubeconfig.InCluster() {
 		return nil, nil
 	}
-	cfg, err := kubeconfig.Load(o.kubeconfig, "", "gcp-t4-remediate")
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig: %w", err)
-	}
-	return corev1client.NewForConfig(cfg)
+	return NewAPI(o.kubeconfig)
 }
 
 // containerdBinary finds the node's containerd: the flag, else the unit's
@@ -231,9 +224,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 		Events:  Events{Client: kc, NodeName: o.nodeName, Logger: logger},
 	}
 	if kc != nil && o.nodeName != "" {
-		deps.Node = func(ctx context.Context) (*corev1.Node, error) {
-			return kc.Nodes().Get(ctx, o.nodeName, metav1.GetOptions{})
-		}
+		deps.Node = func(ctx context.Context) (*corev1.Node, error) { return kc.Node(ctx, o.nodeName) }
 	}
 	if o.criSocket != "" {
 		if _, err := os.Stat(o.criSocket); err == nil {
@@ -292,8 +283,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 
 // ownerGone asks whether the sidecar's DaemonSet still stands. Only
 // metadata is read, so the sidecar needs no apps/v1 types.
-func ownerGone(ctx context.Context, kc corev1client.CoreV1Interface, ns, name string) (bool, string) {
-	raw, err := kc.RESTClient().Get().AbsPath("/apis/apps/v1", "namespaces", ns, "daemonsets", name).DoRaw(ctx)
+func ownerGone(ctx context.Context, kc API, ns, name string) (bool, string) {
+	m, err := kc.DaemonSet(ctx, ns, name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, fmt.Sprintf("daemonset %s/%s is gone", ns, name)
@@ -301,10 +292,6 @@ func ownerGone(ctx context.Context, kc corev1client.CoreV1Interface, ns, name st
 		return true, fmt.Sprintf("this pod's identity was removed (%v): the install is being deleted", err)
 	case err != nil:
 		return false, fmt.Sprintf("cannot tell whether daemonset %s/%s is being deleted (%v); leaving the node as it is", ns, name, err)
-	}
-	var m metav1.PartialObjectMetadata
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return false, fmt.Sprintf("daemonset %s/%s: %v; leaving the node as it is", ns, name, err)
 	}
 	if m.DeletionTimestamp != nil {
 		return true, fmt.Sprintf("daemonset %s/%s is being deleted", ns, name)

@@ -17,9 +17,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	fakecorev1 "k8s.io/client-go/kubernetes/typed/core/v1/fake"
-	clienttesting "k8s.io/client-go/testing"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Unit tests: no containerd, a Probe and Restarter of the test's own.
@@ -72,13 +70,30 @@ func (f *fakeRestarter) Restart(context.Context) error {
 	return err
 }
 
+// fakeAPI records Events; the real client is tested against a real API
+// server (internal/install).
+type fakeAPI struct{ events *[]*corev1.Event }
+
+func (f *fakeAPI) Node(context.Context, string) (*corev1.Node, error) {
+	return nil, errors.New("no nodes here")
+}
+
+func (f *fakeAPI) CreateEvent(_ context.Context, ev *corev1.Event) error {
+	*f.events = append(*f.events, ev)
+	return nil
+}
+
+func (f *fakeAPI) DaemonSet(context.Context, string, string) (*metav1.PartialObjectMetadata, error) {
+	return nil, errors.New("no daemonsets here")
+}
+
 type fixture struct {
 	dir    string
 	cfg    Config
 	probe  *fakeProbe
 	rs     *fakeRestarter
 	events *[]*corev1.Event
-	core   *fakecorev1.FakeCoreV1
+	core   *fakeAPI
 }
 
 func newFixture(t testing.TB, main string) *fixture {
@@ -100,13 +115,7 @@ func newFixture(t testing.TB, main string) *fixture {
 	f.probe.state = HandlerState{Known: true}
 	var evs []*corev1.Event
 	f.events = &evs
-	fake := &clienttesting.Fake{}
-	fake.AddReactor("create", "events", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		ev := a.(clienttesting.CreateAction).GetObject().(*corev1.Event)
-		evs = append(evs, ev)
-		return true, ev, nil
-	})
-	f.core = &fakecorev1.FakeCoreV1{Fake: fake}
+	f.core = &fakeAPI{events: &evs}
 	return f
 }
 
