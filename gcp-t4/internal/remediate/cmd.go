@@ -78,7 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.interval, "restart-interval", 10*time.Minute, "at most one restart per this interval")
 	fs.IntVar(&o.maxFailures, "restart-max-failures", 3, "stop restarting and report after this many consecutive failures")
 	fs.DurationVar(&o.cfg.Settle, "settle", 10*time.Second, "quiet time after a config change before restarting containerd (GKE and kata-deploy restart it themselves)")
-	fs.DurationVar(&o.cfg.Quiet, "quiet", time.Second, "act only on files closed by every writer and unchanged for this long")
+	fs.DurationVar(&o.cfg.Quiet, "quiet", 500*time.Millisecond, "act only on files closed by every writer and unchanged for this long")
 	fs.DurationVar(&o.cfg.VerifyTimeout, "verify-timeout", 2*time.Minute, "how long a restarted containerd gets to come back with the handler before the files are put back")
 	fs.DurationVar(&o.debounce, "debounce", 100*time.Millisecond, "quiet time after a file event before reconciling")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "reconcile at least this often")
