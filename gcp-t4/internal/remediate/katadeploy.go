@@ -199,9 +199,10 @@ func learn(h Handler, from Handler, explicit map[string]bool) Handler {
 	set("runtime-type", &h.RuntimeType, from.RuntimeType)
 	set("runtime-path", &h.RuntimePath, from.RuntimePath)
 	set("kata-config", &h.ConfigPath, from.ConfigPath)
-	if !explicit["snapshotter"] && from.Snapshotter != "" {
+	if !explicit["snapshotter"] && from.Snapshotter != "" && (from.Snapshotter != h.Snapshotter || from.SnapshotterAddress != "") {
 		h.Snapshotter = from.Snapshotter
-		// The address and root go with the snapshotter they belong to.
+		// The address and root go with the snapshotter they belong to; an
+		// empty address means its proxy plugin is defined elsewhere.
 		if !explicit["snapshotter-address"] {
 			h.SnapshotterAddress = from.SnapshotterAddress
 		}

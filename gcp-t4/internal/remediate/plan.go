@@ -168,11 +168,13 @@ func wanted(h Handler, l layout) []leaf {
 		// version 3 main file.
 		out = append(out, leaf{cat(l.platforms(h.Name), []string{"snapshotter"}), h.Snapshotter})
 	}
-	pp := cat(proxyPlugins, []string{h.Snapshotter})
-	out = append(out, leaf{cat(pp, []string{"type"}), "snapshot"})
-	if h.SnapshotterAddress != "" {
-		out = append(out, leaf{cat(pp, []string{"address"}), h.SnapshotterAddress})
+	if h.SnapshotterAddress == "" {
+		// A snapshotter learned without an address is defined elsewhere
+		// (or built in): its proxy plugin is not ours to write.
+		return out
 	}
+	pp := cat(proxyPlugins, []string{h.Snapshotter})
+	out = append(out, leaf{cat(pp, []string{"type"}), "snapshot"}, leaf{cat(pp, []string{"address"}), h.SnapshotterAddress})
 	if h.ExportsRoot != "" {
 		out = append(out, leaf{cat(pp, []string{"exports", "root"}), h.ExportsRoot})
 	}
@@ -337,9 +339,9 @@ func (p *planner) plan(ctx context.Context) (Plan, error) {
 	}
 	source := p.source
 	if p.kd.Handler == nil {
-		// No kata-deploy drop-in or layout: a handler already in the merged
-		// configuration (kata-deploy's in-place edit on 1.7, an operator's)
-		// is kept as it is.
+		// No kata-deploy drop-in or layout: the settings of a handler
+		// already in the merged configuration (kata-deploy's in-place edit
+		// on 1.7, an operator's) are kept; only what it lacks is added.
 		if h, ok := handlerFromDoc(before, p.h.Name); ok {
 			if learned := learn(p.h, h, p.explicit); !learned.Equal(p.h) {
 				p.h, source = learned, "the handler already in containerd's configuration"

@@ -632,3 +632,46 @@ func TestIdlePassesSkipTheCheck(t *testing.T) {
 		t.Fatalf("a changed file was not checked again (%v)", err)
 	}
 }
+
+// TestKeepsAnExistingHandler: without kata-deploy's files, a kata-remote
+// already in containerd's configuration (here as the CoCo operator's
+// pre-install sets it up: nydus at /run/containerd-nydus, per its
+// reqs-deploy.sh) keeps its settings; only what peer pods lack is added.
+func TestKeepsAnExistingHandler(t *testing.T) {
+	main := gkeFixture(t) + `
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote]
+  runtime_type = "io.containerd.kata-remote.v2"
+  runtime_path = "/opt/kata/bin/containerd-shim-kata-v2"
+  snapshotter = "nydus"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote.options]
+  ConfigPath = "/opt/kata/share/defaults/kata-containers/runtimes/remote/configuration-remote.toml"
+[proxy_plugins.nydus]
+  type = "snapshot"
+  address = "/run/containerd-nydus/containerd-nydus-grpc.sock"
+`
+	f := newFixture(t, main)
+	f.probe.state = loadedState()
+	f.probe.state.Snapshotter = "nydus"
+	r := f.remediator(t, Deps{})
+	res, err := r.Reconcile(context.Background())
+	if err != nil || len(res.Wrote) != 1 || res.Plan.Handler.Snapshotter != "nydus" || !strings.Contains(res.Plan.Source, "already in containerd") {
+		t.Fatalf("res %+v err %v: want the existing handler's settings kept", res.Plan, err)
+	}
+	doc, err := tomledit.Decode([]byte(read(t, f.cfg.Target.Config)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := tomledit.Leaves(doc)
+	for k, v := range map[string]any{
+		`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote.snapshotter`: "nydus",
+		`proxy_plugins.nydus.address`: "/run/containerd-nydus/containerd-nydus-grpc.sock",
+		`plugins."io.containerd.grpc.v1.cri".containerd.discard_unpacked_layers`: false,
+	} {
+		if l[k] != v {
+			t.Errorf("%s = %v, want %v", k, l[k], v)
+		}
+	}
+	if _, ok := l[`proxy_plugins.nydus-for-kata-tee.type`]; ok {
+		t.Error("kata-deploy's snapshotter added next to the existing one")
+	}
+}
