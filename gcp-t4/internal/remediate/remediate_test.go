@@ -664,7 +664,7 @@ func TestKeepsAnExistingHandler(t *testing.T) {
 	l := tomledit.Leaves(doc)
 	for k, v := range map[string]any{
 		`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote.snapshotter`: "nydus",
-		`proxy_plugins.nydus.address`: "/run/containerd-nydus/containerd-nydus-grpc.sock",
+		`proxy_plugins.nydus.address`:                                            "/run/containerd-nydus/containerd-nydus-grpc.sock",
 		`plugins."io.containerd.grpc.v1.cri".containerd.discard_unpacked_layers`: false,
 	} {
 		if l[k] != v {
