@@ -30,12 +30,28 @@ var offNode = []string{
 	"github.com/caa-gcp-t4/gcp-t4/internal/demo",
 }
 
+// The node sidecar asks Kubernetes for its Node, its DaemonSet's metadata
+// and to record Events: a REST client for core/v1, not the clientset, whose
+// typed clients and apply configurations link every API group.
+var offNodeKube = []string{
+	"k8s.io/client-go/kubernetes",
+	"k8s.io/client-go/applyconfigurations",
+	"k8s.io/client-go/dynamic",
+	"k8s.io/client-go/discovery",
+	"k8s.io/client-go/informers",
+	"k8s.io/client-go/listers",
+	"k8s.io/client-go/restmapper",
+}
+
 func TestNodeSidecarLinksNoCloudOrInstaller(t *testing.T) {
 	for _, d := range deps(t, "./gcp-t4-node") {
-		for _, p := range offNode {
+		for _, p := range append(offNode, offNodeKube...) {
 			if d == p || strings.HasPrefix(d, p+"/") {
 				t.Errorf("gcp-t4-node links %s (forbidden: %s)", d, p)
 			}
+		}
+		if strings.HasPrefix(d, "k8s.io/api/") && d != "k8s.io/api/core/v1" {
+			t.Errorf("gcp-t4-node links API group %s; it needs core/v1 only", d)
 		}
 	}
 }

@@ -13,10 +13,13 @@ port=${3:-19102}
 dir=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
 here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$dir/etc" "$dir/host/opt/kata/bin" "$dir/host/opt/kata/share/defaults/kata-containers"
-touch "$dir/host/opt/kata/bin/containerd-shim-kata-v2" "$dir/host/opt/kata/share/defaults/kata-containers/configuration-remote.toml"
+# The host: kata-deploy 4.x's shim and remote configuration, and the node's
+# containerd (1.7.29, built and cached by build.sh), which checks every change.
+mkdir -p "$dir/etc" "$dir/host/opt/kata/bin" "$dir/host/opt/kata/share/defaults/kata-containers/runtimes/remote" "$dir/host/usr/bin"
+touch "$dir/host/opt/kata/bin/containerd-shim-kata-v2" "$dir/host/opt/kata/share/defaults/kata-containers/runtimes/remote/configuration-remote.toml"
+ln -s "$("$here/build.sh" v1.7.29)" "$dir/host/usr/bin/containerd"
 sed "s|@TMP@|$dir|g" "$here/../../gcp-t4/internal/remediate/testdata/gke-v2.toml" >"$dir/etc/config.toml"
-args=(--config "$dir/etc/config.toml" --host-root "$dir/host" --lock "$dir/lock"
+args=(--config "$dir/etc/config.toml" --host-root "$dir/host" --kata-dir "$dir/host/opt/kata" --lock "$dir/lock"
 	--containerd-version 1.7.29 --cri-socket "" --restart none --listen "127.0.0.1:$port" --log-level warn)
 "$bin" remediate --once "${args[@]}" >/dev/null
 "$bin" remediate "${args[@]}" &

@@ -19,6 +19,6 @@ func main() {
 
 func program() cli.Program {
 	return cli.Program{Name: "gcp-t4-node", Version: version, Commands: map[string]cli.Command{
-		"remediate": {Summary: "keep the kata-remote runtime handler in this node's containerd config (sidecar; --once, --dry-run)", Run: remediate.Main},
+		"remediate": {Summary: "keep kata-deploy's kata-remote runtime handler in this node's containerd config, every change checked with the node's containerd (sidecar; --once, --dry-run, --cleanup)", Run: remediate.Main},
 	}}
 }

@@ -56,6 +56,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("AutopilotRefused", e.testAutopilot)
 	t.Run("NewSettingsPruneOldObjects", e.testPrune)
 	t.Run("RolloutTimeout", e.testRolloutTimeout)
+	t.Run("UninstallRestoresNodes", e.testUninstallRestoresNodes)
 }
 
 // runControllers stands in for kube-controller-manager: the DaemonSet
@@ -217,12 +218,21 @@ func (e *env) resourceVersions(t *testing.T) map[string]string {
 // can asks the API server's own RBAC whether CAA's ServiceAccount may do verb.
 func (e *env) can(t *testing.T, verb, group, resource, sub, ns string) bool {
 	t.Helper()
+	return e.review(t, "cloud-api-adaptor", authzv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Subresource: sub, Namespace: ns})
+}
+
+// canAs asks the same for ServiceAccount sa of our namespace, on a named object.
+func (e *env) canAs(t *testing.T, sa, verb, group, resource, name, ns string) bool {
+	t.Helper()
+	return e.review(t, sa, authzv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Name: name, Namespace: ns})
+}
+
+func (e *env) review(t *testing.T, sa string, attrs authzv1.ResourceAttributes) bool {
+	t.Helper()
 	sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-		User:   "system:serviceaccount:" + Namespace + ":cloud-api-adaptor",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + Namespace, "system:authenticated"},
-		ResourceAttributes: &authzv1.ResourceAttributes{
-			Verb: verb, Group: group, Resource: resource, Subresource: sub, Namespace: ns,
-		},
+		User:               "system:serviceaccount:" + Namespace + ":" + sa,
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + Namespace, "system:authenticated"},
+		ResourceAttributes: &attrs,
 	}}
 	out, err := e.cs.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
 	if err != nil {
@@ -482,13 +492,19 @@ func (e *env) testGKEUbuntu(t *testing.T) {
 			t.Errorf("stderr has %q with the piece present:\n%s", unwanted, errs)
 		}
 	}
-	ds := e.daemonSet(t)
+	ds, err := e.cs.AppsV1().DaemonSets(Namespace).Get(ctx, RemediationDaemonSet, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("no remediation DaemonSet on GKE: %v", err)
+	}
 	rem := container(ds, "remediate")
 	if rem == nil {
-		t.Fatal("no remediation sidecar on GKE")
+		t.Fatal("no remediate container")
 	}
 	if ds.Spec.Template.Spec.HostPID || rem.SecurityContext == nil || rem.SecurityContext.Privileged == nil || *rem.SecurityContext.Privileged {
 		t.Error("sidecar privileged or hostPID after the API server's defaulting")
+	}
+	if container(e.daemonSet(t), "remediate") != nil {
+		t.Error("remediate runs in CAA's pod")
 	}
 	// kata-deploy's RuntimeClass is left alone.
 	live, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, runtimeClassName, metav1.GetOptions{})
@@ -504,7 +520,7 @@ func (e *env) testGKEUbuntu(t *testing.T) {
 		want                      bool
 	}{
 		{"get", "", "nodes", "", "", true},
-		{"create", "", "events", "", "default", true},
+		{"create", "", "events", "", "default", false}, // the sidecar's, not CAA's
 		{"patch", "", "nodes", "status", "", true},
 		{"create", "confidentialcontainers.org", "peerpods", "", "ml", true},
 		{"get", "", "secrets", "", "ml", true},
@@ -516,6 +532,26 @@ func (e *env) testGKEUbuntu(t *testing.T) {
 	} {
 		if got := e.can(t, c.verb, c.group, c.res, c.sub, c.ns); got != c.want {
 			t.Errorf("CAA's ServiceAccount %s %s/%s (ns %q): allowed=%v, want %v", c.verb, c.res, c.sub, c.ns, got, c.want)
+		}
+	}
+	// The sidecar's own ServiceAccount: its Node, Events, its DaemonSet.
+	for _, c := range []struct {
+		verb, group, res, name, ns string
+		want                       bool
+	}{
+		{"get", "", "nodes", "gke-c-peer-1", "", true},
+		{"create", "", "events", "", "default", true},
+		{"get", "apps", "daemonsets", RemediationDaemonSet, Namespace, true},
+		{"get", "apps", "daemonsets", DaemonSetName, Namespace, false},
+		{"get", "", "secrets", "", Namespace, false},
+		{"get", "", "secrets", "", "ml", false},
+		{"patch", "", "nodes", "", "", false},
+		{"list", "", "pods", "", "", false},
+		{"create", "", "events", "", "kube-system", false},
+		{"create", "confidentialcontainers.org", "peerpods", "", "ml", false},
+	} {
+		if got := e.canAs(t, RemediationDaemonSet, c.verb, c.group, c.res, c.name, c.ns); got != c.want {
+			t.Errorf("the sidecar's ServiceAccount %s %s %s (ns %q): allowed=%v, want %v", c.verb, c.res, c.name, c.ns, got, c.want)
 		}
 	}
 	t.Run("SidecarIdentity", func(t *testing.T) { e.testSidecarIdentity(t, "gke-c-peer-1") })

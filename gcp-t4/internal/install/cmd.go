@@ -351,6 +351,13 @@ func runUninstall(ctx context.Context, o *uninstallOptions, stdout io.Writer) er
 		}
 	}
 	del = append(del, Ref{APIVersion: "v1", Kind: "ConfigMap", Namespace: Namespace, Name: InventoryName})
+	// The nodes first, while the sidecar's identity still exists (uninstall_nodes.go).
+	rctx, rcancel := context.WithTimeout(ctx, o.timeout)
+	err = restoreNodes(rctx, c.typed, o.dryRun, stdout)
+	rcancel()
+	if err != nil {
+		return err
+	}
 	if o.dryRun {
 		for _, r := range adopted {
 			fmt.Fprintf(stdout, "would keep %s (it existed before install) and drop the fields install set\n", r)

@@ -199,19 +199,28 @@ func TestOverlay(t *testing.T) {
 	}
 }
 
-// TestSidecarLeastPrivilege asserts the remediation sidecar's security
-// context and host mounts.
+// TestSidecarLeastPrivilege asserts the remediation DaemonSet's identity,
+// security context and host mounts: a pod and ServiceAccount of its own (no
+// CAA token next to systemd's bus), no host network, only the host paths
+// its job needs.
 func TestSidecarLeastPrivilege(t *testing.T) {
 	m := mustRender(t, Settings{GKERemediation: true, Image: "registry.example/caa-gcp-t4:v9"})
-	ds := daemonSetOf(t, m)
+	ds := decode[appsv1.DaemonSet](t, m, "DaemonSet", RemediationDaemonSet)
+	caaDS := daemonSetOf(t, m)
+	if container(caaDS, "remediate") != nil {
+		t.Error("remediate still runs in CAA's pod")
+	}
 	spec := ds.Spec.Template.Spec
-	if spec.HostPID {
-		t.Error("hostPID set")
+	if spec.HostPID || spec.HostIPC || spec.HostNetwork {
+		t.Errorf("hostPID %v, hostIPC %v, hostNetwork %v: want none", spec.HostPID, spec.HostIPC, spec.HostNetwork)
 	}
-	if spec.HostIPC {
-		t.Error("hostIPC set")
+	if spec.ServiceAccountName != RemediationDaemonSet || spec.ServiceAccountName == caaDS.Spec.Template.Spec.ServiceAccountName {
+		t.Errorf("serviceAccountName %q: want its own, not CAA's %q", spec.ServiceAccountName, caaDS.Spec.Template.Spec.ServiceAccountName)
 	}
-	rem, caa := container(ds, "remediate"), container(ds, "cloud-api-adaptor-con")
+	if ds.Namespace != Namespace {
+		t.Errorf("namespace %q", ds.Namespace)
+	}
+	rem, caa := container(ds, "remediate"), container(caaDS, "cloud-api-adaptor-con")
 	if rem == nil {
 		t.Fatal("no remediate container")
 	}
@@ -238,9 +247,9 @@ func TestSidecarLeastPrivilege(t *testing.T) {
 	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
 		t.Error("seccomp not RuntimeDefault")
 	}
-	vols := map[string]*corev1.HostPathVolumeSource{}
+	vols := map[string]corev1.Volume{}
 	for _, v := range spec.Volumes {
-		vols[v.Name] = v.HostPath
+		vols[v.Name] = v
 	}
 	type mount struct {
 		host, in string
@@ -248,42 +257,60 @@ func TestSidecarLeastPrivilege(t *testing.T) {
 	}
 	var got []mount
 	for _, vm := range rem.VolumeMounts {
-		hp := vols[vm.Name]
-		if hp == nil {
-			t.Errorf("mount %s is not a host path; want only host paths", vm.Name)
+		v := vols[vm.Name]
+		switch {
+		case v.EmptyDir != nil:
+			if vm.MountPath != "/tmp" || v.EmptyDir.SizeLimit == nil {
+				t.Errorf("emptyDir %s at %s: want a bounded scratch /tmp", vm.Name, vm.MountPath)
+			}
+			continue
+		case v.HostPath == nil:
+			t.Errorf("mount %s is neither a host path nor the scratch emptyDir", vm.Name)
 			continue
 		}
-		got = append(got, mount{hp.Path, vm.MountPath, vm.ReadOnly})
-		if hp.Path == "/run/systemd/private" && (hp.Type == nil || *hp.Type != corev1.HostPathSocket) {
-			t.Errorf("/run/systemd/private type %v, want Socket", hp.Type)
+		got = append(got, mount{v.HostPath.Path, vm.MountPath, vm.ReadOnly})
+		if v.HostPath.Path == "/run/systemd/private" && (v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathSocket) {
+			t.Errorf("/run/systemd/private type %v, want Socket", v.HostPath.Type)
 		}
 	}
 	sort.Slice(got, func(i, j int) bool { return got[i].host < got[j].host })
 	want := []mount{
+		{"/", "/host", true},
 		{"/etc/containerd", "/etc/containerd", false},
-		{"/opt/kata", "/host/opt/kata", true},
+		{"/opt/kata", "/opt/kata", true},
 		{"/run/lock", "/run/lock", false},
 		{"/run/systemd/private", "/run/systemd/private", false},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("sidecar host mounts\n got %+v\nwant %+v", got, want)
 	}
-	if !slices.Contains(rem.Args, "--host-root=/host") || !slices.Contains(rem.Args, "--cri-socket=") {
-		t.Errorf("args %q: want --host-root=/host (kata under /host/opt/kata) and no CRI socket", rem.Args)
+	for _, a := range []string{"--host-root=/host", "--cri-socket=", "--daemonset=" + RemediationDaemonSet} {
+		if !slices.Contains(rem.Args, a) {
+			t.Errorf("args %q lack %s", rem.Args, a)
+		}
 	}
-	if p := rem.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.IntValue() == 8000 {
-		t.Errorf("liveness probe %+v: want loopback, off CAA's port 8000", p)
+	if p := rem.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Port.IntValue() != 9102 {
+		t.Errorf("liveness probe %+v: want /healthz on 9102", p)
 	}
-	if sel := spec.NodeSelector; len(sel) != 2 || sel[SelectionLabel] != "true" || sel[labelGKEOS] != "ubuntu" {
-		t.Errorf("nodeSelector %v, want %s=true on Ubuntu only", sel, SelectionLabel)
+	if g := spec.TerminationGracePeriodSeconds; g == nil || *g < 150 {
+		t.Errorf("terminationGracePeriodSeconds %v: the uninstall pass needs up to 150 s", g)
+	}
+	for _, d := range []*appsv1.DaemonSet{ds, caaDS} {
+		if sel := d.Spec.Template.Spec.NodeSelector; len(sel) != 2 || sel[SelectionLabel] != "true" || sel[labelGKEOS] != "ubuntu" {
+			t.Errorf("%s nodeSelector %v, want %s=true on Ubuntu only", d.Name, sel, SelectionLabel)
+		}
+	}
+	sa := decode[corev1.ServiceAccount](t, m, "ServiceAccount", RemediationDaemonSet)
+	if sa == nil || sa.Namespace != Namespace || sa.Labels[PartOfLabel] != PartOfValue {
+		t.Errorf("ServiceAccount %+v", sa)
 	}
 }
 
 // TestSidecarFollowsDefaultImage: without --image the sidecar still runs
 // the CAA container's image.
 func TestSidecarFollowsDefaultImage(t *testing.T) {
-	ds := daemonSetOf(t, mustRender(t, Settings{GKERemediation: true}))
-	if a, b := container(ds, "remediate").Image, container(ds, "cloud-api-adaptor-con").Image; a != b {
+	m := mustRender(t, Settings{GKERemediation: true})
+	if a, b := container(decode[appsv1.DaemonSet](t, m, "DaemonSet", RemediationDaemonSet), "remediate").Image, container(daemonSetOf(t, m), "cloud-api-adaptor-con").Image; a != b {
 		t.Errorf("sidecar %q, CAA %q", a, b)
 	}
 }

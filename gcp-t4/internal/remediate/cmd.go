@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"io"
 	"log/slog"
 	"os"
@@ -13,15 +12,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // EnvPrefix prefixes the environment variable of every flag:
 // --snapshotter-address is GCPT4_REMEDIATE_SNAPSHOTTER_ADDRESS.
 const EnvPrefix = "GCPT4_REMEDIATE_"
+
+// handlerFlags are the flags whose values kata-deploy's files may supply
+// when they are not given explicitly.
+var handlerFlags = []string{"runtime-type", "runtime-path", "kata-config", "snapshotter", "snapshotter-address", "snapshotter-root", "pod-annotations", "container-annotations"}
 
 type options struct {
 	cfg         Config
@@ -31,6 +34,7 @@ type options struct {
 	restartMode string
 	unit        string
 	systemdBus  string
+	ctrBinary   string
 	interval    time.Duration
 	maxFailures int
 	debounce    time.Duration
@@ -38,7 +42,10 @@ type options struct {
 	listen      string
 	kubeconfig  string
 	nodeName    string
+	namespace   string
+	daemonSet   string
 	once        bool
+	cleanup     bool
 	logLevel    string
 }
 
@@ -48,32 +55,40 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("gcp-t4-node remediate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.cfg.Target.Config, "config", "/etc/containerd/config.toml", "containerd's main config file (host path; mount the host's /etc/containerd at the same path)")
-	fs.StringVar(&o.cfg.Target.DropInDir, "dropin-dir", "", "drop-in directory imported by a glob on containerd 2.x (default: conf.d next to --config)")
-	fs.StringVar(&o.cfg.Target.DropInName, "dropin-name", "50-kata-remote.toml", "name of the owned drop-in file")
+	fs.StringVar(&o.cfg.Target.DropInDir, "dropin-dir", "", "the sidecar's own directory on containerd 2.x: its drop-in, imported by literal path, and its state (default: caa-gcp-t4 next to --config; no imports glob may read it)")
+	fs.StringVar(&o.cfg.Target.DropInName, "dropin-name", "kata-remote.toml", "name of the sidecar's drop-in file")
 	fs.StringVar(&o.cfg.Handler.Name, "handler", h.Name, "runtime handler name (the RuntimeClass handler)")
 	fs.StringVar(&o.cfg.Handler.RuntimeType, "runtime-type", h.RuntimeType, "runtime_type of the handler")
 	fs.StringVar(&o.cfg.Handler.RuntimePath, "runtime-path", h.RuntimePath, "host path of the kata shim")
 	fs.StringVar(&o.cfg.Handler.ConfigPath, "kata-config", h.ConfigPath, "host path of the kata remote configuration (options.ConfigPath)")
-	fs.StringVar(&o.cfg.Handler.Snapshotter, "snapshotter", h.Snapshotter, "snapshotter for the handler and name of its proxy plugin (kata-deploy 3.29+: nydus-for-kata-tee)")
+	fs.StringVar(&o.cfg.Handler.Snapshotter, "snapshotter", h.Snapshotter, "snapshotter for the handler and name of its proxy plugin")
 	fs.StringVar(&o.cfg.Handler.SnapshotterAddress, "snapshotter-address", h.SnapshotterAddress, "socket of the proxy snapshotter")
+	fs.StringVar(&o.cfg.Handler.ExportsRoot, "snapshotter-root", h.ExportsRoot, "exports.root of the proxy snapshotter (empty: not set)")
 	fs.StringVar(&o.podAnn, "pod-annotations", strings.Join(h.PodAnnotations, ","), "comma-separated pod_annotations")
 	fs.StringVar(&o.ctrAnn, "container-annotations", strings.Join(h.ContainerAnnotations, ","), "comma-separated container_annotations")
-	fs.StringVar(&o.cfg.Host.Root, "host-root", "/", "where the host's / is mounted (to find the kata shim and /etc/os-release)")
-	fs.StringVar(&o.cfg.Lock.Path, "lock", "/run/lock/kata-deploy.lock", "host lock shared with kata-deploy (empty: none)")
+	fs.StringVar(&o.cfg.Host.Root, "host-root", "/", "where the host's / is mounted (the kata shim, /etc/os-release, the containerd binary)")
+	fs.StringVar(&o.cfg.KataDir, "kata-dir", kataDeployDir, "kata-deploy's install directory, mounted at its host path; the handler's settings are learned from kata-deploy's files there unless given as flags")
+	fs.StringVar(&o.cfg.Lock.Path, "lock", "/run/lock/kata-deploy.lock", "host lock shared with kata-deploy 4.1+ (empty: none)")
 	fs.StringVar(&o.cfg.ContainerdVersion, "containerd-version", "", "running containerd version (default: ask CRI, then the Node)")
+	fs.StringVar(&o.ctrBinary, "containerd-binary", "", "host path of the node's containerd binary, run as `containerd config dump` to check every change (default: the ExecStart of --unit, else /usr/bin/containerd)")
 	fs.StringVar(&o.criSocket, "cri-socket", "/run/containerd/containerd.sock", "containerd's CRI socket (empty: none; the Node's runtimeHandlers are used)")
 	fs.StringVar(&o.restartMode, "restart", "systemd", "how to restart containerd when it lacks the handler: systemd (D-Bus on /run/systemd/private) or none")
 	fs.StringVar(&o.unit, "unit", "containerd.service", "containerd's systemd unit")
 	fs.StringVar(&o.systemdBus, "systemd-bus", "", "reach systemd through this D-Bus message bus address instead of its private socket /run/systemd/private")
 	fs.DurationVar(&o.interval, "restart-interval", 10*time.Minute, "at most one restart per this interval")
 	fs.IntVar(&o.maxFailures, "restart-max-failures", 3, "stop restarting and report after this many consecutive failures")
-	fs.DurationVar(&o.cfg.Settle, "settle", 10*time.Second, "quiet time after a config change before restarting containerd (GKE restarts it itself after a rewrite)")
+	fs.DurationVar(&o.cfg.Settle, "settle", 10*time.Second, "quiet time after a config change before restarting containerd (GKE and kata-deploy restart it themselves)")
+	fs.DurationVar(&o.cfg.Quiet, "quiet", 500*time.Millisecond, "act only on files closed by every writer and unchanged for this long")
+	fs.DurationVar(&o.cfg.VerifyTimeout, "verify-timeout", 2*time.Minute, "how long a restarted containerd gets to come back with the handler before the files are put back")
 	fs.DurationVar(&o.debounce, "debounce", 100*time.Millisecond, "quiet time after a file event before reconciling")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "reconcile at least this often")
 	fs.StringVar(&o.listen, "listen", ":9102", "address for /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster when run in a pod)")
 	fs.StringVar(&o.nodeName, "node-name", "", "this node's name, for Events and the Node fallback (usually from NODE_NAME)")
+	fs.StringVar(&o.namespace, "namespace", "", "the pod's namespace, for --daemonset (usually from POD_NAMESPACE)")
+	fs.StringVar(&o.daemonSet, "daemonset", "", "the sidecar's own DaemonSet: on SIGTERM, when it is gone (uninstall), restore the node before exiting")
 	fs.BoolVar(&o.once, "once", false, "reconcile once and exit (installers, debugging); exit 1 when not converged")
+	fs.BoolVar(&o.cleanup, "cleanup", false, "restore every file the sidecar changed to its earlier content, restart containerd if a byte changed, and exit (uninstall)")
 	fs.BoolVar(&o.cfg.DryRun, "dry-run", false, "print the diff that would be written and exit; writes nothing, restarts nothing")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -97,22 +112,38 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if envErr != nil {
 		return nil, envErr
 	}
+	o.cfg.Explicit = map[string]bool{}
+	for _, f := range handlerFlags {
+		o.cfg.Explicit[f] = set[f]
+	}
 	if o.nodeName == "" {
 		o.nodeName = os.Getenv("NODE_NAME")
 	}
+	if o.namespace == "" {
+		o.namespace = os.Getenv("POD_NAMESPACE")
+	}
 	if o.cfg.Target.DropInDir == "" {
-		o.cfg.Target.DropInDir = filepath.Join(filepath.Dir(o.cfg.Target.Config), "conf.d")
+		o.cfg.Target.DropInDir = filepath.Join(filepath.Dir(o.cfg.Target.Config), "caa-gcp-t4")
 	}
 	o.cfg.Handler.PodAnnotations = splitList(o.podAnn)
 	o.cfg.Handler.ContainerAnnotations = splitList(o.ctrAnn)
 	if !filepath.IsAbs(o.cfg.Target.Config) || !filepath.IsAbs(o.cfg.Target.DropInDir) {
-		return nil, fmt.Errorf("--config %q and --dropin-dir %q must be absolute: containerd resolves the imports glob on the host", o.cfg.Target.Config, o.cfg.Target.DropInDir)
+		return nil, fmt.Errorf("--config %q and --dropin-dir %q must be absolute: containerd reads the imports entry on the host", o.cfg.Target.Config, o.cfg.Target.DropInDir)
 	}
 	if strings.ContainsAny(o.cfg.Target.DropInName, "/*?[") || !strings.HasSuffix(o.cfg.Target.DropInName, ".toml") {
 		return nil, fmt.Errorf("--dropin-name %q: want a plain file name ending in .toml", o.cfg.Target.DropInName)
 	}
+	if o.ctrBinary != "" && !filepath.IsAbs(o.ctrBinary) {
+		return nil, fmt.Errorf("--containerd-binary %q: want the absolute host path of containerd", o.ctrBinary)
+	}
 	if o.restartMode != "systemd" && o.restartMode != "none" {
 		return nil, fmt.Errorf("--restart %q: want systemd or none (signals are never used: SIGHUP kills containerd)", o.restartMode)
+	}
+	if o.daemonSet != "" && o.namespace == "" {
+		return nil, fmt.Errorf("--daemonset %q needs --namespace (or POD_NAMESPACE)", o.daemonSet)
+	}
+	if o.once && o.cleanup {
+		return nil, errors.New("--once and --cleanup: give one")
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
@@ -131,17 +162,38 @@ func splitList(s string) []string {
 	return out
 }
 
-func kubeClient(o *options) (corev1client.CoreV1Interface, error) {
+func kubeClient(o *options) (API, error) {
 	// Without a cluster (a node debugged by hand) Events and the Node's
 	// runtimeHandlers are simply not used.
 	if o.kubeconfig == "" && !kubeconfig.InCluster() {
 		return nil, nil
 	}
-	cfg, err := kubeconfig.Load(o.kubeconfig, "", "gcp-t4-remediate")
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig: %w", err)
+	return NewAPI(o.kubeconfig)
+}
+
+// containerdBinary finds the node's containerd: the flag, else the unit's
+// ExecStart, else the usual place; a host path, under --host-root.
+func containerdBinary(ctx context.Context, o *options, sd *restart.Systemd, logger *slog.Logger) Containerd {
+	p := o.ctrBinary
+	if p == "" && sd != nil {
+		if exec, err := sd.ExecPath(ctx); err == nil {
+			p = exec
+		} else {
+			logger.Warn("reading containerd's ExecStart from systemd failed; looking in the usual places", "err", err.Error())
+		}
 	}
-	return corev1client.NewForConfig(cfg)
+	if p == "" {
+		for _, c := range []string{"/usr/bin/containerd", "/usr/local/bin/containerd", "/bin/containerd"} {
+			if _, err := os.Stat(filepath.Join(o.cfg.Host.Root, c)); err == nil {
+				p = c
+				break
+			}
+		}
+	}
+	if p == "" {
+		p = "/usr/bin/containerd"
+	}
+	return Containerd{Binary: filepath.Join(o.cfg.Host.Root, p), Root: o.cfg.Host.Root}
 }
 
 // Main is `gcp-t4-node remediate`. It logs through its own JSON handler at
@@ -172,9 +224,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 		Events:  Events{Client: kc, NodeName: o.nodeName, Logger: logger},
 	}
 	if kc != nil && o.nodeName != "" {
-		deps.Node = func(ctx context.Context) (*corev1.Node, error) {
-			return kc.Nodes().Get(ctx, o.nodeName, metav1.GetOptions{})
-		}
+		deps.Node = func(ctx context.Context) (*corev1.Node, error) { return kc.Node(ctx, o.nodeName) }
 	}
 	if o.criSocket != "" {
 		if _, err := os.Stat(o.criSocket); err == nil {
@@ -183,13 +233,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 			logger.Warn("CRI socket not found; using the Node's runtimeHandlers and containerd's start time instead", "socket", o.criSocket)
 		}
 	}
-	if o.restartMode == "systemd" && !o.cfg.DryRun {
-		deps.Restarter = restart.Systemd{Unit: o.unit, BusAddress: o.systemdBus}
+	var sd *restart.Systemd
+	if o.restartMode == "systemd" {
+		sd = &restart.Systemd{Unit: o.unit, BusAddress: o.systemdBus}
+		if !o.cfg.DryRun {
+			deps.Restarter = *sd
+		}
 	}
+	deps.Containerd = containerdBinary(ctx, o, sd, logger)
 	r, err := New(o.cfg, deps)
 	if err != nil {
 		fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)
 		return 2
+	}
+	if o.cleanup {
+		return runCleanup(ctx, r, stdout, stderr)
 	}
 	if o.once || o.cfg.DryRun {
 		return runOnce(ctx, r, stdout, stderr)
@@ -206,11 +264,53 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 		fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)
 		return 1
 	}
+	if o.daemonSet != "" && kc != nil {
+		// SIGTERM. A rolling update or a pod restart must leave the node as
+		// it is (removing the handler would break every running peer pod);
+		// an uninstall restores it. Which one it is, the API says: the
+		// DaemonSet is gone or terminating, or this pod's identity went
+		// with the rest of the install.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		gone, why := ownerGone(cctx, kc, o.namespace, o.daemonSet)
+		logger.Info("stopping", "uninstall", gone, "why", why)
+		if gone {
+			return runCleanup(cctx, r, stdout, stderr)
+		}
+	}
+	return 0
+}
+
+// ownerGone asks whether the sidecar's DaemonSet still stands. Only
+// metadata is read, so the sidecar needs no apps/v1 types.
+func ownerGone(ctx context.Context, kc API, ns, name string) (bool, string) {
+	m, err := kc.DaemonSet(ctx, ns, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, fmt.Sprintf("daemonset %s/%s is gone", ns, name)
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		return true, fmt.Sprintf("this pod's identity was removed (%v): the install is being deleted", err)
+	case err != nil:
+		return false, fmt.Sprintf("cannot tell whether daemonset %s/%s is being deleted (%v); leaving the node as it is", ns, name, err)
+	}
+	if m.DeletionTimestamp != nil {
+		return true, fmt.Sprintf("daemonset %s/%s is being deleted", ns, name)
+	}
+	return false, fmt.Sprintf("daemonset %s/%s stays (rolling update or pod restart)", ns, name)
+}
+
+func runCleanup(ctx context.Context, r *Remediator, stdout, stderr io.Writer) int {
+	res, err := r.Cleanup(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "cleaned up: restored %s, removed %s, kept %s, restarted containerd: %v\n", orNone(res.Restored), orNone(res.Removed), orNone(res.Kept), res.Restarted)
 	return 0
 }
 
 // runOnce reconciles until converged or until a reconcile fails, waiting
-// out the settle time a restart needs.
+// out what asks to be waited for (a writer, the settle time, the lock).
 func runOnce(ctx context.Context, r *Remediator, stdout, stderr io.Writer) int {
 	for {
 		res, err := r.Reconcile(ctx)
@@ -218,12 +318,13 @@ func runOnce(ctx context.Context, r *Remediator, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)
 			return 1
 		}
-		if r.cfg.DryRun {
-			if res.Skipped != "" {
+		if r.cfg.DryRun && res.RetryIn == 0 {
+			switch {
+			case res.Skipped != "":
 				fmt.Fprintf(stdout, "skipped: %s\n", res.Skipped)
-			} else if res.Plan.Converged() {
-				fmt.Fprintf(stdout, "converged: %s has %s (%s, config version %d)\n", r.cfg.Target.Config, r.cfg.Handler.Name, res.Plan.Mode, res.Plan.FileVersion)
-			} else {
+			case res.Plan.Converged():
+				fmt.Fprintf(stdout, "converged: %s has %s (%s, config version %d)\n", r.cfg.Target.Config, res.Plan.Handler.Name, res.Plan.Mode, res.Plan.FileVersion)
+			default:
 				fmt.Fprint(stdout, res.Diff)
 			}
 			return 0
@@ -244,7 +345,7 @@ func runOnce(ctx context.Context, r *Remediator, stdout, stderr io.Writer) int {
 			return 1
 		}
 		if !res.Converged {
-			fmt.Fprintf(stdout, "config converged (wrote %d file(s)); the running containerd loads %s at its next restart (--restart=none)\n", len(res.Wrote), r.cfg.Handler.Name)
+			fmt.Fprintf(stdout, "config converged (wrote %d file(s)); the running containerd loads %s at its next restart (--restart=none)\n", len(res.Wrote), res.Plan.Handler.Name)
 			return 0
 		}
 		fmt.Fprintf(stdout, "converged: wrote %d file(s), restarted containerd: %v\n", len(res.Wrote), res.Restarted)

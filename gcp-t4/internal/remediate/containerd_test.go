@@ -4,16 +4,15 @@ package remediate
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
 	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 )
 
@@ -34,16 +33,15 @@ func reconcileOK(t *testing.T, r *Remediator) Result {
 }
 
 // assertLoaded checks, through the running daemon's CRI status, that the
-// handler is loaded with the nydus snapshotter, layers are kept (1.7
-// reports it there) and GKE's CNI bin_dir survived.
-func assertLoaded(t *testing.T, n *node) {
+// handler is loaded with its snapshotter, layers are kept (1.7 reports it
+// there) and GKE's CNI bin_dir survived.
+func assertLoaded(t *testing.T, n *node, h Handler) {
 	t.Helper()
 	resp := n.status()
 	cfg, err := ParseStatusConfig(resp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := DefaultHandler()
 	rt, ok := cfg.Containerd.Runtimes[h.Name]
 	if !ok {
 		t.Fatalf("running containerd has no %s runtime; runtimes: %v", h.Name, reflect.ValueOf(cfg.Containerd.Runtimes).MapKeys())
@@ -72,44 +70,32 @@ func assertLoaded(t *testing.T, n *node) {
 	}
 }
 
-// assertDump checks the merged config containerd computes from the files.
-func assertDump(t *testing.T, n *node, major int) {
+// assertDump checks the merged config containerd computes from the files:
+// every setting the handler needs, and GKE's own settings.
+func assertDump(t *testing.T, n *node, h Handler) {
 	t.Helper()
-	doc, err := tomledit.Decode([]byte(n.configDump()))
-	if err != nil {
-		t.Fatalf("config dump does not parse: %v", err)
-	}
-	l := tomledit.Leaves(doc)
-	h := DefaultHandler()
-	want := map[string]any{}
-	if major < 2 {
-		rt := `plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote.`
-		want[rt+"snapshotter"] = h.Snapshotter
-		want[rt+"runtime_type"] = h.RuntimeType
-		want[rt+"options.ConfigPath"] = h.ConfigPath
-		want[`plugins."io.containerd.grpc.v1.cri".containerd.discard_unpacked_layers`] = false
-		want[`plugins."io.containerd.grpc.v1.cri".containerd.disable_snapshot_annotations`] = false
-		want[`plugins."io.containerd.grpc.v1.cri".cni.bin_dir`] = "/home/kubernetes/bin"
-		want[`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options.SystemdCgroup`] = true
-	} else {
-		rt := `plugins."io.containerd.cri.v1.runtime".containerd.runtimes.kata-remote.`
-		want[rt+"snapshotter"] = h.Snapshotter
-		want[rt+"runtime_type"] = h.RuntimeType
-		want[rt+"options.ConfigPath"] = h.ConfigPath
-		want[`plugins."io.containerd.cri.v1.images".runtime_platforms.kata-remote.snapshotter`] = h.Snapshotter
-		want[`plugins."io.containerd.cri.v1.images".discard_unpacked_layers`] = false
-		want[`plugins."io.containerd.cri.v1.images".disable_snapshot_annotations`] = false
-		want[`plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options.SystemdCgroup`] = true
-	}
-	want["proxy_plugins.nydus.address"] = h.SnapshotterAddress
-	want["proxy_plugins.nydus.type"] = "snapshot"
-	if major >= 2 {
-		if got := dumpBinDirs(l); !reflect.DeepEqual(got, []any{"/home/kubernetes/bin"}) {
-			t.Errorf("config dump: CNI bin dirs %#v, want GKE's /home/kubernetes/bin", got)
+	dump := n.dump()
+	l := layoutOf(n.version)
+	if miss := missing(wanted(h, l), dump); len(miss) > 0 {
+		for _, m := range miss {
+			t.Errorf("config dump lacks %s = %v", m.key(), m.value)
 		}
 	}
+	leaves := tomledit.Leaves(dump)
+	want := map[string]any{}
+	if n.version.Major < 2 {
+		want[`plugins."io.containerd.grpc.v1.cri".cni.bin_dir`] = "/home/kubernetes/bin"
+		want[`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options.SystemdCgroup`] = true
+		want[`plugins."io.containerd.grpc.v1.cri".sandbox_image`] = "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21f16b99b180b9996407d61240ceb9830"
+	} else {
+		if got := dumpBinDirs(leaves); !reflect.DeepEqual(got, []any{"/home/kubernetes/bin"}) {
+			t.Errorf("config dump: CNI bin dirs %#v, want GKE's /home/kubernetes/bin", got)
+		}
+		want[`plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options.SystemdCgroup`] = true
+		want[`plugins."io.containerd.cri.v1.images".pinned_images.sandbox`] = "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21f16b99b180b9996407d61240ceb9830"
+	}
 	for k, v := range want {
-		if got := l[k]; !reflect.DeepEqual(got, v) {
+		if got := leaves[k]; !reflect.DeepEqual(got, v) {
 			t.Errorf("config dump: %s = %#v, want %#v", k, got, v)
 		}
 	}
@@ -126,9 +112,18 @@ func dumpBinDirs(l map[string]any) any {
 	return l[`plugins."io.containerd.cri.v1.runtime".cni.bin_dirs`]
 }
 
+func mustVersion(t *testing.T, data []byte) any {
+	t.Helper()
+	doc, err := tomledit.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc["version"]
+}
+
 func TestContainerd17InPlace(t *testing.T) {
 	v17, _ := containerdVersions()
-	n := newNode(t, containerdBinary(t, v17))
+	n := newNode(t, v17)
 	orig := n.gkeWrite("gke-v2.toml")
 	n.start()
 	r := n.remediator(nil)
@@ -137,16 +132,18 @@ func TestContainerd17InPlace(t *testing.T) {
 	if !res.Restarted || !res.Converged || len(res.Wrote) != 1 || res.Wrote[0] != n.target.Config || res.Plan.Mode != "in-place" {
 		t.Fatalf("first reconcile: %+v, want config.toml written in place and containerd restarted", res)
 	}
-	assertLoaded(t, n)
-	assertDump(t, n, 1)
-	got, _ := os.ReadFile(n.target.Config)
+	h := DefaultHandler()
+	assertLoaded(t, n, h)
+	assertDump(t, n, h)
+	got := read(t, n.target.Config)
 	for _, line := range strings.Split(string(orig), "\n") {
-		if strings.HasPrefix(line, "#") && !strings.Contains(string(got), line) {
+		if strings.HasPrefix(line, "#") && !strings.Contains(got, line) {
 			t.Errorf("comment %q lost", line)
 		}
 	}
-	if bak, _ := os.ReadFile(n.target.Config + BackupSuffix); string(bak) != string(orig) {
-		t.Errorf("backup does not hold GKE's original")
+	st, err := r.state.Load()
+	if err != nil || len(st.Files) != 1 || string(st.Files[0].Original) != string(orig) {
+		t.Errorf("state %+v (%v): want GKE's original kept for uninstall", st, err)
 	}
 	if _, err := os.Stat(n.target.DropIn()); err == nil {
 		t.Errorf("a drop-in was written for containerd 1.7, whose merge would replace GKE's CRI table")
@@ -173,10 +170,7 @@ func TestContainerd17InPlace(t *testing.T) {
 	if !res.Restarted || len(res.Wrote) != 1 {
 		t.Fatalf("after GKE rewrite: %+v, want a write and a restart", res)
 	}
-	assertLoaded(t, n)
-	if bak, _ := os.ReadFile(n.target.Config + BackupSuffix); string(bak) != string(orig) {
-		t.Errorf("backup overwritten; it must keep the first original")
-	}
+	assertLoaded(t, n, h)
 }
 
 func TestContainerd2DropIn(t *testing.T) {
@@ -187,15 +181,13 @@ func TestContainerd2DropIn(t *testing.T) {
 			fixtures = append(fixtures, "gke-v4.toml")
 		}
 		for _, fixture := range fixtures {
-			t.Run(v2+"/"+fixture, func(t *testing.T) {
-				testContainerd2DropIn(t, containerdBinary(t, v2), fixture)
-			})
+			t.Run(v2+"/"+fixture, func(t *testing.T) { testContainerd2DropIn(t, v2, fixture) })
 		}
 	}
 }
 
-func testContainerd2DropIn(t *testing.T, bin, fixture string) {
-	n := newNode(t, bin)
+func testContainerd2DropIn(t *testing.T, v2, fixture string) {
+	n := newNode(t, v2)
 	orig := n.gkeWrite(fixture)
 	n.start()
 	r := n.remediator(nil)
@@ -203,18 +195,18 @@ func testContainerd2DropIn(t *testing.T, bin, fixture string) {
 	if !res.Restarted || !res.Converged || len(res.Wrote) != 2 || res.Plan.Mode != "drop-in" {
 		t.Fatalf("first reconcile: %+v, want drop-in and imports written, containerd restarted", res)
 	}
-	assertLoaded(t, n)
-	assertDump(t, n, 2)
+	h := DefaultHandler()
+	assertLoaded(t, n, h)
+	assertDump(t, n, h)
 
-	// The main file changed only by the imports glob.
-	got, _ := os.ReadFile(n.target.Config)
-	if err := tomledit.Verify(orig, got, []tomledit.Change{{Key: "imports", Value: []any{n.target.Glob()}}}); err != nil {
+	// The main file changed only by the literal import of the drop-in.
+	got := []byte(read(t, n.target.Config))
+	if err := tomledit.Verify(orig, got, []tomledit.Change{{Key: "imports", Value: []any{n.target.DropIn()}}}); err != nil {
 		t.Errorf("main file: %v", err)
 	}
-	drop, _ := os.ReadFile(n.target.DropIn())
-	doc, _ := tomledit.Decode(drop)
-	if doc["version"] != doc["version"] || doc["version"] != mustVersion(t, orig) {
-		t.Errorf("drop-in version %v, want the main file's %v", doc["version"], mustVersion(t, orig))
+	drop := []byte(read(t, n.target.DropIn()))
+	if v := mustVersion(t, drop); v != int64(dropInVersion(n.version, int(mustVersion(t, orig).(int64)))) {
+		t.Errorf("drop-in version %v, main file's %v", v, mustVersion(t, orig))
 	}
 
 	res = reconcileOK(t, r)
@@ -231,103 +223,85 @@ func testContainerd2DropIn(t *testing.T, bin, fixture string) {
 	if !res.Restarted || len(res.Wrote) != 1 || res.Wrote[0] != n.target.Config {
 		t.Fatalf("after GKE rewrite: %+v, want only config.toml's imports rewritten and a restart", res)
 	}
-	assertLoaded(t, n)
-}
-
-func mustVersion(t *testing.T, data []byte) any {
-	t.Helper()
-	doc, err := tomledit.Decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return doc["version"]
+	assertLoaded(t, n, h)
 }
 
 // TestUpgrade17To2 is GKE 1.32 → 1.33: the node comes back with
 // containerd 2.x and a fresh GKE config.
 func TestUpgrade17To2(t *testing.T) {
 	v17, v2s := containerdVersions()
-	bin17, bin2 := containerdBinary(t, v17), containerdBinary(t, v2s[0])
-	n := newNode(t, bin17)
+	n := newNode(t, v17)
 	n.gkeWrite("gke-v2.toml")
 	n.start()
-	r := n.remediator(nil)
-	if res := reconcileOK(t, r); !res.Converged || res.Plan.Mode != "in-place" {
+	if res := reconcileOK(t, n.remediator(nil)); !res.Converged || res.Plan.Mode != "in-place" {
 		t.Fatalf("on 1.7: %+v", res)
 	}
-	assertLoaded(t, n)
+	h := DefaultHandler()
+	assertLoaded(t, n, h)
 
 	n.gkeWrite("gke-v2.toml")
-	n.swap(bin2)
+	n.swap(ctrBinary(t, v2s[0]))
+	n.version, _ = ParseRuntimeVersion(v2s[0])
 	if err := n.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	res := reconcileOK(t, r)
+	res := reconcileOK(t, n.remediator(nil))
 	if !res.Converged || !res.Restarted || res.Plan.Mode != "drop-in" {
 		t.Fatalf("after the upgrade to 2.x: %+v, want the drop-in layout and a restart", res)
 	}
-	assertLoaded(t, n)
-	assertDump(t, n, 2)
+	assertLoaded(t, n, h)
+	assertDump(t, n, h)
 }
 
 // TestVersion3DropInOverVersion2Main pins the containerd behaviour the
-// drop-in's version follows: 2.x merges files before migrating and takes
+// drop-in's version follows: 2.0–2.2 merge files before migrating and take
 // the version of the last file merged, so a version 3 drop-in over GKE's
-// version 2 config drops GKE's CNI bin_dir and runc options.
+// version 2 config drops GKE's CNI bin_dir and runc options; 2.3+ migrate
+// each file on its own. The sidecar's MergedVersion says the same.
 func TestVersion3DropInOverVersion2Main(t *testing.T) {
 	_, v2s := containerdVersions()
 	for _, v2 := range v2s {
-		t.Run(v2, func(t *testing.T) { testVersion3DropInOverVersion2Main(t, v2) })
-	}
-}
-
-func testVersion3DropInOverVersion2Main(t *testing.T, v2 string) {
-	n := newNode(t, containerdBinary(t, v2))
-	main := n.gkeWrite("gke-v2.toml")
-	main = append([]byte("imports = ["+tomledit.String(n.target.Glob())+"]\n"), main...)
-	if err := os.WriteFile(n.target.Config, main, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(n.target.DropInDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bins := func() any {
-		doc, err := tomledit.Decode([]byte(n.configDump()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return dumpBinDirs(tomledit.Leaves(doc))
-	}
-	if err := os.WriteFile(filepath.Join(n.target.DropInDir, "x.toml"), RenderDropIn(DefaultHandler(), 3), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// containerd 2.0–2.2 (config version 3) skip the migration of the
-	// merged config; 2.3+ (version 4) migrate a merged version 3 again and
-	// keep GKE's settings. Matching versions is right for both.
-	lost := n.version.MaxSchema() == 3
-	if got := bins(); reflect.DeepEqual(got, []any{"/home/kubernetes/bin"}) == lost {
-		t.Fatalf("containerd %s, version 3 drop-in over a version 2 file: CNI bin dirs %v; expected them lost: %v", v2, got, lost)
-	}
-	if err := os.WriteFile(filepath.Join(n.target.DropInDir, "x.toml"), RenderDropIn(DefaultHandler(), 2), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if got := bins(); !reflect.DeepEqual(got, []any{"/home/kubernetes/bin"}) {
-		t.Fatalf("version 2 drop-in: bin_dirs = %v, want GKE's", got)
+		t.Run(v2, func(t *testing.T) {
+			n := newNode(t, v2)
+			main := n.fixture("gke-v2.toml")
+			x := filepath.Join(n.dir, "etc", "x.toml")
+			main = append([]byte("imports = ["+tomledit.String(x)+"]\n"), main...)
+			n.catWrite(n.target.Config, main)
+			bins := func() any { return dumpBinDirs(tomledit.Leaves(n.dump())) }
+			h := DefaultHandler()
+			n.catWrite(x, renderDropIn(h, 3, wanted(h, layout{v2: true})))
+			lost := !n.version.MigratesEachFile()
+			if got := bins(); reflect.DeepEqual(got, []any{"/home/kubernetes/bin"}) == lost {
+				t.Fatalf("containerd %s, version 3 drop-in over a version 2 file: CNI bin dirs %v; expected them lost: %v", v2, got, lost)
+			}
+			files, err := LoadSet(n.target.Config, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mv := MergedVersion(n.version, files); (mv != 2) != lost {
+				t.Fatalf("MergedVersion = %d on %s, but containerd lost GKE's settings: %v", mv, v2, lost)
+			}
+			n.catWrite(x, renderDropIn(h, 2, wanted(h, layout{v2: true})))
+			if got := bins(); !reflect.DeepEqual(got, []any{"/home/kubernetes/bin"}) {
+				t.Fatalf("version 2 drop-in: bin_dirs = %v, want GKE's", got)
+			}
+		})
 	}
 }
 
 // TestContainerd17ImageStreaming: a node pool with image streaming and
 // GKE Sandbox keeps gcfs as its default snapshotter, its gVisor handler
-// and its registry mirrors; only kata-remote uses nydus.
+// and its registry mirrors; only kata-remote uses kata-deploy's nydus.
 func TestContainerd17ImageStreaming(t *testing.T) {
 	v17, _ := containerdVersions()
-	n := newNode(t, containerdBinary(t, v17))
+	n := newNode(t, v17)
 	n.gkeWrite("gke-v2-streaming.toml")
 	n.start()
 	if res := reconcileOK(t, n.remediator(nil)); !res.Converged || !res.Restarted {
 		t.Fatalf("%+v", res)
 	}
-	assertLoaded(t, n)
+	h := DefaultHandler()
+	assertLoaded(t, n, h)
 	cfg, err := ParseStatusConfig(n.status())
 	if err != nil {
 		t.Fatal(err)
@@ -335,17 +309,13 @@ func TestContainerd17ImageStreaming(t *testing.T) {
 	if _, ok := cfg.Containerd.Runtimes["gvisor"]; !ok {
 		t.Error("gVisor handler lost")
 	}
-	doc, err := tomledit.Decode([]byte(n.configDump()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := tomledit.Leaves(doc)
+	l := tomledit.Leaves(n.dump())
 	for k, v := range map[string]any{
 		`plugins."io.containerd.grpc.v1.cri".containerd.snapshotter`:                  "gcfs",
 		`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gvisor.runtime_type`: "io.containerd.runsc.v1",
 		`plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io".endpoint`:   []any{"https://mirror.gcr.io", "https://registry-1.docker.io"},
 		`proxy_plugins.gcfs.type`: "snapshot",
-		`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote.snapshotter`: "nydus",
+		`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote.snapshotter`: kataDeployNydus,
 		`plugins."io.containerd.grpc.v1.cri".containerd.discard_unpacked_layers`:          false,
 	} {
 		if got := l[k]; !reflect.DeepEqual(got, v) {
@@ -360,57 +330,82 @@ func TestContainerd17ImageStreaming(t *testing.T) {
 // and, once the settle time has passed, restarts containerd once more.
 func TestSidecarLoopRealContainerd(t *testing.T) {
 	_, v2s := containerdVersions()
-	n := newNode(t, containerdBinary(t, v2s[len(v2s)-1]))
+	n := newNode(t, v2s[len(v2s)-1])
 	n.gkeWrite("gke-v2.toml")
 	n.start()
-	r, err := New(Config{
-		Handler: DefaultHandler(), Target: n.target, Host: Host{Root: n.host},
-		Lock: HostLock{Path: filepath.Join(n.dir, "lock")}, Settle: 300 * time.Millisecond,
-	}, Deps{Probe: CRI{Socket: n.socket}, Restarter: n, Budget: restart.NewBudget(time.Nanosecond, 3)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var mu sync.Mutex
-	restarts := 0
-	done := make(chan error, 1)
-	go func() {
-		done <- r.Run(ctx, Loop{Reconciled: func(res Result, err error) {
-			mu.Lock()
-			if res.Restarted {
-				restarts++
-			}
-			mu.Unlock()
-		}})
-	}()
-	waitReady := func(want int) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			mu.Lock()
-			got := restarts
-			mu.Unlock()
-			if got == want && r.Ready() {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not converged with %d restart(s) after 60s (restarts %d)", want, got)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitReady(1)
-	assertLoaded(t, n)
+	cfg := n.config()
+	cfg.Settle = 300 * time.Millisecond
+	r := n.remediatorWith(cfg, Deps{})
+	loop := startLoop(t, r, Loop{})
+	loop.waitRestarts(t, 1)
+	h := DefaultHandler()
+	assertLoaded(t, n, h)
 
 	n.gkeWrite("gke-v2.toml")
 	if err := n.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(2)
-	assertLoaded(t, n)
-	cancel()
-	if err := <-done; err != nil {
+	loop.waitRestarts(t, 2)
+	assertLoaded(t, n, h)
+	loop.stop(t)
+}
+
+// TestRuncFromDefaults: on containerd 1.7 a config whose runc comes from
+// containerd's built-in defaults loses runc as soon as the file defines a
+// runtimes table (the decoded map replaces the default one; containerd
+// then refuses to start: "no corresponding runtime configured ...
+// default_runtime_name = \"runc\""). The sidecar writes runc explicitly,
+// with the values containerd itself reports, so containerd starts with
+// both; and where that cannot be done safely it refuses, byte-identical.
+func TestRuncFromDefaults(t *testing.T) {
+	v17, _ := containerdVersions()
+	n := newNode(t, v17)
+	minimal := []byte("version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"runc\"\n  discard_unpacked_layers = true\n[plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/home/kubernetes/bin\"\n  conf_dir = \"" + n.dir + "/cni\"\n")
+	n.catWrite(n.target.Config, minimal)
+	n.start()
+	runcBefore := subtree(n.dump(), cat(cri17, []string{"containerd", "runtimes", "runc"}))
+	if len(runcBefore) == 0 {
+		t.Fatal("containerd 1.7 shows no built-in runc in the dump")
+	}
+	res := reconcileOK(t, n.remediator(nil))
+	if !res.Restarted || !res.Converged {
+		t.Fatalf("%+v: want runc made explicit, the handler added and containerd back", res)
+	}
+	if got := subtree(n.dump(), cat(cri17, []string{"containerd", "runtimes", "runc"})); !reflect.DeepEqual(got, runcBefore) {
+		t.Errorf("runc after the change:\n%v\nwant containerd's own:\n%v", got, runcBefore)
+	}
+	cfg, err := ParseStatusConfig(n.status())
+	if err != nil {
 		t.Fatal(err)
 	}
+	if _, ok := cfg.Containerd.Runtimes["runc"]; !ok {
+		t.Error("running containerd lost runc")
+	}
+	if _, ok := cfg.Containerd.Runtimes["kata-remote"]; !ok {
+		t.Error("running containerd has no kata-remote")
+	}
+
+	// An inline runtimes table cannot be extended key by key: refused.
+	m := newNode(t, v17)
+	inline := []byte("version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"runc\"\n  runtimes = { runc = { runtime_type = \"io.containerd.runc.v2\" } }\n")
+	m.catWrite(m.target.Config, inline)
+	m.start()
+	r := m.remediator(nil)
+	_, err = r.Reconcile(context.Background())
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), m.target.Config) {
+		t.Fatalf("inline runtimes table: err = %v, want a refusal naming the file", err)
+	}
+	if got := read(t, m.target.Config); got != string(inline) || m.restartCount() != 0 {
+		t.Fatalf("refused config changed or containerd restarted (%d)", m.restartCount())
+	}
+}
+
+func subtree(dump map[string]any, prefix []string) map[string]any {
+	out := map[string]any{}
+	for k, l := range flatten(dump) {
+		if hasPrefix(l.parts, prefix) {
+			out[k] = l.value
+		}
+	}
+	return out
 }

@@ -79,18 +79,12 @@ func TestKillBetweenTempAndRename(t *testing.T) {
 }
 
 func crashHelper(t *testing.T, dir string) {
-	f := &fixture{dir: dir, probe: &fakeProbe{version: "1.7.29", state: HandlerState{Known: true}}, rs: &fakeRestarter{}}
-	f.cfg = Config{
-		Handler: DefaultHandler(),
-		Target:  Target{Config: filepath.Join(dir, "etc", "config.toml"), DropInDir: filepath.Join(dir, "etc", "conf.d"), DropInName: "50-kata-remote.toml"},
-		Host:    Host{Root: filepath.Join(dir, "host")},
-		Lock:    HostLock{Path: filepath.Join(dir, "lock")},
-	}
-	r, err := New(f.cfg, Deps{Probe: f.probe, Restarter: f.rs})
+	probe := &fakeProbe{version: "1.7.29", state: HandlerState{Known: true}}
+	r, err := New(fixtureConfig(dir), Deps{Probe: probe, Restarter: &fakeRestarter{}, Containerd: checker(t, "v1.7.29")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Only the config write takes the hook; the backup before it does not.
+	// Only the config write takes the hook; the state write before it does not.
 	r.beforeRename = func(tmp string) {
 		fmt.Printf("TEMP %s\n", tmp)
 		os.Stdout.Sync()

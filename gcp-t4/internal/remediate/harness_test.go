@@ -34,13 +34,20 @@ func containerdVersions() (v17 string, v2s []string) {
 	return v17, v2s
 }
 
-// containerdBinary builds (or finds in the cache) a containerd release
-// with the repository's build script.
-func containerdBinary(t testing.TB, version string) string {
+func allVersions() []string {
+	v17, v2s := containerdVersions()
+	return append([]string{v17}, v2s...)
+}
+
+var binMu sync.Mutex
+
+// ctrBinary builds (or finds in the cache) a containerd release with the
+// repository's build script. The checks (`config dump`) run it without a
+// daemon, so this needs no root; starting a daemon does (requireRoot).
+func ctrBinary(t testing.TB, version string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("real containerd tests run as root (containerd mounts and chowns in its root dir); CI runs as root")
-	}
+	binMu.Lock()
+	defer binMu.Unlock()
 	script, err := filepath.Abs("../../../test/containerd/build.sh")
 	if err != nil {
 		t.Fatal(err)
@@ -50,9 +57,39 @@ func containerdBinary(t testing.TB, version string) string {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("build containerd %s: %v\n%s", version, err, stderr.String())
+		t.Fatalf("build containerd %s (make containerd builds them): %v\n%s", version, err, stderr.String())
 	}
 	return strings.TrimSpace(string(out))
+}
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("real containerd daemon tests run as root (containerd mounts and chowns in its root dir); CI runs as root")
+	}
+}
+
+// checker is the node's-containerd check of a release, for tests that do
+// not start a daemon.
+func checker(t testing.TB, version string) Containerd {
+	return Containerd{Binary: ctrBinary(t, version)}
+}
+
+// testKataHost lays out what kata-deploy 4.x installs under root's
+// /opt/kata: the shim and the remote shim's configuration at the paths it
+// writes into the handler (utils/system.rs at 4.0.0/4.1.0).
+func testKataHost(t testing.TB, root string) {
+	t.Helper()
+	h := DefaultHandler()
+	for _, p := range []string{h.RuntimePath, h.ConfigPath} {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte("stand-in for kata\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // node is one fake GKE node: a host root with kata installed, a GKE config
@@ -62,46 +99,45 @@ type node struct {
 	version Runtime // of the binary first started
 	dir     string  // stands for the host's /etc/containerd and more
 	host    string  // host root holding /opt/kata
+	kataDir string  // kata-deploy's install dir as the pod and containerd see it
 	target  Target
 	socket  string
+	ctr     Containerd
 
-	mu      sync.Mutex
-	bin     string
-	cmd     *exec.Cmd
-	started time.Time
-	log     *bytes.Buffer
-	exited  chan struct{}
+	mu       sync.Mutex
+	bin      string
+	cmd      *exec.Cmd
+	started  time.Time
+	log      *bytes.Buffer
+	exited   chan struct{}
+	restarts int
+	// failNext makes the next restart start a containerd that cannot run
+	// (its root directory is a regular file), as a broken disk would.
+	failNext bool
 }
 
-func newNode(t testing.TB, bin string) *node {
+func newNode(t testing.TB, version string) *node {
 	t.Helper()
+	requireRoot(t)
+	bin := ctrBinary(t, version)
 	// Short paths: the socket path must fit in sun_path (108 bytes).
 	dir, err := os.MkdirTemp("", "rmd")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	n := &node{t: t, dir: dir, host: filepath.Join(dir, "host"), bin: bin, socket: filepath.Join(dir, "c.sock")}
+	n := &node{t: t, dir: dir, host: filepath.Join(dir, "host"), bin: bin, socket: filepath.Join(dir, "c.sock"), ctr: Containerd{Binary: bin}}
+	n.kataDir = filepath.Join(n.host, "opt", "kata")
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {
 		t.Fatalf("%s --version: %v", bin, err)
 	}
-	// "containerd github.com/containerd/containerd/v2 2.2.1+unknown"
 	f := strings.Fields(string(out))
 	if n.version, err = ParseRuntimeVersion(f[len(f)-1]); err != nil {
 		t.Fatal(err)
 	}
-	n.target = Target{Config: filepath.Join(dir, "etc", "config.toml"), DropInDir: filepath.Join(dir, "etc", "conf.d"), DropInName: "50-kata-remote.toml"}
-	h := DefaultHandler()
-	for _, p := range []string{h.RuntimePath, h.ConfigPath} {
-		full := filepath.Join(n.host, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte("stand-in for kata\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	n.target = Target{Config: filepath.Join(dir, "etc", "config.toml"), DropInDir: filepath.Join(dir, "etc", "caa-gcp-t4"), DropInName: "kata-remote.toml"}
+	testKataHost(t, n.host)
 	if err := os.MkdirAll(filepath.Dir(n.target.Config), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -109,21 +145,38 @@ func newNode(t testing.TB, bin string) *node {
 	return n
 }
 
-// gkeWrite overwrites config.toml as GKE's bootstrap does (cat >, not an
-// atomic replace).
-func (n *node) gkeWrite(fixture string) []byte {
+// fixture reads testdata/name for this node: @TMP@ is its directory, and
+// containerd 2.0 (only the single CNI bin_dir; 2.1 added bin_dirs and
+// refuses both) gets bin_dir.
+func (n *node) fixture(name string) []byte {
 	n.t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", fixture))
+	data, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		n.t.Fatal(err)
 	}
 	data = bytes.ReplaceAll(data, []byte("@TMP@"), []byte(n.dir))
+	data = bytes.ReplaceAll(data, []byte("@KATA@"), []byte(n.kataDir))
 	if n.version.Major == 2 && n.version.Minor == 0 {
-		// containerd 2.0 has only the single CNI bin_dir; 2.1 added
-		// bin_dirs (and refuses both at once).
 		data = bytes.ReplaceAll(data, []byte(`bin_dirs = ["/home/kubernetes/bin"]`), []byte(`bin_dir = "/home/kubernetes/bin"`))
 	}
-	f, err := os.OpenFile(n.target.Config, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	return data
+}
+
+// gkeWrite overwrites config.toml as GKE's bootstrap does (cat >, not an
+// atomic replace).
+func (n *node) gkeWrite(fixture string) []byte {
+	n.t.Helper()
+	data := n.fixture(fixture)
+	n.catWrite(n.target.Config, data)
+	return data
+}
+
+func (n *node) catWrite(path string, data []byte) {
+	n.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		n.t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -133,26 +186,34 @@ func (n *node) gkeWrite(fixture string) []byte {
 	if err := f.Close(); err != nil {
 		n.t.Fatal(err)
 	}
-	return data
 }
 
 func (n *node) start() {
 	n.t.Helper()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.startLocked()
+	if err := n.startLocked(); err != nil {
+		n.t.Fatal(err)
+	}
 }
 
-func (n *node) startLocked() {
-	n.t.Helper()
+func (n *node) startLocked() error {
 	log := &bytes.Buffer{}
+	root := filepath.Join(n.dir, "root")
+	if n.failNext {
+		n.failNext = false
+		root = filepath.Join(n.dir, "not-a-dir")
+		if err := os.WriteFile(root, nil, 0o644); err != nil {
+			return err
+		}
+	}
 	cmd := exec.Command(n.bin, "--config", n.target.Config,
-		"--root", filepath.Join(n.dir, "root"), "--state", filepath.Join(n.dir, "state"),
+		"--root", root, "--state", filepath.Join(n.dir, "state"),
 		"--address", n.socket, "--log-level", "info")
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		n.t.Fatalf("start containerd: %v", err)
+		return fmt.Errorf("start containerd: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
@@ -163,15 +224,16 @@ func (n *node) startLocked() {
 		_, err := CRI{Socket: n.socket}.RuntimeVersion(ctx)
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
 		select {
 		case <-exited:
-			n.t.Fatalf("containerd %s exited at start:\n%s", n.bin, log.String())
+			n.cmd = nil
+			return fmt.Errorf("containerd %s exited at start:\n%s", n.bin, log.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			n.t.Fatalf("containerd CRI not answering after 60s: %v\n%s", err, log.String())
+			return fmt.Errorf("containerd CRI not answering after 60s: %v\n%s", err, log.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -202,6 +264,7 @@ func (n *node) stop() {
 func (n *node) swap(bin string) {
 	n.mu.Lock()
 	n.bin = bin
+	n.ctr = Containerd{Binary: bin}
 	n.mu.Unlock()
 }
 
@@ -219,24 +282,55 @@ func (n *node) StartedAt(context.Context) (time.Time, error) {
 func (n *node) Restart(context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.restarts++
 	n.stopLocked()
-	n.startLocked()
-	return nil
+	return n.startLocked()
+}
+
+func (n *node) restartCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.restarts
 }
 
 var _ restart.Restarter = (*node)(nil)
 
-func (n *node) remediator(budget *restart.Budget) *Remediator {
-	n.t.Helper()
-	if budget == nil {
-		budget = restart.NewBudget(time.Nanosecond, 3)
-	}
-	r, err := New(Config{
+// config is the remediator configuration of this node's sidecar.
+func (n *node) config() Config {
+	return Config{
 		Handler: DefaultHandler(),
 		Target:  n.target,
 		Host:    Host{Root: n.host},
+		KataDir: n.kataDir,
 		Lock:    HostLock{Path: filepath.Join(n.dir, "kata-deploy.lock")},
-	}, Deps{Probe: CRI{Socket: n.socket}, Restarter: n, Budget: budget})
+		Scratch: n.dir,
+	}
+}
+
+func (n *node) remediator(budget *restart.Budget) *Remediator {
+	n.t.Helper()
+	return n.remediatorWith(n.config(), Deps{Budget: budget})
+}
+
+// remediatorWith fills in the node's probe, restarter and checker where
+// d has none.
+func (n *node) remediatorWith(cfg Config, d Deps) *Remediator {
+	n.t.Helper()
+	if d.Budget == nil {
+		d.Budget = restart.NewBudget(time.Nanosecond, 3)
+	}
+	if d.Probe == nil {
+		d.Probe = CRI{Socket: n.socket}
+	}
+	if d.Restarter == nil {
+		d.Restarter = n
+	}
+	if d.Containerd.Binary == "" {
+		n.mu.Lock()
+		d.Containerd = n.ctr
+		n.mu.Unlock()
+	}
+	r, err := New(cfg, d)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -257,18 +351,93 @@ func (n *node) status() *runtimeapi.StatusResponse {
 	return resp
 }
 
-// configDump is `containerd --config F config dump` with the node's binary.
-func (n *node) configDump() string {
+// dump is `containerd --config F config dump` with the node's binary.
+func (n *node) dump() map[string]any {
 	n.t.Helper()
 	n.mu.Lock()
-	bin := n.bin
+	ctr := n.ctr
 	n.mu.Unlock()
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--config", n.target.Config, "config", "dump")
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	doc, err := ctr.Dump(context.Background(), n.target.Config)
 	if err != nil {
-		n.t.Fatalf("config dump: %v\n%s", err, stderr.String())
+		n.t.Fatalf("config dump: %v", err)
 	}
-	return string(out)
+	return doc
+}
+
+// read returns a file's content ("" when absent).
+func read(t testing.TB, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// loop runs the sidecar's watch loop in the background and counts what it
+// did.
+type loop struct {
+	cancel context.CancelFunc
+	done   chan error
+	r      *Remediator
+
+	mu       sync.Mutex
+	restarts int
+	passes   []Result
+}
+
+func startLoop(t *testing.T, r *Remediator, l Loop) *loop {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	lp := &loop{cancel: cancel, done: make(chan error, 1), r: r}
+	l.Reconciled = func(res Result, err error) {
+		lp.mu.Lock()
+		if res.Restarted {
+			lp.restarts++
+		}
+		lp.passes = append(lp.passes, res)
+		lp.mu.Unlock()
+	}
+	if l.Debounce == 0 {
+		l.Debounce = 20 * time.Millisecond
+	}
+	go func() { lp.done <- r.Run(ctx, l) }()
+	t.Cleanup(func() { lp.stop(t) })
+	return lp
+}
+
+// waitRestarts waits until the loop restarted containerd want times and
+// is ready.
+func (lp *loop) waitRestarts(t *testing.T, want int) {
+	t.Helper()
+	lp.waitFor(t, fmt.Sprintf("%d restart(s) and ready", want), func() bool { return lp.restarts == want && lp.r.Ready() })
+}
+
+func (lp *loop) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		lp.mu.Lock()
+		ok := cond()
+		lp.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			lp.mu.Lock()
+			t.Fatalf("loop: no %s after 60s (restarts %d, %d passes)", what, lp.restarts, len(lp.passes))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (lp *loop) stop(t *testing.T) {
+	if lp.cancel == nil {
+		return
+	}
+	lp.cancel()
+	lp.cancel = nil
+	if err := <-lp.done; err != nil {
+		t.Errorf("loop: %v", err)
+	}
 }

@@ -5,6 +5,8 @@ package remediate
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +22,14 @@ func TestMainOnceOverDBus(t *testing.T) {
 	v17, v2s := containerdVersions()
 	for _, v := range append([]string{v17}, v2s...) {
 		t.Run(v, func(t *testing.T) {
-			n := newNode(t, containerdBinary(t, v))
+			n := newNode(t, v)
+			// The host's containerd, where the unit's ExecStart says it is.
+			if err := os.MkdirAll(filepath.Join(n.host, "usr", "bin"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(ctrBinary(t, v), filepath.Join(n.host, "usr", "bin", "containerd")); err != nil {
+				t.Fatal(err)
+			}
 			n.gkeWrite("gke-v2.toml")
 			n.start()
 			addr := systemdtest.StartBus(t)
@@ -32,8 +41,8 @@ func TestMainOnceOverDBus(t *testing.T) {
 				return n.StartedAt(context.Background())
 			})
 			var out, errb bytes.Buffer
-			args := []string{"--once", "--config", n.target.Config, "--host-root", n.host, "--lock", n.dir + "/lock",
-				"--cri-socket", n.socket, "--systemd-bus", addr, "--settle", "0s", "--listen", ""}
+			args := []string{"--once", "--config", n.target.Config, "--host-root", n.host, "--kata-dir", n.kataDir, "--lock", n.dir + "/lock",
+				"--cri-socket", n.socket, "--systemd-bus", addr, "--settle", "0s", "--quiet", "0s", "--listen", ""}
 			if code := Main(context.Background(), args, &out, &errb, nil); code != 0 {
 				t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out.String(), errb.String())
 			}
@@ -43,7 +52,7 @@ func TestMainOnceOverDBus(t *testing.T) {
 			if calls := sd.Calls(); len(calls) != 1 || calls[0] != "containerd.service replace" {
 				t.Fatalf("RestartUnit calls %v, want one", calls)
 			}
-			assertLoaded(t, n)
+			assertLoaded(t, n, DefaultHandler())
 			if !strings.Contains(errb.String(), `"msg":"restarting containerd to load the handler"`) {
 				t.Errorf("no JSON log line about the restart:\n%s", errb.String())
 			}

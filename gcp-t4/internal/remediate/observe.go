@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 // Metrics are the sidecar's Prometheus series, in a registry of their own.
@@ -42,7 +41,7 @@ func NewMetrics() *Metrics {
 // Events records Kubernetes Events on this node; the zero value (no
 // client) only logs.
 type Events struct {
-	Client   corev1client.CoreV1Interface
+	Client   API
 	NodeName string
 	Logger   *slog.Logger
 }
@@ -79,7 +78,7 @@ func (e Events) Emit(ctx context.Context, warning bool, reason, msg string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := e.Client.Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil && e.Logger != nil {
+	if err := e.Client.CreateEvent(ctx, ev); err != nil && e.Logger != nil {
 		e.Logger.Warn("recording node event failed", "reason", reason, "err", fmt.Sprint(err))
 	}
 }

@@ -17,9 +17,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	fakecorev1 "k8s.io/client-go/kubernetes/typed/core/v1/fake"
-	clienttesting "k8s.io/client-go/testing"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Unit tests: no containerd, a Probe and Restarter of the test's own.
@@ -72,31 +70,38 @@ func (f *fakeRestarter) Restart(context.Context) error {
 	return err
 }
 
+// fakeAPI records Events; the real client is tested against a real API
+// server (internal/install).
+type fakeAPI struct{ events *[]*corev1.Event }
+
+func (f *fakeAPI) Node(context.Context, string) (*corev1.Node, error) {
+	return nil, errors.New("no nodes here")
+}
+
+func (f *fakeAPI) CreateEvent(_ context.Context, ev *corev1.Event) error {
+	*f.events = append(*f.events, ev)
+	return nil
+}
+
+func (f *fakeAPI) DaemonSet(context.Context, string, string) (*metav1.PartialObjectMetadata, error) {
+	return nil, errors.New("no daemonsets here")
+}
+
 type fixture struct {
 	dir    string
 	cfg    Config
 	probe  *fakeProbe
 	rs     *fakeRestarter
 	events *[]*corev1.Event
-	core   *fakecorev1.FakeCoreV1
+	core   *fakeAPI
 }
 
 func newFixture(t testing.TB, main string) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{dir: dir, probe: &fakeProbe{version: "1.7.29"}, rs: &fakeRestarter{started: time.Now().Add(-time.Hour)}}
-	f.cfg = Config{
-		Handler:       DefaultHandler(),
-		Target:        Target{Config: filepath.Join(dir, "etc", "config.toml"), DropInDir: filepath.Join(dir, "etc", "conf.d"), DropInName: "50-kata-remote.toml"},
-		Host:          Host{Root: filepath.Join(dir, "host")},
-		Lock:          HostLock{Path: filepath.Join(dir, "lock")},
-		VerifyTimeout: 2 * time.Second,
-	}
-	for _, p := range []string{f.cfg.Handler.RuntimePath, f.cfg.Handler.ConfigPath} {
-		full := filepath.Join(f.cfg.Host.Root, p)
-		os.MkdirAll(filepath.Dir(full), 0o755)
-		os.WriteFile(full, []byte("x"), 0o755)
-	}
+	f.cfg = fixtureConfig(dir)
+	testKataHost(t, f.cfg.Host.Root)
 	os.MkdirAll(filepath.Dir(f.cfg.Target.Config), 0o755)
 	if main != "" {
 		os.WriteFile(f.cfg.Target.Config, []byte(main), 0o644)
@@ -104,23 +109,30 @@ func newFixture(t testing.TB, main string) *fixture {
 	// Loaded once the restarter ran: what a real containerd does.
 	f.rs.onRestart = func() {
 		f.probe.mu.Lock()
-		f.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: "nydus"}
+		f.probe.state = loadedState()
 		f.probe.mu.Unlock()
 	}
 	f.probe.state = HandlerState{Known: true}
 	var evs []*corev1.Event
 	f.events = &evs
-	fake := &clienttesting.Fake{}
-	fake.AddReactor("create", "events", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		ev := a.(clienttesting.CreateAction).GetObject().(*corev1.Event)
-		evs = append(evs, ev)
-		return true, ev, nil
-	})
-	f.core = &fakecorev1.FakeCoreV1{Fake: fake}
+	f.core = &fakeAPI{events: &evs}
 	return f
 }
 
-func (f *fixture) remediator(t *testing.T, d Deps) *Remediator {
+// fixtureConfig is the remediator configuration of a fixture in dir.
+func fixtureConfig(dir string) Config {
+	return Config{
+		Handler:       DefaultHandler(),
+		Target:        Target{Config: filepath.Join(dir, "etc", "config.toml"), DropInDir: filepath.Join(dir, "etc", "caa-gcp-t4"), DropInName: "kata-remote.toml"},
+		Host:          Host{Root: filepath.Join(dir, "host")},
+		KataDir:       filepath.Join(dir, "host", "opt", "kata"),
+		Lock:          HostLock{Path: filepath.Join(dir, "lock")},
+		Scratch:       dir,
+		VerifyTimeout: 2 * time.Second,
+	}
+}
+
+func (f *fixture) remediator(t testing.TB, d Deps) *Remediator {
 	t.Helper()
 	if d.Probe == nil {
 		d.Probe = f.probe
@@ -130,6 +142,13 @@ func (f *fixture) remediator(t *testing.T, d Deps) *Remediator {
 	}
 	if d.Events.Client == nil {
 		d.Events = Events{Client: f.core, NodeName: "gke-pool-1-abc"}
+	}
+	if d.Containerd.Binary == "" {
+		v := "v1.7.29"
+		if run, err := ParseRuntimeVersion(f.probe.version); err == nil && run.Major == 2 {
+			v = "v2.0.14"
+		}
+		d.Containerd = checker(t, v)
 	}
 	r, err := New(f.cfg, d)
 	if err != nil {
@@ -144,6 +163,19 @@ func (f *fixture) reasons() []string {
 		out = append(out, e.Reason)
 	}
 	return out
+}
+
+// hostContainerd puts a containerd release where a node has it, under the
+// host root: /usr/bin/containerd.
+func hostContainerd(t testing.TB, root, version string) {
+	t.Helper()
+	p := filepath.Join(root, "usr", "bin", "containerd")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(ctrBinary(t, version), p); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func gkeFixture(t testing.TB) string {
@@ -168,8 +200,8 @@ func TestMalformedLeftUntouched(t *testing.T) {
 	if string(got) != bad {
 		t.Fatal("malformed config was modified")
 	}
-	if _, err := os.Stat(f.cfg.Target.Config + BackupSuffix); err == nil {
-		t.Fatal("backup written for a file that was not changed")
+	if _, err := os.Stat(f.cfg.Target.StatePath()); err == nil {
+		t.Fatal("state written for a file that was not changed")
 	}
 	if f.rs.calls != 0 {
 		t.Fatal("containerd restarted over a malformed config")
@@ -208,7 +240,7 @@ func TestMissingLiteralImportRefused(t *testing.T) {
 	f.probe.version = "2.0.4"
 	r := f.remediator(t, Deps{})
 	_, err := r.Reconcile(context.Background())
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "does not exist") {
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "import is missing") {
 		t.Fatalf("err = %v, want refusal over the missing literal import", err)
 	}
 }
@@ -232,6 +264,7 @@ func TestRuntimeVersionFromNode(t *testing.T) {
 	f.rs.onRestart = func() {
 		node.Status.RuntimeHandlers = append(node.Status.RuntimeHandlers, corev1.NodeRuntimeHandler{Name: "kata-remote"})
 	}
+	f.probe.version = "2.0.4"
 	r := f.remediator(t, Deps{Node: func(context.Context) (*corev1.Node, error) { return node, nil }})
 	res, err := r.Reconcile(context.Background())
 	if err != nil {
@@ -275,8 +308,9 @@ func TestSkipsWithoutKataOrOnCOS(t *testing.T) {
 func TestDryRunPrintsDiffWritesNothing(t *testing.T) {
 	f := newFixture(t, gkeFixture(t))
 	var out, errb bytes.Buffer
-	code := Main(context.Background(), []string{"--dry-run", "--config", f.cfg.Target.Config, "--host-root", f.cfg.Host.Root,
-		"--lock", f.cfg.Lock.Path, "--containerd-version", "1.7.29", "--cri-socket", ""}, &out, &errb, nil)
+	hostContainerd(t, f.cfg.Host.Root, "v1.7.29")
+	code := Main(context.Background(), []string{"--dry-run", "--config", f.cfg.Target.Config, "--host-root", f.cfg.Host.Root, "--kata-dir", f.cfg.KataDir,
+		"--lock", f.cfg.Lock.Path, "--containerd-version", "1.7.29", "--cri-socket", "", "--restart", "none", "--quiet", "0s"}, &out, &errb, nil)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -291,19 +325,33 @@ func TestDryRunPrintsDiffWritesNothing(t *testing.T) {
 }
 
 func TestFlagsAndEnv(t *testing.T) {
-	t.Setenv(EnvPrefix+"SNAPSHOTTER", "nydus-for-kata-tee")
-	t.Setenv(EnvPrefix+"SNAPSHOTTER_ADDRESS", "/run/nydus-for-kata-tee/containerd-nydus-grpc.sock")
-	o, err := parseFlags([]string{"--handler", "kata-remote"}, io.Discard)
+	o, err := parseFlags(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.cfg.Handler.Snapshotter != "nydus-for-kata-tee" || o.cfg.Target.DropInDir != "/etc/containerd/conf.d" {
+	if h := o.cfg.Handler; !h.Equal(DefaultHandler()) || h.Snapshotter != "nydus-for-kata-tee" || h.ExportsRoot != "/var/lib/nydus-for-kata-tee" ||
+		h.ConfigPath != "/opt/kata/share/defaults/kata-containers/runtimes/remote/configuration-remote.toml" {
+		t.Fatalf("default handler %+v: want kata-deploy 4.x's", h)
+	}
+	t.Setenv(EnvPrefix+"SNAPSHOTTER", "nydus")
+	t.Setenv(EnvPrefix+"SNAPSHOTTER_ADDRESS", "/run/containerd-nydus/containerd-nydus-grpc.sock")
+	o, err = parseFlags([]string{"--handler", "kata-remote"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.cfg.Handler.Snapshotter != "nydus" || o.cfg.Target.DropInDir != "/etc/containerd/caa-gcp-t4" {
 		t.Fatalf("env not applied or default drop-in dir wrong: %+v", o.cfg)
+	}
+	if !o.cfg.Explicit["snapshotter"] || !o.cfg.Explicit["snapshotter-address"] || o.cfg.Explicit["kata-config"] {
+		t.Fatalf("explicit flags %v: want the two set by the environment only", o.cfg.Explicit)
 	}
 	for _, args := range [][]string{
 		{"--restart", "signal"},
 		{"--config", "relative/config.toml"},
 		{"--dropin-name", "../x.toml"},
+		{"--containerd-binary", "bin/containerd"},
+		{"--daemonset", "gcp-t4-remediate"},
+		{"--once", "--cleanup"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%v) accepted bad input", args)
@@ -331,7 +379,8 @@ func TestNoRestartWhenContainerdStartedAfterWrite(t *testing.T) {
 
 func TestNoRestartWhenLoaded(t *testing.T) {
 	f := newFixture(t, gkeFixture(t))
-	f.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: "nydus"}
+	keep := false
+	f.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: kataDeployNydus, Discard: &keep}
 	r := f.remediator(t, Deps{})
 	res, err := r.Reconcile(context.Background())
 	if err != nil || res.Restarted || f.rs.calls != 0 || !res.Converged {
@@ -339,38 +388,65 @@ func TestNoRestartWhenLoaded(t *testing.T) {
 	}
 }
 
+// TestRestartBudget: one restart per interval; a second drift within it
+// waits for the budget instead of restarting again.
 func TestRestartBudget(t *testing.T) {
 	f := newFixture(t, gkeFixture(t))
-	f.rs.err = errors.New("job failed")
 	now := time.Now()
 	clock := func() time.Time { return now }
 	m := NewMetrics()
 	r := f.remediator(t, Deps{Budget: restart.NewBudget(10*time.Minute, 3), Now: clock, Metrics: m})
-	for i := 1; i <= 3; i++ {
-		_, err := r.Reconcile(context.Background())
-		if err == nil || !strings.Contains(err.Error(), "job failed") {
-			t.Fatalf("attempt %d: err = %v, want the restart failure", i, err)
-		}
-		if i == 3 {
-			break
-		}
-		// Within the interval: deferred, not retried.
-		res, err := r.Reconcile(context.Background())
-		if err != nil || res.RetryIn <= 0 || f.rs.calls != i {
-			t.Fatalf("attempt %d, again at once: res %+v err %v calls %d; want a deferral", i, res, err, f.rs.calls)
-		}
-		now = now.Add(10 * time.Minute)
+	if res, err := r.Reconcile(context.Background()); err != nil || !res.Restarted {
+		t.Fatalf("first drift: %+v %v, want a restart", res, err)
 	}
-	_, err := r.Reconcile(context.Background())
-	if !errors.Is(err, restart.ErrExhausted) || f.rs.calls != 3 {
-		t.Fatalf("after 3 failures: err %v calls %d, want ErrExhausted and no 4th restart", err, f.rs.calls)
+	// GKE rewrites the file without restarting containerd, and the
+	// running one lost the handler (a real 1.7 would still have it; the
+	// probe says it does not, as after a GKE restart).
+	os.WriteFile(f.cfg.Target.Config, []byte(gkeFixture(t)), 0o644)
+	f.probe.mu.Lock()
+	f.probe.state = HandlerState{Known: true}
+	f.probe.mu.Unlock()
+	now = now.Add(time.Minute)
+	res, err := r.Reconcile(context.Background())
+	if err != nil || res.RetryIn <= 0 || f.rs.calls != 1 || len(res.Wrote) != 1 {
+		t.Fatalf("second drift within the interval: res %+v err %v calls %d; want the file written and the restart deferred", res, err, f.rs.calls)
 	}
-	if got := testutil.ToFloat64(m.Restarts); got != 3 {
-		t.Fatalf("restarts metric %v, want 3", got)
+	now = now.Add(10 * time.Minute)
+	if res, err := r.Reconcile(context.Background()); err != nil || !res.Restarted || f.rs.calls != 2 {
+		t.Fatalf("after the interval: %+v %v calls %d, want the restart", res, err, f.rs.calls)
 	}
-	reasons := strings.Join(f.reasons(), ",")
-	if !strings.Contains(reasons, "RestartBudgetExhausted") {
-		t.Fatalf("events %s: want RestartBudgetExhausted", reasons)
+	if got := testutil.ToFloat64(m.Restarts); got != 2 {
+		t.Fatalf("restarts metric %v, want 2", got)
+	}
+}
+
+// TestFailedRestartRollsBack: containerd does not come back with the
+// handler: the files get their previous bytes, containerd is restarted
+// once more, the node reports it, and the same change is not written again.
+func TestFailedRestartRollsBack(t *testing.T) {
+	orig := gkeFixture(t)
+	f := newFixture(t, orig)
+	f.rs.onRestart = nil // the restarted containerd never shows the handler
+	r := f.remediator(t, Deps{})
+	res, err := r.Reconcile(context.Background())
+	if err == nil || !res.RolledBack || !strings.Contains(err.Error(), "restored "+f.cfg.Target.Config) {
+		t.Fatalf("res %+v err %v: want a rollback naming the file", res, err)
+	}
+	if got := read(t, f.cfg.Target.Config); got != orig {
+		t.Fatal("config not put back byte for byte")
+	}
+	if f.rs.calls != 2 {
+		t.Fatalf("%d restarts, want the failed one and one after the rollback", f.rs.calls)
+	}
+	if r := f.reasons(); len(r) == 0 || r[len(r)-1] != "RolledBack" {
+		t.Fatalf("events %v, want RolledBack last", r)
+	}
+	_, err = r.Reconcile(context.Background())
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not writing it again") || f.rs.calls != 2 {
+		t.Fatalf("next pass: err %v, calls %d; want the same change refused without a restart", err, f.rs.calls)
+	}
+	if got := read(t, f.cfg.Target.Config); got != orig {
+		t.Fatal("config written again after the rollback")
 	}
 }
 
@@ -407,7 +483,7 @@ func TestHostLockExcludes(t *testing.T) {
 
 func TestWatchLoopRestoresAndServesReadiness(t *testing.T) {
 	f := newFixture(t, gkeFixture(t))
-	f.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: "nydus"}
+	f.probe.state = loadedState()
 	m := NewMetrics()
 	r := f.remediator(t, Deps{Metrics: m})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -497,7 +573,7 @@ func TestDiff(t *testing.T) {
 func TestLoopRetriesTransientErrors(t *testing.T) {
 	f := newFixture(t, gkeFixture(t))
 	f.probe.err = errors.New("connection refused")
-	f.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: "nydus"}
+	f.probe.state = loadedState()
 	r := f.remediator(t, Deps{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -519,5 +595,83 @@ func TestLoopRetriesTransientErrors(t *testing.T) {
 	}
 	if !r.Ready() {
 		t.Fatal("not ready after the retry converged")
+	}
+}
+
+// loadedState is what containerd 1.7's CRI status says once it runs the
+// handler: the runtime, its snapshotter and discard_unpacked_layers.
+func loadedState() HandlerState {
+	keep := false
+	return HandlerState{Known: true, Loaded: true, Snapshotter: kataDeployNydus, Discard: &keep}
+}
+
+// TestIdlePassesSkipTheCheck: a converged node whose files did not change
+// does not run containerd again at every resync.
+func TestIdlePassesSkipTheCheck(t *testing.T) {
+	f := newFixture(t, gkeFixture(t))
+	f.probe.state = loadedState()
+	ctr := checker(t, "v1.7.29")
+	counted := filepath.Join(f.dir, "containerd")
+	script := "#!/bin/sh\necho run >> " + filepath.Join(f.dir, "runs") + "\nexec " + ctr.Binary + " \"$@\"\n"
+	if err := os.WriteFile(counted, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := f.remediator(t, Deps{Containerd: Containerd{Binary: counted}})
+	runs := func() int { return strings.Count(read(t, filepath.Join(f.dir, "runs")), "run") }
+	for i := range 3 {
+		if res, err := r.Reconcile(context.Background()); err != nil || !res.Converged {
+			t.Fatalf("pass %d: %+v %v", i, res, err)
+		}
+	}
+	after3 := runs()
+	if res, err := r.Reconcile(context.Background()); err != nil || !res.Converged || runs() != after3 {
+		t.Fatalf("idle pass ran containerd (%d → %d runs): %+v %v", after3, runs(), res, err)
+	}
+	os.WriteFile(f.cfg.Target.Config, []byte(gkeFixture(t)), 0o644)
+	if _, err := r.Reconcile(context.Background()); err != nil || runs() == after3 {
+		t.Fatalf("a changed file was not checked again (%v)", err)
+	}
+}
+
+// TestKeepsAnExistingHandler: without kata-deploy's files, a kata-remote
+// already in containerd's configuration (here as the CoCo operator's
+// pre-install sets it up: nydus at /run/containerd-nydus, per its
+// reqs-deploy.sh) keeps its settings; only what peer pods lack is added.
+func TestKeepsAnExistingHandler(t *testing.T) {
+	main := gkeFixture(t) + `
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote]
+  runtime_type = "io.containerd.kata-remote.v2"
+  runtime_path = "/opt/kata/bin/containerd-shim-kata-v2"
+  snapshotter = "nydus"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote.options]
+  ConfigPath = "/opt/kata/share/defaults/kata-containers/runtimes/remote/configuration-remote.toml"
+[proxy_plugins.nydus]
+  type = "snapshot"
+  address = "/run/containerd-nydus/containerd-nydus-grpc.sock"
+`
+	f := newFixture(t, main)
+	f.probe.state = loadedState()
+	f.probe.state.Snapshotter = "nydus"
+	r := f.remediator(t, Deps{})
+	res, err := r.Reconcile(context.Background())
+	if err != nil || len(res.Wrote) != 1 || res.Plan.Handler.Snapshotter != "nydus" || !strings.Contains(res.Plan.Source, "already in containerd") {
+		t.Fatalf("res %+v err %v: want the existing handler's settings kept", res.Plan, err)
+	}
+	doc, err := tomledit.Decode([]byte(read(t, f.cfg.Target.Config)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := tomledit.Leaves(doc)
+	for k, v := range map[string]any{
+		`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote.snapshotter`: "nydus",
+		`proxy_plugins.nydus.address`:                                            "/run/containerd-nydus/containerd-nydus-grpc.sock",
+		`plugins."io.containerd.grpc.v1.cri".containerd.discard_unpacked_layers`: false,
+	} {
+		if l[k] != v {
+			t.Errorf("%s = %v, want %v", k, l[k], v)
+		}
+	}
+	if _, ok := l[`proxy_plugins.nydus-for-kata-tee.type`]; ok {
+		t.Error("kata-deploy's snapshotter added next to the existing one")
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,50 +19,67 @@ import (
 
 // Config is what the remediator keeps and where.
 type Config struct {
-	Handler           Handler
+	Handler Handler
+	// Explicit are the handler flags set on the command line: what is
+	// learned from kata-deploy's files never overrides them.
+	Explicit          map[string]bool
 	Target            Target
 	Host              Host
+	KataDir           string // kata-deploy's install directory, mounted at its host path
 	Lock              HostLock
 	ContainerdVersion string        // overrides what the probe reports
 	Settle            time.Duration // quiet time after the last config change before a restart
+	Quiet             time.Duration // a file must be closed by its writers and unchanged this long
 	VerifyTimeout     time.Duration // how long a restarted containerd gets to show the handler
+	Scratch           string        // where candidates are assembled for the check ("" = $TMPDIR)
 	DryRun            bool
 }
 
 // NodeGetter reads this pod's Node (labels, runtime version, handlers).
 type NodeGetter func(ctx context.Context) (*corev1.Node, error)
 
-// Remediator converges one node. Its methods are safe for one caller at a
+// Remediator converges one node. Its methods are for one caller at a
 // time; Run serialises its own calls.
 type Remediator struct {
 	cfg       Config
 	probe     Probe // nil: no CRI socket
 	node      NodeGetter
 	restarter restart.Restarter // nil: never restart
+	ctr       Containerd
 	budget    *restart.Budget
 	events    Events
 	metrics   *Metrics
 	now       func() time.Time
 	log       *slog.Logger
+	state     StateStore
 
 	// beforeRename is only set by the crash test.
 	beforeRename func(tmp string)
 
 	mu        sync.Mutex
 	ready     bool
-	lastEvent string // suppresses repeating the same warning every resync
+	lastEvent string // the last Warning/Normal reported, so a resync does not repeat it
+	// lastWrite is the change this process last wrote, for a rollback.
+	lastWrite *Plan
+	// lastConverged is the last plan that found nothing to write, and
+	// what it was computed from.
+	lastConverged *convergedPlan
+	// ctrVersion caches the checker binary's version by its mtime.
+	ctrVersion   Runtime
+	ctrVersionAt time.Time
 }
 
 // Deps are the remediator's collaborators; nil ones are left out.
 type Deps struct {
-	Probe     Probe
-	Node      NodeGetter
-	Restarter restart.Restarter
-	Budget    *restart.Budget
-	Events    Events
-	Metrics   *Metrics
-	Now       func() time.Time
-	Logger    *slog.Logger
+	Probe      Probe
+	Node       NodeGetter
+	Restarter  restart.Restarter
+	Containerd Containerd // the node's containerd binary, for `config dump`
+	Budget     *restart.Budget
+	Events     Events
+	Metrics    *Metrics
+	Now        func() time.Time
+	Logger     *slog.Logger
 }
 
 // New validates cfg and returns a remediator.
@@ -74,8 +93,14 @@ func New(cfg Config, d Deps) (*Remediator, error) {
 	if cfg.VerifyTimeout <= 0 {
 		cfg.VerifyTimeout = 2 * time.Minute
 	}
-	r := &Remediator{cfg: cfg, probe: d.Probe, node: d.Node, restarter: d.Restarter, budget: d.Budget,
-		events: d.Events, metrics: d.Metrics, now: d.Now, log: d.Logger}
+	if cfg.KataDir == "" {
+		cfg.KataDir = kataDeployDir
+	}
+	if cfg.Scratch == "" {
+		cfg.Scratch = os.TempDir()
+	}
+	r := &Remediator{cfg: cfg, probe: d.Probe, node: d.Node, restarter: d.Restarter, ctr: d.Containerd, budget: d.Budget,
+		events: d.Events, metrics: d.Metrics, now: d.Now, log: d.Logger, state: StateStore{Path: cfg.Target.StatePath()}}
 	if r.budget == nil {
 		r.budget = restart.NewBudget(0, 0)
 	}
@@ -93,15 +118,17 @@ func New(cfg Config, d Deps) (*Remediator, error) {
 
 // Result is the outcome of one reconcile.
 type Result struct {
-	Skipped   string   // why nothing was done on purpose (COS, kata not installed)
+	Skipped   string   // why nothing was done on purpose (COS, kata not installed, kata-deploy at work)
 	Plan      Plan     // what was (or, in dry-run, would be) written
-	Wrote     []string // files replaced
+	Wrote     []string // files replaced or removed
 	Diff      string   // dry-run: unified-style diff of the changes
 	Restarted bool
-	// RetryIn asks the loop to reconcile again after this long (a restart
-	// waiting for the config to settle or for its budget).
-	RetryIn   time.Duration
-	Converged bool // config has the handler and the running containerd loaded it
+	// RetryIn asks the loop to reconcile again after this long (a file
+	// being written, a restart waiting for the config to settle or for its
+	// budget, the host lock held).
+	RetryIn    time.Duration
+	Converged  bool // config has the handler and the running containerd loaded it
+	RolledBack bool // a restart did not bring the handler up; the files were put back
 }
 
 // Ready reports whether the last reconcile ended converged.
@@ -123,18 +150,39 @@ func (r *Remediator) setReady(ok bool) {
 	}
 }
 
+// report records an Event unless it is the one reported last: a failure
+// that repeats at every resync is reported once, and again only after the
+// node converged in between or something else was reported.
+func (r *Remediator) report(ctx context.Context, warning bool, reason, msg string) {
+	key := reason + "\x00" + msg
+	if r.lastEvent == key {
+		return
+	}
+	r.lastEvent = key
+	r.events.Emit(ctx, warning, reason, msg)
+}
+
+// converged clears the de-duplication: the next failure is news.
+func (r *Remediator) converged() {
+	r.lastEvent = ""
+	r.setReady(true)
+}
+
 func (r *Remediator) fail(ctx context.Context, reason string, err error) error {
 	r.metrics.Failures.WithLabelValues(reason).Inc()
 	r.setReady(false)
-	msg := err.Error()
-	if r.lastEvent != msg {
-		r.lastEvent = msg
-		r.events.Emit(ctx, true, reason, msg)
-	}
+	r.report(ctx, true, reason, err.Error())
 	return err
 }
 
-// Reconcile runs one pass: checks, plan, safe write, restart if needed.
+func (r *Remediator) skip(ctx context.Context, reason, why string) (Result, error) {
+	r.setReady(false)
+	r.report(ctx, true, reason, why)
+	return Result{Skipped: why}, nil
+}
+
+// Reconcile runs one pass: checks, plan, proof, safe write, restart if
+// needed (and roll back if containerd does not come back with it).
 func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 	var node *corev1.Node
 	if r.node != nil {
@@ -146,32 +194,54 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 		}
 	}
 	if why := r.cfg.Host.COSReason(node); why != "" {
-		r.setReady(false)
-		if r.lastEvent != why {
-			r.lastEvent = why
-			r.events.Emit(ctx, true, "KataRemoteUnsupportedOS", why)
-		}
-		return Result{Skipped: why}, nil
+		return r.skip(ctx, "KataRemoteUnsupportedOS", why)
 	}
-	if missing := r.cfg.Host.MissingKata(r.cfg.Handler); missing != "" {
-		why := fmt.Sprintf("%s is not on the host; not registering %s until kata is installed (a handler without its shim breaks every pod using it)", missing, r.cfg.Handler.Name)
-		r.setReady(false)
-		if r.lastEvent != why {
-			r.lastEvent = why
-			r.events.Emit(ctx, true, "KataRemoteShimMissing", why)
+	for _, p := range r.kataDeployFiles() {
+		if wait, why := settled(p, r.cfg.Quiet, time.Now()); wait > 0 {
+			r.setReady(false)
+			r.log.Debug("waiting for a writer", "why", why)
+			return Result{RetryIn: wait}, nil
 		}
+	}
+	kd, err := DetectKataDeploy(r.cfg.KataDir, r.cfg.Target.Config, r.cfg.Handler.Name)
+	if err != nil {
+		return Result{}, r.fail(ctx, "ConfigMalformed", err)
+	}
+	h, source := r.cfg.Handler, "flags"
+	if kd.Handler != nil {
+		h = learn(h, *kd.Handler, r.cfg.Explicit)
+		source = "kata-deploy 4.x's installation under " + r.cfg.KataDir
+		if kd.DropIn != "" {
+			source = "kata-deploy's drop-in " + kd.DropIn
+		}
+	}
+	if missing := r.cfg.Host.MissingKata(h); missing != "" {
+		return r.skip(ctx, "KataRemoteShimMissing", fmt.Sprintf("%s is not on the host; not registering %s until kata is installed (a handler without its shim breaks every pod using it)", missing, h.Name))
+	}
+	if why := kd.Installing(node); why != "" {
+		r.setReady(false)
+		r.report(ctx, false, "WaitingForKataDeploy", why)
 		return Result{Skipped: why}, nil
 	}
 	run, err := r.runtime(ctx, node)
 	if err != nil {
 		return Result{}, r.fail(ctx, "RuntimeVersionUnknown", err)
 	}
-
-	unlock, err := r.cfg.Lock.Acquire(ctx)
+	if err := r.checkBinary(ctx, run); err != nil {
+		return Result{}, r.fail(ctx, "ConfigCheckUnavailable", err)
+	}
+	lockCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	unlock, err := r.cfg.Lock.Acquire(lockCtx)
+	cancel()
+	if errors.Is(err, errLockBusy) && ctx.Err() == nil {
+		r.setReady(false)
+		r.report(ctx, false, "WaitingForHostLock", err.Error())
+		return Result{RetryIn: 2 * time.Second}, nil
+	}
 	if err != nil {
 		return Result{}, r.fail(ctx, "HostLock", err)
 	}
-	res, err := r.converge(ctx, run)
+	res, err := r.converge(ctx, run, h, source, kd)
 	unlock()
 	if err != nil {
 		reason := "WriteFailed"
@@ -180,13 +250,26 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 			reason = "ConfigMalformed"
 		case errors.Is(err, ErrUnsupported):
 			reason = "ConfigUnsupported"
+		case errors.Is(err, errSkip):
+			return r.skip(ctx, "KataRemoteShimMissing", strings.TrimPrefix(err.Error(), errSkip.Error()+": "))
 		}
 		return res, r.fail(ctx, reason, err)
 	}
-	if r.cfg.DryRun {
+	if r.cfg.DryRun || res.RetryIn > 0 {
+		r.setReady(false)
 		return res, nil
 	}
 	return r.ensureLoaded(ctx, node, res)
+}
+
+var errSkip = errors.New("skip")
+
+// kataDeployFiles are the kata-deploy files read before planning.
+func (r *Remediator) kataDeployFiles() []string {
+	return []string{
+		filepath.Join(r.cfg.KataDir, "containerd", "config.d", "kata-deploy.toml"),
+		filepath.Join(filepath.Dir(r.cfg.Target.Config), "conf.d", "kata-deploy.toml"),
+	}
 }
 
 func (r *Remediator) runtime(ctx context.Context, node *corev1.Node) (Runtime, error) {
@@ -207,40 +290,83 @@ func (r *Remediator) runtime(ctx context.Context, node *corev1.Node) (Runtime, e
 	return Runtime{}, fmt.Errorf("%w: mount the containerd socket (--cri-socket), run with NODE_NAME set, or pass --containerd-version: %v", ErrUnknownRun, errors.Join(errs...))
 }
 
-func readOptional(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+// checkBinary makes sure the binary that proves changes is the release the
+// node runs: the check is only as good as the containerd doing it.
+func (r *Remediator) checkBinary(ctx context.Context, run Runtime) error {
+	st, err := os.Stat(r.ctr.Binary)
+	if err != nil {
+		return fmt.Errorf("the node's containerd binary is needed to check every change (`containerd config dump`): %w; pass --containerd-binary with its host path", err)
 	}
-	return data, err
+	if !st.ModTime().Equal(r.ctrVersionAt) {
+		v, err := r.ctr.Version(ctx)
+		if err != nil {
+			return fmt.Errorf("cannot run the node's containerd to check changes: %w", err)
+		}
+		r.ctrVersion, r.ctrVersionAt = v, st.ModTime()
+	}
+	if !r.ctrVersion.SameMinor(run) {
+		return fmt.Errorf("%s is containerd %s but containerd %s runs on the node: a check with it would not say what the running release does; restart containerd or pass the right --containerd-binary", r.ctr.Binary, r.ctrVersion, run)
+	}
+	return nil
 }
 
-// converge plans and writes under the host lock.
-func (r *Remediator) converge(ctx context.Context, run Runtime) (Result, error) {
+// converge plans, proves and writes under the host lock.
+func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, source string, kd KataDeploy) (Result, error) {
 	t := r.cfg.Target
-	main, err := os.ReadFile(t.Config)
+	var res Result
+	files, lerr := LoadSet(t.Config, nil)
+	paths := []string{t.Config, t.DropIn()}
+	for _, f := range files {
+		paths = append(paths, f.Path)
+	}
+	for _, p := range paths {
+		if wait, why := settled(p, r.cfg.Quiet, time.Now()); wait > 0 {
+			r.log.Debug("waiting for a writer", "why", why)
+			res.RetryIn = wait
+			return res, nil
+		}
+	}
+	if lerr != nil && !errors.Is(lerr, ErrMalformed) && !errors.Is(lerr, ErrUnsupported) {
+		return res, fmt.Errorf("%w: %v; left untouched", ErrUnsupported, lerr)
+	}
+	// An idle node re-reads the files at every resync; the check with
+	// containerd runs only when something it reads changed.
+	inputs := inputsID(files, run, h, kd, t.DropIn())
+	if r.lastConverged != nil && r.lastConverged.inputs == inputs {
+		res.Plan = r.lastConverged.plan
+		return res, nil
+	}
+	p := &planner{ctr: r.ctr, run: run, h: h, t: t, kd: kd, scratch: r.cfg.Scratch, explicit: r.cfg.Explicit, source: source}
+	pl, err := p.plan(ctx)
+	res.Plan = pl
 	if err != nil {
-		return Result{}, fmt.Errorf("read %s (mount the host's /etc/containerd at the same path): %w", t.Config, err)
+		return res, err
 	}
-	dropIn, err := readOptional(t.DropIn())
-	if err != nil {
-		return Result{}, fmt.Errorf("read %s: %w", t.DropIn(), err)
+	if pl.Converged() && lerr == nil {
+		r.lastConverged = &convergedPlan{inputs: inputs, plan: pl}
+	} else {
+		r.lastConverged = nil
 	}
-	p, err := Compute(r.cfg.Handler, t, run, main, dropIn)
-	if err != nil {
-		return Result{Plan: p}, err
+	if !pl.Handler.Equal(h) {
+		if missing := r.cfg.Host.MissingKata(pl.Handler); missing != "" {
+			return res, fmt.Errorf("%w: %s (the handler already configured) is not on the host; not registering it", errSkip, missing)
+		}
 	}
-	res := Result{Plan: p}
-	for _, w := range p.Warnings {
-		r.log.Warn(w)
-	}
-	if p.Converged() {
+	if pl.Converged() {
 		return res, nil
 	}
 	r.metrics.Drift.Inc()
+	st, err := r.state.Load()
+	if err != nil {
+		return res, err
+	}
+	if pl.Candidate != "" && st.Rejected == pl.Candidate {
+		return res, fmt.Errorf("%w: this change to %s was rolled back after containerd did not come back with %s; not writing it again until the configuration changes (check containerd's log on the node)",
+			ErrUnsupported, strings.Join(changedPaths(pl.Changes), ", "), h.Name)
+	}
 	if r.cfg.DryRun {
 		var b bytes.Buffer
-		for _, c := range p.Changes {
+		for _, c := range pl.Changes {
 			b.WriteString(Diff(c.Path, c.Old, c.New))
 		}
 		res.Diff = b.String()
@@ -249,9 +375,15 @@ func (r *Remediator) converge(ctx context.Context, run Runtime) (Result, error) 
 	if err := os.MkdirAll(t.DropInDir, 0o755); err != nil {
 		return res, fmt.Errorf("create %s: %w", t.DropInDir, err)
 	}
-	// The drop-in goes first: an imports glob that matches nothing is
-	// harmless, a drop-in nobody imports too.
-	for _, c := range p.Changes {
+	// What each file held goes to the state first: a crash after a write
+	// must not lose what uninstall puts back.
+	for _, c := range pl.Changes {
+		st.recordWrite(c.Path, c.Old, c.Old != nil, c.New)
+	}
+	if err := r.state.Save(st); err != nil {
+		return res, err
+	}
+	for _, c := range pl.Changes {
 		// Compare-and-swap: GKE or an installer may have rewritten the file
 		// since it was read; then the next pass plans again.
 		cur, err := readOptional(c.Path)
@@ -262,27 +394,67 @@ func (r *Remediator) converge(ctx context.Context, run Runtime) (Result, error) 
 			res.RetryIn = time.Millisecond
 			return res, nil
 		}
-		if c.Backup && c.Old != nil {
-			if err := BackupOnce(c.Path, c.Old); err != nil {
-				return res, err
-			}
-		}
-		CleanTemps(c.Path)
-		if err := writeAtomic(c.Path, c.New, r.beforeRename); err != nil {
+		if err := r.apply(c); err != nil {
 			return res, err
 		}
 		r.metrics.FilesWritten.Inc()
 		res.Wrote = append(res.Wrote, c.Path)
-		r.log.Info("wrote containerd config", "path", c.Path, "mode", p.Mode, "version", p.FileVersion)
+		r.log.Info("wrote containerd config", "path", c.Path, "mode", pl.Mode, "version", pl.FileVersion, "handler_from", pl.Source)
 	}
-	r.events.Emit(ctx, false, "KataRemoteConfigRestored", fmt.Sprintf("restored runtime handler %s in %v (%s, config version %d)", r.cfg.Handler.Name, res.Wrote, p.Mode, p.FileVersion))
+	// Wall time: it is compared with file times and containerd's start.
+	st.Loaded = &LoadedRecord{Fingerprint: pl.Fingerprint, Since: time.Now()}
+	if err := r.state.Save(st); err != nil {
+		return res, err
+	}
+	r.lastWrite = &pl
+	r.events.Emit(ctx, false, "KataRemoteConfigRestored", fmt.Sprintf("restored runtime handler %s (settings from %s) in %s (%s, config version %d), checked with containerd %s's own merge",
+		h.Name, pl.Source, strings.Join(res.Wrote, ", "), pl.Mode, pl.FileVersion, run))
 	return res, nil
 }
 
+type convergedPlan struct {
+	inputs string
+	plan   Plan
+}
+
+// inputsID identifies everything a plan is computed from.
+func inputsID(files []LoadFile, run Runtime, h Handler, kd KataDeploy, dropIn string) string {
+	var b bytes.Buffer
+	var kh Handler
+	if kd.Handler != nil {
+		kh = *kd.Handler
+	}
+	fmt.Fprintf(&b, "%s\x00%+v\x00%v %s %+v %v %v\x00", run, h, kd.Present, kd.DropIn, kh, kd.Runtimes, kd.ProxyPlugins)
+	for _, f := range files {
+		fmt.Fprintf(&b, "%s\x00%s\x00", f.Path, sum(f.Data))
+	}
+	for _, p := range []string{dropIn, kd.DropIn} {
+		data, err := readOptional(p)
+		fmt.Fprintf(&b, "%s\x00%s\x00%v\x00", p, sum(data), err)
+	}
+	return sum(b.Bytes())
+}
+
+func (r *Remediator) apply(c FileChange) error {
+	CleanTemps(c.Path)
+	if c.New == nil {
+		return removeFile(c.Path)
+	}
+	return writeAtomic(c.Path, c.New, r.beforeRename)
+}
+
+func changedPaths(cs []FileChange) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Path)
+	}
+	return out
+}
+
 // handlerState asks the CRI socket, then the Node's runtimeHandlers.
-func (r *Remediator) handlerState(ctx context.Context, node *corev1.Node) HandlerState {
+func (r *Remediator) handlerState(ctx context.Context, node *corev1.Node, name string) HandlerState {
 	if r.probe != nil {
-		st, err := r.probe.Handler(ctx, r.cfg.Handler.Name)
+		st, err := r.probe.Handler(ctx, name)
 		if err == nil && st.Known {
 			return st
 		}
@@ -295,76 +467,97 @@ func (r *Remediator) handlerState(ctx context.Context, node *corev1.Node) Handle
 		for _, h := range node.Status.RuntimeHandlers {
 			names = append(names, h.Name)
 		}
-		return NodeHandlers(names, r.cfg.Handler.Name)
+		return NodeHandlers(names, name)
 	}
 	return HandlerState{}
 }
 
-func (r *Remediator) loadedOK(st HandlerState) bool {
+func probeOK(st HandlerState, h Handler) bool {
 	if !st.Loaded {
 		return false
 	}
-	if st.Snapshotter != "" && st.Snapshotter != r.cfg.Handler.Snapshotter {
+	if st.Snapshotter != "" && st.Snapshotter != h.Snapshotter {
 		return false
 	}
 	return st.Discard == nil || !*st.Discard
 }
 
-// configTime is the newest modification time of the files that make up
-// the handler's config.
-func (r *Remediator) configTime() time.Time {
+// loadedSince is when files holding the handler's current effective
+// settings were put in place: a containerd started later has loaded them
+// (on 2.x the CRI status does not show the images plugin's
+// runtime_platforms, so this is the only way to know the snapshotter
+// mapping is loaded). A fingerprint the state already has keeps its time,
+// so a byte-identical rewrite does not count as new.
+func (r *Remediator) loadedSince(pl Plan) time.Time {
+	st, err := r.state.Load()
+	if err == nil && st.Loaded != nil && st.Loaded.Fingerprint == pl.Fingerprint {
+		return st.Loaded.Since
+	}
 	var newest time.Time
-	for _, p := range []string{r.cfg.Target.Config, r.cfg.Target.DropIn()} {
-		if st, err := os.Stat(p); err == nil && st.ModTime().After(newest) {
-			newest = st.ModTime()
+	files, _ := LoadSet(r.cfg.Target.Config, nil)
+	for _, f := range files {
+		if fi, err := os.Stat(f.Path); err == nil && fi.ModTime().After(newest) {
+			newest = fi.ModTime()
+		}
+	}
+	if err == nil && !r.cfg.DryRun && !newest.IsZero() {
+		st.Loaded = &LoadedRecord{Fingerprint: pl.Fingerprint, Since: newest}
+		if err := r.state.Save(st); err != nil {
+			r.log.Warn("saving state failed", "err", err.Error())
 		}
 	}
 	return newest
 }
 
 // ensureLoaded restarts containerd only when the running daemon lacks the
-// handler and started before the config that has it was written.
+// handler: the probe says so, or it started before the files holding the
+// handler's settings were put in place.
 func (r *Remediator) ensureLoaded(ctx context.Context, node *corev1.Node, res Result) (Result, error) {
-	if res.RetryIn > 0 {
+	h := res.Plan.Handler
+	st := r.handlerState(ctx, node, h.Name)
+	if st.Known && !probeOK(st, h) && r.restarter == nil {
 		r.setReady(false)
-		return res, nil
-	}
-	st := r.handlerState(ctx, node)
-	if st.Known && r.loadedOK(st) {
-		res.Converged = true
-		r.lastEvent = ""
-		r.setReady(true)
+		r.log.Warn("running containerd lacks the handler and restarts are disabled", "handler", h.Name)
 		return res, nil
 	}
 	if r.restarter == nil {
 		// Nothing can restart containerd from here (--restart=none): the
-		// file is right, and an installer or operator restarts it.
-		res.Converged = !st.Known
-		r.setReady(res.Converged)
-		if st.Known {
-			r.log.Warn("running containerd lacks the handler and restarts are disabled", "handler", r.cfg.Handler.Name)
+		// files are right, and an installer or operator restarts it.
+		res.Converged = st.Known
+		if res.Converged {
+			r.converged()
+		} else {
+			r.setReady(false)
 		}
 		return res, nil
 	}
+	if res.Plan.Mode == "in-place" && st.Known && st.Discard != nil && probeOK(st, h) {
+		// containerd 1.x reports every setting the handler needs in its CRI
+		// status (runtime, snapshotter, discard_unpacked_layers): what it
+		// runs is known, whatever the files say now.
+		res.Converged = true
+		r.converged()
+		return res, nil
+	}
+	since := r.loadedSince(res.Plan)
 	started, err := r.restarter.StartedAt(ctx)
 	if err != nil {
 		return res, r.fail(ctx, "RestartFailed", fmt.Errorf("read containerd's start time: %w", err))
 	}
-	written := r.configTime()
-	if !started.Before(written) {
-		if !st.Known {
-			// No probe, but containerd started after the config: it has it.
-			res.Converged = true
-			r.setReady(true)
-			return res, nil
-		}
-		return res, r.fail(ctx, "HandlerNotLoaded", fmt.Errorf("containerd started at %s, after the config was written (%s), but has not loaded %s as configured; check containerd's log, not restarting it",
-			started.Format(time.RFC3339Nano), written.Format(time.RFC3339Nano), r.cfg.Handler.Name))
+	loadedFiles := !started.Before(since)
+	if loadedFiles && (!st.Known || probeOK(st, h)) {
+		res.Converged = true
+		r.converged()
+		return res, nil
+	}
+	if loadedFiles {
+		return res, r.fail(ctx, "HandlerNotLoaded", fmt.Errorf("containerd started at %s, after the config was in place (%s), but has not loaded %s as configured; check containerd's log, not restarting it",
+			started.Format(time.RFC3339Nano), since.Format(time.RFC3339Nano), h.Name))
 	}
 	now := r.now()
-	if wait := r.cfg.Settle - now.Sub(written); r.cfg.Settle > 0 && wait > 0 {
-		// GKE restarts containerd itself after rewriting the config; give
-		// that restart (and any further rewrite) time to land first.
+	if wait := r.cfg.Settle - time.Since(since); r.cfg.Settle > 0 && wait > 0 {
+		// GKE restarts containerd itself after rewriting the config, and
+		// kata-deploy after installing; give that restart time to land.
 		res.RetryIn = wait
 		r.setReady(false)
 		return res, nil
@@ -379,46 +572,89 @@ func (r *Remediator) ensureLoaded(ctx context.Context, node *corev1.Node, res Re
 		return res, r.fail(ctx, "RestartBudgetExhausted", err)
 	}
 	r.metrics.Restarts.Inc()
-	r.log.Info("restarting containerd to load the handler", "handler", r.cfg.Handler.Name, "started", started, "config_written", written)
+	r.log.Info("restarting containerd to load the handler", "handler", h.Name, "started", started, "config_since", since)
 	err = r.restarter.Restart(ctx)
 	if err == nil {
-		err = r.waitLoaded(ctx, node, written)
+		err = r.waitLoaded(ctx, h, since)
 	}
 	r.budget.Record(now, err)
 	if err != nil {
-		return res, r.fail(ctx, "RestartFailed", fmt.Errorf("restart %d of at most %d consecutive failures: %w", r.budget.Failures(), r.budget.MaxFailures, err))
+		return r.rollback(ctx, res, err)
 	}
 	res.Restarted, res.Converged = true, true
-	r.lastEvent = ""
-	r.setReady(true)
-	r.events.Emit(ctx, false, "ContainerdRestarted", fmt.Sprintf("restarted containerd to load runtime handler %s", r.cfg.Handler.Name))
+	r.converged()
+	r.events.Emit(ctx, false, "ContainerdRestarted", fmt.Sprintf("restarted containerd to load runtime handler %s", h.Name))
 	return res, nil
 }
 
-// waitLoaded polls until the restarted containerd shows the handler.
-func (r *Remediator) waitLoaded(ctx context.Context, node *corev1.Node, written time.Time) error {
+// waitLoaded polls until the restarted containerd shows the handler, up to
+// VerifyTimeout.
+func (r *Remediator) waitLoaded(ctx context.Context, h Handler, since time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.VerifyTimeout)
 	defer cancel()
 	for {
+		var node *corev1.Node
 		if r.node != nil {
-			// runtimeHandlers change on the Node, not in the copy we hold.
+			// runtimeHandlers change on the Node, not in a copy.
 			if n, err := r.node(ctx); err == nil {
 				node = n
 			}
 		}
-		st := r.handlerState(ctx, node)
-		if st.Known && r.loadedOK(st) {
+		st := r.handlerState(ctx, node, h.Name)
+		started, serr := r.restarter.StartedAt(ctx)
+		up := serr == nil && !started.Before(since)
+		if up && (!st.Known || probeOK(st, h)) {
 			return nil
-		}
-		if !st.Known {
-			if started, err := r.restarter.StartedAt(ctx); err == nil && !started.Before(written) {
-				return nil
-			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("containerd did not report handler %s after the restart: %w", r.cfg.Handler.Name, ctx.Err())
+			return fmt.Errorf("containerd did not come back with handler %s within %s: %w", h.Name, r.cfg.VerifyTimeout, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// rollback puts back the files of the last write after containerd did not
+// come back with them, restarts containerd once more and reports: the node
+// ends at least as healthy as before the change.
+func (r *Remediator) rollback(ctx context.Context, res Result, cause error) (Result, error) {
+	pl := r.lastWrite
+	if pl == nil || pl.Fingerprint != res.Plan.Fingerprint {
+		// Not ours to undo (written by an earlier process, or by someone
+		// else): report only.
+		return res, r.fail(ctx, "RestartFailed", fmt.Errorf("restart %d of at most %d consecutive failures: %w", r.budget.Failures(), r.budget.MaxFailures, cause))
+	}
+	st, err := r.state.Load()
+	if err != nil {
+		return res, r.fail(ctx, "RollbackFailed", fmt.Errorf("%v; and reading the state to roll back failed: %w", cause, err))
+	}
+	var restored []string
+	changes := slices.Clone(pl.Changes)
+	slices.Reverse(changes)
+	for _, c := range changes {
+		cur, err := readOptional(c.Path)
+		if err != nil || !bytes.Equal(cur, c.New) {
+			continue // rewritten since: not ours any more
+		}
+		back := FileChange{Path: c.Path, Old: c.New, New: c.Old}
+		if err := r.apply(back); err != nil {
+			return res, r.fail(ctx, "RollbackFailed", fmt.Errorf("%v; and putting back %s failed: %w", cause, c.Path, err))
+		}
+		if rec := st.file(c.Path); rec != nil && rec.Existed == (c.Old != nil) && bytes.Equal(rec.Original, c.Old) {
+			st.Files = slices.DeleteFunc(st.Files, func(f FileRecord) bool { return f.Path == c.Path })
+		}
+		restored = append(restored, c.Path)
+	}
+	st.Rejected, st.Loaded = pl.Candidate, nil
+	if err := r.state.Save(st); err != nil {
+		r.log.Warn("saving state failed", "err", err.Error())
+	}
+	r.lastWrite = nil
+	again := "restarted containerd again"
+	if err := r.restarter.Restart(ctx); err != nil {
+		again = fmt.Sprintf("restarting containerd again failed too: %v", err)
+	}
+	res.RolledBack = true
+	return res, r.fail(ctx, "RolledBack", fmt.Errorf("%w; restored %s to their previous content and %s; the change is not written again until the configuration changes",
+		cause, strings.Join(restored, ", "), again))
 }

@@ -42,8 +42,9 @@ func (r *Remediator) Run(ctx context.Context, l Loop) error {
 	configDir := filepath.Dir(r.cfg.Target.Config)
 	watch := func() {
 		// Watch directories, not files: GKE and we both replace the file,
-		// and a watch on the old inode would go quiet.
-		for _, d := range []string{configDir, r.cfg.Target.DropInDir} {
+		// and a watch on the old inode would go quiet. kata-deploy's drop-in
+		// directory too: its install and removal are news.
+		for _, d := range []string{configDir, r.cfg.Target.DropInDir, filepath.Join(r.cfg.KataDir, "containerd", "config.d")} {
 			if !slices.Contains(w.WatchList(), d) {
 				if err := w.Add(d); err != nil && !errors.Is(err, os.ErrNotExist) {
 					r.log.Warn("watching directory failed; relying on resync", "dir", d, "err", err.Error())
@@ -107,16 +108,17 @@ func (r *Remediator) Run(ctx context.Context, l Loop) error {
 	}
 }
 
-// relevant filters out our own temp files and backups.
+// relevant filters out temp files and the state file: a config file, or
+// any .toml next to it or in a watched drop-in directory.
 func (r *Remediator) relevant(name string) bool {
 	base := filepath.Base(name)
-	if strings.HasPrefix(base, ".") || strings.HasSuffix(base, BackupSuffix) {
+	if strings.HasPrefix(base, ".") {
 		return false
 	}
 	if name == r.cfg.Target.Config || name == r.cfg.Target.DropInDir {
 		return true
 	}
-	return filepath.Dir(name) == r.cfg.Target.DropInDir && strings.HasSuffix(base, ".toml")
+	return strings.HasSuffix(base, ".toml")
 }
 
 // Serve exposes /metrics, /healthz and /readyz (ready = converged) on addr

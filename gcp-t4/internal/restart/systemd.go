@@ -94,6 +94,32 @@ func (s Systemd) StartedAt(ctx context.Context) (time.Time, error) {
 	return activeEnter(ctx, c, s.Unit)
 }
 
+// ExecPath is the executable of the unit's first ExecStart command: the
+// containerd binary the node runs (a host path).
+func (s Systemd) ExecPath(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout())
+	defer cancel()
+	c, err := s.conn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	p, err := c.GetServicePropertyContext(ctx, s.Unit, "ExecStart")
+	if err != nil {
+		return "", fmt.Errorf("read ExecStart of %s: %w", s.Unit, err)
+	}
+	// a(sasbttttuii): path, argv, ignore-failure, timestamps, pid, status.
+	cmds, ok := p.Value.Value().([][]any)
+	if !ok || len(cmds) == 0 || len(cmds[0]) == 0 {
+		return "", fmt.Errorf("ExecStart of %s: unexpected value %v", s.Unit, p.Value)
+	}
+	path, ok := cmds[0][0].(string)
+	if !ok || path == "" {
+		return "", fmt.Errorf("ExecStart of %s: no executable in %v", s.Unit, p.Value)
+	}
+	return path, nil
+}
+
 // Restart queues RestartUnit(unit, "replace") and waits until the job ends
 // and the unit is active with a newer ActiveEnterTimestamp. JobRemoved can
 // be missed (systemd sends it on the private socket only to subscribers,

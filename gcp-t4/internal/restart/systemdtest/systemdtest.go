@@ -5,6 +5,7 @@ package systemdtest
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,8 +60,11 @@ func StartBus(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// The socket file appears at bind, before the daemon listens: wait
+	// until a connection is accepted.
 	for i := 0; i < 200; i++ {
-		if _, err := os.Stat(sock); err == nil {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
 			return "unix:path=" + sock
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -109,8 +113,22 @@ func (m manager) RestartUnit(name, mode string) (godbus.ObjectPath, *godbus.Erro
 
 func (m manager) Subscribe() *godbus.Error { return nil }
 
+// execStart is one entry of a Service's ExecStart property, signature
+// (sasbttttuii) as systemd's D-Bus API documents it
+// (org.freedesktop.systemd1(5), Service ExecStart).
+type execStart struct {
+	Path               string
+	Argv               []string
+	IgnoreFailure      bool
+	StartRT, StartMono uint64
+	ExitRT, ExitMono   uint64
+	PID                uint32
+	Code, Status       int32
+}
+
 // NewSystemd owns org.freedesktop.systemd1 on the bus at addr for one unit
-// that started at started; action runs on every RestartUnit.
+// that started at started; action runs on every RestartUnit. The unit's
+// ExecStart runs /usr/bin/containerd.
 func NewSystemd(t testing.TB, addr, unit string, started time.Time, action func() (time.Time, error)) *Systemd {
 	t.Helper()
 	conn, err := godbus.Dial(addr)
@@ -132,6 +150,9 @@ func NewSystemd(t testing.TB, addr, unit string, started time.Time, action func(
 		"org.freedesktop.systemd1.Unit": {
 			"ActiveState":          {Value: "active", Emit: prop.EmitFalse},
 			"ActiveEnterTimestamp": {Value: uint64(started.UnixMicro()), Emit: prop.EmitFalse},
+		},
+		"org.freedesktop.systemd1.Service": {
+			"ExecStart": {Value: []execStart{{Path: "/usr/bin/containerd", Argv: []string{"/usr/bin/containerd"}}}, Emit: prop.EmitFalse},
 		},
 	})
 	if err != nil {

@@ -1,0 +1,133 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+)
+
+// RemediationDaemonSet is the `gcp-t4-node remediate` DaemonSet of
+// components/gke-remediation.
+const RemediationDaemonSet = "gcp-t4-remediate"
+
+// Events the sidecar records on its Node when its uninstall pass ran
+// (remediate.ReasonNodeRestored; the remediate package is the node
+// binary's, not linked here, so a test checks the two agree) or failed.
+const (
+	reasonNodeRestored = "KataRemoteConfigRemoved"
+	reasonCleanupFail  = "CleanupFailed"
+)
+
+// restoreNodes is the per-node uninstall of the remediation sidecar, run
+// before anything else is deleted (its RBAC included): the remediate
+// DaemonSet goes first, each of its pods gets SIGTERM, sees its DaemonSet
+// gone and restores its node's containerd configuration (restarting
+// containerd only where a byte changed), as kata-deploy's pods do on
+// removal. It waits for the pods to go and reports each node from the
+// Event its sidecar recorded.
+func restoreNodes(ctx context.Context, cs kubernetes.Interface, dryRun bool, stdout io.Writer) error {
+	ds, err := cs.AppsV1().DaemonSets(Namespace).Get(ctx, RemediationDaemonSet, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read daemonset %s/%s: %w", Namespace, RemediationDaemonSet, err)
+	}
+	sel := metav1.FormatLabelSelector(ds.Spec.Selector)
+	nodes, err := podNodes(ctx, cs, sel)
+	if err != nil {
+		return err
+	}
+	if dryRun {
+		fmt.Fprintf(stdout, "would delete DaemonSet/%s/%s first and wait while its pods restore containerd's configuration on %s\n", Namespace, RemediationDaemonSet, orNoNodes(nodes))
+		return nil
+	}
+	since := metav1.NewTime(time.Now().Add(-time.Second).Truncate(time.Second))
+	bg := metav1.DeletePropagationBackground
+	uid := ds.UID
+	if err := cs.AppsV1().DaemonSets(Namespace).Delete(ctx, RemediationDaemonSet, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete daemonset %s/%s: %w", Namespace, RemediationDaemonSet, err)
+	}
+	fmt.Fprintf(stdout, "deleted DaemonSet/%s/%s; its pods restore containerd's configuration on %s\n", Namespace, RemediationDaemonSet, orNoNodes(nodes))
+	delay := 200 * time.Millisecond
+	for {
+		left, err := podNodes(ctx, cs, sel)
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("remediation pods still running on %s: %w; see `kubectl -n %s logs -l %s`", strings.Join(left, ", "), ctx.Err(), Namespace, sel)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+	for _, n := range nodes {
+		ev, err := lastCleanupEvent(ctx, cs, n, since)
+		switch {
+		case err != nil:
+			return err
+		case ev == nil:
+			fmt.Fprintf(stdout, "node %s: its sidecar reported no cleanup; on that node run `gcp-t4-node remediate --cleanup` (docs/remediation.md)\n", n)
+		case ev.Reason == reasonCleanupFail:
+			fmt.Fprintf(stdout, "node %s: cleanup failed: %s\n", n, ev.Message)
+		default:
+			fmt.Fprintf(stdout, "node %s: %s\n", n, ev.Message)
+		}
+	}
+	return nil
+}
+
+func podNodes(ctx context.Context, cs kubernetes.Interface, selector string) ([]string, error) {
+	pods, err := cs.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("list remediation pods: %w", err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" {
+			out = append(out, p.Spec.NodeName)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func lastCleanupEvent(ctx context.Context, cs kubernetes.Interface, node string, since metav1.Time) (*corev1.Event, error) {
+	l, err := cs.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+		"involvedObject.kind": "Node", "involvedObject.name": node, "source": "gcp-t4-remediate",
+	}.AsSelector().String()})
+	if err != nil {
+		return nil, fmt.Errorf("list events of node %s: %w", node, err)
+	}
+	var last *corev1.Event
+	for i := range l.Items {
+		ev := &l.Items[i]
+		if (ev.Reason != reasonNodeRestored && ev.Reason != reasonCleanupFail) || ev.LastTimestamp.Before(&since) {
+			continue
+		}
+		if last == nil || !ev.LastTimestamp.Before(&last.LastTimestamp) {
+			last = ev
+		}
+	}
+	return last, nil
+}
+
+func orNoNodes(nodes []string) string {
+	if len(nodes) == 0 {
+		return "no node (none runs it)"
+	}
+	return "nodes " + strings.Join(nodes, ", ")
+}

@@ -1,0 +1,128 @@
+package remediate
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// CleanupResult says what an uninstall pass did on this node.
+type CleanupResult struct {
+	Restored  []string // files put back to their content before the sidecar
+	Removed   []string // files the sidecar had created
+	Kept      []string // files changed by someone else since: left as they are
+	Restarted bool
+}
+
+// Cleanup restores the node to what it was before the sidecar: every file
+// it changed gets back the bytes it had before (the drop-in it created is
+// removed), unless someone else rewrote the file since; containerd is
+// restarted only when a byte changed and it runs. This is the per-node
+// uninstall step, as kata-deploy's cleanup is (runtime/containerd.rs
+// cleanup_containerd at 4.0.0/4.1.0: restore the .bak, remove the drop-in
+// and its import, then restart the runtime).
+func (r *Remediator) Cleanup(ctx context.Context) (CleanupResult, error) {
+	var out CleanupResult
+	unlock, err := r.cfg.Lock.Acquire(ctx)
+	if err != nil {
+		return out, r.fail(ctx, "CleanupFailed", err)
+	}
+	defer unlock()
+	st, err := r.state.Load()
+	if err != nil {
+		return out, r.fail(ctx, "CleanupFailed", err)
+	}
+	// Files that existed before go first: the main file's import of the
+	// drop-in is gone before the drop-in is.
+	recs := append([]FileRecord(nil), st.Files...)
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Existed && !recs[j].Existed })
+	var errs []string
+	for _, rec := range recs {
+		cur, err := readOptional(rec.Path)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("read %s: %v", rec.Path, err))
+			continue
+		}
+		if cur == nil && !rec.Existed {
+			continue
+		}
+		if cur == nil || sum(cur) != rec.Written {
+			out.Kept = append(out.Kept, rec.Path)
+			r.log.Warn("file changed since the sidecar wrote it; left as it is", "path", rec.Path)
+			continue
+		}
+		if bytes.Equal(cur, rec.Original) && rec.Existed {
+			continue
+		}
+		if !rec.Existed {
+			// containerd does not start while an import is missing: a file
+			// the main file (as it now is) still imports stays.
+			if files, err := LoadSet(r.cfg.Target.Config, nil); err == nil && loads(files, rec.Path) {
+				out.Kept = append(out.Kept, rec.Path)
+				r.log.Warn("file still imported by containerd's configuration; left as it is", "path", rec.Path)
+				continue
+			}
+		}
+		c := FileChange{Path: rec.Path, Old: cur, New: rec.Original}
+		if !rec.Existed {
+			c.New = nil
+		}
+		if err := r.apply(c); err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		if rec.Existed {
+			out.Restored = append(out.Restored, rec.Path)
+		} else {
+			out.Removed = append(out.Removed, rec.Path)
+		}
+	}
+	if len(errs) > 0 {
+		return out, r.fail(ctx, "CleanupFailed", fmt.Errorf("uninstall on this node: %s; the state in %s keeps what is left to restore", strings.Join(errs, "; "), r.state.Path))
+	}
+	if err := r.state.Save(State{}); err != nil {
+		return out, r.fail(ctx, "CleanupFailed", err)
+	}
+	os.Remove(r.cfg.Target.DropInDir) // only when empty
+	changed := len(out.Restored)+len(out.Removed) > 0
+	if changed && r.restarter != nil && !r.cfg.DryRun {
+		if _, err := r.restarter.StartedAt(ctx); err == nil {
+			rctx, cancel := context.WithTimeout(ctx, r.cfg.VerifyTimeout)
+			err := r.restarter.Restart(rctx)
+			cancel()
+			if err != nil {
+				return out, r.fail(ctx, "CleanupFailed", fmt.Errorf("restored %s, but restarting containerd failed: %w", strings.Join(append(out.Restored, out.Removed...), ", "), err))
+			}
+			out.Restarted = true
+		}
+	}
+	msg := "nothing of the sidecar's was left on this node"
+	if changed {
+		msg = fmt.Sprintf("restored %s to its content before gcp-t4 (removed %s); restarted containerd: %v",
+			orNone(out.Restored), orNone(out.Removed), out.Restarted)
+	}
+	if len(out.Kept) > 0 {
+		msg += fmt.Sprintf("; left %s as it is (changed by someone else since)", strings.Join(out.Kept, ", "))
+	}
+	r.events.Emit(ctx, false, ReasonNodeRestored, msg)
+	return out, nil
+}
+
+// ReasonNodeRestored is the Event an uninstall pass records on its Node;
+// `gcp-t4 uninstall` looks for it.
+const ReasonNodeRestored = "KataRemoteConfigRemoved"
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "nothing"
+	}
+	return strings.Join(s, ", ")
+}
+
+// cleanupTimeout bounds the uninstall pass on SIGTERM; the DaemonSet's
+// terminationGracePeriodSeconds leaves room for it.
+const cleanupTimeout = 150 * time.Second

@@ -1,0 +1,220 @@
+package remediate
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// What kata-deploy 4.0.0 and 4.1.0 leave on a node, read in kata-containers
+// (tags 4.0.0 = cf82bb35c8, 4.1.0 = ddcb1ad8d2) under
+// tools/packaging/kata-deploy/binary/src:
+//
+//   - containerd < 2.0: the handler edited into /etc/containerd/config.toml in
+//     place, the file first copied once to config.toml.bak
+//     (runtime/containerd.rs configure_containerd, !use_drop_in).
+//   - containerd 2.x: a drop-in <dest_dir>/containerd/config.d/kata-deploy.toml
+//     (config.rs containerd_drop_in_conf_file) whose literal path is appended
+//     to the main file's `imports` (toml utils append_to_toml_array); on 2.2+
+//     when the main file already imports /etc/containerd/conf.d, the drop-in is
+//     /etc/containerd/conf.d/kata-deploy.toml and no import is added
+//     (config.rs get_containerd_paths, supports_conf_d). The drop-in has no
+//     `version`: it is written key by key into an empty file.
+//   - the nydus snapshotter it runs for guest pull, under
+//     <dest_dir>/nydus-for-kata-tee/ (artifacts/snapshotters.rs
+//     install_nydus_snapshotter), serving /run/nydus-for-kata-tee/.
+//   - the node label katacontainers.io/kata-runtime=true once an install
+//     finished (main.rs KATA_RUNTIME_LABEL, install_stage_label); cleanup
+//     removes it first.
+const kataRuntimeLabel = "katacontainers.io/kata-runtime"
+
+// KataDeploy is what kata-deploy left on this node.
+type KataDeploy struct {
+	// DropIn is kata-deploy's containerd drop-in holding the handler, as
+	// containerd names it in `imports`; "" when there is none.
+	DropIn string
+	// Handler is the handler as kata-deploy's files declare it, or as
+	// kata-deploy 4.x would write it given what it installed.
+	Handler *Handler
+	// Present: kata-deploy's files are on the node.
+	Present bool
+	// Tables are the runtimes and proxy plugins the drop-in defines; they
+	// come back with its import.
+	Runtimes, ProxyPlugins []string
+}
+
+// DetectKataDeploy looks for kata-deploy's files: kataDir is its install
+// directory (/opt/kata), mounted at the same path, and config the main
+// containerd config.
+func DetectKataDeploy(kataDir, config, name string) (KataDeploy, error) {
+	var kd KataDeploy
+	if exists(filepath.Join(kataDir, kataDeployNydus, "containerd-nydus-grpc")) ||
+		exists(config+".bak") && exists(filepath.Join(kataDir, "bin", "containerd-shim-kata-v2")) {
+		kd.Present = true
+	}
+	for _, p := range []string{
+		filepath.Join(kataDir, "containerd", "config.d", "kata-deploy.toml"),
+		filepath.Join(filepath.Dir(config), "conf.d", "kata-deploy.toml"),
+	} {
+		data, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return kd, fmt.Errorf("read kata-deploy's drop-in %s: %w", p, err)
+		}
+		kd.Present = true
+		doc, err := tomledit.Decode(stripBOM(data))
+		if err != nil {
+			// Being written (kata-deploy writes it key by key with plain
+			// writes) or broken: not something to import.
+			return kd, fmt.Errorf("%w: kata-deploy's drop-in %s: %v", ErrMalformed, p, err)
+		}
+		if h, ok := handlerFromDoc(doc, name); ok {
+			kd.DropIn, kd.Handler = p, &h
+			kd.Runtimes, kd.ProxyPlugins = tableNames(doc)
+			return kd, nil
+		}
+	}
+	if kd.Present && exists(filepath.Join(kataDir, kataDeployNydus, "containerd-nydus-grpc")) {
+		// kata-deploy 4.x with its nydus instance: what it writes for the
+		// remote shim with the chart's snapshotter mapping.
+		h := DefaultHandler()
+		h.Name = name
+		h.RuntimePath = filepath.Join(kataDeployDir, "bin", "containerd-shim-kata-v2")
+		kd.Handler = &h
+	}
+	return kd, nil
+}
+
+// Installing reports why kata-deploy is seen to be at work on this node:
+// its files are there but the node lacks the label it sets when an install
+// is done (and removes first when it uninstalls).
+func (kd KataDeploy) Installing(node *corev1.Node) string {
+	if !kd.Present || node == nil || node.Labels[kataRuntimeLabel] == "true" {
+		return ""
+	}
+	return fmt.Sprintf("kata-deploy's files are on the node but it lacks %s=true: kata-deploy is installing or removing itself; waiting for it", kataRuntimeLabel)
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+var runtimeTables = [][]string{
+	{"plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"},
+	{"plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes"},
+}
+
+func lookup(doc map[string]any, path ...string) (any, bool) {
+	var cur any = doc
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[p]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+func str(doc map[string]any, path ...string) string {
+	v, _ := lookup(doc, path...)
+	s, _ := v.(string)
+	return s
+}
+
+func strsOf(doc map[string]any, path ...string) []string {
+	v, _ := lookup(doc, path...)
+	l, _ := stringList(v)
+	return l
+}
+
+// handlerFromDoc reads handler name from a config file or a config dump,
+// either CRI layout.
+func handlerFromDoc(doc map[string]any, name string) (Handler, bool) {
+	for _, t := range runtimeTables {
+		rt := append(append([]string(nil), t...), name)
+		if str(doc, append(rt, "runtime_type")...) == "" {
+			continue
+		}
+		h := Handler{
+			Name:                 name,
+			RuntimeType:          str(doc, append(rt, "runtime_type")...),
+			RuntimePath:          str(doc, append(rt, "runtime_path")...),
+			ConfigPath:           str(doc, append(rt, "options", "ConfigPath")...),
+			Snapshotter:          str(doc, append(rt, "snapshotter")...),
+			PodAnnotations:       strsOf(doc, append(rt, "pod_annotations")...),
+			ContainerAnnotations: strsOf(doc, append(rt, "container_annotations")...),
+		}
+		if h.Snapshotter != "" {
+			h.SnapshotterAddress = str(doc, "proxy_plugins", h.Snapshotter, "address")
+			h.ExportsRoot = str(doc, "proxy_plugins", h.Snapshotter, "exports", "root")
+		}
+		return h, true
+	}
+	return Handler{}, false
+}
+
+func tableNames(doc map[string]any) (runtimes, proxies []string) {
+	for _, t := range runtimeTables {
+		if m, ok := lookupMap(doc, t...); ok {
+			for k := range m {
+				runtimes = append(runtimes, k)
+			}
+		}
+	}
+	if m, ok := lookupMap(doc, "proxy_plugins"); ok {
+		for k := range m {
+			proxies = append(proxies, k)
+		}
+	}
+	return runtimes, proxies
+}
+
+func lookupMap(doc map[string]any, path ...string) (map[string]any, bool) {
+	v, ok := lookup(doc, path...)
+	if !ok {
+		return nil, false
+	}
+	m, ok := v.(map[string]any)
+	return m, ok
+}
+
+// learn fills the fields of h not set explicitly (explicit[flag]) from from.
+func learn(h Handler, from Handler, explicit map[string]bool) Handler {
+	set := func(flag string, dst *string, v string) {
+		if !explicit[flag] && v != "" {
+			*dst = v
+		}
+	}
+	set("runtime-type", &h.RuntimeType, from.RuntimeType)
+	set("runtime-path", &h.RuntimePath, from.RuntimePath)
+	set("kata-config", &h.ConfigPath, from.ConfigPath)
+	if !explicit["snapshotter"] && from.Snapshotter != "" && (from.Snapshotter != h.Snapshotter || from.SnapshotterAddress != "") {
+		h.Snapshotter = from.Snapshotter
+		// The address and root go with the snapshotter they belong to; an
+		// empty address means its proxy plugin is defined elsewhere.
+		if !explicit["snapshotter-address"] {
+			h.SnapshotterAddress = from.SnapshotterAddress
+		}
+		if !explicit["snapshotter-root"] {
+			h.ExportsRoot = from.ExportsRoot
+		}
+	}
+	if !explicit["pod-annotations"] && from.PodAnnotations != nil {
+		h.PodAnnotations = from.PodAnnotations
+	}
+	if !explicit["container-annotations"] && from.ContainerAnnotations != nil {
+		h.ContainerAnnotations = from.ContainerAnnotations
+	}
+	return h
+}
