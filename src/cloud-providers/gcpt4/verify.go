@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -17,9 +18,21 @@ const verifyTimeout = 30 * time.Second
 
 // ConfigVerifier checks the configuration and, when the API answers, that
 // the image and template exist and that every zone offers the accelerators
-// of the automatic profiles. An unreachable API is logged, not fatal: the
-// adaptor may start before the node's network is ready.
+// of the automatic profiles. An unreachable API (no route, no DNS, a
+// timeout) is logged, not fatal: the adaptor may start before the node's
+// network is ready; any other failure, refused credentials included, is.
+// The failure is logged here because CAA v0.22.0 does not: its server
+// returns another error variable and keeps running without its socket
+// (neighbours.md, "ran").
 func (p *Provider) ConfigVerifier() error {
+	err := p.verifyConfig()
+	if err != nil {
+		p.log.Error("ConfigVerifier failed: the adaptor will not serve peer pods until this is fixed", "err", err)
+	}
+	return err
+}
+
+func (p *Provider) verifyConfig() error {
 	if err := p.cfg.Validate(); err != nil {
 		return err
 	}
@@ -30,12 +43,24 @@ func (p *Provider) ConfigVerifier() error {
 	ctx, cancel := context.WithTimeout(context.Background(), verifyTimeout)
 	defer cancel()
 	err := p.verifyAPI(ctx)
-	var ge *googleapi.Error
-	if err != nil && !errors.As(err, &ge) {
+	if err != nil && unreachable(err) {
 		p.log.Warn("GCE API not reachable, skipping the API checks", "err", err)
 		return nil
 	}
 	return err
+}
+
+// unreachable reports a failure to reach the API at all, as opposed to an
+// answer (a googleapi error) or refused credentials (a token exchange
+// that failed), which retrying at the next start would not fix.
+func unreachable(err error) bool {
+	var ge *googleapi.Error
+	if errors.As(err, &ge) {
+		return false
+	}
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) || errors.As(err, &dns) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (p *Provider) verifyAPI(ctx context.Context) error {
