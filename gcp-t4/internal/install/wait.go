@@ -38,21 +38,21 @@ func (r Rollout) String() string {
 	return fmt.Sprintf("%d of %d nodes updated, %d available", r.Updated, r.Desired, r.Available)
 }
 
-// WaitRollout polls the CAA DaemonSet (at most every interval) until its
-// rollout is done or ctx ends, printing a line to progress whenever the
-// numbers change.
-func WaitRollout(ctx context.Context, cs kubernetes.Interface, progress io.Writer, every time.Duration) (Rollout, error) {
+// WaitRollout polls the CAA DaemonSet in namespace ns (at most every
+// interval) until its rollout is done or ctx ends, printing a line to
+// progress whenever the numbers change.
+func WaitRollout(ctx context.Context, cs kubernetes.Interface, ns string, progress io.Writer, every time.Duration) (Rollout, error) {
 	var last string
 	// Start fast (a DaemonSet with nothing to roll is done at once), then
 	// back off to every.
 	delay := every / 8
 	for {
-		ds, err := cs.AppsV1().DaemonSets(Namespace).Get(ctx, DaemonSetName, metav1.GetOptions{})
+		ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, DaemonSetName, metav1.GetOptions{})
 		if err != nil {
 			if ctx.Err() != nil {
 				err = ctx.Err()
 			}
-			return Rollout{}, fmt.Errorf("read daemonset %s/%s: %w", Namespace, DaemonSetName, err)
+			return Rollout{}, fmt.Errorf("read daemonset %s/%s: %w", ns, DaemonSetName, err)
 		}
 		r := rolloutOf(ds)
 		if s := r.String(); s != last {
@@ -66,7 +66,7 @@ func WaitRollout(ctx context.Context, cs kubernetes.Interface, progress io.Write
 		case <-ctx.Done():
 			err := ctx.Err()
 			if errors.Is(err, context.DeadlineExceeded) {
-				err = fmt.Errorf("rollout of daemonset %s/%s not finished (%s): see `kubectl -n %s describe daemonset %s` and its pods' events", Namespace, DaemonSetName, r, Namespace, DaemonSetName)
+				err = fmt.Errorf("rollout of daemonset %s/%s not finished (%s): see `kubectl -n %s describe daemonset %s` and its pods' events", ns, DaemonSetName, r, ns, DaemonSetName)
 			}
 			return r, err
 		case <-time.After(delay):
