@@ -15,6 +15,10 @@ const (
 	ProvisioningSpot     = "SPOT"
 )
 
+// DefaultNetworkTag is the network tag podVMs carry unless GCP_NETWORK_TAGS
+// says otherwise; preflight's firewall fixes target it.
+const DefaultNetworkTag = "caa-gcp-t4-podvm"
+
 // ManagedByLabel marks every instance this provider creates, so that
 // orphans can be found and collected without touching anything else.
 const (
@@ -44,7 +48,10 @@ type Config struct {
 	ProvisioningModel string
 	ServiceAccount    string
 	Labels            provider.KeyValueFlag
-	InstanceTypes     commaList
+	// NetworkTags go on every podVM (instance and template podVMs
+	// alike), so firewall rules can target podVMs and nothing else.
+	NetworkTags   commaList
+	InstanceTypes commaList
 	UsePublicIP       bool
 	Endpoint          string
 	// UnavailableTTL is how long a stocked-out offering is skipped.
@@ -76,6 +83,8 @@ var (
 	zoneRE       = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
 	projectRE    = regexp.MustCompile(`^[a-z][-a-z0-9.:]{4,61}[a-z0-9]$`)
 	labelKeyRE   = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+	// networkTagRE: RFC 1035, 1-63 characters (GCE, "Add network tags").
+	networkTagRE = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	labelValueRE = regexp.MustCompile(`^[a-z0-9_-]{0,63}$`)
 )
 
@@ -169,6 +178,14 @@ func (c *Config) Validate() error {
 	}
 	if c.UsePublicIP {
 		return fmt.Errorf("USE_PUBLIC_IP: gcp-t4 never gives a podVM an external IP (GPU VMs stay private); unset USE_PUBLIC_IP and run CAA on nodes in the podVMs' VPC")
+	}
+	if len(c.NetworkTags) > 64 {
+		return fmt.Errorf("GCP_NETWORK_TAGS: %d tags; GCE allows 64 per instance", len(c.NetworkTags))
+	}
+	for _, tag := range c.NetworkTags {
+		if !networkTagRE.MatchString(tag) {
+			return fmt.Errorf("GCP_NETWORK_TAGS: %q is not a network tag (1-63 lowercase letters, digits, hyphens, starting with a letter)", tag)
+		}
 	}
 	for k, v := range c.Labels {
 		if !labelKeyRE.MatchString(k) || !labelValueRE.MatchString(v) {

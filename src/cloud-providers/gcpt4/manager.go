@@ -59,6 +59,7 @@ func (m *Manager) register(reg *keyRegistrar) {
 	reg.Float64WithEnv(&c.MutationsPerSecond, "mutations-per-second", 10, "GCP_MUTATIONS_PER_SECOND", "Client-side limit on instance inserts and deletes per second; 0 for none")
 	reg.StringWithEnv(&c.ServiceAccount, "service-account", "", "GCP_SERVICE_ACCOUNT", "Service account email attached to podVMs; empty attaches none")
 	reg.CustomTypeWithEnv(&c.Labels, "labels", "", "GCP_LABELS", "Extra labels on podVMs: key1=value1,key2=value2")
+	reg.CustomTypeWithEnv(&c.NetworkTags, "network-tags", DefaultNetworkTag, "GCP_NETWORK_TAGS", "Network tags on every podVM, comma separated, for firewall rules that target podVMs only")
 	reg.CustomTypeWithEnv(&c.InstanceTypes, "machine-types", "", "GCP_INSTANCE_TYPES", "Allowed values of the machine_type annotation (profiles or machine types), comma separated")
 	reg.BoolWithEnv(&c.UsePublicIP, "use-public-ip", false, "USE_PUBLIC_IP", "Refused: podVMs never get an external IP")
 	reg.StringWithEnv(&c.Endpoint, "gcp-endpoint", "", "GCP_ENDPOINT", "Compute API endpoint override (a Private Service Connect endpoint or a local emulator)")

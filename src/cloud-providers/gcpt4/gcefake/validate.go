@@ -310,7 +310,7 @@ func validateScheduling(plan *insertPlan, sc *computepb.Scheduling) error {
 				"Spot and preemptible instances must use onHostMaintenance TERMINATE.")
 		}
 	}
-	if sc.InstanceTerminationAction != nil && !plan.spot && pm != "FLEX_START" && sc.MaxRunDuration == nil && sc.TerminationTime == nil {
+	if sc != nil && sc.InstanceTerminationAction != nil && !plan.spot && pm != "FLEX_START" && sc.MaxRunDuration == nil && sc.TerminationTime == nil {
 		return invalidField("resource.scheduling.instanceTerminationAction", sc.GetInstanceTerminationAction(),
 			"instanceTerminationAction can only be set for Spot or preemptible instances, or together with maxRunDuration or terminationTime.")
 	}
