@@ -52,8 +52,8 @@ type Config struct {
 	// alike), so firewall rules can target podVMs and nothing else.
 	NetworkTags   commaList
 	InstanceTypes commaList
-	UsePublicIP       bool
-	Endpoint          string
+	UsePublicIP   bool
+	Endpoint      string
 	// UnavailableTTL is how long a stocked-out offering is skipped.
 	UnavailableTTL time.Duration
 	// SpotFallback lets a Spot create fall back to standard capacity when
@@ -80,9 +80,9 @@ func (l *commaList) Set(v string) error {
 }
 
 var (
-	zoneRE       = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
-	projectRE    = regexp.MustCompile(`^[a-z][-a-z0-9.:]{4,61}[a-z0-9]$`)
-	labelKeyRE   = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+	zoneRE     = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
+	projectRE  = regexp.MustCompile(`^[a-z][-a-z0-9.:]{4,61}[a-z0-9]$`)
+	labelKeyRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
 	// networkTagRE: RFC 1035, 1-63 characters (GCE, "Add network tags").
 	networkTagRE = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	labelValueRE = regexp.MustCompile(`^[a-z0-9_-]{0,63}$`)
