@@ -210,6 +210,13 @@ func (c *Config) subnetworkRegion() string {
 	return ""
 }
 
+// TemplateRef parses GCP_INSTANCE_TEMPLATE as the provider does: its
+// project, region ("" for a global template) and name.
+func TemplateRef(s, project string) (proj, region, name string, err error) {
+	t, err := parseTemplateURL(s, project)
+	return t.project, t.region, t.name, err
+}
+
 // templateRef is a parsed instance-template URL.
 type templateRef struct {
 	project, region, name string

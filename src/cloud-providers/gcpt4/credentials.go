@@ -170,3 +170,13 @@ func (c *Config) checkStartCredentials(lookup func(string) (string, bool)) (Cred
 	}
 	return info, nil
 }
+
+// CredentialsOption is the client option GCP_CREDENTIALS makes, of the
+// type its JSON says; nil without GCP_CREDENTIALS (Application Default
+// Credentials). Other Google API clients (preflight's) use it too.
+func (c *Config) CredentialsOption() option.ClientOption {
+	if c.Credentials == "" {
+		return nil
+	}
+	return option.WithAuthCredentialsJSON(credentialType(c.Credentials), []byte(c.Credentials))
+}

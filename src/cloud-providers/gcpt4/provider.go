@@ -77,8 +77,8 @@ func (c *Config) clientOptions() []option.ClientOption {
 			opts = append(opts, option.WithoutAuthentication())
 		}
 	}
-	if c.Credentials != "" {
-		opts = append(opts, option.WithAuthCredentialsJSON(credentialType(c.Credentials), []byte(c.Credentials)))
+	if o := c.CredentialsOption(); o != nil {
+		opts = append(opts, o)
 	}
 	return opts
 }

@@ -13,6 +13,7 @@ func routeTable() []route {
 	get, post, del := http.MethodGet, http.MethodPost, http.MethodDelete
 	return []route{
 		{method: get, kind: "projects.get", segs: nil, h: (*Server).handleProjectGet},
+		{method: get, kind: "projects.getXpnHost", segs: split("getXpnHost"), h: (*Server).handleGetXpnHost},
 		{method: get, kind: "zones.list", segs: split("zones"), h: (*Server).handleZonesList},
 		{method: get, kind: "zones.get", segs: split("zones/{zone}"), h: (*Server).handleZonesGet},
 		{method: get, kind: "regions.list", segs: split("regions"), h: (*Server).handleRegionsList},
@@ -34,12 +35,12 @@ func routeTable() []route {
 		{method: get, kind: "images.getFromFamily", segs: split("global/images/family/{family}"), h: (*Server).handleImagesFromFamily, anyProject: true},
 		{method: get, kind: "instanceTemplates.get", segs: split("global/instanceTemplates/{template}"), h: (*Server).handleTemplateGet},
 		{method: get, kind: "regionInstanceTemplates.get", segs: split("regions/{region}/instanceTemplates/{template}"), h: (*Server).handleRegionTemplateGet},
-		{method: get, kind: "networks.get", segs: split("global/networks/{network}"), h: (*Server).handleNetworksGet},
-		{method: get, kind: "subnetworks.get", segs: split("regions/{region}/subnetworks/{subnetwork}"), h: (*Server).handleSubnetworksGet},
-		{method: get, kind: "firewalls.list", segs: split("global/firewalls"), h: (*Server).handleFirewallsList},
-		{method: get, kind: "firewalls.get", segs: split("global/firewalls/{firewall}"), h: (*Server).handleFirewallsGet},
-		{method: get, kind: "routers.list", segs: split("regions/{region}/routers"), h: (*Server).handleRoutersList},
-		{method: get, kind: "routers.get", segs: split("regions/{region}/routers/{router}"), h: (*Server).handleRoutersGet},
+		{method: get, kind: "networks.get", segs: split("global/networks/{network}"), h: (*Server).handleNetworksGet, vpc: true},
+		{method: get, kind: "subnetworks.get", segs: split("regions/{region}/subnetworks/{subnetwork}"), h: (*Server).handleSubnetworksGet, vpc: true},
+		{method: get, kind: "firewalls.list", segs: split("global/firewalls"), h: (*Server).handleFirewallsList, vpc: true},
+		{method: get, kind: "firewalls.get", segs: split("global/firewalls/{firewall}"), h: (*Server).handleFirewallsGet, vpc: true},
+		{method: get, kind: "routers.list", segs: split("regions/{region}/routers"), h: (*Server).handleRoutersList, vpc: true},
+		{method: get, kind: "routers.get", segs: split("regions/{region}/routers/{router}"), h: (*Server).handleRoutersGet, vpc: true},
 	}
 }
 

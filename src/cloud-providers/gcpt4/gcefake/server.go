@@ -63,6 +63,11 @@ type Server struct {
 
 	calls []*Call
 	seq   uint64
+
+	// xpnHost is the Shared VPC host project (xpn.go); "" for none.
+	xpnHost string
+	// v1 is the IAM and organisation policy state (v1.go).
+	v1 v1State
 }
 
 // Option configures a Server at construction time.
@@ -291,6 +296,9 @@ type route struct {
 	// anyProject lets read-only image lookups reach public image projects
 	// (GCE serves e.g. debian-cloud to everyone).
 	anyProject bool
+	// vpc routes read the VPC, which lives in the Shared VPC host
+	// project when one is set (xpn.go).
+	vpc bool
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -301,6 +309,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if strings.HasPrefix(r.URL.Path, crmPrefix) {
 		s.serveResourceManager(w, r, body)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, v1Prefix) {
+		s.serveV1(w, r, body)
 		return
 	}
 	rt, params, project, allowed := s.matchRoute(r.Method, r.URL.Path)
@@ -322,8 +334,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		ae = notFoundf("The requested URL %s was not found on this server.", r.URL.Path)
 	default:
 		ae = s.takeFault(r.Method, kind)
-		if ae == nil && project != s.project && !(rt.anyProject && s.world.hasImageProject(project)) {
-			ae = notFoundf("The resource 'projects/%s' was not found", project)
+		if ae == nil {
+			ae = s.projectGate(rt, project, r.URL.Path)
 		}
 	}
 	if ae != nil {

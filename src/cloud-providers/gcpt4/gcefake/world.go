@@ -273,10 +273,10 @@ func (s *Server) regionURL(region string) string {
 	return s.projectURL() + "/regions/" + region
 }
 func (s *Server) networkURL() string {
-	return s.projectURL() + "/global/networks/" + defaultNetwork
+	return apiBase + "projects/" + s.vpcProject() + "/global/networks/" + defaultNetwork
 }
 func (s *Server) subnetURL(region string) string {
-	return s.regionURL(region) + "/subnetworks/" + defaultNetwork
+	return apiBase + "projects/" + s.vpcProject() + "/regions/" + region + "/subnetworks/" + defaultNetwork
 }
 func (s *Server) instanceURL(zone, name string) string {
 	return s.zoneURL(zone) + "/instances/" + name
