@@ -203,5 +203,3 @@ func TestOrgPolicies(t *testing.T) {
 	project.FailNext("POST", "projects.getEffectiveOrgPolicy", 403, 3)
 	expect(t, Run(ctx(t), Options{Cfg: baseConfig(project)}, quiet()), "org policy", Warn, "cannot read the effective policy", "--effective")
 }
-
-
