@@ -104,7 +104,7 @@ func TestClusterChecksFail(t *testing.T) {
 		{"wrong handler", replace(base, 3, runtimeClass("kata")), "runtimeclass kata-remote", Fail, `handler is "kata"`, "kubectl apply"},
 		{"node without handler", replace(base, 1, gkeNode("n2", "ubuntu", "containerd://2.0.6", "10.128.0.11", "runc")), "runtime handler kata-remote", Fail, "n2", "kubectl -n confidential-containers-system logs ds/cloud-api-adaptor-daemonset"},
 		{"containerd 1.7 reports none", replace(replace(base, 0, gkeNode("n1", "ubuntu", "containerd://1.7.24", "10.128.0.10")), 1, gkeNode("n2", "ubuntu", "containerd://1.7.24", "10.128.0.11")), "runtime handler kata-remote", Warn, "containerd 1.7", ""},
-		{"no daemonset", replace(base, 4, nil), "daemonset", Fail, "not installed", "kubectl apply -k install/overlays/gcp-t4"},
+		{"no daemonset", replace(base, 4, nil), "daemonset", Warn, "not installed yet", "gcp-t4 install"},
 		{"daemonset not ready", replace(base, 4, caaDaemonSet(2, 1, 2)), "daemonset", Fail, "1 of 2 pods ready", "kubectl -n confidential-containers-system rollout status ds/cloud-api-adaptor-daemonset"},
 		{"daemonset rolling", replace(base, 4, caaDaemonSet(2, 2, 1)), "daemonset", Warn, "old revision", "rollout status"},
 		// GKE nodes: select a node pool (a kubectl label dies with the node).
