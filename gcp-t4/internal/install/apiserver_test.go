@@ -66,6 +66,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("RuntimeClassAdoptable", e.testRuntimeClassAdoptable)
 	t.Run("CriticalPodsAdmitted", e.testCriticalPods)
 	t.Run("PruneAfterRollout", e.testPruneAfterRollout)
+	t.Run("HelmReleaseRefused", e.testHelmReleaseRefused)
 	t.Run("InstallMDWalkthrough", e.testWalkthrough)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"sigs.k8s.io/kustomize/kyaml/kio"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -540,4 +541,38 @@ func (e *env) waitQuotaStatus(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatal("the ResourceQuota got no status")
+}
+
+// testHelmReleaseRefused: a DaemonSet upstream's chart installed (Helm
+// annotates every object it owns; test/helm shows the chart's does) is
+// left to helm upgrade, untouched.
+func (e *env) testHelmReleaseRefused(t *testing.T) {
+	ctx := t.Context()
+	e.setNodes(t, node("worker-1", map[string]string{labelWorker: ""}, "", "v1.33.1", "Ubuntu 24.04 LTS"))
+	mustCreate(t, func() error {
+		_, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{})
+		return err
+	})
+	labels := map[string]string{"app": "cloud-api-adaptor"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: DaemonSetName, Namespace: Namespace, Annotations: map[string]string{helmReleaseAnnotation: "peerpods", helmNamespaceAnnotation: Namespace}},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cloud-api-adaptor-con", Image: "ghcr.io/example/caa-gcp-t4:v1", Command: []string{"/usr/local/bin/entrypoint.sh"}}}}}}}
+	mustCreate(t, func() error {
+		_, err := e.cs.AppsV1().DaemonSets(Namespace).Create(ctx, ds, metav1.CreateOptions{})
+		return err
+	})
+	code, _, errs := e.install(t)
+	if code != 1 || !strings.Contains(errs, `belongs to Helm release "peerpods"`) || !strings.Contains(errs, "helm upgrade") {
+		t.Errorf("install over a Helm release: exit %d, %s", code, errs)
+	}
+	var o, errb bytes.Buffer
+	if MainUninstall(ctx, []string{"--kubeconfig=" + e.cp.Kubeconfig}, &o, &errb, nil) != 1 || !strings.Contains(errb.String(), "helm uninstall peerpods") {
+		t.Errorf("uninstall of a Helm release: %s", errb.String())
+	}
+	if left := e.ours(t); len(left) > 0 {
+		t.Errorf("objects written over a Helm release: %v", left)
+	}
+	_ = e.cs.AppsV1().DaemonSets(Namespace).Delete(ctx, DaemonSetName, metav1.DeleteOptions{})
+	_ = e.cs.CoreV1().Namespaces().Delete(ctx, Namespace, metav1.DeleteOptions{})
+	e.waitNamespaceGone(t)
 }
