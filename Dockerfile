@@ -87,7 +87,11 @@ RUN apt-get update && \
 	rm -rf /var/lib/apt/lists/*
 COPY --from=iptables-wrapper /iptables-wrapper /usr/sbin/iptables-wrapper
 RUN /usr/sbin/iptables-wrapper install
-COPY --from=caa /out/cloud-api-adaptor /out/entrypoint.sh /usr/local/bin/
+COPY --from=caa /out/cloud-api-adaptor /usr/local/bin/
+# Upstream's peerpods chart runs /usr/local/bin/entrypoint.sh; ours starts
+# gcp-t4 and hands gcp to upstream's script, kept beside it.
+COPY --from=caa /out/entrypoint.sh /usr/local/bin/entrypoint-upstream.sh
+COPY scripts/image/entrypoint.sh /usr/local/bin/entrypoint.sh
 COPY --from=gcp-t4 /out/gcp-t4 /out/gcp-t4-node /usr/local/bin/
 # The series the binary was built from, for provenance.
 COPY --from=caa /out/patches /usr/share/caa-gcp-t4/patches
@@ -103,9 +107,11 @@ LABEL org.opencontainers.image.title="caa-gcp-t4" \
 	io.github.caa-gcp-t4.upstream.revision="${UPSTREAM_COMMIT}" \
 	io.github.caa-gcp-t4.upstream.go="${UPSTREAM_GO_VERSION}" \
 	io.github.caa-gcp-t4.go="${GO_VERSION}"
-# Non-root by default; the operator CLI (gcp-t4) runs as this user.
-# cloud-api-adaptor sets up VXLAN and routes in pod network namespaces, so
-# its container must set runAsUser: 0 with NET_ADMIN and SYS_ADMIN added
-# (docs/upstream.md, "The image").
-USER 65532:65532
-CMD ["/usr/local/bin/gcp-t4", "help"]
+# Root by default, as upstream's image: cloud-api-adaptor sets up VXLAN and
+# routes in pod network namespaces and writes the host's /run/peerpod, and
+# upstream's peerpods chart adds NET_ADMIN and SYS_ADMIN but sets no
+# runAsUser (templates/daemonset.yaml at the pinned release), so a non-root default
+# would break the Helm path. Every container install/ starts sets its user
+# explicitly (tested), so none depends on this default.
+USER 0:0
+CMD ["/usr/local/bin/entrypoint.sh"]

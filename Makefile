@@ -21,7 +21,7 @@ CONTAINERD2 ?= v2.0.14 v2.4.2
 
 .PHONY: all build test demo bench lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-verify podvm-test containerd remediate-fuzz fuzz
 .PHONY: delivery upstream-patch image
-.PHONY: controlplane controlplane-test kuberay
+.PHONY: controlplane controlplane-test kuberay helm-vet helm-check
 
 # The test control plane (test/controlplane): kube-apiserver and etcd for the
 # tests against a real API server, and the kustomize CLI (the engine
@@ -49,7 +49,7 @@ demo: build
 	$(BIN)/gcp-t4 demo
 
 ## test: everything CI runs
-test: tools lint containerd controlplane controlplane-test unit remediate-fuzz upstream-go podvm-test delivery kuberay
+test: tools lint containerd controlplane controlplane-test unit remediate-fuzz upstream-go podvm-test delivery kuberay helm-vet
 
 upstream-go:
 	cd src/cloud-providers && GOWORK=off GOTOOLCHAIN=$(UPSTREAM_GO) $(GO) vet ./...
@@ -77,6 +77,17 @@ controlplane-test: controlplane
 ## KubeRay's validation and the runbook, and server-side applied to a real kube-apiserver (own module)
 kuberay: controlplane
 	cd test/kuberay && GOWORK=off $(GO) vet ./... && GOWORK=off $(CONTROLPLANE_ENV) $(GO) test -count=1 ./...
+
+## helm-vet: compile and vet the Helm checks (they need upstream trees to run: helm-check)
+helm-vet:
+	cd test/helm && GOWORK=off $(GO) vet ./...
+
+## helm-check: upstream's peerpods chart (CAA v0.22.0) with install/helm/gcp-t4.yaml installed by
+## Helm's library on a real kube-apiserver, the image's entrypoint started with the ConfigMap it
+## writes, and kata-deploy 4.0.0's chart adopting install/components/runtimeclass
+##   make helm-check UPSTREAM=/path/to/cloud-api-adaptor KATA=/path/to/kata-containers   (trees at v0.22.0 and 4.0.0)
+helm-check: controlplane
+	cd test/helm && GOWORK=off $(GO) vet ./... && GOWORK=off $(CONTROLPLANE_ENV) CAA_UPSTREAM="$(abspath $(UPSTREAM))" KATA_UPSTREAM="$(abspath $(KATA))" $(GO) test -count=1 -v ./...
 
 # Fuzzing is bounded by executions, never by time: a duration -fuzztime
 # races the fuzz coordinator's own deadline under CPU contention

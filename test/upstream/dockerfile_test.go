@@ -208,9 +208,24 @@ func TestDockerfileFinalStage(t *testing.T) {
 			}
 		}
 	}
-	uid, _, _ := strings.Cut(user, ":")
-	if uid == "" || uid == "root" || strings.Trim(uid, "0") == "" {
-		t.Errorf("final stage runs as %q; want a non-root USER", user)
+	// Root, stated: upstream's peerpods chart (templates/daemonset.yaml at
+	// v0.22.0, 38d0fcf7) adds NET_ADMIN and SYS_ADMIN but sets no
+	// runAsUser, and CAA needs root for them; TestInstallSetsEveryUser
+	// keeps our own manifests off this default.
+	if uid, _, _ := strings.Cut(user, ":"); uid != "0" {
+		t.Errorf("final stage USER %q; want an explicit USER 0:0 (the Helm chart relies on the image's user)", user)
+	}
+	var cmd []string
+	for _, c := range d.final.Commands {
+		switch c := c.(type) {
+		case *instructions.CmdCommand:
+			cmd = c.CmdLine
+		case *instructions.EntrypointCommand:
+			t.Errorf("ENTRYPOINT %v: the operator CLI must stay reachable as `docker run IMAGE gcp-t4 ...`; use CMD", c.CmdLine)
+		}
+	}
+	if len(cmd) != 1 || cmd[0] != "/usr/local/bin/entrypoint.sh" {
+		t.Errorf("CMD %v, want [/usr/local/bin/entrypoint.sh] as upstream's image", cmd)
 	}
 	for key, want := range map[string]string{
 		"org.opencontainers.image.title":         "caa-gcp-t4",
@@ -231,10 +246,11 @@ func TestDockerfileFinalStage(t *testing.T) {
 		}
 	}
 	for src, dest := range map[string]string{
-		"caa:/out/cloud-api-adaptor": "/usr/local/bin/",
-		"caa:/out/entrypoint.sh":     "/usr/local/bin/",
-		"gcp-t4:/out/gcp-t4":         "/usr/local/bin/",
-		"gcp-t4:/out/gcp-t4-node":    "/usr/local/bin/",
+		"caa:/out/cloud-api-adaptor":   "/usr/local/bin/",
+		"caa:/out/entrypoint.sh":       "/usr/local/bin/entrypoint-upstream.sh",
+		":scripts/image/entrypoint.sh": "/usr/local/bin/entrypoint.sh",
+		"gcp-t4:/out/gcp-t4":           "/usr/local/bin/",
+		"gcp-t4:/out/gcp-t4-node":      "/usr/local/bin/",
 	} {
 		if got, ok := copied[src]; !ok || got != dest {
 			t.Errorf("final stage copies %s to %q, want %s", src, got, dest)

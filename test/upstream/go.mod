@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/moby/buildkit v0.34.2
 	github.com/moby/patternmatcher v0.6.1
+	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/mod v0.43.0
 )
 

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -41,7 +42,7 @@ type env struct {
 }
 
 func TestAgainstAPIServer(t *testing.T) {
-	cp := controlplane.StartForTest(t, controlplane.Options{})
+	cp := controlplane.StartForTest(t, controlplane.Options{ExtraAPIServerFlags: []string{"--admission-control-config-file=" + gkeAdmissionConfig(t)}})
 	e := &env{cp: cp, cs: kubernetes.NewForConfigOrDie(cp.Config()), dyn: dynamic.NewForConfigOrDie(cp.Config())}
 	e.dsController.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -57,6 +58,17 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("NewSettingsPruneOldObjects", e.testPrune)
 	t.Run("RolloutTimeout", e.testRolloutTimeout)
 	t.Run("UninstallRestoresNodes", e.testUninstallRestoresNodes)
+	t.Run("UpgradeKeepsWhatWasSet", e.testUpgradeKeeps)
+	t.Run("ValidatedBeforeApply", e.testValidatedBeforeApply)
+	t.Run("EveryCAAKeyAndAgentTLS", e.testEveryCAAKey)
+	t.Run("KubectlApplyThenInstall", e.testKubectlThenInstall)
+	t.Run("FailedInstallCanBeUninstalled", e.testFailedInstallUninstalls)
+	t.Run("Namespace", e.testNamespace)
+	t.Run("RuntimeClassAdoptable", e.testRuntimeClassAdoptable)
+	t.Run("CriticalPodsAdmitted", e.testCriticalPods)
+	t.Run("PruneAfterRollout", e.testPruneAfterRollout)
+	t.Run("HelmReleaseRefused", e.testHelmReleaseRefused)
+	t.Run("InstallMDWalkthrough", e.testWalkthrough)
 }
 
 // runControllers stands in for kube-controller-manager: the DaemonSet
@@ -66,13 +78,31 @@ func TestAgainstAPIServer(t *testing.T) {
 func (e *env) runControllers(ctx context.Context) {
 	for ctx.Err() == nil {
 		if e.dsController.Load() {
-			if ds, err := e.cs.AppsV1().DaemonSets(Namespace).Get(ctx, DaemonSetName, metav1.GetOptions{}); err == nil && ds.Status.ObservedGeneration < ds.Generation {
+			dss, err := e.cs.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + DaemonSetName})
+			if err != nil {
+				dss = &appsv1.DaemonSetList{}
+			}
+			for i := range dss.Items {
+				ds := &dss.Items[i]
+				if ds.Status.ObservedGeneration >= ds.Generation {
+					continue
+				}
 				n := int32(0)
 				if nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(ds.Spec.Template.Spec.NodeSelector).String()}); err == nil {
 					n = int32(len(nodes.Items))
 				}
 				ds.Status = appsv1.DaemonSetStatus{ObservedGeneration: ds.Generation, DesiredNumberScheduled: n, CurrentNumberScheduled: n, UpdatedNumberScheduled: n, NumberReady: n, NumberAvailable: n}
-				_, _ = e.cs.AppsV1().DaemonSets(Namespace).UpdateStatus(ctx, ds, metav1.UpdateOptions{})
+				_, _ = e.cs.AppsV1().DaemonSets(ds.Namespace).UpdateStatus(ctx, ds, metav1.UpdateOptions{})
+			}
+		}
+		// The quota controller's part: a ResourceQuota without status
+		// makes admission refuse every pod it covers.
+		if qs, err := e.cs.CoreV1().ResourceQuotas("").List(ctx, metav1.ListOptions{}); err == nil {
+			for i := range qs.Items {
+				if q := &qs.Items[i]; len(q.Status.Hard) == 0 {
+					q.Status.Hard, q.Status.Used = q.Spec.Hard, corev1.ResourceList{"pods": resource.MustParse("0")}
+					_, _ = e.cs.CoreV1().ResourceQuotas(q.Namespace).UpdateStatus(ctx, q, metav1.UpdateOptions{})
+				}
 			}
 		}
 		if nss, err := e.cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err == nil {
@@ -90,7 +120,7 @@ func (e *env) runControllers(ctx context.Context) {
 	}
 }
 
-var requiredFlags = []string{"--project=p", "--zone=us-central1-a", "--podvm-image=podvm-t4", "--network=global/networks/default", "--timeout=60s"}
+var requiredFlags = []string{"--project=demo-project", "--zone=us-central1-a", "--podvm-image=podvm-t4", "--network=global/networks/default", "--timeout=60s"}
 
 // install runs `gcp-t4 install` against the control plane.
 func (e *env) install(t *testing.T, extra ...string) (code int, stdout, stderr string) {
@@ -120,6 +150,7 @@ var kinds = []schema.GroupVersionResource{
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 	{Group: "node.k8s.io", Version: "v1", Resource: "runtimeclasses"},
+	{Version: "v1", Resource: "resourcequotas"},
 }
 
 // ours lists every object carrying our part-of label.
@@ -296,11 +327,7 @@ func (e *env) testManifestsAccepted(t *testing.T) {
 	}
 	for name, s := range combinations() {
 		t.Run(name, func(t *testing.T) {
-			m, err := Render(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs, err := Objects(m)
+			objs, err := Build(s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -316,7 +343,17 @@ func (e *env) testManifestsAccepted(t *testing.T) {
 				if err != nil {
 					t.Fatalf("read back %s: %v", refOf(o), err)
 				}
-				if d := subset(refOf(o).String(), o.Object, live.Object); d != "" {
+				want := o.Object
+				if o.GetKind() == "Secret" {
+					// kustomize wraps long base64 values; compare the bytes.
+					want = o.DeepCopy().Object
+					d, _, _ := unstructured.NestedStringMap(want, "data")
+					for k, v := range d {
+						d[k] = strings.ReplaceAll(v, "\n", "")
+					}
+					_ = unstructured.SetNestedStringMap(want, d, "data")
+				}
+				if d := subset(refOf(o).String(), want, live.Object); d != "" {
 					t.Errorf("read back differs: %s", d)
 				}
 				if !managedBy(live, FieldManager, "Apply") {
@@ -333,10 +370,13 @@ func (e *env) testManifestsAccepted(t *testing.T) {
 		"metadata": map[string]any{"name": "strict-probe", "namespace": "default"},
 		"data":     map[string]any{"a": "b"}, "dataa": map[string]any{"typo": "x"},
 	}}
-	_, err = c.cluster.Apply(t.Context(), []*unstructured.Unstructured{bad}, ApplyOptions{})
+	cl := c.cluster
+	cl.Namespace = "default"
+	_, err = cl.Apply(t.Context(), []*unstructured.Unstructured{bad}, ApplyOptions{})
 	if err == nil || !strings.Contains(err.Error(), "dataa") {
 		t.Errorf("apply with an unknown field: err = %v, want it named", err)
 	}
+	_ = e.cs.CoreV1().ConfigMaps("default").Delete(t.Context(), InventoryName, metav1.DeleteOptions{})
 }
 
 func isEmpty(v any) bool {
@@ -372,7 +412,8 @@ func (e *env) testGeneric(t *testing.T) {
 		t.Errorf("GKE detected on a generic cluster:\n%s", out)
 	}
 	mustContain(t, "stdout", out, "daemonset/"+DaemonSetName+": 2 of 2 nodes updated, 2 available", "rollout done")
-	mustContain(t, "stderr", errs, "neither --wif-credential-config nor --credentials-file",
+	mustContain(t, "stdout", out, "settings (new install):", `+ GCP_PROJECT_ID: "demo-project"`)
+	mustContain(t, "stderr", errs, "no key and no Workload Identity Federation configuration", "RuntimeClass kata-remote not found: kata-deploy's chart creates it",
 		"kata-deploy not found", "--version "+KataDeployVersion, "kata-deploy-charts/kata-deploy",
 		"peer-pods webhook not found", "--branch "+UpstreamRelease, "src/webhook/chart")
 	ds := e.daemonSet(t)
@@ -382,8 +423,8 @@ func (e *env) testGeneric(t *testing.T) {
 	if sel := ds.Spec.Template.Spec.NodeSelector; len(sel) != 1 || sel[labelWorker] != "" {
 		t.Errorf("nodeSelector %v", sel)
 	}
-	if _, err := e.cs.NodeV1().RuntimeClasses().Get(t.Context(), runtimeClassName, metav1.GetOptions{}); err != nil {
-		t.Errorf("runtimeclass=auto with none present: %v", err)
+	if _, err := e.cs.NodeV1().RuntimeClasses().Get(t.Context(), runtimeClassName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("runtimeclass=auto must leave the RuntimeClass to kata-deploy: %v", err)
 	}
 	if e.can(t, "create", "", "events", "", "default") {
 		t.Error("CAA may create events without the remediation component")
@@ -394,7 +435,7 @@ func (e *env) testGeneric(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("re-install: exit %d\n%s\n%s", code, out, errs)
 	}
-	mustContain(t, "re-install stdout", out, "0 changed")
+	mustContain(t, "re-install stdout", out, "0 changed", "settings: no change")
 	if after := e.resourceVersions(t); !reflect.DeepEqual(before, after) {
 		t.Errorf("re-install with the same settings changed objects:\nbefore %v\nafter  %v", before, after)
 	}
@@ -479,7 +520,7 @@ func (e *env) testGKEUbuntu(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("install: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
-	if strings.Contains(errs, "neither --wif-credential-config") {
+	if strings.Contains(errs, "no key and no Workload Identity Federation") {
 		t.Errorf("credentials warning with --wif-credential-config:\n%s", errs)
 	}
 	mustContain(t, "stdout", out,
@@ -634,40 +675,26 @@ func (e *env) testAutopilot(t *testing.T) {
 }
 
 // testPrune: a re-install with other settings removes what the first
-// rendered and the second does not (the old credentials Secret, the
-// remediation RBAC), and only that.
+// rendered and the second does not (the remediation RBAC), and only that;
+// the fixed-name Secret stays, with the key the upgrade keeps.
 func (e *env) testPrune(t *testing.T) {
 	e.setNodes(t, gkeNode("gke-c-peer-1", "peer", "ubuntu", true))
 	key := filepath.Join(t.TempDir(), "key.json")
-	if err := os.WriteFile(key, []byte(`{"type":"service_account","client_email":"caa@p.iam.gserviceaccount.com"}`), 0o600); err != nil {
+	if err := os.WriteFile(key, testKey(), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, errs := e.install(t, "--credentials-file="+key); code != 0 {
 		t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
 	}
-	secrets := func() []string {
-		l, err := e.cs.CoreV1().Secrets(Namespace).List(t.Context(), metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, s := range l.Items {
-			names = append(names, s.Name)
-		}
-		return names
-	}
-	first := secrets()
-	if len(first) != 1 {
-		t.Fatalf("secrets %v", first)
-	}
 	code, out, errs := e.install(t, "--gke=off")
 	if code != 0 {
 		t.Fatalf("re-install: exit %d\n%s\n%s", code, out, errs)
 	}
-	mustContain(t, "stdout", out, "pruned Secret/"+Namespace+"/"+first[0], "pruned ClusterRole/caa-gcp-t4-remediate", "pruned Role/default/caa-gcp-t4-remediate-events")
+	mustContain(t, "stdout", out, "pruned ClusterRole/caa-gcp-t4-remediate", "pruned Role/default/caa-gcp-t4-remediate-events")
 	mustContain(t, "stderr", errs, "GKE without containerd remediation")
-	if now := secrets(); len(now) != 1 || now[0] == first[0] {
-		t.Errorf("secrets after re-install %v, first %v", now, first)
+	sec, err := e.cs.CoreV1().Secrets(Namespace).Get(t.Context(), SecretName, metav1.GetOptions{})
+	if err != nil || !bytes.Equal(sec.Data[credentialsFile], testKey()) {
+		t.Errorf("the key did not survive an upgrade that did not mention it: %v", err)
 	}
 	if container(e.daemonSet(t), "remediate") != nil {
 		t.Error("sidecar kept with --gke=off")
@@ -684,6 +711,14 @@ func (e *env) testPrune(t *testing.T) {
 		if strings.Contains(r.Name, "remediate") {
 			t.Errorf("inventory still lists %s", r)
 		}
+	}
+	// Removing the key takes an explicit flag, and then it is gone.
+	if code, out, errs := e.install(t, "--use-adc"); code != 0 || !strings.Contains(out, "~ credentials: service account key for caa@p.iam.gserviceaccount.com") {
+		t.Fatalf("--use-adc: exit %d\n%s\n%s", code, out, errs)
+	}
+	sec, err = e.cs.CoreV1().Secrets(Namespace).Get(t.Context(), SecretName, metav1.GetOptions{})
+	if err != nil || len(sec.Data) != 0 {
+		t.Errorf("Secret after --use-adc: %v, %v", sec.Data, err)
 	}
 	e.uninstall(t)
 	e.assertNothingLeft(t)

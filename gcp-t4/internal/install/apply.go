@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -129,6 +130,15 @@ func refOf(u *unstructured.Unstructured) Ref {
 type Cluster struct {
 	Dynamic dynamic.Interface
 	Mapper  meta.RESTMapper
+	// Namespace holds the inventory; "" is Namespace.
+	Namespace string
+}
+
+func (c Cluster) ns() string {
+	if c.Namespace == "" {
+		return Namespace
+	}
+	return c.Namespace
 }
 
 func (c Cluster) resource(r Ref) (dynamic.ResourceInterface, error) {
@@ -147,18 +157,27 @@ type ApplyOptions struct {
 	// ForceConflicts takes over fields another manager set to other values
 	// (kubectl apply --server-side --force-conflicts).
 	ForceConflicts bool
+	// DryRun has the API server validate and default every object
+	// (server-side dry run) and persists nothing, inventory included.
+	DryRun bool
 }
 
 // ApplyResult says what changed.
 type ApplyResult struct {
 	Changed   []Ref // created or modified
 	Unchanged []Ref
-	Pruned    []Ref // in the previous inventory, no longer rendered
+	// Stale were in the previous inventory and are no longer rendered.
+	// Apply leaves them (and the inventory lists them) until Prune, which
+	// install calls once the rollout is done, so a pod of the old
+	// revision that restarts meanwhile still finds what it reads.
+	Stale []Ref
 }
 
 // Apply server-side-applies objs (field manager gcp-t4, strict field
-// validation), records the inventory, and deletes what the previous
-// inventory had and this rendering no longer has.
+// validation). The inventory is written before any object but the
+// namespace that holds it, and lists everything this run may leave behind
+// (the previous objects and the new ones), so an install that fails half
+// way can still be uninstalled.
 func (c Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, opts ApplyOptions) (ApplyResult, error) {
 	var res ApplyResult
 	prev, err := c.ReadInventory(ctx)
@@ -166,74 +185,143 @@ func (c Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, o
 		return res, err
 	}
 	var inv Inventory
-	for _, o := range objs {
+	before := make([]*unstructured.Unstructured, len(objs))
+	for i, o := range objs {
 		r := refOf(o)
 		ri, err := c.resource(r)
 		if err != nil {
 			return res, err
 		}
-		before, err := ri.Get(ctx, r.Name, metav1.GetOptions{})
+		b, err := ri.Get(ctx, r.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			before = nil
+			b = nil
 		case err != nil:
 			return res, fmt.Errorf("read %s: %w", r, err)
 		}
-		if before != nil && (prev.adopted(r) || (!prev.has(r) && before.GetLabels()[PartOfLabel] != PartOfValue)) {
+		before[i] = b
+		if b != nil && (prev.adopted(r) || (!prev.has(r) && b.GetLabels()[PartOfLabel] != PartOfValue)) {
 			inv.Adopted = append(inv.Adopted, r)
 		}
-		after, err := c.applyOne(ctx, ri, o, opts.ForceConflicts)
-		if err != nil {
-			return res, fmt.Errorf("apply %s: %w", r, err)
-		}
 		inv.Objects = append(inv.Objects, r)
-		if before != nil && before.GetResourceVersion() == after.GetResourceVersion() {
+	}
+	for _, r := range prev.Objects {
+		if !inv.has(r) && !prev.adopted(r) {
+			res.Stale = append(res.Stale, r)
+		}
+	}
+	record := Inventory{Objects: append(append([]Ref(nil), inv.Objects...), res.Stale...), Adopted: inv.Adopted}
+	apply := func(i int) error {
+		o := objs[i]
+		r := refOf(o)
+		ri, err := c.resource(r)
+		if err != nil {
+			return err
+		}
+		after, err := c.applyOne(ctx, ri, o, opts)
+		if err != nil {
+			return fmt.Errorf("apply %s: %w", r, err)
+		}
+		if before[i] != nil && before[i].GetResourceVersion() == after.GetResourceVersion() {
 			res.Unchanged = append(res.Unchanged, r)
 		} else {
 			res.Changed = append(res.Changed, r)
 		}
+		return nil
 	}
-	invObj, err := inventoryObject(inv)
-	if err != nil {
-		return res, err
-	}
-	ri, err := c.resource(refOf(invObj))
-	if err != nil {
-		return res, err
-	}
-	if _, err := c.applyOne(ctx, ri, invObj, opts.ForceConflicts); err != nil {
-		return res, fmt.Errorf("record inventory %s/%s: %w", Namespace, InventoryName, err)
-	}
-	var stale []Ref
-	for _, r := range prev.Objects {
-		if !inv.has(r) && !prev.adopted(r) {
-			stale = append(stale, r)
+	// The inventory's own namespace first (it cannot be written before),
+	// then the inventory, then the rest.
+	nsMissing := false
+	for i, o := range objs {
+		if o.GetKind() == "Namespace" && o.GetName() == c.ns() {
+			if err := apply(i); err != nil {
+				return res, err
+			}
+			nsMissing = before[i] == nil
 		}
 	}
-	if err := c.deleteAll(ctx, stale); err != nil {
-		return res, fmt.Errorf("prune objects the new settings no longer render: %w", err)
+	if !opts.DryRun {
+		if err := c.writeInventory(ctx, record, opts); err != nil {
+			return res, err
+		}
 	}
-	res.Pruned = stale
+	for i, o := range objs {
+		if o.GetKind() == "Namespace" && o.GetName() == c.ns() {
+			continue
+		}
+		if opts.DryRun && nsMissing && o.GetNamespace() != "" {
+			// A dry run creates no namespace to validate these in.
+			continue
+		}
+		if err := apply(i); err != nil {
+			return res, err
+		}
+	}
 	return res, nil
 }
 
-func (c Cluster) applyOne(ctx context.Context, ri dynamic.ResourceInterface, o *unstructured.Unstructured, force bool) (*unstructured.Unstructured, error) {
+// Prune deletes stale objects (Apply's Stale) and drops them from the
+// inventory. What Helm adopted since (the kata-remote RuntimeClass, by
+// kata-deploy's chart) is Helm's: it is forgotten, not deleted, and
+// returned as kept.
+func (c Cluster) Prune(ctx context.Context, stale []Ref) (deleted, kept []Ref, err error) {
+	if len(stale) == 0 {
+		return nil, nil, nil
+	}
+	for _, r := range stale {
+		if c.helmOwned(ctx, r) {
+			kept = append(kept, r)
+		} else {
+			deleted = append(deleted, r)
+		}
+	}
+	if err := c.deleteAll(ctx, deleted); err != nil {
+		return nil, nil, fmt.Errorf("prune objects the new settings no longer render: %w", err)
+	}
+	inv, err := c.ReadInventory(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	inv.Objects = slices.DeleteFunc(inv.Objects, func(r Ref) bool { return slices.Contains(stale, r) })
+	return deleted, kept, c.writeInventory(ctx, inv, ApplyOptions{})
+}
+
+func (c Cluster) writeInventory(ctx context.Context, inv Inventory, opts ApplyOptions) error {
+	invObj, err := inventoryObject(inv, c.ns())
+	if err != nil {
+		return err
+	}
+	ri, err := c.resource(refOf(invObj))
+	if err != nil {
+		return err
+	}
+	if _, err := c.applyOne(ctx, ri, invObj, opts); err != nil {
+		return fmt.Errorf("record inventory %s/%s: %w", c.ns(), InventoryName, err)
+	}
+	return nil
+}
+
+func (c Cluster) applyOne(ctx context.Context, ri dynamic.ResourceInterface, o *unstructured.Unstructured, opts ApplyOptions) (*unstructured.Unstructured, error) {
 	data, err := json.Marshal(o.Object)
 	if err != nil {
 		return nil, err
 	}
-	out, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
+	po := metav1.PatchOptions{
 		FieldManager:    FieldManager,
-		Force:           &force,
+		Force:           &opts.ForceConflicts,
 		FieldValidation: "Strict",
-	})
+	}
+	if opts.DryRun {
+		po.DryRun = []string{metav1.DryRunAll}
+	}
+	out, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, po)
 	if apierrors.IsConflict(err) {
 		return nil, fmt.Errorf("%w; another field manager set these fields to other values: rerun with --force-conflicts to take them over", err)
 	}
 	return out, err
 }
 
-func inventoryObject(inv Inventory) (*unstructured.Unstructured, error) {
+func inventoryObject(inv Inventory, ns string) (*unstructured.Unstructured, error) {
 	sortRefs(inv.Objects)
 	sortRefs(inv.Adopted)
 	objects, err := json.Marshal(inv.Objects)
@@ -249,7 +337,7 @@ func inventoryObject(inv Inventory) (*unstructured.Unstructured, error) {
 		"kind":       "ConfigMap",
 		"metadata": map[string]any{
 			"name":      InventoryName,
-			"namespace": Namespace,
+			"namespace": ns,
 			"labels":    map[string]any{PartOfLabel: PartOfValue},
 		},
 		"data": map[string]any{"objects": string(objects), "adopted": string(adopted)},
@@ -270,7 +358,7 @@ func (c Cluster) release(ctx context.Context, r Ref) error {
 		md["namespace"] = r.Namespace
 	}
 	empty := &unstructured.Unstructured{Object: map[string]any{"apiVersion": r.APIVersion, "kind": r.Kind, "metadata": md}}
-	_, err = c.applyOne(ctx, ri, empty, false)
+	_, err = c.applyOne(ctx, ri, empty, ApplyOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -283,7 +371,7 @@ func (c Cluster) release(ctx context.Context, r Ref) error {
 // ReadInventory returns the recorded inventory; empty when none.
 func (c Cluster) ReadInventory(ctx context.Context) (Inventory, error) {
 	var inv Inventory
-	ri, err := c.resource(Ref{APIVersion: "v1", Kind: "ConfigMap", Namespace: Namespace, Name: InventoryName})
+	ri, err := c.resource(Ref{APIVersion: "v1", Kind: "ConfigMap", Namespace: c.ns(), Name: InventoryName})
 	if err != nil {
 		return inv, err
 	}
@@ -292,15 +380,15 @@ func (c Cluster) ReadInventory(ctx context.Context) (Inventory, error) {
 		return inv, nil
 	}
 	if err != nil {
-		return inv, fmt.Errorf("read inventory %s/%s: %w", Namespace, InventoryName, err)
+		return inv, fmt.Errorf("read inventory %s/%s: %w", c.ns(), InventoryName, err)
 	}
 	data, _, _ := unstructured.NestedStringMap(u.Object, "data")
 	if err := json.Unmarshal([]byte(data["objects"]), &inv.Objects); err != nil {
-		return inv, fmt.Errorf("inventory %s/%s: objects: %w; delete it and re-run install to rebuild it", Namespace, InventoryName, err)
+		return inv, fmt.Errorf("inventory %s/%s: objects: %w; delete it and re-run install to rebuild it", c.ns(), InventoryName, err)
 	}
 	if data["adopted"] != "" {
 		if err := json.Unmarshal([]byte(data["adopted"]), &inv.Adopted); err != nil {
-			return inv, fmt.Errorf("inventory %s/%s: adopted: %w; delete it and re-run install to rebuild it", Namespace, InventoryName, err)
+			return inv, fmt.Errorf("inventory %s/%s: adopted: %w; delete it and re-run install to rebuild it", c.ns(), InventoryName, err)
 		}
 	}
 	return inv, nil

@@ -2,9 +2,15 @@ package install
 
 import (
 	"bytes"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -53,19 +59,40 @@ var testWIFConfig = []byte(`{
   "credential_source": {"file": "/var/run/gcp-wif/token", "format": {"type": "text"}}
 }`)
 
+// testKey is a service account key as `gcloud iam service-accounts keys
+// create` writes one, with a key made for the test run.
+var testKey = sync.OnceValue(func() []byte {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		panic(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		panic(err)
+	}
+	b, _ := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": "p", "private_key_id": "0123456789abcdef",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": "caa@p.iam.gserviceaccount.com", "client_id": "1",
+		"auth_uri": "https://accounts.google.com/o/oauth2/auth", "token_uri": "https://oauth2.googleapis.com/token",
+	})
+	return b
+})
+
 // combinations are every overlay and component the repository ships, with
 // and without user settings.
 func combinations() map[string]Settings {
 	full := Settings{
 		Image:       "registry.example/caa-gcp-t4:v1",
 		Config:      map[string]string{"GCP_PROJECT_ID": "p", "GCP_ZONE": "us-central1-a", "GCP_ZONES": "auto", "PODVM_IMAGE_NAME": "podvm", "GCP_NETWORK": "global/networks/default"},
-		Credentials: []byte(`{"type":"service_account"}`),
+		Credentials: testKey(),
 	}
-	withGKE, withRC, withBoth, withWIF := full, full, full, full
+	withGKE, withRC, withBoth, withWIF, withTLS := full, full, full, full, full
 	withGKE.GKERemediation = true
 	withRC.RuntimeClass = true
 	withBoth.GKERemediation, withBoth.RuntimeClass = true, true
 	withWIF.Credentials, withWIF.WIFCredentialConfig, withWIF.GKERemediation = nil, testWIFConfig, true
+	withTLS.TLS = testTLS()
 	return map[string]Settings{
 		"overlay":                   {},
 		"overlay+settings":          full,
@@ -74,6 +101,7 @@ func combinations() map[string]Settings {
 		"overlay+gke+runtimeclass":  withBoth,
 		"overlay+gke-default-image": {GKERemediation: true},
 		"overlay+gke+wif":           withWIF,
+		"overlay+agent-tls":         withTLS,
 	}
 }
 

@@ -15,11 +15,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
 )
 
 // kvFlag collects repeated --set KEY=VALUE.
@@ -71,41 +73,75 @@ func newClients(cfg *rest.Config) (clients, error) {
 	return clients{typed: cs, cluster: Cluster{Dynamic: dyn, Mapper: mapper}}, nil
 }
 
+// listFlag collects a repeated flag.
+type listFlag []string
+
+func (f *listFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *listFlag) Set(s string) error {
+	if s == "" {
+		return fmt.Errorf("want a key, e.g. GCP_ZONES")
+	}
+	*f = append(*f, s)
+	return nil
+}
+
 type installOptions struct {
-	cluster                  clusterFlags
-	settings                 Settings
-	set                      kvFlag
-	credentialsFile, wifFile string
-	gke, runtimeClass        Mode
-	dryRun, force, wait      bool
-	timeout, pollInterval    time.Duration
-	project, zone, podImage  string
-	network, subnetwork      string
+	cluster               clusterFlags
+	req                   Request
+	gke, runtimeClass     Mode
+	dryRun, render, force bool
+	wait                  bool
+	timeout, pollInterval time.Duration
+}
+
+func readFile(flag, path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flag, err)
+	}
+	return data, nil
 }
 
 func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
-	o := &installOptions{set: kvFlag{}, pollInterval: time.Second}
+	o := &installOptions{pollInterval: time.Second}
+	set := kvFlag{}
+	var unset listFlag
 	fs := flag.NewFlagSet("gcp-t4 install", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gcp-t4 install [flags]\n\nRenders install/overlays/gcp-t4 (embedded) with your settings, detects GKE, applies with server-side apply and waits for the DaemonSet. docs/install.md.\n\nflags:")
+		fmt.Fprintln(stderr, "usage: gcp-t4 install [flags]\n\nInstalls or upgrades CAA with gcp-t4: renders install/overlays/gcp-t4 (embedded), detects GKE, validates peer-pods-cm with the provider's own rules, prints the settings diff and applies with server-side apply. An upgrade keeps every setting already installed (image, peer-pods-cm keys, credentials, certificates) unless a flag changes it; --unset KEY, --use-adc and --no-tls-certs remove. docs/install.md.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	o.cluster.register(fs)
-	fs.StringVar(&o.settings.Image, "image", "", "image with cloud-api-adaptor and gcp-t4 (built by make image), name[:tag][@digest]; default "+ImageName+":latest")
-	fs.StringVar(&o.project, "project", "", "GCP_PROJECT_ID: project the podVMs run in (required)")
-	fs.StringVar(&o.zone, "zone", "", "GCP_ZONE: primary zone, one with T4s (required)")
-	fs.StringVar(&o.podImage, "podvm-image", "", "PODVM_IMAGE_NAME: the podVM image (required without GCP_INSTANCE_TEMPLATE)")
-	fs.StringVar(&o.network, "network", "", "GCP_NETWORK, e.g. global/networks/default (required without GCP_INSTANCE_TEMPLATE)")
-	fs.StringVar(&o.subnetwork, "subnetwork", "", "GCP_SUBNETWORK")
-	fs.Var(o.set, "set", "any other peer-pods-cm key, KEY=VALUE, repeatable (docs/provider.md)")
-	fs.StringVar(&o.credentialsFile, "credentials-file", "", "service account key JSON for GCP_CREDENTIALS (prefer --wif-credential-config: no key)")
-	fs.StringVar(&o.wifFile, "wif-credential-config", "", "Workload Identity Federation credential configuration (external_account, credential source file "+WIFTokenPath+"); docs/install.md")
+	var project, zone, podImage, network, subnetwork string
+	var credFile, wifFile, tlsCA, tlsCert, tlsKey string
+	var noTLS bool
+	fs.StringVar(&o.req.Image, "image", "", "image with cloud-api-adaptor and gcp-t4 (built by make image), name[:tag][@digest]; default: the installed one, else "+ImageName+":latest")
+	fs.StringVar(&o.req.Namespace, "namespace", "", "namespace for CAA (default: where it is installed, else "+Namespace+"); RBAC subjects follow")
+	fs.StringVar(&project, "project", "", "GCP_PROJECT_ID: project the podVMs run in (required)")
+	fs.StringVar(&zone, "zone", "", "GCP_ZONE: primary zone, one with T4s (required)")
+	fs.StringVar(&podImage, "podvm-image", "", "PODVM_IMAGE_NAME: the podVM image (required without GCP_INSTANCE_TEMPLATE)")
+	fs.StringVar(&network, "network", "", "GCP_NETWORK, e.g. global/networks/default (required without GCP_INSTANCE_TEMPLATE)")
+	fs.StringVar(&subnetwork, "subnetwork", "", "GCP_SUBNETWORK")
+	fs.Var(set, "set", "any peer-pods-cm key CAA "+UpstreamRelease+" or gcp-t4 reads, KEY=VALUE, repeatable (docs/provider.md)")
+	fs.Var(&unset, "unset", "remove a peer-pods-cm key set earlier (back to its default), repeatable")
+	fs.StringVar(&credFile, "credentials-file", "", "service account key JSON for GCP_CREDENTIALS (prefer --wif-credential-config: no key)")
+	fs.StringVar(&wifFile, "wif-credential-config", "", "Workload Identity Federation credential configuration (external_account, credential source file "+WIFTokenPath+"); docs/install.md")
+	fs.BoolVar(&o.req.UseADC, "use-adc", false, "drop an installed key or WIF configuration: CAA uses the pod's Application Default Credentials")
+	fs.StringVar(&tlsCA, "tls-ca", "", "CA certificate (PEM) for CAA-to-podVM TLS; with --tls-cert and --tls-key (Secret "+tlsSecret+")")
+	fs.StringVar(&tlsCert, "tls-cert", "", "client certificate (PEM) CAA presents to the podVM's forwarder")
+	fs.StringVar(&tlsKey, "tls-key", "", "its private key (PEM)")
+	fs.BoolVar(&noTLS, "no-tls-certs", false, "drop installed custom certificates: CAA generates its own")
 	gke := fs.String("gke", "auto", "containerd remediation sidecar (components/gke-remediation): auto (on GKE), on, off")
-	rc := fs.String("runtimeclass", "auto", "kata-remote RuntimeClass (components/runtimeclass): auto (when none exists), on, off")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "print the manifests and exit; contacts no cluster")
+	rc := fs.String("runtimeclass", "auto", "kata-remote RuntimeClass (components/runtimeclass): auto (left to kata-deploy), on (created so kata-deploy's chart can adopt it), off")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "read what is installed, print the settings diff and have the API server validate every object (server-side dry run); change nothing")
+	fs.BoolVar(&o.render, "render", false, "print the manifests the flags alone render, Secret data redacted; contacts no cluster")
 	fs.BoolVar(&o.force, "force-conflicts", false, "take over fields another field manager set to other values")
-	fs.BoolVar(&o.wait, "wait", true, "wait for the DaemonSet rollout")
+	fs.BoolVar(&o.wait, "wait", true, "wait for the DaemonSet rollout (objects no longer rendered are pruned after it)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the apply (pruning included) and, separately, for the rollout")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -123,48 +159,55 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("--timeout %s: want a positive duration, e.g. 5m", o.timeout)
 	}
+	if o.dryRun && o.render {
+		return nil, fmt.Errorf("--dry-run and --render: give one (--dry-run reads the cluster, --render does not)")
+	}
 	cfg := map[string]string{}
-	for k, v := range o.set {
+	for k, v := range set {
 		cfg[k] = v
 	}
-	for _, s := range []struct{ flag, key, val string }{
-		{"project", "GCP_PROJECT_ID", o.project}, {"zone", "GCP_ZONE", o.zone}, {"podvm-image", "PODVM_IMAGE_NAME", o.podImage},
-		{"network", "GCP_NETWORK", o.network}, {"subnetwork", "GCP_SUBNETWORK", o.subnetwork},
+	for _, f := range []struct{ flag, key, val string }{
+		{"project", "GCP_PROJECT_ID", project}, {"zone", "GCP_ZONE", zone}, {"podvm-image", "PODVM_IMAGE_NAME", podImage},
+		{"network", "GCP_NETWORK", network}, {"subnetwork", "GCP_SUBNETWORK", subnetwork},
 	} {
-		if s.val == "" {
+		if f.val == "" {
 			continue
 		}
-		if prev, ok := cfg[s.key]; ok && prev != s.val {
-			return nil, fmt.Errorf("--%s %q and --set %s=%q disagree; give one", s.flag, s.val, s.key, prev)
+		if prev, ok := cfg[f.key]; ok && prev != f.val {
+			return nil, fmt.Errorf("--%s %q and --set %s=%q disagree; give one", f.flag, f.val, f.key, prev)
 		}
-		cfg[s.key] = s.val
+		cfg[f.key] = f.val
 	}
-	if len(cfg) > 0 {
-		o.settings.Config = cfg
+	o.req.Set, o.req.Unset = cfg, unset
+	if o.req.Credentials, err = readFile("credentials-file", credFile); err != nil {
+		return nil, err
 	}
-	if o.credentialsFile != "" {
-		data, err := os.ReadFile(o.credentialsFile)
-		if err != nil {
-			return nil, fmt.Errorf("--credentials-file: %w", err)
+	if o.req.WIF, err = readFile("wif-credential-config", wifFile); err != nil {
+		return nil, err
+	}
+	if tlsCA != "" || tlsCert != "" || tlsKey != "" {
+		t := &TLSFiles{}
+		for _, f := range []struct {
+			flag, path string
+			dst        *[]byte
+		}{{"tls-ca", tlsCA, &t.CA}, {"tls-cert", tlsCert, &t.Cert}, {"tls-key", tlsKey, &t.Key}} {
+			if *f.dst, err = readFile(f.flag, f.path); err != nil {
+				return nil, err
+			}
 		}
-		o.settings.Credentials = data
+		o.req.TLS = t
 	}
-	if o.wifFile != "" {
-		data, err := os.ReadFile(o.wifFile)
-		if err != nil {
-			return nil, fmt.Errorf("--wif-credential-config: %w", err)
-		}
-		o.settings.WIFCredentialConfig = data
-	}
-	if err := o.settings.Validate(); err != nil {
+	o.req.NoTLS = noTLS
+	// What the flags say on their own must hold before any cluster is read.
+	probe := Settings{Image: o.req.Image, Config: cfg, Credentials: o.req.Credentials, WIFCredentialConfig: o.req.WIF, TLS: o.req.TLS, Namespace: o.req.Namespace}
+	if err := probe.Validate(); err != nil {
 		return nil, err
 	}
 	return o, nil
 }
 
 // missingRequired names the required settings not given, as flags.
-func (o *installOptions) missingRequired() []string {
-	c := o.settings.Config
+func missingRequired(c map[string]string) []string {
 	var miss []string
 	if c["GCP_PROJECT_ID"] == "" {
 		miss = append(miss, "--project")
@@ -183,10 +226,10 @@ func (o *installOptions) missingRequired() []string {
 	return miss
 }
 
-// Main is `gcp-t4 install`. It talks to a person at a terminal (notes and
-// rollout progress on stdout, warnings and errors on stderr), so it writes
-// text rather than structured logs; the manifests alone go to stdout with
-// --dry-run.
+// Main is `gcp-t4 install`. It talks to a person at a terminal (notes,
+// the settings diff and rollout progress on stdout, warnings and errors on
+// stderr), so it writes text rather than structured logs; the manifests
+// alone go to stdout with --render.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
 	o, err := parseInstall(args, stderr)
 	if err != nil {
@@ -203,32 +246,81 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 	return 0
 }
 
-func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer) error {
-	if o.dryRun {
-		s := o.settings
-		s.GKERemediation = o.gke == ModeOn
-		s.RuntimeClass = o.runtimeClass == ModeOn
-		if o.gke == ModeAuto || o.runtimeClass == ModeAuto {
-			fmt.Fprintln(stderr, "gcp-t4 install: dry run, no cluster contacted: --gke=auto and --runtimeclass=auto render as off; pass =on to include them")
-		}
-		if miss := o.missingRequired(); len(miss) > 0 {
-			fmt.Fprintf(stderr, "gcp-t4 install: dry run: %s not given; a real install requires them\n", strings.Join(miss, ", "))
-		}
-		out, err := RenderYAML(s)
+// renderOffline is --render: the flags alone, no cluster.
+func renderOffline(o *installOptions, stdout, stderr io.Writer) error {
+	s, _, err := Merge(Live{}, o.req)
+	if err != nil {
+		return err
+	}
+	s.GKERemediation = o.gke == ModeOn
+	s.RuntimeClass = o.runtimeClass == ModeOn
+	if o.gke == ModeAuto || o.runtimeClass == ModeAuto {
+		fmt.Fprintln(stderr, "gcp-t4 install: --render contacts no cluster: --gke=auto and --runtimeclass=auto render as off; pass =on to include them")
+	}
+	if miss := missingRequired(s.Config); len(miss) > 0 {
+		fmt.Fprintf(stderr, "gcp-t4 install: --render: %s not given; a real install requires them\n", strings.Join(miss, ", "))
+	}
+	objs, err := Build(s)
+	if err != nil {
+		return err
+	}
+	if redactSecrets(objs) {
+		fmt.Fprintln(stderr, "gcp-t4 install: --render: Secret data redacted; `gcp-t4 install` applies the real files")
+	}
+	for _, obj := range objs {
+		data, err := yaml.Marshal(obj.Object)
 		if err != nil {
 			return err
 		}
-		_, err = stdout.Write(out)
-		return err
+		if _, err := fmt.Fprintf(stdout, "---\n%s", data); err != nil {
+			return err
+		}
 	}
-	if miss := o.missingRequired(); len(miss) > 0 {
-		return fmt.Errorf("missing %s (the provider refuses to start without them; docs/provider.md)", strings.Join(miss, ", "))
+	return nil
+}
+
+// redactSecrets replaces every Secret value by its size.
+func redactSecrets(objs []*unstructured.Unstructured) bool {
+	any := false
+	for _, o := range objs {
+		if o.GetKind() != "Secret" {
+			continue
+		}
+		for _, field := range []string{"data", "stringData"} {
+			d, _, _ := unstructured.NestedMap(o.Object, field)
+			for k, v := range d {
+				s, _ := v.(string)
+				d[k] = fmt.Sprintf("<redacted: %d bytes>", len(s))
+				any = true
+			}
+			if len(d) > 0 {
+				_ = unstructured.SetNestedMap(o.Object, d, field)
+			}
+		}
+	}
+	return any
+}
+
+func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer) error {
+	if o.render {
+		return renderOffline(o, stdout, stderr)
 	}
 	cfg, err := o.cluster.restConfig()
 	if err != nil {
-		return fmt.Errorf("%w; --dry-run prints the manifests without a cluster", err)
+		return fmt.Errorf("%w; --render prints the manifests without a cluster", err)
 	}
 	c, err := newClients(cfg)
+	if err != nil {
+		return err
+	}
+	live, err := ReadLive(ctx, c.typed, o.req.Namespace)
+	if err != nil {
+		return err
+	}
+	if live.HelmRelease != "" {
+		return fmt.Errorf("daemonset %s/%s belongs to Helm release %q (upstream's peerpods chart); change it with helm upgrade (docs/install.md, \"Helm\"), or helm uninstall it before using gcp-t4 install", live.Namespace, DaemonSetName, live.HelmRelease)
+	}
+	s, notes, err := Merge(live, o.req)
 	if err != nil {
 		return err
 	}
@@ -240,45 +332,56 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	for _, n := range d.Notes {
+	s.GKERemediation, s.RuntimeClass = d.GKERemediation, d.RuntimeClass
+	objs, err := Build(s)
+	if err != nil {
+		return err
+	}
+	if miss := missingRequired(configOf(objs)); len(miss) > 0 {
+		return fmt.Errorf("missing %s (the provider refuses to start without them; docs/provider.md)", strings.Join(miss, ", "))
+	}
+	if err := ValidateConfig(configOf(objs), s.TLS != nil); err != nil {
+		return err
+	}
+	for _, n := range append(d.Notes, notes...) {
 		fmt.Fprintf(stdout, "%s\n", n)
 	}
 	for _, w := range d.Warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
-	s := o.settings
-	s.GKERemediation, s.RuntimeClass = d.GKERemediation, d.RuntimeClass
 	if s.Credentials == nil && s.WIFCredentialConfig == nil {
-		fmt.Fprintln(stderr, "warning: neither --wif-credential-config nor --credentials-file: CAA uses whatever Application Default Credentials its pod finds (docs/install.md, \"Credentials\")")
+		fmt.Fprintln(stderr, "warning: no key and no Workload Identity Federation configuration: CAA uses the Application Default Credentials its pod finds, on GKE the node's service account, which then needs the podVM permissions (docs/install.md, \"Credentials\")")
 	}
-	m, err := Render(s)
-	if err != nil {
-		return err
-	}
-	objs, err := Objects(m)
-	if err != nil {
-		return err
-	}
+	PrintDiff(stdout, liveView(live), newView(s, objs))
+	cl := c.cluster
+	cl.Namespace = s.Namespace
 	actx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	res, err := c.cluster.Apply(actx, objs, ApplyOptions{ForceConflicts: o.force})
+	res, err := cl.Apply(actx, objs, ApplyOptions{ForceConflicts: o.force, DryRun: o.dryRun})
 	if err != nil {
 		return err
+	}
+	if o.dryRun {
+		fmt.Fprintf(stdout, "dry run: the API server accepted %d objects (%d would change); nothing was changed\n", len(res.Changed)+len(res.Unchanged), len(res.Changed))
+		for _, r := range res.Stale {
+			fmt.Fprintf(stdout, "  would prune %s after the rollout\n", r)
+		}
+		return nil
 	}
 	fmt.Fprintf(stdout, "applied %d objects with server-side apply (field manager %s): %d changed, %d unchanged\n",
 		len(objs), FieldManager, len(res.Changed), len(res.Unchanged))
 	for _, r := range res.Changed {
 		fmt.Fprintf(stdout, "  configured %s\n", r)
 	}
-	for _, r := range res.Pruned {
-		fmt.Fprintf(stdout, "  pruned %s (no longer rendered)\n", r)
-	}
 	if !o.wait {
+		for _, r := range res.Stale {
+			fmt.Fprintf(stdout, "  kept %s until a later install sees the rollout done (--wait=false)\n", r)
+		}
 		return nil
 	}
 	wctx, wcancel := context.WithTimeout(ctx, o.timeout)
 	defer wcancel()
-	r, err := WaitRollout(wctx, c.typed, stdout, o.pollInterval)
+	r, err := WaitRollout(wctx, c.typed, cl.ns(), stdout, o.pollInterval)
 	if err != nil {
 		return err
 	}
@@ -287,13 +390,26 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 	} else {
 		fmt.Fprintln(stdout, "rollout done")
 	}
+	pctx, pcancel := context.WithTimeout(ctx, o.timeout)
+	defer pcancel()
+	deleted, kept, err := cl.Prune(pctx, res.Stale)
+	if err != nil {
+		return err
+	}
+	for _, r := range deleted {
+		fmt.Fprintf(stdout, "  pruned %s (no longer rendered)\n", r)
+	}
+	for _, r := range kept {
+		fmt.Fprintf(stdout, "  left %s to the Helm release that adopted it\n", r)
+	}
 	return nil
 }
 
 type uninstallOptions struct {
-	cluster clusterFlags
-	dryRun  bool
-	timeout time.Duration
+	cluster   clusterFlags
+	namespace string
+	dryRun    bool
+	timeout   time.Duration
 }
 
 // MainUninstall is `gcp-t4 uninstall`.
@@ -302,6 +418,7 @@ func MainUninstall(ctx context.Context, args []string, stdout, stderr io.Writer,
 	fs := flag.NewFlagSet("gcp-t4 uninstall", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.cluster.register(fs)
+	fs.StringVar(&o.namespace, "namespace", "", "namespace CAA was installed in (default: found from the inventory)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "list what would be deleted; delete nothing")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the objects to be gone")
 	if err := fs.Parse(args); err != nil {
@@ -330,13 +447,43 @@ func runUninstall(ctx context.Context, o *uninstallOptions, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
-	inv, err := c.cluster.ReadInventory(ctx)
+	live, err := ReadLive(ctx, c.typed, o.namespace)
+	if err != nil {
+		return err
+	}
+	cl := c.cluster
+	cl.Namespace = live.Namespace
+	if cl.Namespace == "" {
+		cl.Namespace = o.namespace
+	}
+	if live.HelmRelease != "" {
+		return fmt.Errorf("daemonset %s/%s belongs to Helm release %q: remove it with helm uninstall %s --namespace %s", live.Namespace, DaemonSetName, live.HelmRelease, live.HelmRelease, live.Namespace)
+	}
+	inv, err := cl.ReadInventory(ctx)
 	if err != nil {
 		return err
 	}
 	if len(inv.Objects) == 0 {
-		fmt.Fprintf(stdout, "nothing to uninstall: no inventory %s/%s (manifests applied with kubectl apply -k are removed with kubectl delete -k)\n", Namespace, InventoryName)
+		// No inventory: applied with kubectl apply -k, or an install
+		// from before inventories were written first. Our objects carry
+		// the part-of label.
+		if inv.Objects, err = cl.labelled(ctx); err != nil {
+			return err
+		}
+		if len(inv.Objects) > 0 {
+			fmt.Fprintf(stdout, "no inventory %s/%s: removing the objects labelled %s=%s instead\n", cl.ns(), InventoryName, PartOfLabel, PartOfValue)
+		}
+	}
+	if len(inv.Objects) == 0 {
+		fmt.Fprintf(stdout, "nothing to uninstall: no inventory %s/%s and no object labelled %s=%s\n", cl.ns(), InventoryName, PartOfLabel, PartOfValue)
 		return nil
+	}
+	// An object Helm adopted since (the kata-remote RuntimeClass, by
+	// kata-deploy's chart) is Helm's now.
+	for _, r := range inv.Objects {
+		if !inv.adopted(r) && cl.helmOwned(ctx, r) {
+			inv.Adopted = append(inv.Adopted, r)
+		}
 	}
 	var del, adopted []Ref
 	var ns *Ref
@@ -350,10 +497,10 @@ func runUninstall(ctx context.Context, o *uninstallOptions, stdout io.Writer) er
 			del = append(del, r)
 		}
 	}
-	del = append(del, Ref{APIVersion: "v1", Kind: "ConfigMap", Namespace: Namespace, Name: InventoryName})
+	del = append(del, Ref{APIVersion: "v1", Kind: "ConfigMap", Namespace: cl.ns(), Name: InventoryName})
 	// The nodes first, while the sidecar's identity still exists (uninstall_nodes.go).
 	rctx, rcancel := context.WithTimeout(ctx, o.timeout)
-	err = restoreNodes(rctx, c.typed, o.dryRun, stdout)
+	err = restoreNodes(rctx, c.typed, cl.ns(), o.dryRun, stdout)
 	rcancel()
 	if err != nil {
 		return err
@@ -373,12 +520,12 @@ func runUninstall(ctx context.Context, o *uninstallOptions, stdout io.Writer) er
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	for _, r := range adopted {
-		if err := c.cluster.release(ctx, r); err != nil {
+		if err := cl.release(ctx, r); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "keeping %s: it existed before install; dropped the fields install set\n", r)
 	}
-	if err := c.cluster.deleteAll(ctx, del); err != nil {
+	if err := cl.deleteAll(ctx, del); err != nil {
 		return err
 	}
 	for _, r := range del {
@@ -395,7 +542,7 @@ func runUninstall(ctx context.Context, o *uninstallOptions, stdout io.Writer) er
 		fmt.Fprintf(stdout, "keeping %s: it holds objects install did not create: %s\n", *ns, strings.Join(others, ", "))
 		return nil
 	}
-	if err := c.cluster.deleteAll(ctx, []Ref{*ns}); err != nil {
+	if err := cl.deleteAll(ctx, []Ref{*ns}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "deleted %s\n", *ns)

@@ -53,6 +53,8 @@ type Environment struct {
 	Webhook         string // the MutatingWebhookConfiguration, "" if none
 	RuntimeClass    bool   // kata-remote exists
 	RuntimeClassOur bool   // … and carries our part-of label
+	// RuntimeClassHelm: a Helm release (kata-deploy's) manages it now.
+	RuntimeClassHelm bool
 }
 
 // Detect reads Nodes, the server version, DaemonSets, webhook
@@ -144,6 +146,7 @@ func Detect(ctx context.Context, cs kubernetes.Interface) (Environment, error) {
 	case err == nil:
 		env.RuntimeClass = true
 		env.RuntimeClassOur = rc.Labels[PartOfLabel] == PartOfValue
+		env.RuntimeClassHelm = helmManaged(rc.ManagedFields)
 	case !apierrors.IsNotFound(err):
 		return env, fmt.Errorf("get runtimeclass %s: %w", runtimeClassName, err)
 	}
@@ -239,12 +242,16 @@ func Decide(env Environment, gke, rc Mode) (Decision, error) {
 	case ModeOn:
 		d.RuntimeClass = true
 	case ModeAuto:
-		// kata-deploy usually owns it; take it only when nobody has it,
-		// and keep it when it is ours already.
-		d.RuntimeClass = !env.RuntimeClass || env.RuntimeClassOur
+		// kata-deploy's chart creates it (and its install fails on one it
+		// does not own), so leave it to kata-deploy; keep one an earlier
+		// --runtimeclass=on created, unless Helm adopted it since.
+		d.RuntimeClass = env.RuntimeClassOur && !env.RuntimeClassHelm
 	}
-	if d.RuntimeClass && env.RuntimeClass && !env.RuntimeClassOur {
+	switch {
+	case d.RuntimeClass && env.RuntimeClass && !env.RuntimeClassOur:
 		d.Warnings = append(d.Warnings, fmt.Sprintf("RuntimeClass %s exists and is not ours (kata-deploy's?); --runtimeclass=on takes over its fields", runtimeClassName))
+	case !d.RuntimeClass && !env.RuntimeClass:
+		d.Warnings = append(d.Warnings, fmt.Sprintf("RuntimeClass %s not found: kata-deploy's chart creates it (runtimeClasses.enabled, its default); if kata-deploy runs without it, re-run with --runtimeclass=on (created so that a later kata-deploy Helm install adopts it)", runtimeClassName))
 	}
 	if env.KataDeploy == "" {
 		d.Warnings = append(d.Warnings, fmt.Sprintf("kata-deploy not found (no kata-deploy DaemonSet, no node labelled %s=true): peer pods need its remote shim on the nodes; install kata-deploy %s, the version CAA %s pins, with only the remote shim: helm install kata-deploy oci://ghcr.io/kata-containers/kata-deploy-charts/kata-deploy --version %s --namespace kube-system -f kata-deploy-values.yaml (the values are in docs/install.md)", labelKataRuntime, KataDeployVersion, UpstreamRelease, KataDeployVersion))
@@ -260,4 +267,15 @@ func poolLabel(p Pool) string {
 		return "nodes outside GKE node pools"
 	}
 	return "node pool " + p.Name
+}
+
+// helmManaged reports whether Helm has written the object (its field
+// manager is "helm" in Helm 3's kube client), i.e. a release adopted it.
+func helmManaged(mf []metav1.ManagedFieldsEntry) bool {
+	for _, e := range mf {
+		if e.Manager == "helm" {
+			return true
+		}
+	}
+	return false
 }

@@ -1,18 +1,23 @@
 package install
 
 import (
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/distribution/reference"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/pkg/util"
 	"sigs.k8s.io/kustomize/api/resmap"
@@ -40,7 +45,16 @@ const (
 	overlayDir      = "overlays/gcp-t4"
 	componentGKE    = "components/gke-remediation"
 	componentRC     = "components/runtimeclass"
+	componentTLS    = "components/agent-tls"
 	credentialsFile = "GCP_CREDENTIALS"
+	// Custom CAA-to-podVM TLS: the Secret, its keys and where the
+	// component mounts it; the names upstream's peerpods chart uses
+	// (templates/_helpers.tpl, values.yaml secrets.tlsCerts at v0.22.0).
+	tlsSecret  = "certs-for-tls"
+	tlsDir     = "/etc/certificates"
+	tlsCAKey   = "ca.crt"
+	tlsCertKey = "client.crt"
+	tlsKeyKey  = "client.key"
 	// Workload Identity Federation: the credential configuration (no
 	// secret in it) and the projected ServiceAccount token it reads.
 	wifConfigMap  = "gcp-wif"
@@ -58,7 +72,7 @@ type Settings struct {
 	// Image for CAA and the sidecar: name[:tag][@digest]. Empty keeps the
 	// overlay's.
 	Image string
-	// Config merges into peer-pods-cm (keys from the base and overlay).
+	// Config merges into peer-pods-cm (keys from ConfigKeys).
 	Config map[string]string
 	// Credentials is a service account key (JSON); nil means Workload
 	// Identity (Application Default Credentials).
@@ -68,17 +82,31 @@ type Settings struct {
 	// … --credential-source-file=/var/run/gcp-wif/token`): CAA gets a
 	// projected ServiceAccount token for its audience and no key at all.
 	WIFCredentialConfig []byte
+	// TLS are custom certificates for CAA-to-podVM TLS
+	// (components/agent-tls); nil lets CAA generate its own in memory.
+	TLS *TLSFiles
 	// GKERemediation adds components/gke-remediation.
 	GKERemediation bool
 	// RuntimeClass adds components/runtimeclass.
 	RuntimeClass bool
+	// Namespace moves everything from Namespace to another namespace,
+	// ServiceAccount subjects of the bindings included; "" keeps it.
+	Namespace string
+	// carried are live peer-pods-cm keys neither CAA nor gcp-t4 reads,
+	// kept by an upgrade until --unset.
+	carried []string
 }
 
-// ConfigKeys are the peer-pods-cm keys the manifests define, read from the
-// embedded base and overlay so the list has one source.
-func ConfigKeys() ([]string, error) {
+// TLSFiles are the PEM files of the certs-for-tls Secret.
+type TLSFiles struct {
+	CA, Cert, Key []byte
+}
+
+// manifestKeys are the peer-pods-cm keys the manifests themselves set,
+// read from the embedded base, overlay and components.
+func manifestKeys() ([]string, error) {
 	var keys []string
-	for _, dir := range []string{"base", overlayDir} {
+	for _, dir := range []string{"base", overlayDir, componentTLS} {
 		k, err := readKustomization(path.Join(manifestsRoot, dir, "kustomization.yaml"))
 		if err != nil {
 			return nil, err
@@ -111,26 +139,27 @@ func readKustomization(p string) (*types.Kustomization, error) {
 	return &k, nil
 }
 
-// configKeyRE is what a ConfigMap key (and an environment variable CAA
-// reads) may look like.
-var configKeyRE = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+// installerKeys are peer-pods-cm keys the installer derives itself.
+var installerKeys = map[string]string{
+	"CACERT_FILE": "--tls-ca", "CERT_FILE": "--tls-cert", "CERT_KEY": "--tls-key",
+}
 
 // Validate checks the settings before anything is rendered, naming the
-// field at fault and the fix.
+// field at fault and the fix. The complete peer-pods-cm is checked with
+// the provider's own rules by ValidateConfig.
 func (s Settings) Validate() error {
-	keys, err := ConfigKeys()
-	if err != nil {
-		return err
-	}
 	for k, v := range s.Config {
-		if !configKeyRE.MatchString(k) || !slices.Contains(keys, k) {
-			return fmt.Errorf("setting %q: not a peer-pods-cm key; use one of %s (docs/provider.md)", k, strings.Join(keys, ", "))
-		}
-		if k == "CLOUD_PROVIDER" && v != "gcp-t4" {
-			return fmt.Errorf("setting CLOUD_PROVIDER=%q: this installer deploys the gcp-t4 provider only; drop the setting", v)
-		}
-		if k == "GCP_CREDENTIALS" {
+		if k == credentialsFile {
 			return fmt.Errorf("setting GCP_CREDENTIALS: credentials go in the Secret, not the ConfigMap; use --credentials-file")
+		}
+		if flag, ok := installerKeys[k]; ok {
+			return fmt.Errorf("setting %s: install sets it from %s (the certs-for-tls Secret mounted at %s); give the certificate files instead", k, flag, tlsDir)
+		}
+		if !isKey(k) && !slices.Contains(s.carried, k) {
+			return fmt.Errorf("setting %q: not a peer-pods-cm key CAA %s or gcp-t4 reads; use one of %s (docs/provider.md)", k, UpstreamRelease, strings.Join(keyNames(), ", "))
+		}
+		if k == "CLOUD_PROVIDER" && v != gcpt4.ProviderName {
+			return fmt.Errorf("setting CLOUD_PROVIDER=%q: this installer deploys the gcp-t4 provider only; drop the setting", v)
 		}
 		if strings.ContainsAny(v, "\n\r") {
 			return fmt.Errorf("setting %s: the value has a line break; give it on one line", k)
@@ -139,6 +168,11 @@ func (s Settings) Validate() error {
 	if s.Image != "" {
 		if _, err := parseImage(s.Image); err != nil {
 			return err
+		}
+	}
+	if s.Namespace != "" {
+		if errs := validation.IsDNS1123Label(s.Namespace); len(errs) > 0 {
+			return fmt.Errorf("--namespace %q: %s", s.Namespace, strings.Join(errs, "; "))
 		}
 	}
 	if s.WIFCredentialConfig != nil {
@@ -150,15 +184,17 @@ func (s Settings) Validate() error {
 		}
 	}
 	if s.Credentials != nil {
-		var key struct {
-			Type        string `json:"type"`
-			ClientEmail string `json:"client_email"`
+		info, err := gcpt4.CheckCredentials("--credentials-file", s.Credentials)
+		if err != nil {
+			return err
 		}
-		if err := json.Unmarshal(s.Credentials, &key); err != nil {
-			return fmt.Errorf("credentials file: not JSON (%v); pass a service account key file from `gcloud iam service-accounts keys create`, or none to use Workload Identity", err)
+		if info.Type != gcpt4.CredentialServiceAccount {
+			return fmt.Errorf("--credentials-file: a %s configuration goes to --wif-credential-config, which also mounts the token it reads", info.Type)
 		}
-		if key.Type == "" {
-			return fmt.Errorf("credentials file: no \"type\" field; pass a service account key file (type service_account), or none to use Workload Identity")
+	}
+	if s.TLS != nil {
+		if err := s.TLS.check(); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -186,7 +222,43 @@ func wifAudience(data []byte) (string, error) {
 	if c.CredentialSource.File != WIFTokenPath {
 		return "", fmt.Errorf("--wif-credential-config: credential_source.file %q, want %s where the pod's projected token is; recreate it with --credential-source-file=%s", c.CredentialSource.File, WIFTokenPath, WIFTokenPath)
 	}
+	if _, err := gcpt4.CheckCredentials("Workload Identity Federation credential configuration", data); err != nil {
+		return "", err
+	}
 	return c.Audience, nil
+}
+
+// check parses the certificate files as crypto/tls will in CAA: the
+// client certificate and key must pair, the CA must hold a certificate.
+func (t *TLSFiles) check() error {
+	if len(t.CA) == 0 || len(t.Cert) == 0 || len(t.Key) == 0 {
+		return fmt.Errorf("--tls-ca, --tls-cert, --tls-key: give all three (CAA uses custom certificates only with the CA, certificate and key together)")
+	}
+	if _, err := tls.X509KeyPair(t.Cert, t.Key); err != nil {
+		return fmt.Errorf("--tls-cert, --tls-key: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(t.CA) {
+		return fmt.Errorf("--tls-ca: no PEM certificate in the file")
+	}
+	return nil
+}
+
+// tlsSubject describes the client certificate for the settings diff.
+func (t *TLSFiles) describe() string {
+	if t == nil {
+		return "generated by CAA (none mounted)"
+	}
+	block, _ := pem.Decode(t.Cert)
+	if block == nil {
+		return "custom certificates"
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return "custom certificates"
+	}
+	sum := sha256.Sum256(c.Raw)
+	return fmt.Sprintf("custom client certificate %q (sha256 %x…, expires %s)", c.Subject.CommonName, sum[:6], c.NotAfter.Format("2006-01-02"))
 }
 
 // wifPatch mounts the credential configuration and a ServiceAccount token
@@ -262,6 +334,9 @@ func (s Settings) kustomization() ([]byte, error) {
 	if s.RuntimeClass {
 		k.Components = append(k.Components, "../"+componentRC)
 	}
+	if s.TLS != nil {
+		k.Components = append(k.Components, "../"+componentTLS)
+	}
 	if s.Image != "" {
 		img, err := parseImage(s.Image)
 		if err != nil {
@@ -285,10 +360,17 @@ func (s Settings) kustomization() ([]byte, error) {
 		}}}
 	}
 	if s.Credentials != nil {
-		k.SecretGenerator = []types.SecretArgs{{GeneratorArgs: types.GeneratorArgs{
+		k.SecretGenerator = append(k.SecretGenerator, types.SecretArgs{GeneratorArgs: types.GeneratorArgs{
 			Name: SecretName, Behavior: "merge",
 			KvPairSources: types.KvPairSources{FileSources: []string{credentialsFile}},
-		}}}
+		}})
+	}
+	if s.TLS != nil {
+		k.SecretGenerator = append(k.SecretGenerator, types.SecretArgs{GeneratorArgs: types.GeneratorArgs{
+			Name: tlsSecret, Namespace: Namespace,
+			KvPairSources: types.KvPairSources{FileSources: []string{tlsCAKey, tlsCertKey, tlsKeyKey}},
+			Options:       &types.GeneratorOptions{DisableNameSuffixHash: true},
+		}, Type: "Opaque"})
 	}
 	if s.WIFCredentialConfig != nil {
 		aud, err := wifAudience(s.WIFCredentialConfig)
@@ -302,6 +384,7 @@ func (s Settings) kustomization() ([]byte, error) {
 		k.ConfigMapGenerator = append(k.ConfigMapGenerator, types.ConfigMapArgs{GeneratorArgs: types.GeneratorArgs{
 			Name: wifConfigMap, Namespace: Namespace,
 			KvPairSources: types.KvPairSources{FileSources: []string{wifConfigFile}},
+			Options:       &types.GeneratorOptions{DisableNameSuffixHash: true},
 		}})
 		k.Patches = append(k.Patches, types.Patch{Patch: patch})
 	}
@@ -341,6 +424,11 @@ func (s Settings) files() (map[string][]byte, error) {
 	if s.WIFCredentialConfig != nil {
 		out[path.Join(userDir, wifConfigFile)] = s.WIFCredentialConfig
 	}
+	if s.TLS != nil {
+		out[path.Join(userDir, tlsCAKey)] = s.TLS.CA
+		out[path.Join(userDir, tlsCertKey)] = s.TLS.Cert
+		out[path.Join(userDir, tlsKeyKey)] = s.TLS.Key
+	}
 	return out, nil
 }
 
@@ -361,7 +449,7 @@ func (s Settings) WriteTree(dir string) (string, error) {
 			return "", err
 		}
 		mode := os.FileMode(0o644)
-		if strings.HasSuffix(p, credentialsFile) {
+		if strings.HasSuffix(p, credentialsFile) || strings.HasSuffix(p, tlsKeyKey) {
 			mode = 0o600
 		}
 		if err := os.WriteFile(full, data, mode); err != nil {

@@ -3,6 +3,7 @@ package install
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -98,7 +99,7 @@ func TestNoSecretCommitted(t *testing.T) {
 	if len(sec.Data) != 0 || len(sec.StringData) != 0 {
 		t.Errorf("default Secret has data %v; want none (Workload Identity)", sec.Data)
 	}
-	m = mustRender(t, Settings{Credentials: []byte(`{"type":"service_account","client_email":"caa@p.iam.gserviceaccount.com"}`)})
+	m = mustRender(t, Settings{Credentials: testKey()})
 	if got := string(secretOf(t, m).Data[credentialsFile]); !strings.Contains(got, "caa@p.iam") {
 		t.Errorf("GCP_CREDENTIALS = %q, want the key file's content", got)
 	}
@@ -329,7 +330,7 @@ func TestWorkloadIdentityFederation(t *testing.T) {
 	if env["GOOGLE_APPLICATION_CREDENTIALS"] != "/var/run/gcp-wif/credential-configuration.json" {
 		t.Errorf("GOOGLE_APPLICATION_CREDENTIALS = %q", env["GOOGLE_APPLICATION_CREDENTIALS"])
 	}
-	cm := decode[corev1.ConfigMap](t, m, "ConfigMap", wifConfigMap+"-")
+	cm := decode[corev1.ConfigMap](t, m, "ConfigMap", wifConfigMap)
 	if cm.Namespace != Namespace || !strings.Contains(cm.Data[wifConfigFile], "external_account") {
 		t.Errorf("WIF ConfigMap %s/%s data %v", cm.Namespace, cm.Name, cm.Data)
 	}
@@ -361,7 +362,7 @@ func TestWorkloadIdentityFederation(t *testing.T) {
 			t.Errorf("%s: err = %v, want %q", cfg, err, want)
 		}
 	}
-	if err := (Settings{WIFCredentialConfig: testWIFConfig, Credentials: []byte(`{"type":"service_account"}`)}).Validate(); err == nil {
+	if err := (Settings{WIFCredentialConfig: testWIFConfig, Credentials: testKey()}).Validate(); err == nil {
 		t.Error("both a key and WIF accepted")
 	}
 }
@@ -389,12 +390,18 @@ func TestValidateNamesTheField(t *testing.T) {
 		s    Settings
 		want string
 	}{
-		{Settings{Config: map[string]string{"GCP_ZONEZ": "x"}}, `setting "GCP_ZONEZ": not a peer-pods-cm key`},
+		{Settings{Config: map[string]string{"GCP_ZONEZ": "x"}}, `setting "GCP_ZONEZ": not a peer-pods-cm key CAA v0.22.0 or gcp-t4 reads`},
 		{Settings{Config: map[string]string{"CLOUD_PROVIDER": "gcp"}}, "CLOUD_PROVIDER"},
 		{Settings{Config: map[string]string{"GCP_LABELS": "a=b\nc=d"}}, "GCP_LABELS: the value has a line break"},
+		{Settings{Config: map[string]string{"CACERT_FILE": "/x"}}, "setting CACERT_FILE: install sets it from --tls-ca"},
 		{Settings{Image: "Not An Image"}, "--image"},
-		{Settings{Credentials: []byte("nope")}, "credentials file: not JSON"},
+		{Settings{Namespace: "Not_A_Namespace"}, `--namespace "Not_A_Namespace"`},
+		{Settings{Credentials: []byte("nope")}, "--credentials-file: not a JSON credential file"},
 		{Settings{Credentials: []byte(`{"a":1}`)}, `no "type" field`},
+		// What `gcloud auth application-default login` writes: a person's login.
+		{Settings{Credentials: []byte(`{"type":"authorized_user","client_id":"c","client_secret":"s","refresh_token":"r"}`)}, `type "authorized_user" cannot be used`},
+		{Settings{Credentials: testWIFConfig}, "goes to --wif-credential-config"},
+		{Settings{TLS: &TLSFiles{CA: []byte("x")}}, "give all three"},
 	} {
 		err := c.s.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -445,35 +452,43 @@ func TestParseImage(t *testing.T) {
 
 func hex64() string { return strings.Repeat("ab", 32) }
 
-// TestDryRunNeedsNoCluster: `gcp-t4 install --dry-run` prints the
-// manifests with no kubeconfig at all.
-func TestDryRunNeedsNoCluster(t *testing.T) {
+// TestRenderNeedsNoCluster: `gcp-t4 install --render` prints the
+// manifests with no kubeconfig at all, and never the key.
+func TestRenderNeedsNoCluster(t *testing.T) {
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
 	t.Setenv("HOME", t.TempDir())
+	key := filepath.Join(t.TempDir(), "key.json")
+	if err := os.WriteFile(key, testKey(), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var stdout, stderr bytes.Buffer
-	code := Main(context.Background(), []string{"--dry-run", "--gke=on", "--zone=us-central1-a"}, &stdout, &stderr, nil)
+	code := Main(context.Background(), []string{"--render", "--gke=on", "--zone=us-central1-a", "--credentials-file=" + key}, &stdout, &stderr, nil)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"kind: DaemonSet", "name: remediate", "GCP_ZONE: us-central1-a", "kind: Namespace"} {
+	for _, want := range []string{"kind: DaemonSet", "name: remediate", "GCP_ZONE: us-central1-a", "kind: Namespace", "GCP_CREDENTIALS: '<redacted: ", ConfigHashAnnotation} {
 		if !strings.Contains(out, want) {
-			t.Errorf("dry-run output lacks %q", want)
+			t.Errorf("--render output lacks %q", want)
 		}
 	}
-	if !strings.Contains(stderr.String(), "--project") {
-		t.Errorf("stderr %q: want a note that --project is needed for a real install", stderr.String())
+	if strings.Contains(out, "PRIVATE KEY") || strings.Contains(out, base64.StdEncoding.EncodeToString(testKey())[:40]) {
+		t.Error("--render printed the key")
+	}
+	if !strings.Contains(stderr.String(), "--project") || !strings.Contains(stderr.String(), "redacted") {
+		t.Errorf("stderr %q: want notes that --project is needed and the Secret is redacted", stderr.String())
 	}
 }
 
-func TestInstallRefusesMissingRequired(t *testing.T) {
+func TestInstallRefusesBadFlagsBeforeAnyCluster(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := Main(context.Background(), []string{"--zone=z"}, &stdout, &stderr, nil)
-	if code != 1 || !strings.Contains(stderr.String(), "missing --project, --podvm-image, --network") {
+	code := Main(context.Background(), []string{"--gke=maybe"}, &stdout, &stderr, nil)
+	if code != 2 || !strings.Contains(stderr.String(), `--gke "maybe": want auto, on or off`) {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
-	code = Main(context.Background(), []string{"--gke=maybe"}, &stdout, &stderr, nil)
-	if code != 2 || !strings.Contains(stderr.String(), `--gke "maybe": want auto, on or off`) {
+	stderr.Reset()
+	code = Main(context.Background(), []string{"--set", "GCP_ZONEZ=x"}, &stdout, &stderr, nil)
+	if code != 2 || !strings.Contains(stderr.String(), `"GCP_ZONEZ": not a peer-pods-cm key`) {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
 }
@@ -502,7 +517,8 @@ func TestDecideWithoutSelectedNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !d.GKERemediation || !d.RuntimeClass {
+	// The RuntimeClass is left to kata-deploy's chart.
+	if !d.GKERemediation || d.RuntimeClass {
 		t.Errorf("decision %+v", d)
 	}
 	w := strings.Join(d.Warnings, "\n")

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -34,45 +35,41 @@ const (
 // containerd only where a byte changed), as kata-deploy's pods do on
 // removal. It waits for the pods to go and reports each node from the
 // Event its sidecar recorded.
-func restoreNodes(ctx context.Context, cs kubernetes.Interface, dryRun bool, stdout io.Writer) error {
-	ds, err := cs.AppsV1().DaemonSets(Namespace).Get(ctx, RemediationDaemonSet, metav1.GetOptions{})
+func restoreNodes(ctx context.Context, cs kubernetes.Interface, ns string, dryRun bool, stdout io.Writer) error {
+	ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, RemediationDaemonSet, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("read daemonset %s/%s: %w", Namespace, RemediationDaemonSet, err)
+		return fmt.Errorf("read daemonset %s/%s: %w", ns, RemediationDaemonSet, err)
 	}
 	sel := metav1.FormatLabelSelector(ds.Spec.Selector)
-	nodes, err := podNodes(ctx, cs, sel)
+	nodes, err := podNodes(ctx, cs, ns, sel)
 	if err != nil {
 		return err
 	}
 	if dryRun {
-		fmt.Fprintf(stdout, "would delete DaemonSet/%s/%s first and wait while its pods restore containerd's configuration on %s\n", Namespace, RemediationDaemonSet, orNoNodes(nodes))
+		fmt.Fprintf(stdout, "would delete DaemonSet/%s/%s first and wait while its pods restore containerd's configuration on %s\n", ns, RemediationDaemonSet, orNoNodes(nodes))
 		return nil
 	}
 	since := metav1.NewTime(time.Now().Add(-time.Second).Truncate(time.Second))
 	bg := metav1.DeletePropagationBackground
 	uid := ds.UID
-	if err := cs.AppsV1().DaemonSets(Namespace).Delete(ctx, RemediationDaemonSet, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete daemonset %s/%s: %w", Namespace, RemediationDaemonSet, err)
+	if err := cs.AppsV1().DaemonSets(ns).Delete(ctx, RemediationDaemonSet, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete daemonset %s/%s: %w", ns, RemediationDaemonSet, err)
 	}
-	fmt.Fprintf(stdout, "deleted DaemonSet/%s/%s; its pods restore containerd's configuration on %s\n", Namespace, RemediationDaemonSet, orNoNodes(nodes))
-	delay := 200 * time.Millisecond
-	for {
-		left, err := podNodes(ctx, cs, sel)
-		if err != nil {
-			return err
+	fmt.Fprintf(stdout, "deleted DaemonSet/%s/%s; its pods restore containerd's configuration on %s\n", ns, RemediationDaemonSet, orNoNodes(nodes))
+	var left []string
+	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var err error
+		left, err = podNodes(ctx, cs, ns, sel)
+		return len(left) == 0, err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("remediation pods still running on %s: %w; see `kubectl -n %s logs -l %s`", strings.Join(left, ", "), ctx.Err(), ns, sel)
 		}
-		if len(left) == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("remediation pods still running on %s: %w; see `kubectl -n %s logs -l %s`", strings.Join(left, ", "), ctx.Err(), Namespace, sel)
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
+		return err
 	}
 	for _, n := range nodes {
 		ev, err := lastCleanupEvent(ctx, cs, n, since)
@@ -90,8 +87,8 @@ func restoreNodes(ctx context.Context, cs kubernetes.Interface, dryRun bool, std
 	return nil
 }
 
-func podNodes(ctx context.Context, cs kubernetes.Interface, selector string) ([]string, error) {
-	pods, err := cs.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+func podNodes(ctx context.Context, cs kubernetes.Interface, ns, selector string) ([]string, error) {
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return nil, fmt.Errorf("list remediation pods: %w", err)
 	}

@@ -39,19 +39,20 @@ func (r Rollout) String() string {
 	return fmt.Sprintf("%d of %d nodes updated, %d available", r.Updated, r.Desired, r.Available)
 }
 
-// WaitRollout polls the CAA DaemonSet every interval (the first look at
-// once: a DaemonSet with nothing to roll is done) until its rollout is done
-// or ctx ends, printing a line to progress whenever the numbers change.
-func WaitRollout(ctx context.Context, cs kubernetes.Interface, progress io.Writer, every time.Duration) (Rollout, error) {
+// WaitRollout polls the CAA DaemonSet in namespace ns every interval (the
+// first look at once: a DaemonSet with nothing to roll is done) until its
+// rollout is done or ctx ends, printing a line to progress whenever the
+// numbers change.
+func WaitRollout(ctx context.Context, cs kubernetes.Interface, ns string, progress io.Writer, every time.Duration) (Rollout, error) {
 	var last string
 	var r Rollout
 	err := wait.PollUntilContextCancel(ctx, every, true, func(ctx context.Context) (bool, error) {
-		ds, err := cs.AppsV1().DaemonSets(Namespace).Get(ctx, DaemonSetName, metav1.GetOptions{})
+		ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, DaemonSetName, metav1.GetOptions{})
 		if err != nil {
 			if ctx.Err() != nil {
 				return false, nil // the loop reports the context's end
 			}
-			return false, fmt.Errorf("read daemonset %s/%s: %w", Namespace, DaemonSetName, err)
+			return false, fmt.Errorf("read daemonset %s/%s: %w", ns, DaemonSetName, err)
 		}
 		r = rolloutOf(ds)
 		if s := r.String(); s != last {
@@ -61,7 +62,7 @@ func WaitRollout(ctx context.Context, cs kubernetes.Interface, progress io.Write
 		return r.Done, nil
 	})
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("rollout of daemonset %s/%s not finished (%s): see `kubectl -n %s describe daemonset %s` and its pods' events", Namespace, DaemonSetName, r, Namespace, DaemonSetName)
+		err = fmt.Errorf("rollout of daemonset %s/%s not finished (%s): see `kubectl -n %s describe daemonset %s` and its pods' events", ns, DaemonSetName, r, ns, DaemonSetName)
 	}
 	return r, err
 }

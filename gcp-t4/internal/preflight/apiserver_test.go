@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -57,14 +58,29 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: dsName, Namespace: ns}, Spec: appsv1.DaemonSetSpec{
 		Selector: &metav1.LabelSelector{MatchLabels: labels},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{"node.kubernetes.io/worker": ""},
-			Containers:   []corev1.Container{{Name: "cloud-api-adaptor-con", Image: "cloud-api-adaptor"}},
+			NodeSelector:       map[string]string{"node.kubernetes.io/worker": ""},
+			ServiceAccountName: "cloud-api-adaptor",
+			Containers:         []corev1.Container{{Name: "cloud-api-adaptor-con", Image: "cloud-api-adaptor"}},
 		}},
 	}}
 	ds, err = cs.AppsV1().DaemonSets(ns).Create(c, ds, metav1.CreateOptions{})
 	must(err)
 	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, CurrentNumberScheduled: 2, NumberReady: 1, UpdatedNumberScheduled: 2, NumberAvailable: 1}
 	_, err = cs.AppsV1().DaemonSets(ns).UpdateStatus(c, ds, metav1.UpdateOptions{})
+	must(err)
+
+	// CAA's RBAC as a kustomize overlay with `namespace: peer-pods` leaves
+	// it: the binding's subject still names the base's namespace.
+	_, err = cs.RbacV1().ClusterRoles().Create(c, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "caa"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{"confidentialcontainers.org"}, Resources: []string{"peerpods"}, Verbs: []string{"create", "patch", "update"}},
+	}}, metav1.CreateOptions{})
+	must(err)
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "caa"}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "caa"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "cloud-api-adaptor", Namespace: "some-other-namespace"}}}
+	binding, err = cs.RbacV1().ClusterRoleBindings().Create(c, binding, metav1.CreateOptions{})
 	must(err)
 
 	project := readyProject(t)
@@ -90,8 +106,9 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 	expect(t, rs, "runtimeclass kata-remote", Pass, "handler kata-remote", "")
 	expect(t, rs, "runtime handler kata-remote", Fail, "gke-pool-2", "logs ds/cloud-api-adaptor-daemonset")
 	expect(t, rs, "daemonset", Fail, "1 of 2 pods ready", "rollout status")
-	// The firewall checks used the nodes' InternalIPs from the API server.
-	expect(t, rs, "firewall tcp:15150 nodes→podVMs", Pass, "default-allow-internal", "")
+	expect(t, rs, "rbac "+ns+"/cloud-api-adaptor", Fail, "may not get pods, list pods, get nodes, patch nodes/status, create peerpods", "gcp-t4 install --namespace "+ns)
+	// The firewall checks used the subnet of the nodes' InternalIPs.
+	expect(t, rs, "firewall tcp:15150 nodes→podVMs", Pass, "default-allow-internal (nodes: node subnet default 10.128.0.0/20)", "")
 	if r, _ := find(rs, "firewall tcp:15150"); strings.Contains(r.Detail, "assumed") {
 		t.Errorf("firewall check assumed node addresses despite the kubeconfig: %s", r.Detail)
 	}
@@ -106,6 +123,9 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 	must(err)
 	ds.Status.NumberReady, ds.Status.NumberAvailable = 2, 2
 	_, err = cs.AppsV1().DaemonSets(ns).UpdateStatus(c, ds, metav1.UpdateOptions{})
+	must(err)
+	binding.Subjects[0].Namespace = ns
+	_, err = cs.RbacV1().ClusterRoleBindings().Update(c, binding, metav1.UpdateOptions{})
 	must(err)
 	code, rs = preflightMain()
 	for _, r := range rs {

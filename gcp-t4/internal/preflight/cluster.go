@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,8 +38,82 @@ func (c *Cluster) Run(ctx context.Context) []Result {
 	if err != nil {
 		return []Result{fail("cluster", "kubectl cluster-info", "listing nodes: %v", err)}
 	}
-	rs := []Result{c.checkOS(nodes), c.checkContainerd(nodes), c.checkRuntimeClass(ctx), c.checkHandlers(nodes), c.checkDaemonSet(ctx)}
+	rs := []Result{c.checkOS(ctx, nodes), c.checkContainerd(nodes), c.checkRuntimeClass(ctx), c.checkHandlers(nodes), c.checkDaemonSet(ctx)}
+	if r, ok := c.checkRBAC(ctx); ok {
+		rs = append(rs, r)
+	}
 	return rs
+}
+
+// gke reports whether the cluster's nodes are GKE's.
+func (c *Cluster) gke(ctx context.Context) bool {
+	l, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil || len(l.Items) == 0 {
+		return false
+	}
+	_, ok := l.Items[0].Labels[labelNodePool]
+	return ok
+}
+
+// selectFix is how nodes join the CAA DaemonSet: on GKE a node-pool label
+// (a kubectl label is lost when GKE recreates the node), else the label
+// upstream's DaemonSet selects.
+func (c *Cluster) selectFix(ctx context.Context, selector map[string]string) string {
+	if c.gke(ctx) {
+		var labels []string
+		for k, v := range selector {
+			if k == labelOS {
+				continue
+			}
+			labels = append(labels, k+"="+v)
+		}
+		sort.Strings(labels)
+		if len(labels) == 0 {
+			labels = []string{"caa-gcp-t4/peer-pods=true"}
+		}
+		return fmt.Sprintf("gcloud container node-pools update POOL --cluster=%s --location=LOCATION --node-labels=%s   # an Ubuntu pool; --node-labels replaces the pool's labels: repeat the ones it has", c.cluster(), strings.Join(labels, ","))
+	}
+	return "kubectl label node NODE node.kubernetes.io/worker="
+}
+
+// checkRBAC asks the API server whether CAA's ServiceAccount, in the
+// DaemonSet's namespace, may do what CAA does: a binding whose subject
+// names another namespace (a kustomize overlay's namespace: moves the
+// ServiceAccount but not the subject) fails here instead of in CAA.
+func (c *Cluster) checkRBAC(ctx context.Context) (Result, bool) {
+	ds, err := c.Client.AppsV1().DaemonSets(c.Namespace).Get(ctx, c.DaemonSet, metav1.GetOptions{})
+	if err != nil {
+		return Result{}, false
+	}
+	sa := ds.Spec.Template.Spec.ServiceAccountName
+	check := fmt.Sprintf("rbac %s/%s", c.Namespace, sa)
+	user := "system:serviceaccount:" + c.Namespace + ":" + sa
+	var denied []string
+	for _, a := range []authzv1.ResourceAttributes{
+		{Verb: "get", Resource: "pods"}, {Verb: "list", Resource: "pods"}, {Verb: "get", Resource: "nodes"},
+		{Verb: "patch", Resource: "nodes", Subresource: "status"}, {Verb: "create", Group: "confidentialcontainers.org", Resource: "peerpods"},
+	} {
+		a := a
+		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + c.Namespace, "system:authenticated"}, ResourceAttributes: &a}}
+		out, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			// The caller may not review access; the other checks stand.
+			return Result{}, false
+		}
+		if !out.Status.Allowed {
+			what := a.Verb + " " + a.Resource
+			if a.Subresource != "" {
+				what += "/" + a.Subresource
+			}
+			denied = append(denied, what)
+		}
+	}
+	if len(denied) > 0 {
+		return fail(check, fmt.Sprintf("kubectl get clusterrolebinding caa-gcp-t4-cloud-api-adaptor -o jsonpath='{.subjects}'   # the subject must be ServiceAccount %s in %s; gcp-t4 install --namespace %s sets it", sa, c.Namespace, c.Namespace),
+			"CAA's ServiceAccount may not %s", strings.Join(denied, ", ")), true
+	}
+	return pass(check, "CAA's ServiceAccount holds what CAA calls"), true
 }
 
 // peerPodNodes are the nodes the CAA DaemonSet selects (all nodes when it
@@ -55,24 +130,36 @@ func (c *Cluster) peerPodNodes(ctx context.Context) ([]corev1.Node, error) {
 	return list.Items, nil
 }
 
-// NodeCIDRs are the nodes' internal addresses, for the firewall checks.
-func (c *Cluster) NodeCIDRs(ctx context.Context) ([]netip.Prefix, error) {
+// NodeVM is a node's GCE instance, from its gce:// providerID.
+type NodeVM struct{ Project, Zone, Name string }
+
+// Nodes returns the peer-pod nodes' internal addresses and GCE
+// instances, for the firewall checks (which use the subnets holding the
+// addresses and the instances' network tags, never the /32s: GKE
+// recreates nodes with new addresses).
+func (c *Cluster) Nodes(ctx context.Context) ([]netip.Addr, []NodeVM, error) {
 	nodes, err := c.peerPodNodes(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []netip.Prefix
+	var ips []netip.Addr
+	var vms []NodeVM
 	for _, n := range nodes {
 		for _, a := range n.Status.Addresses {
 			if a.Type != corev1.NodeInternalIP {
 				continue
 			}
 			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
-				out = append(out, netip.PrefixFrom(ip, 32))
+				ips = append(ips, ip)
+			}
+		}
+		if rest, ok := strings.CutPrefix(n.Spec.ProviderID, "gce://"); ok {
+			if parts := strings.Split(rest, "/"); len(parts) == 3 {
+				vms = append(vms, NodeVM{parts[0], parts[1], parts[2]})
 			}
 		}
 	}
-	return out, nil
+	return ips, vms, nil
 }
 
 func pool(n corev1.Node) string {
@@ -89,10 +176,10 @@ func (c *Cluster) cluster() string {
 	return "CLUSTER"
 }
 
-func (c *Cluster) checkOS(nodes []corev1.Node) Result {
+func (c *Cluster) checkOS(ctx context.Context, nodes []corev1.Node) Result {
 	const check = "node os image"
 	if len(nodes) == 0 {
-		return fail(check, "kubectl label node NODE node.kubernetes.io/worker=", "no nodes match the CAA DaemonSet's node selector")
+		return fail(check, c.selectFix(ctx, c.selector(ctx)), "no nodes match the CAA DaemonSet's node selector")
 	}
 	var cos []string
 	for _, n := range nodes {
@@ -192,19 +279,28 @@ func (c *Cluster) checkDaemonSet(ctx context.Context) Result {
 	ds, err := c.Client.AppsV1().DaemonSets(c.Namespace).Get(ctx, c.DaemonSet, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return fail(check, "kubectl apply -k install/overlays/gcp-t4", "not installed")
+		// Preflight runs before the install too.
+		return warn(check, "gcp-t4 install …   # docs/install.md", "not installed yet")
 	case err != nil:
 		return fail(check, "", "reading it: %v", err)
 	}
-	return judgeDaemonSet(check, ds)
+	return judgeDaemonSet(check, ds, c.selectFix(ctx, ds.Spec.Template.Spec.NodeSelector))
 }
 
-func judgeDaemonSet(check string, ds *appsv1.DaemonSet) Result {
+// selector is the CAA DaemonSet's node selector, or upstream's.
+func (c *Cluster) selector(ctx context.Context) map[string]string {
+	if ds, err := c.Client.AppsV1().DaemonSets(c.Namespace).Get(ctx, c.DaemonSet, metav1.GetOptions{}); err == nil {
+		return ds.Spec.Template.Spec.NodeSelector
+	}
+	return map[string]string{"node.kubernetes.io/worker": ""}
+}
+
+func judgeDaemonSet(check string, ds *appsv1.DaemonSet, selectFix string) Result {
 	st := ds.Status
 	fix := fmt.Sprintf("kubectl -n %s rollout status ds/%s && kubectl -n %s describe ds/%s", ds.Namespace, ds.Name, ds.Namespace, ds.Name)
 	switch {
 	case st.DesiredNumberScheduled == 0:
-		return fail(check, "kubectl label node NODE node.kubernetes.io/worker=", "scheduled on no node: no node matches its node selector")
+		return fail(check, selectFix, "scheduled on no node: no node matches its node selector %v", ds.Spec.Template.Spec.NodeSelector)
 	case st.NumberReady < st.DesiredNumberScheduled:
 		return fail(check, fix, "%d of %d pods ready", st.NumberReady, st.DesiredNumberScheduled)
 	case st.UpdatedNumberScheduled < st.DesiredNumberScheduled:

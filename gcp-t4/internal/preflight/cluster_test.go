@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -103,10 +104,11 @@ func TestClusterChecksFail(t *testing.T) {
 		{"wrong handler", replace(base, 3, runtimeClass("kata")), "runtimeclass kata-remote", Fail, `handler is "kata"`, "kubectl apply"},
 		{"node without handler", replace(base, 1, gkeNode("n2", "ubuntu", "containerd://2.0.6", "10.128.0.11", "runc")), "runtime handler kata-remote", Fail, "n2", "kubectl -n confidential-containers-system logs ds/cloud-api-adaptor-daemonset"},
 		{"containerd 1.7 reports none", replace(replace(base, 0, gkeNode("n1", "ubuntu", "containerd://1.7.24", "10.128.0.10")), 1, gkeNode("n2", "ubuntu", "containerd://1.7.24", "10.128.0.11")), "runtime handler kata-remote", Warn, "containerd 1.7", ""},
-		{"no daemonset", replace(base, 4, nil), "daemonset", Fail, "not installed", "kubectl apply -k install/overlays/gcp-t4"},
+		{"no daemonset", replace(base, 4, nil), "daemonset", Warn, "not installed yet", "gcp-t4 install"},
 		{"daemonset not ready", replace(base, 4, caaDaemonSet(2, 1, 2)), "daemonset", Fail, "1 of 2 pods ready", "kubectl -n confidential-containers-system rollout status ds/cloud-api-adaptor-daemonset"},
 		{"daemonset rolling", replace(base, 4, caaDaemonSet(2, 2, 1)), "daemonset", Warn, "old revision", "rollout status"},
-		{"daemonset on no node", replace(base, 4, caaDaemonSet(0, 0, 0)), "daemonset", Fail, "no node", "node.kubernetes.io/worker="},
+		// GKE nodes: select a node pool (a kubectl label dies with the node).
+		{"daemonset on no node", replace(base, 4, caaDaemonSet(0, 0, 0)), "daemonset", Fail, "no node", "gcloud container node-pools update POOL --cluster=gpu --location=LOCATION --node-labels=node.kubernetes.io/worker="},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -115,13 +117,24 @@ func TestClusterChecksFail(t *testing.T) {
 	}
 }
 
-// With a cluster, the firewall checks use the nodes' real addresses.
+// With a cluster, the firewall checks use the subnets that hold the
+// nodes' addresses (the node pool's range), never their /32s, and name a
+// node outside the podVMs' network.
 func TestClusterNodeAddressesFeedFirewallChecks(t *testing.T) {
 	project := readyProject(t)
+	if err := project.DeleteFirewall("default-allow-internal"); err != nil {
+		t.Fatal(err)
+	}
 	objs := readyCluster()
 	objs[1] = gkeNode("n2", "ubuntu", "containerd://2.0.6", "192.168.7.3", "kata-remote")
 	o := Options{Cfg: baseConfig(project), Kube: fake.NewClientset(objs...), Cluster: &Cluster{RuntimeClass: "kata-remote", Namespace: ns, DaemonSet: dsName}}
 	rs := Run(ctx(t), o, quiet())
-	expect(t, rs, "firewall tcp:15150 nodes→podVMs", Fail, "192.168.7.3/32: no rule", "--source-ranges=10.128.0.10/32,192.168.7.3/32")
+	expect(t, rs, "nodes in network default", Fail, "192.168.7.3", "")
+	expect(t, rs, "firewall tcp:15150 nodes→podVMs", Fail, "10.128.0.0/20: no rule (nodes: node subnet default 10.128.0.0/20)", "--source-ranges=10.128.0.0/20 --target-tags=caa-gcp-t4-podvm")
+	for _, r := range rs {
+		if strings.Contains(r.Fix, "/32") {
+			t.Errorf("%s: fix pins node addresses: %s", r.Check, r.Fix)
+		}
+	}
 	expect(t, rs, "daemonset", Pass, "2 of 2", "")
 }

@@ -30,7 +30,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	pf := providerflags.Register(fs)
 	output := fs.String("o", "table", "output: table or json")
 	kubeconfigPath := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster to check as well (default $KUBECONFIG); empty checks the project only")
-	nodeCIDRs := fs.String("node-cidrs", "", "worker node address ranges for the firewall checks, comma separated (default: the nodes' InternalIPs with -kubeconfig, else the podVM subnet)")
+	nodeCIDRs := fs.String("node-cidrs", "", "worker node address ranges (the node pool's subnet) for the firewall checks, comma separated (default: the subnets holding the nodes' InternalIPs with -kubeconfig, else the podVM subnet)")
+	nodeTags := fs.String("node-tags", "", "the worker nodes' network tags, comma separated, for firewall rules that target or admit them (default: read from the node VMs with -kubeconfig)")
 	crmEndpoint := fs.String("resourcemanager-endpoint", "", "Cloud Resource Manager endpoint for testIamPermissions (default: Google's; GCP_ENDPOINT when that is a local emulator)")
 	member := fs.String("member", "", "IAM member the permission fix grants roles to, e.g. serviceAccount:caa@P.iam.gserviceaccount.com (default: from GCP_CREDENTIALS)")
 	runtimeClass := fs.String("runtime-class", "kata-remote", "the peer-pods runtime class and containerd handler")
@@ -52,10 +53,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		fmt.Fprintf(stderr, "gcp-t4 preflight: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	// Strictly, as the provider does at start: a value CAA's registrar
+	// would quietly replace by its default is an error here too.
+	if err := pf.CheckEnv(os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 preflight: %v\n", err)
+		return 2
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	cfg := pf.Config()
 	opts := Options{Cfg: cfg, Member: *member, CRMEndpoint: *crmEndpoint}
+	for _, t := range strings.Split(*nodeTags, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			opts.NodeTags = append(opts.NodeTags, t)
+		}
+	}
 	if *nodeCIDRs != "" {
 		for _, s := range strings.Split(*nodeCIDRs, ",") {
 			p, err := netip.ParsePrefix(strings.TrimSpace(s))
@@ -94,6 +106,7 @@ type Options struct {
 	Member      string
 	CRMEndpoint string
 	NodeCIDRs   []netip.Prefix
+	NodeTags    []string
 	// Kube and Cluster are set for the cluster checks.
 	Kube    kubernetes.Interface
 	Cluster *Cluster
@@ -104,26 +117,29 @@ type Options struct {
 // Run runs the project checks and, with a cluster, the cluster checks.
 func Run(ctx context.Context, o Options, logger *slog.Logger) []Result {
 	var rs []Result
+	var nodeIPs []netip.Addr
+	var nodeVMs []NodeVM
 	if o.Cluster != nil {
 		o.Cluster.Client = o.Kube
-		if len(o.NodeCIDRs) == 0 {
-			cidrs, err := o.Cluster.NodeCIDRs(ctx)
-			if err != nil {
-				logger.Warn("reading node addresses for the firewall checks", "err", err)
-			}
-			o.NodeCIDRs = cidrs
+		var err error
+		if nodeIPs, nodeVMs, err = o.Cluster.Nodes(ctx); err != nil {
+			logger.Warn("reading nodes for the firewall checks", "err", err)
 		}
 	}
 	catalog, err := gcpt4.NewCatalog(o.Cfg.ProfilesFile, o.Cfg.Profiles)
 	if err != nil {
 		rs = append(rs, fail("profiles", "fix GCP_PROFILES / GCP_PROFILES_FILE as the message says", "%v", err))
 	} else {
-		g := &GCE{Cfg: o.Cfg, Catalog: catalog, NodeCIDRs: o.NodeCIDRs, Member: o.Member}
+		g := &GCE{Cfg: o.Cfg, Catalog: catalog, NodeCIDRs: o.NodeCIDRs, NodeTags: o.NodeTags, NodeIPs: nodeIPs, NodeVMs: nodeVMs, Member: o.Member}
 		if g.Member == "" {
 			g.Member = memberFromCredentials(o.Cfg.Credentials)
 		}
 		opts := append(o.Cfg.ClientOptions(), o.Extra...)
-		if err := g.Connect(ctx, opts, append(crmOptions(o.Cfg, o.CRMEndpoint), o.Extra...)); err != nil {
+		iamEndpoint := ""
+		if strings.HasPrefix(o.CRMEndpoint, "http://") {
+			iamEndpoint = o.CRMEndpoint // a local emulator serves both
+		}
+		if err := g.Connect(ctx, opts, append(crmOptions(o.Cfg, o.CRMEndpoint), o.Extra...), append(crmOptions(o.Cfg, iamEndpoint), o.Extra...)); err != nil {
 			rs = append(rs, fail("credentials", "gcloud auth application-default login", "%v", err))
 		} else {
 			rs = append(rs, g.Run(ctx)...)
@@ -151,7 +167,7 @@ func crmOptions(cfg gcpt4.Config, endpoint string) []option.ClientOption {
 		}
 	}
 	if cfg.Credentials != "" && !strings.HasPrefix(endpoint, "http://") {
-		opts = append(opts, option.WithAuthCredentialsJSON(option.ServiceAccount, []byte(cfg.Credentials)))
+		opts = append(opts, cfg.CredentialsOption())
 	}
 	return opts
 }

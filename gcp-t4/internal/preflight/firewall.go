@@ -1,7 +1,6 @@
 package preflight
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -10,25 +9,34 @@ import (
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
-	"google.golang.org/api/cloudresourcemanager/v3"
 )
 
 // flow is traffic a firewall rule must let in.
 type flow struct {
 	protocol string
 	port     int
-	// toPodVM: the target is a podVM (no network tags; the configured
-	// service account, if any). Otherwise the target is a worker node,
-	// whose tags preflight cannot see.
-	toPodVM bool
 }
 
-// verdict is what the first matching rule decides for one source.
+// endpoint is one side of a flow: the instances' addresses, and the
+// network tags and service account they carry.
+type endpoint struct {
+	ranges []netip.Prefix
+	tags   []string
+	sa     string
+	// known: tags and sa are what the instances really carry (podVMs:
+	// the provider sets them; nodes: read from their VMs or -node-tags).
+	known bool
+}
+
+// verdict is what the first matching rule decides for one source range.
 type verdict struct {
 	allowed bool
 	rule    string
-	// tagged: the deciding allow rule only targets tagged instances.
-	tagged bool
+	// uncertain: the deciding allow rule targets (or admits) by tags or
+	// service accounts preflight could not see on the instances.
+	uncertain bool
+	// wide: the deciding allow rule admits 0.0.0.0/0.
+	wide bool
 }
 
 var protocolNumbers = map[string]string{"tcp": "6", "udp": "17"}
@@ -64,58 +72,111 @@ func portRange(p string) (int, int, bool) {
 	return lo, hi, true
 }
 
+func parsePrefix(r string) (netip.Prefix, bool) {
+	p, err := netip.ParsePrefix(r)
+	if err != nil {
+		a, aerr := netip.ParseAddr(r)
+		if aerr != nil {
+			return netip.Prefix{}, false
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	return p, true
+}
+
 // covers reports whether a rule's source ranges include all of src.
 func covers(ranges []string, src netip.Prefix) bool {
 	for _, r := range ranges {
-		p, err := netip.ParsePrefix(r)
-		if err != nil {
-			a, aerr := netip.ParseAddr(r)
-			if aerr != nil {
-				continue
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
-		}
-		if p.Bits() <= src.Bits() && p.Contains(src.Addr()) {
+		p, ok := parsePrefix(r)
+		if ok && p.Bits() <= src.Bits() && p.Contains(src.Addr()) {
 			return true
 		}
 	}
 	return false
 }
 
-// decide evaluates the rules as GCE does for ingress: the matching rule
-// with the lowest priority number wins, a deny beating an allow of equal
-// priority; no match is the implied deny.
-func decide(fws []*computepb.Firewall, network string, f flow, src netip.Prefix, serviceAccount string) verdict {
+func everywhere(ranges []string) bool {
+	for _, r := range ranges {
+		if p, ok := parsePrefix(r); ok && p.Bits() == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func intersects(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// targets says whether a rule applies to dst: surely, possibly (it
+// targets tags or accounts preflight cannot see on dst), or not. GCE: no
+// targets means every instance of the network.
+func targets(fw *computepb.Firewall, dst endpoint) (applies, maybe bool) {
+	tags, sas := fw.GetTargetTags(), fw.GetTargetServiceAccounts()
+	switch {
+	case len(tags) == 0 && len(sas) == 0:
+		return true, false
+	case !dst.known:
+		return false, true
+	case len(tags) > 0:
+		return intersects(tags, dst.tags), false
+	default:
+		return slices.Contains(sas, dst.sa), false
+	}
+}
+
+// admits says whether a rule's sources include src's range r: by range,
+// or (GCE matches either) by the source tags or service accounts src's
+// instances carry; maybe when that depends on tags preflight cannot see.
+func admits(fw *computepb.Firewall, src endpoint, r netip.Prefix) (yes, maybe bool) {
+	if covers(fw.GetSourceRanges(), r) {
+		return true, false
+	}
+	byTag := len(fw.GetSourceTags()) > 0 || len(fw.GetSourceServiceAccounts()) > 0
+	switch {
+	case !byTag:
+		return false, false
+	case !src.known:
+		return false, true
+	}
+	return intersects(fw.GetSourceTags(), src.tags) || slices.Contains(fw.GetSourceServiceAccounts(), src.sa), false
+}
+
+// decide evaluates the ingress rules as GCE does for traffic from range r
+// of src to dst: the matching rule with the lowest priority number wins,
+// a deny beating an allow of equal priority; no match is the implied deny.
+// A rule that only possibly matches (tags preflight cannot see) is
+// skipped when it denies and noted when it allows.
+func decide(fws []*computepb.Firewall, network string, f flow, src endpoint, r netip.Prefix, dst endpoint) verdict {
 	type cand struct {
-		fw     *computepb.Firewall
-		deny   bool
-		tagged bool
+		fw          *computepb.Firewall
+		deny, maybe bool
 	}
 	var cands []cand
 	for _, fw := range fws {
-		if fw.GetDisabled() || fw.GetDirection() != "INGRESS" || lastSegment(fw.GetNetwork()) != network || !covers(fw.GetSourceRanges(), src) {
+		if fw.GetDisabled() || fw.GetDirection() != "INGRESS" || lastSegment(fw.GetNetwork()) != network {
 			continue
 		}
-		tagged := false
-		if f.toPodVM {
-			if len(fw.GetTargetTags()) > 0 {
-				continue
-			}
-			if sas := fw.GetTargetServiceAccounts(); len(sas) > 0 && !slices.Contains(sas, serviceAccount) {
-				continue
-			}
-		} else {
-			tagged = len(fw.GetTargetTags()) > 0 || len(fw.GetTargetServiceAccounts()) > 0
+		tOK, tMaybe := targets(fw, dst)
+		sOK, sMaybe := admits(fw, src, r)
+		if !(tOK || tMaybe) || !(sOK || sMaybe) {
+			continue
 		}
+		maybe := tMaybe || sMaybe
 		for _, a := range fw.GetAllowed() {
 			if protoMatches(a.GetIPProtocol(), a.GetPorts(), f) {
-				cands = append(cands, cand{fw: fw, tagged: tagged})
+				cands = append(cands, cand{fw: fw, maybe: maybe})
 				break
 			}
 		}
 		for _, d := range fw.GetDenied() {
 			if protoMatches(d.GetIPProtocol(), d.GetPorts(), f) {
-				cands = append(cands, cand{fw: fw, deny: true, tagged: tagged})
+				cands = append(cands, cand{fw: fw, deny: true, maybe: maybe})
 				break
 			}
 		}
@@ -127,26 +188,23 @@ func decide(fws []*computepb.Firewall, network string, f flow, src netip.Prefix,
 		}
 		return a.deny && !b.deny
 	})
-	// A deny aimed at tagged nodes may not hit ours; an untargeted one
-	// does. Take the first rule that surely applies, noting tagged allows.
-	var taggedAllow string
+	var maybeAllow *computepb.Firewall
 	for _, c := range cands {
-		if c.deny && c.tagged {
+		switch {
+		case c.deny && c.maybe:
 			continue
-		}
-		if c.deny {
+		case c.deny:
 			return verdict{rule: c.fw.GetName()}
-		}
-		if c.tagged {
-			if taggedAllow == "" {
-				taggedAllow = c.fw.GetName()
+		case c.maybe:
+			if maybeAllow == nil {
+				maybeAllow = c.fw
 			}
 			continue
 		}
-		return verdict{allowed: true, rule: c.fw.GetName()}
+		return verdict{allowed: true, rule: c.fw.GetName(), wide: everywhere(c.fw.GetSourceRanges())}
 	}
-	if taggedAllow != "" {
-		return verdict{allowed: true, rule: taggedAllow, tagged: true}
+	if maybeAllow != nil {
+		return verdict{allowed: true, rule: maybeAllow.GetName(), uncertain: true, wide: everywhere(maybeAllow.GetSourceRanges())}
 	}
 	return verdict{}
 }
@@ -159,155 +217,116 @@ func prefixStrings(ps []netip.Prefix) string {
 	return strings.Join(s, ",")
 }
 
-func (g *GCE) checkFirewalls(fws []*computepb.Firewall, net *computepb.Network, sub *computepb.Subnetwork) []Result {
-	podRange, err := netip.ParsePrefix(sub.GetIpCidrRange())
-	if err != nil {
-		return []Result{fail("firewall", "", "subnet %s has no usable range %q", sub.GetName(), sub.GetIpCidrRange())}
+// firewallInput is what the firewall checks compare.
+type firewallInput struct {
+	project, network string
+	podVMs, nodes    endpoint
+	podVMSubnet      string
+	// nodesFrom says where the nodes' ranges came from, for the detail.
+	nodesFrom string
+}
+
+// podVMTarget is how a fix names the podVMs: their network tag (the
+// provider's GCP_NETWORK_TAGS), else their service account.
+func (in firewallInput) podVMTarget(flag string) string {
+	if len(in.podVMs.tags) > 0 {
+		return fmt.Sprintf("--%s-tags=%s", flag, in.podVMs.tags[len(in.podVMs.tags)-1])
 	}
-	nodes := g.NodeCIDRs
-	assumed := ""
-	if len(nodes) == 0 {
-		nodes = []netip.Prefix{podRange}
-		assumed = " (nodes assumed in the podVM subnet; pass -node-cidrs or -kubeconfig to check their real addresses)"
+	if in.podVMs.sa != "" {
+		return fmt.Sprintf("--%s-service-accounts=%s", flag, in.podVMs.sa)
 	}
-	netName := net.GetName()
+	return ""
+}
+
+// nodeSource is how a fix names the nodes as a source: their tags, else
+// the node pool's subnet ranges.
+func (in firewallInput) nodeSource() string {
+	if in.nodes.known && len(in.nodes.tags) > 0 {
+		return "--source-tags=" + strings.Join(in.nodes.tags, ",")
+	}
+	return "--source-ranges=" + prefixStrings(in.nodes.ranges)
+}
+
+func (in firewallInput) nodeTarget() string {
+	if in.nodes.known && len(in.nodes.tags) > 0 {
+		return "--target-tags=" + strings.Join(in.nodes.tags, ",")
+	}
+	return "--target-tags=NODE_TAG   # the nodes' network tag: gcloud compute instances describe NODE --zone=ZONE --format='value(tags.items)' (GKE: gke-CLUSTER-…-node)"
+}
+
+func (g *GCE) checkFirewalls(fws []*computepb.Firewall, in firewallInput) []Result {
 	var rs []Result
-	for _, f := range []flow{{"tcp", AgentPort, true}, {"udp", VXLANPort, true}} {
-		check := fmt.Sprintf("firewall %s:%d nodes→podVMs (%s)", f.protocol, f.port, sub.GetName())
-		fix := fmt.Sprintf("gcloud compute firewall-rules create caa-nodes-to-podvms --project=%s --network=%s --direction=INGRESS --allow=tcp:%d,udp:%d --source-ranges=%s",
-			g.Cfg.ProjectID, netName, AgentPort, VXLANPort, prefixStrings(nodes))
-		var blocked, via []string
-		for _, src := range nodes {
-			v := decide(fws, netName, f, src, g.Cfg.ServiceAccount)
-			if !v.allowed {
-				why := "no rule"
-				if v.rule != "" {
-					why = "denied by " + v.rule
+	toPodVMs := fmt.Sprintf("gcloud compute firewall-rules create caa-nodes-to-podvms --project=%s --network=%s --direction=INGRESS --allow=tcp:%d,udp:%d %s %s",
+		in.project, in.network, AgentPort, VXLANPort, in.nodeSource(), in.podVMTarget("target"))
+	srcRanges := in.nodes.ranges
+	if len(srcRanges) == 0 && in.nodes.known {
+		// Tags only: any address of a node; the subnet stands in.
+		srcRanges = in.podVMs.ranges
+	}
+	for _, f := range []flow{{"tcp", AgentPort}, {"udp", VXLANPort}} {
+		check := fmt.Sprintf("firewall %s:%d nodes→podVMs (%s)", f.protocol, f.port, in.podVMSubnet)
+		var blocked, via, maybe, wide []string
+		for _, r := range srcRanges {
+			v := decide(fws, in.network, f, in.nodes, r, in.podVMs)
+			switch {
+			case !v.allowed && v.rule != "":
+				blocked = append(blocked, r.String()+": denied by "+v.rule)
+			case !v.allowed:
+				blocked = append(blocked, r.String()+": no rule")
+			default:
+				if !slices.Contains(via, v.rule) {
+					via = append(via, v.rule)
 				}
-				blocked = append(blocked, src.String()+": "+why)
-			} else if !slices.Contains(via, v.rule) {
-				via = append(via, v.rule)
+				if v.uncertain && !slices.Contains(maybe, v.rule) {
+					maybe = append(maybe, v.rule)
+				}
+				if v.wide && !slices.Contains(wide, v.rule) {
+					wide = append(wide, v.rule)
+				}
 			}
 		}
-		if len(blocked) > 0 {
-			rs = append(rs, fail(check, fix, "blocked from %s%s", strings.Join(blocked, "; "), assumed))
-		} else {
-			rs = append(rs, pass(check, "allowed by %s%s", strings.Join(via, ","), assumed))
+		switch {
+		case len(blocked) > 0:
+			rs = append(rs, fail(check, toPodVMs, "blocked from %s (nodes: %s)", strings.Join(blocked, "; "), in.nodesFrom))
+		case len(maybe) > 0:
+			rs = append(rs, warn(check, toPodVMs, "allowed by %s only if the nodes carry its source tags or accounts, which preflight could not read (pass -node-tags)", strings.Join(maybe, ",")))
+		case len(wide) > 0:
+			rs = append(rs, warn(check, toPodVMs+fmt.Sprintf("   # then remove %s:%d from %s", f.protocol, f.port, strings.Join(wide, ",")),
+				"allowed by %s from 0.0.0.0/0: the podVMs' %s port is open to every address that routes to the VPC; allow the nodes only, on the podVMs only", strings.Join(wide, ","), portName(f)))
+		default:
+			rs = append(rs, pass(check, "allowed by %s (nodes: %s)", strings.Join(via, ","), in.nodesFrom))
 		}
 	}
-	f := flow{"udp", VXLANPort, false}
-	check := fmt.Sprintf("firewall udp:%d podVMs→nodes (%s)", VXLANPort, sub.GetName())
-	fix := fmt.Sprintf("gcloud compute firewall-rules create caa-podvms-to-nodes-vxlan --project=%s --network=%s --direction=INGRESS --allow=udp:%d --source-ranges=%s",
-		g.Cfg.ProjectID, netName, VXLANPort, podRange)
-	switch v := decide(fws, netName, f, podRange, ""); {
+	// VXLAN back from the podVMs to the nodes.
+	f := flow{"udp", VXLANPort}
+	check := fmt.Sprintf("firewall udp:%d podVMs→nodes (%s)", VXLANPort, in.podVMSubnet)
+	fix := fmt.Sprintf("gcloud compute firewall-rules create caa-podvms-to-nodes-vxlan --project=%s --network=%s --direction=INGRESS --allow=udp:%d %s %s",
+		in.project, in.network, VXLANPort, in.podVMTarget("source"), in.nodeTarget())
+	var v verdict
+	for _, r := range in.podVMs.ranges {
+		v = decide(fws, in.network, f, in.podVMs, r, in.nodes)
+		if !v.allowed {
+			break
+		}
+	}
+	switch {
 	case !v.allowed && v.rule != "":
 		rs = append(rs, fail(check, fix, "denied by %s", v.rule))
 	case !v.allowed:
-		rs = append(rs, fail(check, fix, "no rule lets the podVM subnet %s reach the nodes on udp:%d", podRange, VXLANPort))
-	case v.tagged:
-		rs = append(rs, warn(check, fix, "allowed by %s only for its target tags or service accounts; make sure the worker nodes carry them", v.rule))
+		rs = append(rs, fail(check, fix, "no rule lets the podVMs (%s) reach the nodes on udp:%d", in.podVMTarget("source"), VXLANPort))
+	case v.uncertain:
+		rs = append(rs, warn(check, fix, "allowed by %s only for its target tags or service accounts; make sure the worker nodes carry them (or pass -node-tags)", v.rule))
+	case v.wide:
+		rs = append(rs, warn(check, fix+fmt.Sprintf("   # then remove udp:%d from %s", VXLANPort, v.rule), "allowed by %s from 0.0.0.0/0: the nodes' VXLAN port is open to every address that routes to the VPC; allow the podVMs only", v.rule))
 	default:
 		rs = append(rs, pass(check, "allowed by %s", v.rule))
 	}
 	return rs
 }
 
-// requiredPermissions are what the provider's calls need on the project.
-func (g *GCE) requiredPermissions() []string {
-	perms := []string{
-		"compute.instances.create", "compute.instances.delete", "compute.instances.get", "compute.instances.list",
-		"compute.instances.setMetadata", "compute.instances.setLabels", "compute.disks.create",
-		"compute.zoneOperations.get", "compute.acceleratorTypes.get", "compute.acceleratorTypes.list",
+func portName(f flow) string {
+	if f.port == AgentPort {
+		return "agent-protocol-forwarder"
 	}
-	if g.Cfg.InstanceTemplate != "" {
-		perms = append(perms, "compute.instanceTemplates.get", "compute.instanceTemplates.useReadOnly")
-	} else {
-		perms = append(perms, "compute.images.get", "compute.images.getFromFamily", "compute.images.useReadOnly")
-		if g.Cfg.Subnetwork != "" {
-			perms = append(perms, "compute.subnetworks.use")
-		} else {
-			perms = append(perms, "compute.networks.use", "compute.subnetworks.use")
-		}
-	}
-	if g.Cfg.ServiceAccount != "" {
-		perms = append(perms, "compute.instances.setServiceAccount", "iam.serviceAccounts.actAs")
-	}
-	return perms
-}
-
-func (g *GCE) checkPermissions(ctx context.Context) Result {
-	const check = "permissions"
-	want := g.requiredPermissions()
-	resp, err := g.crm.Projects.TestIamPermissions("projects/"+g.Cfg.ProjectID, &cloudresourcemanager.TestIamPermissionsRequest{Permissions: want}).Context(ctx).Do()
-	if err != nil {
-		return fail(check, fmt.Sprintf("gcloud services enable cloudresourcemanager.googleapis.com --project=%s", g.Cfg.ProjectID), "testIamPermissions on project %s: %v", g.Cfg.ProjectID, err)
-	}
-	var missing []string
-	for _, p := range want {
-		if !slices.Contains(resp.Permissions, p) {
-			missing = append(missing, p)
-		}
-	}
-	if len(missing) == 0 {
-		return pass(check, "the caller may create and delete podVMs (%d permissions)", len(want))
-	}
-	member := g.Member
-	if member == "" {
-		member = "serviceAccount:CAA_SERVICE_ACCOUNT_EMAIL"
-	}
-	fix := fmt.Sprintf("gcloud projects add-iam-policy-binding %[1]s --member=%[2]s --role=roles/compute.instanceAdmin.v1 && gcloud projects add-iam-policy-binding %[1]s --member=%[2]s --role=roles/iam.serviceAccountUser", g.Cfg.ProjectID, member)
-	return fail(check, fix, "missing %s", strings.Join(missing, ", "))
-}
-
-func (g *GCE) checkImage(ctx context.Context) Result {
-	check := "image"
-	if g.Cfg.InstanceTemplate != "" {
-		return warn(check, "", "GCP_INSTANCE_TEMPLATE is set: the image comes from the template; not checked")
-	}
-	project, name, family, err := g.Cfg.ImageRef()
-	if err != nil {
-		return fail(check, "", "%v", err)
-	}
-	var img *computepb.Image
-	what := "image " + name
-	if family != "" {
-		what = "image family " + family
-		img, err = g.images.GetFromFamily(ctx, &computepb.GetFromFamilyImageRequest{Project: project, Family: family})
-	} else {
-		img, err = g.images.Get(ctx, &computepb.GetImageRequest{Project: project, Image: name})
-	}
-	check = "image " + g.Cfg.ImageName
-	if err != nil {
-		fix := ""
-		if apiCode(err) == 404 {
-			fix = fmt.Sprintf("make podvm   # then: gcloud compute images create %s --project=%s --source-uri=gs://BUCKET/podvm.tar.gz --guest-os-features=UEFI_COMPATIBLE", orDefault(name, family), project)
-		}
-		return fail(check, fix, "reading %s in project %s: %v", what, project, err)
-	}
-	switch img.GetDeprecated().GetState() {
-	case "DEPRECATED", "OBSOLETE", "DELETED":
-		return fail(check, "set PODVM_IMAGE_NAME to a current image", "%s is %s", img.GetName(), img.GetDeprecated().GetState())
-	}
-	if img.GetStatus() != "READY" {
-		return fail(check, fmt.Sprintf("gcloud compute images describe %s --project=%s --format='value(status)'", img.GetName(), project), "%s is %s, not READY", img.GetName(), img.GetStatus())
-	}
-	uefi := false
-	for _, f := range img.GetGuestOsFeatures() {
-		uefi = uefi || f.GetType() == "UEFI_COMPATIBLE"
-	}
-	if !uefi {
-		return fail(check, fmt.Sprintf("gcloud compute images create %s-uefi --project=%s --source-image=%s --source-image-project=%s --guest-os-features=UEFI_COMPATIBLE   # then PODVM_IMAGE_NAME=%s-uefi", img.GetName(), project, img.GetName(), project, img.GetName()),
-			"%s lacks the UEFI_COMPATIBLE guest OS feature: the podVM image boots with UEFI", img.GetName())
-	}
-	if size := img.GetDiskSizeGb(); size > int64(g.Cfg.RootVolumeSize) {
-		return pass(check, "%s is READY and UEFI_COMPATIBLE; boot disks will be %d GB (its size, above ROOT_VOLUME_SIZE=%d)", img.GetName(), size, g.Cfg.RootVolumeSize)
-	}
-	return pass(check, "%s is READY and UEFI_COMPATIBLE", img.GetName())
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
+	return "VXLAN"
 }

@@ -12,8 +12,10 @@ import (
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	crmv1 "google.golang.org/api/cloudresourcemanager/v1"
 	"google.golang.org/api/cloudresourcemanager/v3"
 	"google.golang.org/api/googleapi"
+	"google.golang.org/api/iam/v1"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 	"google.golang.org/protobuf/proto"
@@ -36,8 +38,23 @@ type GCE struct {
 	NodeCIDRs []netip.Prefix
 	// Member is who the permission fix grants roles to.
 	Member string
+	// NodeTags are the worker nodes' network tags (from -node-tags, or
+	// read from the node VMs); empty when unknown.
+	NodeTags []string
+	// NodeIPs are the nodes' internal addresses, from the cluster; the
+	// firewall checks use the subnets that hold them, never the /32s.
+	NodeIPs []netip.Addr
+	// NodeVMs are the nodes' instances, whose tags are read when
+	// NodeTags is empty.
+	NodeVMs []NodeVM
+
+	// template is GCP_INSTANCE_TEMPLATE's properties, once read.
+	template *computepb.InstanceProperties
 
 	projects     *compute.ProjectsClient
+	instances    *compute.InstancesClient
+	templates    *compute.InstanceTemplatesClient
+	regTemplates *compute.RegionInstanceTemplatesClient
 	regions      *compute.RegionsClient
 	accelerators *compute.AcceleratorTypesClient
 	networks     *compute.NetworksClient
@@ -46,12 +63,14 @@ type GCE struct {
 	routers      *compute.RoutersClient
 	images       *compute.ImagesClient
 	crm          *cloudresourcemanager.Service
+	crmV1        *crmv1.Service
+	iam          *iam.Service
 	closers      []interface{ Close() error }
 }
 
 // Connect makes the API clients: Compute with opts, Resource Manager with
-// crmOpts (a different API, so possibly a different endpoint).
-func (g *GCE) Connect(ctx context.Context, opts, crmOpts []option.ClientOption) error {
+// crmOpts and IAM with iamOpts (other APIs, so possibly other endpoints).
+func (g *GCE) Connect(ctx context.Context, opts, crmOpts, iamOpts []option.ClientOption) error {
 	var err error
 	mk := func(name string, f func() (interface{ Close() error }, error)) {
 		if err != nil {
@@ -104,6 +123,21 @@ func (g *GCE) Connect(ctx context.Context, opts, crmOpts []option.ClientOption) 
 		g.images = c
 		return c, e
 	})
+	mk("instances", func() (interface{ Close() error }, error) {
+		c, e := compute.NewInstancesRESTClient(ctx, opts...)
+		g.instances = c
+		return c, e
+	})
+	mk("instance templates", func() (interface{ Close() error }, error) {
+		c, e := compute.NewInstanceTemplatesRESTClient(ctx, opts...)
+		g.templates = c
+		return c, e
+	})
+	mk("regional instance templates", func() (interface{ Close() error }, error) {
+		c, e := compute.NewRegionInstanceTemplatesRESTClient(ctx, opts...)
+		g.regTemplates = c
+		return c, e
+	})
 	if err != nil {
 		g.Close()
 		return err
@@ -111,6 +145,14 @@ func (g *GCE) Connect(ctx context.Context, opts, crmOpts []option.ClientOption) 
 	if g.crm, err = cloudresourcemanager.NewService(ctx, crmOpts...); err != nil {
 		g.Close()
 		return fmt.Errorf("creating the Resource Manager client: %w", err)
+	}
+	if g.crmV1, err = crmv1.NewService(ctx, crmOpts...); err != nil {
+		g.Close()
+		return fmt.Errorf("creating the Resource Manager v1 client: %w", err)
+	}
+	if g.iam, err = iam.NewService(ctx, iamOpts...); err != nil {
+		g.Close()
+		return fmt.Errorf("creating the IAM client: %w", err)
 	}
 	return nil
 }
@@ -137,12 +179,77 @@ func (g *GCE) Run(ctx context.Context) []Result {
 		// Without access to the project every other call fails the same way.
 		return rs
 	}
+	if g.Cfg.InstanceTemplate != "" {
+		t := g.readTemplate(ctx)
+		rs = append(rs, t)
+		if t.Status == Fail {
+			return rs
+		}
+	}
 	rs = append(rs, g.checkAccelerators(ctx)...)
 	rs = append(rs, g.checkQuotas(ctx)...)
+	g.readNodeTags(ctx)
 	rs = append(rs, g.checkNetworking(ctx)...)
 	rs = append(rs, g.checkImage(ctx))
-	rs = append(rs, g.checkPermissions(ctx))
+	rs = append(rs, g.checkOrgPolicies(ctx)...)
+	rs = append(rs, g.checkPermissions(ctx)...)
 	return rs
+}
+
+// readNodeTags sets NodeTags, when not given, to the tags every node VM
+// carries (GKE gives a cluster's nodes one tag); left empty when a node
+// cannot be read.
+func (g *GCE) readNodeTags(ctx context.Context) {
+	if len(g.NodeTags) > 0 || len(g.NodeVMs) == 0 {
+		return
+	}
+	var common []string
+	for i, vm := range g.NodeVMs {
+		if i == 5 {
+			break // enough to see the pool's tags
+		}
+		inst, err := g.instances.Get(ctx, &computepb.GetInstanceRequest{Project: vm.Project, Zone: vm.Zone, Instance: vm.Name})
+		if err != nil {
+			return
+		}
+		tags := inst.GetTags().GetItems()
+		if i == 0 {
+			common = append([]string(nil), tags...)
+			continue
+		}
+		var keep []string
+		for _, t := range common {
+			if slices.Contains(tags, t) {
+				keep = append(keep, t)
+			}
+		}
+		common = keep
+	}
+	g.NodeTags = common
+}
+
+// readTemplate reads GCP_INSTANCE_TEMPLATE as the provider does: the
+// network, tags and service account of its podVMs come from it.
+func (g *GCE) readTemplate(ctx context.Context) Result {
+	check := "instance template " + g.Cfg.InstanceTemplate
+	project, region, name, err := gcpt4.TemplateRef(g.Cfg.InstanceTemplate, g.Cfg.ProjectID)
+	if err != nil {
+		return fail(check, "", "%v", err)
+	}
+	var t *computepb.InstanceTemplate
+	if region == "" {
+		t, err = g.templates.Get(ctx, &computepb.GetInstanceTemplateRequest{Project: project, InstanceTemplate: name})
+	} else {
+		t, err = g.regTemplates.Get(ctx, &computepb.GetRegionInstanceTemplateRequest{Project: project, Region: region, InstanceTemplate: name})
+	}
+	if err != nil {
+		return fail(check, fmt.Sprintf("gcloud compute instance-templates list --project=%s", project), "reading it: %v", err)
+	}
+	g.template = t.GetProperties()
+	if len(g.template.GetNetworkInterfaces()) == 0 {
+		return fail(check, "", "the template has no network interface")
+	}
+	return pass(check, "network %s, machine type %s", lastSegment(g.template.GetNetworkInterfaces()[0].GetNetwork()), g.template.GetMachineType())
 }
 
 func apiCode(err error) int {
@@ -326,101 +433,12 @@ func (g *GCE) checkQuotas(ctx context.Context) []Result {
 
 func lastSegment(s string) string { return s[strings.LastIndex(s, "/")+1:] }
 
-// subnetRef is a subnetwork's region and name.
-type subnetRef struct{ project, region, name string }
-
-// subnetFor finds the subnet podVMs of a region land in: GCP_SUBNETWORK,
-// or the network's subnet in that region (auto-mode networks).
-func (g *GCE) subnetFor(net *computepb.Network, region string) (subnetRef, bool) {
-	// The provider expands a bare GCP_SUBNETWORK into a zone's region;
-	// any zone name of the region gives the same URL.
-	if url := g.Cfg.SubnetworkURL(region + "-a"); url != "" {
-		parts := strings.Split(url, "/")
-		ref := subnetRef{project: g.Cfg.ProjectID, region: region, name: lastSegment(url)}
-		for i := 0; i+1 < len(parts); i++ {
-			if parts[i] == "projects" {
-				ref.project = parts[i+1]
-			}
-			if parts[i] == "regions" {
-				ref.region = parts[i+1]
-			}
-		}
-		return ref, true
-	}
-	for _, s := range net.GetSubnetworks() {
-		if strings.Contains(s, "/regions/"+region+"/subnetworks/") {
-			return subnetRef{project: g.Cfg.ProjectID, region: region, name: lastSegment(s)}, true
-		}
-	}
-	return subnetRef{}, false
-}
-
-func (g *GCE) checkNetworking(ctx context.Context) []Result {
-	netName := lastSegment(g.Cfg.NetworkURL())
-	if g.Cfg.InstanceTemplate != "" {
-		return []Result{warn("network", "", "GCP_INSTANCE_TEMPLATE is set: the podVM network comes from the template; networking checks skipped")}
-	}
-	net, err := g.networks.Get(ctx, &computepb.GetNetworkRequest{Project: g.Cfg.ProjectID, Network: netName})
-	if err != nil {
-		fix := ""
-		if apiCode(err) == 404 {
-			fix = fmt.Sprintf("gcloud compute networks create %s --project=%s --subnet-mode=custom", netName, g.Cfg.ProjectID)
-		}
-		return []Result{fail("network "+netName, fix, "reading network %s: %v", netName, err)}
-	}
-	rs := []Result{pass("network "+netName, "exists")}
-	fws, err := g.listFirewalls(ctx)
-	if err != nil {
-		rs = append(rs, fail("firewall", "", "listing firewall rules: %v", err))
-	}
-	for _, region := range g.regionNames() {
-		ref, ok := g.subnetFor(net, region)
-		if !ok {
-			rs = append(rs, fail("subnetwork in "+region, fmt.Sprintf("gcloud compute networks subnets create podvms --project=%s --network=%s --region=%s --range=10.10.0.0/20 --enable-private-ip-google-access   # then GCP_SUBNETWORK=podvms", g.Cfg.ProjectID, netName, region),
-				"network %s has no subnet in %s and GCP_SUBNETWORK is not set", netName, region))
-			continue
-		}
-		sub, err := g.subnetworks.Get(ctx, &computepb.GetSubnetworkRequest{Project: ref.project, Region: ref.region, Subnetwork: ref.name})
-		if err != nil {
-			fix := ""
-			if apiCode(err) == 404 {
-				fix = fmt.Sprintf("gcloud compute networks subnets create %s --project=%s --network=%s --region=%s --range=10.10.0.0/20 --enable-private-ip-google-access", ref.name, ref.project, netName, ref.region)
-			}
-			rs = append(rs, fail("subnetwork "+ref.name+" in "+region, fix, "reading the subnet: %v", err))
-			continue
-		}
-		if lastSegment(sub.GetNetwork()) != netName {
-			rs = append(rs, fail("subnetwork "+ref.name+" in "+region, "set GCP_SUBNETWORK to a subnet of "+netName, "belongs to network %s, not GCP_NETWORK %s", lastSegment(sub.GetNetwork()), netName))
-			continue
-		}
-		rs = append(rs, pass("subnetwork "+ref.name+" in "+region, "exists, %s", sub.GetIpCidrRange()))
-		nat := g.checkNAT(ctx, net, sub, region)
-		rs = append(rs, g.checkPGA(sub, region, nat.Status == Pass), nat)
-		if fws != nil {
-			rs = append(rs, g.checkFirewalls(fws, net, sub)...)
-		}
-	}
-	return rs
-}
-
-func (g *GCE) checkPGA(sub *computepb.Subnetwork, region string, natOK bool) Result {
-	check := fmt.Sprintf("private google access on %s", sub.GetName())
-	fix := fmt.Sprintf("gcloud compute networks subnets update %s --project=%s --region=%s --enable-private-ip-google-access", sub.GetName(), g.Cfg.ProjectID, region)
-	switch {
-	case sub.GetPrivateIpGoogleAccess():
-		return pass(check, "on: podVMs reach Google APIs and registries (gcr.io, *.pkg.dev) without an external IP")
-	case natOK:
-		return warn(check, fix, "off: podVMs reach Google APIs through Cloud NAT instead; turning it on keeps that traffic inside Google's network")
-	}
-	return fail(check, fix, "off, and no Cloud NAT either: private podVMs cannot pull images or reach Google APIs")
-}
-
-func (g *GCE) checkNAT(ctx context.Context, net *computepb.Network, sub *computepb.Subnetwork, region string) Result {
+func (g *GCE) checkNAT(ctx context.Context, project string, net *computepb.Network, sub *computepb.Subnetwork, region string) Result {
 	check := "cloud nat in " + region
 	netName := net.GetName()
 	routerFix := fmt.Sprintf("gcloud compute routers create caa-nat-router --project=%[1]s --network=%[2]s --region=%[3]s && gcloud compute routers nats create caa-nat --project=%[1]s --router=caa-nat-router --region=%[3]s --nat-custom-subnet-ip-ranges=%[4]s --auto-allocate-nat-external-ips",
-		g.Cfg.ProjectID, netName, region, sub.GetName())
-	it := g.routers.List(ctx, &computepb.ListRoutersRequest{Project: g.Cfg.ProjectID, Region: region})
+		project, netName, region, sub.GetName())
+	it := g.routers.List(ctx, &computepb.ListRoutersRequest{Project: project, Region: region})
 	var onNetwork []string
 	for {
 		r, err := it.Next()
@@ -448,14 +466,14 @@ func (g *GCE) checkNAT(ctx context.Context, net *computepb.Network, sub *compute
 		}
 	}
 	if len(onNetwork) > 0 {
-		return fail(check, fmt.Sprintf("gcloud compute routers nats create caa-nat --project=%s --router=%s --region=%s --nat-custom-subnet-ip-ranges=%s --auto-allocate-nat-external-ips", g.Cfg.ProjectID, onNetwork[0], region, sub.GetName()),
+		return fail(check, fmt.Sprintf("gcloud compute routers nats create caa-nat --project=%s --router=%s --region=%s --nat-custom-subnet-ip-ranges=%s --auto-allocate-nat-external-ips", project, onNetwork[0], region, sub.GetName()),
 			"router(s) %s on %s have no NAT covering subnet %s: private podVMs cannot pull images from the internet", strings.Join(onNetwork, ","), netName, sub.GetName())
 	}
 	return fail(check, routerFix, "no Cloud Router with NAT on %s in %s: private podVMs cannot pull images from the internet", netName, region)
 }
 
-func (g *GCE) listFirewalls(ctx context.Context) ([]*computepb.Firewall, error) {
-	it := g.firewalls.List(ctx, &computepb.ListFirewallsRequest{Project: g.Cfg.ProjectID})
+func (g *GCE) listFirewalls(ctx context.Context, project string) ([]*computepb.Firewall, error) {
+	it := g.firewalls.List(ctx, &computepb.ListFirewallsRequest{Project: project})
 	fws := []*computepb.Firewall{}
 	for {
 		fw, err := it.Next()

@@ -29,6 +29,7 @@ func baseConfig(fake *gcefake.Server) gcpt4.Config {
 		DiskType:          "pd-balanced",
 		RootVolumeSize:    50,
 		ProvisioningModel: gcpt4.ProvisioningStandard,
+		NetworkTags:       []string{gcpt4.DefaultNetworkTag},
 		Endpoint:          fake.URL(),
 	}
 }
@@ -144,11 +145,21 @@ func TestProjectChecksFail(t *testing.T) {
 				Deprecated: &computepb.DeprecationStatus{State: proto.String("DEPRECATED")}})
 			c.ImageName = "podvm-old"
 		}, "image podvm-old", Fail, "DEPRECATED", "PODVM_IMAGE_NAME"},
-		{"no delete permission", func(f *gcefake.Server, _ *gcpt4.Config) { f.RevokePermissions("compute.instances.delete") }, "permissions", Fail, "compute.instances.delete", "roles/compute.instanceAdmin.v1"},
+		{"no delete permission", func(f *gcefake.Server, _ *gcpt4.Config) { f.RevokePermissions("compute.instances.delete") }, "permissions", Fail, "compute.instances.delete",
+			"gcloud iam roles create caaGcpT4 --project=demo-project"},
 		{"service account without actAs", func(f *gcefake.Server, c *gcpt4.Config) {
 			c.ServiceAccount = "podvm@demo-project.iam.gserviceaccount.com"
-			f.RevokePermissions("iam.serviceAccounts.actAs")
-		}, "permissions", Fail, "iam.serviceAccounts.actAs", "roles/iam.serviceAccountUser"},
+			f.AddServiceAccount(c.ServiceAccount)
+		}, "actAs podvm@demo-project.iam.gserviceaccount.com", Fail, "may not attach",
+			"gcloud iam service-accounts add-iam-policy-binding podvm@demo-project.iam.gserviceaccount.com --project=demo-project --member=serviceAccount:CAA_SERVICE_ACCOUNT_EMAIL --role=roles/iam.serviceAccountUser"},
+		{"service account missing", func(_ *gcefake.Server, c *gcpt4.Config) {
+			c.ServiceAccount = "podvm@demo-project.iam.gserviceaccount.com"
+		},
+			"actAs podvm@demo-project.iam.gserviceaccount.com", Fail, "does not exist", "gcloud iam service-accounts create podvm"},
+		{"service account with actAs", func(f *gcefake.Server, c *gcpt4.Config) {
+			c.ServiceAccount = "podvm@demo-project.iam.gserviceaccount.com"
+			f.AddServiceAccount(c.ServiceAccount, "iam.serviceAccounts.actAs")
+		}, "actAs podvm@demo-project.iam.gserviceaccount.com", Pass, "may attach", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -208,8 +219,8 @@ func TestFirewallChecks(t *testing.T) {
 	t.Run("no rule", func(t *testing.T) {
 		_, cfg := noInternal(t)
 		rs := Run(ctx(t), Options{Cfg: cfg}, quiet())
-		expect(t, rs, "firewall tcp:15150 nodes→podVMs", Fail, "10.128.0.0/20: no rule", "gcloud compute firewall-rules create caa-nodes-to-podvms --project=demo-project --network=default --direction=INGRESS --allow=tcp:15150,udp:4789 --source-ranges=10.128.0.0/20")
-		expect(t, rs, "firewall udp:4789 podVMs→nodes", Fail, "no rule", "--allow=udp:4789 --source-ranges=10.128.0.0/20")
+		expect(t, rs, "firewall tcp:15150 nodes→podVMs", Fail, "10.128.0.0/20: no rule", "gcloud compute firewall-rules create caa-nodes-to-podvms --project=demo-project --network=default --direction=INGRESS --allow=tcp:15150,udp:4789 --source-ranges=10.128.0.0/20 --target-tags=caa-gcp-t4-podvm")
+		expect(t, rs, "firewall udp:4789 podVMs→nodes", Fail, "no rule", "--allow=udp:4789 --source-tags=caa-gcp-t4-podvm --target-tags=NODE_TAG")
 	})
 	t.Run("tagged rules reach only nodes", func(t *testing.T) {
 		fake, cfg := noInternal(t)
@@ -235,7 +246,7 @@ func TestFirewallChecks(t *testing.T) {
 		fake := readyProject(t)
 		cfg := baseConfig(fake)
 		rs := Run(ctx(t), Options{Cfg: cfg, NodeCIDRs: mustPrefixes("192.168.0.0/24")}, quiet())
-		expect(t, rs, "firewall tcp:15150 nodes→podVMs", Fail, "192.168.0.0/24: no rule", "--source-ranges=192.168.0.0/24")
+		expect(t, rs, "firewall tcp:15150 nodes→podVMs", Fail, "192.168.0.0/24: no rule", "--source-ranges=192.168.0.0/24 --target-tags=caa-gcp-t4-podvm")
 		if err := fake.AddFirewall(allow("caa", 1000, "192.168.0.0/16", nil, "tcp:15150", "udp:4789")); err != nil {
 			t.Fatal(err)
 		}

@@ -29,6 +29,11 @@ func Register(fs *flag.FlagSet) *Flags {
 	return f
 }
 
+// CheckEnv checks the provider's environment variables as strictly as the
+// provider does at start, so a value CAA's registrar would quietly replace
+// by its default is an error in the command too.
+func (f *Flags) CheckEnv(lookup func(string) (string, bool)) error { return f.m.CheckEnv(lookup) }
+
 // Config is the parsed configuration; read it after fs.Parse.
 func (f *Flags) Config() gcpt4.Config { return *f.m.GetConfig() }
 

@@ -15,6 +15,10 @@ const (
 	ProvisioningSpot     = "SPOT"
 )
 
+// DefaultNetworkTag is the network tag podVMs carry unless GCP_NETWORK_TAGS
+// says otherwise; preflight's firewall fixes target it.
+const DefaultNetworkTag = "caa-gcp-t4-podvm"
+
 // ManagedByLabel marks every instance this provider creates, so that
 // orphans can be found and collected without touching anything else.
 const (
@@ -44,9 +48,12 @@ type Config struct {
 	ProvisioningModel string
 	ServiceAccount    string
 	Labels            provider.KeyValueFlag
-	InstanceTypes     commaList
-	UsePublicIP       bool
-	Endpoint          string
+	// NetworkTags go on every podVM (instance and template podVMs
+	// alike), so firewall rules can target podVMs and nothing else.
+	NetworkTags   commaList
+	InstanceTypes commaList
+	UsePublicIP   bool
+	Endpoint      string
 	// UnavailableTTL is how long a stocked-out offering is skipped.
 	UnavailableTTL time.Duration
 	// SpotFallback lets a Spot create fall back to standard capacity when
@@ -91,6 +98,8 @@ var (
 	// '-', at most 63 characters (compute/docs/labeling-resources#requirements).
 	labelKeyRE   = regexp.MustCompile(`^[\p{Ll}\p{Lo}][\p{Ll}\p{Lo}\p{N}_-]{0,62}$`)
 	labelValueRE = regexp.MustCompile(`^[\p{Ll}\p{Lo}\p{N}_-]{0,63}$`)
+	// networkTagRE: RFC 1035, 1-63 characters (GCE, "Add network tags").
+	networkTagRE = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
 )
 
 // regionOf returns the region of a zone name (us-central1-a → us-central1).
@@ -197,6 +206,14 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("GCP_PROFILE_IMAGES: profile %s: %w", name, err)
 		}
 	}
+	if len(c.NetworkTags) > 64 {
+		return fmt.Errorf("GCP_NETWORK_TAGS: %d tags; GCE allows 64 per instance", len(c.NetworkTags))
+	}
+	for _, tag := range c.NetworkTags {
+		if !networkTagRE.MatchString(tag) {
+			return fmt.Errorf("GCP_NETWORK_TAGS: %q is not a network tag (1-63 lowercase letters, digits, hyphens, starting with a letter)", tag)
+		}
+	}
 	for k, v := range c.Labels {
 		if !labelKeyRE.MatchString(k) || !labelValueRE.MatchString(v) {
 			return fmt.Errorf("GCP_LABELS: label %s=%s is not a GCE label (key: a lowercase letter, then lowercase letters, digits, '_' or '-'; value: the same; at most 63 characters each)", k, v)
@@ -218,6 +235,13 @@ func (c *Config) subnetworkRegion() string {
 		}
 	}
 	return ""
+}
+
+// TemplateRef parses GCP_INSTANCE_TEMPLATE as the provider does: its
+// project, region ("" for a global template) and name.
+func TemplateRef(s, project string) (proj, region, name string, err error) {
+	t, err := parseTemplateURL(s, project)
+	return t.project, t.region, t.name, err
 }
 
 // templateRef is a parsed instance-template URL.

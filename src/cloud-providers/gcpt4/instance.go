@@ -2,6 +2,7 @@ package gcpt4
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -195,6 +196,7 @@ func (c *Config) buildInstance(vm podVM, p Profile, zone, model string, diskSize
 		Disks:             []*computepb.AttachedDisk{boot},
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
 		Scheduling:        scheduling(model, p.gpus > 0 || p.ConfidentialType != ""),
+		Tags:              c.tags(nil),
 	}
 	if p.Accelerator != "" {
 		inst.GuestAccelerators = []*computepb.AcceleratorConfig{{
@@ -259,6 +261,8 @@ func (c *Config) buildFromTemplate(vm podVM, props *computepb.InstanceProperties
 		Name:     proto.String(vm.name),
 		Labels:   labels,
 		Metadata: &computepb.Metadata{Items: items},
+		// Like metadata, a body's tags replace the template's: keep both.
+		Tags: c.tags(props.GetTags().GetItems()),
 	}
 	external := false
 	for _, nic := range props.GetNetworkInterfaces() {
@@ -314,4 +318,18 @@ func templateModel(props *computepb.InstanceProperties) string {
 		return ProvisioningSpot
 	}
 	return ProvisioningStandard
+}
+
+// tags are the podVM's network tags: the template's, then ours.
+func (c *Config) tags(from []string) *computepb.Tags {
+	items := append([]string(nil), from...)
+	for _, t := range c.NetworkTags {
+		if !slices.Contains(items, t) {
+			items = append(items, t)
+		}
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	return &computepb.Tags{Items: items}
 }

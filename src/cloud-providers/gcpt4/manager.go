@@ -3,6 +3,7 @@ package gcpt4
 import (
 	"context"
 	"flag"
+	"strings"
 	"time"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
@@ -13,22 +14,34 @@ import (
 const ProviderName = "gcp-t4"
 
 // Manager is the provider's entry in CAA's provider table; it holds the
-// configuration its flags parse into.
+// configuration its flags parse into, and the keys and flag set ParseCmd
+// registered, so NewProvider can re-read the environment strictly.
 type Manager struct {
-	cfg Config
+	cfg   Config
+	keys  []Key
+	flags *flag.FlagSet
 }
 
 func init() {
 	provider.AddCloudProvider(ProviderName, &Manager{})
 }
 
-// ParseCmd registers the provider's flags; each defaults to its env var.
-// Kept in upstream's reg.XxxWithEnv style so config-extractor can read it.
+// ParseCmd registers the provider's flags; each defaults to its env var,
+// read by upstream's registrar.
 func (m *Manager) ParseCmd(flags *flag.FlagSet) {
-	reg := provider.NewFlagRegistrar(flags)
+	reg := &keyRegistrar{up: provider.NewFlagRegistrar(flags), flags: flags}
+	m.register(reg)
+	m.keys, m.flags = reg.keys, flags
+}
+
+// register declares every setting. Kept in upstream's reg.XxxWithEnv style
+// so config-extractor (which reads these calls from manager.go) can
+// generate the chart values from it; Keys() reads the same calls.
+func (m *Manager) register(reg *keyRegistrar) {
+	m.cfg = Config{}
 	c := &m.cfg
 
-	reg.StringWithEnv(&c.Credentials, "gcp-credentials", "", "GCP_CREDENTIALS", "Service account key JSON (content); empty uses Application Default Credentials", provider.Secret())
+	reg.StringWithEnv(&c.Credentials, "gcp-credentials", "", "GCP_CREDENTIALS", "Service account key (type service_account) or Workload Identity Federation configuration (type external_account), JSON content; empty uses Application Default Credentials", provider.Secret())
 	reg.StringWithEnv(&c.ProjectID, "gcp-project-id", "", "GCP_PROJECT_ID", "GCP project ID", provider.Required())
 	reg.StringWithEnv(&c.Zone, "zone", "", "GCP_ZONE", "Primary zone for podVMs", provider.Required())
 	reg.CustomTypeWithEnv(&c.FallbackZones, "zones", "", "GCP_ZONES", "Fallback zones, tried in order when a zone is out of capacity, comma separated; 'auto' discovers the region's zones that offer the accelerator")
@@ -46,6 +59,7 @@ func (m *Manager) ParseCmd(flags *flag.FlagSet) {
 	reg.Float64WithEnv(&c.MutationsPerSecond, "mutations-per-second", 10, "GCP_MUTATIONS_PER_SECOND", "Client-side limit on instance inserts and deletes per second; 0 for none")
 	reg.StringWithEnv(&c.ServiceAccount, "service-account", "", "GCP_SERVICE_ACCOUNT", "Service account email attached to podVMs; empty attaches none")
 	reg.CustomTypeWithEnv(&c.Labels, "labels", "", "GCP_LABELS", "Extra labels on podVMs: key1=value1,key2=value2")
+	reg.CustomTypeWithEnv(&c.NetworkTags, "network-tags", DefaultNetworkTag, "GCP_NETWORK_TAGS", "Network tags on every podVM, comma separated, for firewall rules that target podVMs only")
 	reg.CustomTypeWithEnv(&c.InstanceTypes, "machine-types", "", "GCP_INSTANCE_TYPES", "Allowed values of the machine_type annotation (profiles or machine types), comma separated")
 	reg.BoolWithEnv(&c.UsePublicIP, "use-public-ip", false, "USE_PUBLIC_IP", "Refused: podVMs never get an external IP")
 	reg.StringWithEnv(&c.NICType, "nic-type", "", "GCP_NIC_TYPE", "PodVM NIC type: GVNIC (Google's recommendation with GPUs; the image needs the GVNIC guest OS feature) or VIRTIO_NET; empty leaves GCE's default. C3 and A3 always get GVNIC")
@@ -56,9 +70,25 @@ func (m *Manager) ParseCmd(flags *flag.FlagSet) {
 // LoadEnv is a no-op kept for upstream's interface: env is read in ParseCmd.
 func (m *Manager) LoadEnv() {}
 
-// NewProvider builds the provider from the parsed configuration.
+// NewProvider builds the provider from the parsed configuration. CAA calls
+// it once at start and exits on its error, so everything that would make
+// every later create fail is refused here: a variable upstream's registrar
+// could not parse (and silently replaced by its default), and credentials
+// the provider cannot use.
 func (m *Manager) NewProvider() (provider.Provider, error) {
-	return NewProvider(context.Background(), m.cfg, nil)
+	if err := m.CheckEnv(osLookup); err != nil {
+		return nil, err
+	}
+	info, err := m.cfg.checkStartCredentials(osLookup)
+	if err != nil {
+		return nil, err
+	}
+	p, err := NewProvider(context.Background(), m.cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	p.log.Info("gcp-t4 provider configured", "project", m.cfg.ProjectID, "zones", strings.Join(m.cfg.Zones(), ","), "credentials", info.String())
+	return p, nil
 }
 
 // GetConfig returns the parsed configuration.

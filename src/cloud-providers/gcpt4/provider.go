@@ -77,8 +77,8 @@ func (c *Config) clientOptions() []option.ClientOption {
 			opts = append(opts, option.WithoutAuthentication())
 		}
 	}
-	if c.Credentials != "" {
-		opts = append(opts, option.WithAuthCredentialsJSON(option.ServiceAccount, []byte(c.Credentials)))
+	if o := c.CredentialsOption(); o != nil {
+		opts = append(opts, o)
 	}
 	return opts
 }
@@ -88,6 +88,11 @@ func (c *Config) clientOptions() []option.ClientOption {
 func NewProvider(ctx context.Context, cfg Config, logger *slog.Logger, extra ...option.ClientOption) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Credentials != "" {
+		if _, err := CheckCredentials("GCP_CREDENTIALS", []byte(cfg.Credentials)); err != nil {
+			return nil, err
+		}
 	}
 	catalog, err := NewCatalog(cfg.ProfilesFile, cfg.Profiles)
 	if err != nil {

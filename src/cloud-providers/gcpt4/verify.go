@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -20,9 +21,20 @@ const verifyTimeout = 30 * time.Second
 // models and, when the API answers, that the images (with the guest OS
 // features each profile's VM needs) and the template exist and that every
 // zone offers the accelerators of the automatic profiles. An unreachable
-// API is logged, not fatal: the adaptor may start before the node's
-// network is ready.
+// API (no route, no DNS, a timeout) is logged, not fatal: the adaptor may
+// start before the node's network is ready; any other failure, refused
+// credentials included, is. The failure is logged here because CAA v0.22.0
+// does not: its server returns another error variable and keeps running
+// without its socket (neighbours.md, "ran").
 func (p *Provider) ConfigVerifier() error {
+	err := p.verifyConfig()
+	if err != nil {
+		p.log.Error("ConfigVerifier failed: the adaptor will not serve peer pods until this is fixed", "err", err)
+	}
+	return err
+}
+
+func (p *Provider) verifyConfig() error {
 	if err := p.cfg.Validate(); err != nil {
 		return err
 	}
@@ -39,16 +51,10 @@ func (p *Provider) ConfigVerifier() error {
 	ctx, cancel := context.WithTimeout(context.Background(), verifyTimeout)
 	defer cancel()
 	err := p.verifyAPI(ctx)
-	var ge *googleapi.Error
 	var found *verifyError
-	if err != nil && !errors.As(err, &ge) && !errors.As(err, &found) {
+	if err != nil && unreachable(err) && !errors.As(err, &found) {
 		p.log.Warn("GCE API not reachable, skipping the API checks", "err", err)
 		return nil
-	}
-	if err != nil {
-		// CAA does not log the verifier's error (it only keeps running
-		// without its socket), so the provider does.
-		p.log.Error("configuration check failed", "err", err)
 	}
 	return err
 }
@@ -58,6 +64,19 @@ func (p *Provider) ConfigVerifier() error {
 type verifyError struct{ error }
 
 func (e *verifyError) Unwrap() error { return e.error }
+
+// unreachable reports a failure to reach the API at all, as opposed to an
+// answer (a googleapi error) or refused credentials (a token exchange
+// that failed), which retrying at the next start would not fix.
+func unreachable(err error) bool {
+	var ge *googleapi.Error
+	if errors.As(err, &ge) {
+		return false
+	}
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) || errors.As(err, &dns) || errors.Is(err, context.DeadlineExceeded)
+}
 
 func (p *Provider) verifyAPI(ctx context.Context) error {
 	if p.cfg.InstanceTemplate != "" {

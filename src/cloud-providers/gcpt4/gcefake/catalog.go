@@ -297,7 +297,7 @@ func (s *Server) handleRegionTemplateGet(rc *reqCtx) (proto.Message, error) {
 
 func (s *Server) handleNetworksGet(rc *reqCtx) (proto.Message, error) {
 	if rc.params["network"] != defaultNetwork {
-		return nil, resourceNotFound(fmt.Sprintf("projects/%s/global/networks/%s", s.project, rc.params["network"]))
+		return nil, resourceNotFound(fmt.Sprintf("projects/%s/global/networks/%s", s.vpcProject(), rc.params["network"]))
 	}
 	n := &computepb.Network{
 		Kind:                                  proto.String("compute#network"),
@@ -307,7 +307,7 @@ func (s *Server) handleNetworksGet(rc *reqCtx) (proto.Message, error) {
 		Description:                           proto.String("Default network for the project"),
 		AutoCreateSubnetworks:                 proto.Bool(true),
 		SelfLink:                              proto.String(s.networkURL()),
-		SelfLinkWithId:                        proto.String(fmt.Sprintf("%s/global/networks/%d", s.projectURL(), stableID("network/default"))),
+		SelfLinkWithId:                        proto.String(fmt.Sprintf("%sprojects/%s/global/networks/%d", apiBase, s.vpcProject(), stableID("network/default"))),
 		RoutingConfig:                         &computepb.NetworkRoutingConfig{RoutingMode: proto.String("REGIONAL")},
 		NetworkFirewallPolicyEnforcementOrder: proto.String("AFTER_CLASSIC_FIREWALL"),
 		Mtu:                                   proto.Int32(1460),
@@ -326,7 +326,7 @@ func (s *Server) handleNetworksGet(rc *reqCtx) (proto.Message, error) {
 func (s *Server) handleSubnetworksGet(rc *reqCtx) (proto.Message, error) {
 	r := s.world.regionByName[rc.params["region"]]
 	if r == nil || rc.params["subnetwork"] != defaultNetwork {
-		return nil, resourceNotFound(fmt.Sprintf("projects/%s/regions/%s/subnetworks/%s", s.project, rc.params["region"], rc.params["subnetwork"]))
+		return nil, resourceNotFound(fmt.Sprintf("projects/%s/regions/%s/subnetworks/%s", s.vpcProject(), rc.params["region"], rc.params["subnetwork"]))
 	}
 	return &computepb.Subnetwork{
 		Kind:                  proto.String("compute#subnetwork"),

@@ -121,7 +121,7 @@ func (s *Server) testIamPermissions(r *http.Request, body []byte) (int, []byte) 
 	}
 	// Resource Manager does not tell a missing project from one the
 	// caller may not see.
-	if project != s.project && project != strconv.FormatUint(stableID("project/"+s.project), 10) {
+	if project != s.project && project != strconv.FormatUint(stableID("project/"+s.project), 10) && (s.xpnHost == "" || project != s.xpnHost) {
 		return rpcFail(http.StatusForbidden, "PERMISSION_DENIED", "The caller does not have permission")
 	}
 	if t := s.takeFault(r.Method, "projects.testIamPermissions"); t != nil {

@@ -124,6 +124,9 @@ func (s *Server) handleInstancesInsert(rc *reqCtx) (proto.Message, error) {
 		}
 		return nil, resourceNotFound(r.path())
 	}
+	if err := validateTags(inst.GetTags()); err != nil {
+		return nil, err
+	}
 	plan, err := s.validateInsert(z, inst)
 	if err != nil {
 		return nil, err

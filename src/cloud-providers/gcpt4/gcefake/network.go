@@ -119,7 +119,7 @@ func (s *Server) normalizeFirewall(in *computepb.Firewall) (*computepb.Firewall,
 	}
 	if r, ok := s.parseRef(fw.GetNetwork()); !ok {
 		return nil, invalidField("resource.network", fw.GetNetwork(), "Must be the URL to a Compute resource of the correct type.")
-	} else if name, global := r.global("networks"); !global || r.project != s.project || name != defaultNetwork {
+	} else if name, global := r.global("networks"); !global || r.project != s.vpcProject() || name != defaultNetwork {
 		return nil, resourceNotFound(r.path())
 	}
 	fw.Network = proto.String(s.networkURL())
@@ -275,7 +275,7 @@ func (s *Server) AddRouter(region string, in *computepb.Router) error {
 	}
 	if ref, ok := s.parseRef(r.GetNetwork()); !ok {
 		return invalidField("resource.network", r.GetNetwork(), "Must be the URL to a Compute resource of the correct type.")
-	} else if name, global := ref.global("networks"); !global || ref.project != s.project || name != defaultNetwork {
+	} else if name, global := ref.global("networks"); !global || ref.project != s.vpcProject() || name != defaultNetwork {
 		return resourceNotFound(ref.path())
 	}
 	r.Network = proto.String(s.networkURL())
@@ -305,7 +305,7 @@ func (s *Server) AddRouter(region string, in *computepb.Router) error {
 		for j, sn := range nat.Subnetworks {
 			ref, ok := s.parseRef(sn.GetName())
 			subRegion, subName, regional := ref.regional("subnetworks")
-			if !ok || !regional || ref.project != s.project || subName != defaultNetwork {
+			if !ok || !regional || ref.project != s.vpcProject() || subName != defaultNetwork {
 				return resourceNotFound(ref.path())
 			}
 			if subRegion != region {

@@ -16,6 +16,7 @@ func routeTable() []route {
 	get, post, del := http.MethodGet, http.MethodPost, http.MethodDelete
 	return []route{
 		{method: get, kind: "projects.get", path: "", h: (*Server).handleProjectGet},
+		{method: get, kind: "projects.getXpnHost", path: "getXpnHost", h: (*Server).handleGetXpnHost},
 		{method: get, kind: "zones.list", path: "zones", h: (*Server).handleZonesList},
 		{method: get, kind: "zones.get", path: "zones/{zone}", h: (*Server).handleZonesGet},
 		{method: get, kind: "regions.list", path: "regions", h: (*Server).handleRegionsList},
@@ -37,12 +38,12 @@ func routeTable() []route {
 		{method: get, kind: "images.getFromFamily", path: "global/images/family/{family}", h: (*Server).handleImagesFromFamily, anyProject: true},
 		{method: get, kind: "instanceTemplates.get", path: "global/instanceTemplates/{template}", h: (*Server).handleTemplateGet},
 		{method: get, kind: "regionInstanceTemplates.get", path: "regions/{region}/instanceTemplates/{template}", h: (*Server).handleRegionTemplateGet},
-		{method: get, kind: "networks.get", path: "global/networks/{network}", h: (*Server).handleNetworksGet},
-		{method: get, kind: "subnetworks.get", path: "regions/{region}/subnetworks/{subnetwork}", h: (*Server).handleSubnetworksGet},
-		{method: get, kind: "firewalls.list", path: "global/firewalls", h: (*Server).handleFirewallsList},
-		{method: get, kind: "firewalls.get", path: "global/firewalls/{firewall}", h: (*Server).handleFirewallsGet},
-		{method: get, kind: "routers.list", path: "regions/{region}/routers", h: (*Server).handleRoutersList},
-		{method: get, kind: "routers.get", path: "regions/{region}/routers/{router}", h: (*Server).handleRoutersGet},
+		{method: get, kind: "networks.get", path: "global/networks/{network}", h: (*Server).handleNetworksGet, vpc: true},
+		{method: get, kind: "subnetworks.get", path: "regions/{region}/subnetworks/{subnetwork}", h: (*Server).handleSubnetworksGet, vpc: true},
+		{method: get, kind: "firewalls.list", path: "global/firewalls", h: (*Server).handleFirewallsList, vpc: true},
+		{method: get, kind: "firewalls.get", path: "global/firewalls/{firewall}", h: (*Server).handleFirewallsGet, vpc: true},
+		{method: get, kind: "routers.list", path: "regions/{region}/routers", h: (*Server).handleRoutersList, vpc: true},
+		{method: get, kind: "routers.get", path: "regions/{region}/routers/{router}", h: (*Server).handleRoutersGet, vpc: true},
 	}
 }
 
@@ -73,6 +74,15 @@ func (s *Server) newMux(routes []route) *http.ServeMux {
 			return
 		}
 		s.serveResourceManager(w, r, body)
+	})
+	// IAM and organisation policy (v1.go) answer in their own shape too.
+	mux.HandleFunc(v1Prefix, func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			s.writeError(w, apiErr(http.StatusBadRequest, "badRequest", fmt.Sprintf("reading request body: %v", err)))
+			return
+		}
+		s.serveV1(w, r, body)
 	})
 	return mux
 }

@@ -71,6 +71,10 @@ type Server struct {
 	// parked counts zoneOperations.wait requests blocked on a RUNNING
 	// operation.
 	parked int
+	// xpnHost is the Shared VPC host project (xpn.go); "" for none.
+	xpnHost string
+	// v1 is the IAM and organisation policy state (v1.go).
+	v1 v1State
 }
 
 // Option configures a Server at construction time.
@@ -348,6 +352,9 @@ type route struct {
 	// anyProject lets read-only image lookups reach public image projects
 	// (GCE serves e.g. debian-cloud to everyone).
 	anyProject bool
+	// vpc routes read the VPC, which lives in the Shared VPC host
+	// project when one is set (xpn.go).
+	vpc bool
 }
 
 // serve records one Compute request and answers it: with routeErr when
@@ -391,8 +398,8 @@ func (s *Server) dispatch(rc *reqCtx, rt *route, routeErr *apiError) (msg proto.
 	if routeErr == nil {
 		routeErr = s.takeFault(r.Method, kind)
 	}
-	if routeErr == nil && rc.project != s.project && !(rt.anyProject && s.world.hasImageProject(rc.project)) {
-		routeErr = notFoundf("The resource 'projects/%s' was not found", rc.project)
+	if routeErr == nil {
+		routeErr = s.projectGate(rt, rc.project, r.URL.Path)
 	}
 	if routeErr != nil {
 		call.Status = routeErr.code

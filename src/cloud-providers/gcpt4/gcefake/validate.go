@@ -686,7 +686,7 @@ func (s *Server) validateNICs(plan *insertPlan, nics []*computepb.NetworkInterfa
 			if !ok || !global {
 				return invalidField(field+".network", nic.GetNetwork(), "Must be the URL to a Compute resource of the correct type.")
 			}
-			if r.project != s.project || name != defaultNetwork {
+			if r.project != s.vpcProject() || name != defaultNetwork {
 				return resourceNotFound(r.path())
 			}
 		}
@@ -696,7 +696,7 @@ func (s *Server) validateNICs(plan *insertPlan, nics []*computepb.NetworkInterfa
 			if !ok || !regional {
 				return invalidField(field+".subnetwork", nic.GetSubnetwork(), "Must be the URL to a Compute resource of the correct type.")
 			}
-			if r.project != s.project || name != defaultNetwork || s.world.regionByName[reg] == nil {
+			if r.project != s.vpcProject() || name != defaultNetwork || s.world.regionByName[reg] == nil {
 				return resourceNotFound(r.path())
 			}
 			if reg != z.region {

@@ -263,14 +263,6 @@ func defaultServiceAccount(project string) string {
 	return fmt.Sprintf("%d-compute@developer.gserviceaccount.com", stableID("project/"+project))
 }
 
-// AddServiceAccount makes a service account exist in the project, so
-// inserts may attach it.
-func (s *Server) AddServiceAccount(email string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.world.serviceAccounts[email] = true
-}
-
 // DefaultServiceAccount is the project's Compute Engine default service
 // account email.
 func (s *Server) DefaultServiceAccount() string { return defaultServiceAccount(s.project) }
@@ -364,10 +356,10 @@ func (s *Server) regionURL(region string) string {
 	return s.projectURL() + "/regions/" + region
 }
 func (s *Server) networkURL() string {
-	return s.projectURL() + "/global/networks/" + defaultNetwork
+	return apiBase + "projects/" + s.vpcProject() + "/global/networks/" + defaultNetwork
 }
 func (s *Server) subnetURL(region string) string {
-	return s.regionURL(region) + "/subnetworks/" + defaultNetwork
+	return apiBase + "projects/" + s.vpcProject() + "/regions/" + region + "/subnetworks/" + defaultNetwork
 }
 func (s *Server) instanceURL(zone, name string) string {
 	return s.zoneURL(zone) + "/instances/" + name

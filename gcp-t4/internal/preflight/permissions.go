@@ -1,0 +1,248 @@
+package preflight
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"google.golang.org/api/cloudresourcemanager/v3"
+	"google.golang.org/api/iam/v1"
+)
+
+// The custom role preflight proposes for the identity CAA runs as, and
+// the condition its binding carries.
+const (
+	RoleID    = "caaGcpT4"
+	RoleTitle = "caa-gcp-t4 provider"
+	// PodVMCondition limits the role's instance permissions to instances
+	// named as the provider names podVMs (util.GenerateInstanceName:
+	// "podvm-<pod>-<sandbox>"): without it, compute.instances.setMetadata
+	// on the project is root on every GKE node VM. Other resource types
+	// (disks, images, subnetworks, the project for lists) pass. Compute
+	// Engine evaluates resource.type and resource.name in IAM Conditions
+	// (https://cloud.google.com/compute/docs/access/granting-access-to-resources#conditions).
+	PodVMCondition = `resource.type != "compute.googleapis.com/Instance" || resource.name.extract("/instances/{name}").startsWith("podvm-")`
+	actAs          = "iam.serviceAccounts.actAs"
+)
+
+// methodPermissions are the IAM permission each Compute Engine method the
+// provider calls needs, keyed as gcefake names the calls it records; from
+// Google's Compute Engine IAM reference
+// (https://cloud.google.com/compute/docs/access/iam-permissions) and each
+// method's reference page ("Authorization requires the following IAM
+// permission"). instances.insert needs more, depending on its body:
+// insertPermissions.
+var methodPermissions = map[string]string{
+	"instances.insert":                "compute.instances.create",
+	"instances.get":                   "compute.instances.get",
+	"instances.delete":                "compute.instances.delete",
+	"instances.list":                  "compute.instances.list",
+	"instances.aggregatedList":        "compute.instances.list",
+	"zoneOperations.get":              "compute.zoneOperations.get",
+	"zoneOperations.wait":             "compute.zoneOperations.get",
+	"acceleratorTypes.get":            "compute.acceleratorTypes.get",
+	"acceleratorTypes.list":           "compute.acceleratorTypes.list",
+	"acceleratorTypes.aggregatedList": "compute.acceleratorTypes.list",
+	"images.get":                      "compute.images.get",
+	"images.getFromFamily":            "compute.images.getFromFamily",
+	"instanceTemplates.get":           "compute.instanceTemplates.get",
+	"regionInstanceTemplates.get":     "compute.instanceTemplates.get",
+}
+
+// insertPermissions are what an instances.insert body needs beyond
+// compute.instances.create (instances.insert reference: "compute.disks.create
+// on the project", "compute.images.useReadOnly on the image",
+// "compute.subnetworks.use" / "compute.networks.use" for the interface,
+// "compute.instances.setMetadata", "setLabels", "setTags",
+// "setServiceAccount" when the body sets them,
+// "compute.instanceTemplates.useReadOnly" for sourceInstanceTemplate).
+// iam.serviceAccounts.actAs, also needed with a service account, is
+// granted on that account, not in the role.
+func insertPermissions(inst *computepb.Instance, template bool) []string {
+	var p []string
+	if template {
+		p = append(p, "compute.instanceTemplates.useReadOnly")
+	}
+	for _, d := range inst.GetDisks() {
+		if d.GetInitializeParams() != nil {
+			p = append(p, "compute.disks.create")
+			if d.GetInitializeParams().GetSourceImage() != "" {
+				p = append(p, "compute.images.useReadOnly")
+			}
+		}
+	}
+	for _, n := range inst.GetNetworkInterfaces() {
+		if n.GetSubnetwork() != "" {
+			p = append(p, "compute.subnetworks.use")
+		} else if n.GetNetwork() != "" {
+			p = append(p, "compute.networks.use", "compute.subnetworks.use")
+		}
+	}
+	if len(inst.GetMetadata().GetItems()) > 0 {
+		p = append(p, "compute.instances.setMetadata")
+	}
+	if len(inst.GetLabels()) > 0 {
+		p = append(p, "compute.instances.setLabels")
+	}
+	if len(inst.GetTags().GetItems()) > 0 {
+		p = append(p, "compute.instances.setTags")
+	}
+	if len(inst.GetServiceAccounts()) > 0 {
+		p = append(p, "compute.instances.setServiceAccount")
+	}
+	return p
+}
+
+// ProviderPermissions is the custom role for cfg (and, with
+// GCP_INSTANCE_TEMPLATE, the template's properties): exactly what the
+// provider's calls need to create, verify, delete and list its own
+// podVMs, derived from the code paths the configuration takes. A test runs
+// the provider on gcefake for each configuration and checks this list
+// against the calls it records.
+func ProviderPermissions(cfg gcpt4.Config, tmpl *computepb.InstanceProperties) []string {
+	set := map[string]bool{}
+	add := func(ps ...string) {
+		for _, p := range ps {
+			set[p] = true
+		}
+	}
+	// Every configuration: insert, wait, read back, delete, list ours,
+	// and ConfigVerifier's accelerator check; every insert body carries
+	// metadata (the cloud-config) and labels (ours), and tags unless
+	// GCP_NETWORK_TAGS is empty.
+	add("compute.instances.create", "compute.instances.get", "compute.instances.delete", "compute.instances.list",
+		"compute.zoneOperations.get", "compute.acceleratorTypes.get", "compute.instances.setMetadata", "compute.instances.setLabels")
+	if len(cfg.NetworkTags) > 0 {
+		add("compute.instances.setTags")
+	}
+	if len(cfg.FallbackZones) == 1 && cfg.FallbackZones[0] == gcpt4.ZonesAuto {
+		add("compute.acceleratorTypes.list")
+	}
+	if cfg.InstanceTemplate != "" {
+		// The insert names the template; what its properties set (boot
+		// disk from an image, NICs, a service account) needs what the
+		// same body fields would.
+		add("compute.instanceTemplates.get", "compute.instanceTemplates.useReadOnly")
+		if tmpl != nil {
+			add(insertPermissions(templateInstance(tmpl), false)...)
+		}
+	} else {
+		add("compute.disks.create", "compute.images.useReadOnly")
+		if _, _, family, err := cfg.ImageRef(); err == nil && family != "" {
+			add("compute.images.getFromFamily")
+		} else {
+			add("compute.images.get")
+		}
+		if cfg.Subnetwork != "" {
+			add("compute.subnetworks.use")
+		} else {
+			add("compute.networks.use", "compute.subnetworks.use")
+		}
+		if cfg.ServiceAccount != "" {
+			add("compute.instances.setServiceAccount")
+		}
+	}
+	out := make([]string, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// templateInstance is the part of a template's properties an insert
+// inherits, as an instance body.
+func templateInstance(p *computepb.InstanceProperties) *computepb.Instance {
+	return &computepb.Instance{
+		Disks: p.GetDisks(), NetworkInterfaces: p.GetNetworkInterfaces(), ServiceAccounts: p.GetServiceAccounts(),
+		Metadata: p.GetMetadata(), Labels: p.GetLabels(), Tags: p.GetTags(),
+	}
+}
+
+// podVMServiceAccount is the account podVMs run as: GCP_SERVICE_ACCOUNT,
+// or the template's.
+func podVMServiceAccount(cfg gcpt4.Config, tmpl *computepb.InstanceProperties) string {
+	if cfg.InstanceTemplate == "" {
+		return cfg.ServiceAccount
+	}
+	for _, sa := range tmpl.GetServiceAccounts() {
+		if sa.GetEmail() != "" && sa.GetEmail() != "default" {
+			return sa.GetEmail()
+		}
+	}
+	return ""
+}
+
+// roleFix is the least-privilege grant: the custom role, bound with the
+// podVM condition, and actAs on the podVM service account only.
+func roleFix(project, member string, perms []string, serviceAccount string) string {
+	if member == "" {
+		member = "serviceAccount:CAA_SERVICE_ACCOUNT_EMAIL"
+	}
+	fix := fmt.Sprintf("gcloud iam roles create %[1]s --project=%[2]s --title=%[3]q --stage=GA --permissions=%[4]s"+
+		" && gcloud projects add-iam-policy-binding %[2]s --member=%[5]s --role=projects/%[2]s/roles/%[1]s --condition='expression=%[6]s,title=caa-gcp-t4-podvms-only'",
+		RoleID, project, RoleTitle, strings.Join(perms, ","), member, PodVMCondition)
+	if serviceAccount != "" {
+		fix += " && " + actAsFix(project, member, serviceAccount)
+	}
+	return fix + "   # an existing role: gcloud iam roles update " + RoleID + " --project=" + project + " --permissions=…"
+}
+
+func actAsFix(project, member, serviceAccount string) string {
+	return fmt.Sprintf("gcloud iam service-accounts add-iam-policy-binding %s --project=%s --member=%s --role=roles/iam.serviceAccountUser", serviceAccount, project, member)
+}
+
+func (g *GCE) checkPermissions(ctx context.Context) []Result {
+	const check = "permissions"
+	want := ProviderPermissions(g.Cfg, g.template)
+	resp, err := g.crm.Projects.TestIamPermissions("projects/"+g.Cfg.ProjectID, &cloudresourcemanager.TestIamPermissionsRequest{Permissions: want}).Context(ctx).Do()
+	if err != nil {
+		return []Result{fail(check, fmt.Sprintf("gcloud services enable cloudresourcemanager.googleapis.com --project=%s", g.Cfg.ProjectID), "testIamPermissions on project %s: %v", g.Cfg.ProjectID, err)}
+	}
+	var missing []string
+	for _, p := range want {
+		if !slices.Contains(resp.Permissions, p) {
+			missing = append(missing, p)
+		}
+	}
+	var rs []Result
+	if len(missing) == 0 {
+		rs = append(rs, pass(check, "the caller holds the %d permissions the provider uses (and needs no other): %s", len(want), strings.Join(want, ", ")))
+	} else {
+		rs = append(rs, fail(check, roleFix(g.Cfg.ProjectID, g.Member, want, ""),
+			"missing %s; grant the custom role %s (exactly the provider's %d permissions, instance permissions limited to podvm-* instances) rather than roles/compute.instanceAdmin.v1, which also reaches the cluster's node VMs",
+			strings.Join(missing, ", "), RoleID, len(want)))
+	}
+	if sa := podVMServiceAccount(g.Cfg, g.template); sa != "" {
+		rs = append(rs, g.checkActAs(ctx, sa))
+	}
+	return rs
+}
+
+// checkActAs asks IAM about the podVM service account itself: actAs is
+// granted there, never on the project (which would let CAA act as every
+// service account in it).
+func (g *GCE) checkActAs(ctx context.Context, sa string) Result {
+	check := "actAs " + sa
+	resp, err := g.iam.Projects.ServiceAccounts.TestIamPermissions("projects/-/serviceAccounts/"+sa, &iam.TestIamPermissionsRequest{Permissions: []string{actAs}}).Context(ctx).Do()
+	switch {
+	case apiCode(err) == 404:
+		return fail(check, fmt.Sprintf("gcloud iam service-accounts create %s --project=%s   # a podVM identity with no roles unless the workload needs some", strings.Split(sa, "@")[0], g.Cfg.ProjectID), "podVM service account %s does not exist", sa)
+	case err != nil:
+		return fail(check, "gcloud services enable iam.googleapis.com --project="+g.Cfg.ProjectID, "testIamPermissions on %s: %v", sa, err)
+	case !slices.Contains(resp.Permissions, actAs):
+		return fail(check, actAsFix(g.Cfg.ProjectID, orPlaceholder(g.Member), sa), "the caller may not attach %s to podVMs (iam.serviceAccounts.actAs on that account)", sa)
+	}
+	return pass(check, "the caller may attach %s to podVMs", sa)
+}
+
+func orPlaceholder(member string) string {
+	if member == "" {
+		return "serviceAccount:CAA_SERVICE_ACCOUNT_EMAIL"
+	}
+	return member
+}

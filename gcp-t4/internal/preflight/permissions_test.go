@@ -1,0 +1,208 @@
+package preflight
+
+import (
+	"context"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// effectiveInsert is the instance an insert creates: the body, over the
+// template's properties when it names one (a body field replaces the
+// template's, as GCE documents for sourceInstanceTemplate).
+func effectiveInsert(t *testing.T, c gcefake.Call, templates map[string]*computepb.InstanceProperties) (*computepb.Instance, bool) {
+	t.Helper()
+	body := &computepb.Instance{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(c.Body, body); err != nil {
+		t.Fatalf("insert body: %v", err)
+	}
+	q, _ := url.ParseQuery(c.RawQuery)
+	ref := q.Get("sourceInstanceTemplate")
+	if ref == "" {
+		return body, false
+	}
+	props := templates[lastSegment(ref)]
+	if props == nil {
+		t.Fatalf("insert names template %s, which the test did not add", ref)
+	}
+	eff := templateInstance(props)
+	if body.Disks != nil {
+		eff.Disks = body.Disks
+	}
+	if body.NetworkInterfaces != nil {
+		eff.NetworkInterfaces = body.NetworkInterfaces
+	}
+	if body.ServiceAccounts != nil {
+		eff.ServiceAccounts = body.ServiceAccounts
+	}
+	if body.Metadata != nil {
+		eff.Metadata = body.Metadata
+	}
+	if body.Labels != nil {
+		eff.Labels = body.Labels
+	}
+	if body.Tags != nil {
+		eff.Tags = body.Tags
+	}
+	return eff, true
+}
+
+// TestRoleIsExactlyWhatTheProviderCalls runs the provider through its whole
+// life (verify, create with and without a pod image, list, delete) on
+// gcefake for each configuration that changes its calls, maps every
+// recorded call to the permission Google documents for it, and requires
+// the custom role preflight proposes to be exactly that set: nothing
+// missing (a create would fail), nothing more (least privilege).
+func TestRoleIsExactlyWhatTheProviderCalls(t *testing.T) {
+	tmplProps := func(sa string) *computepb.InstanceProperties {
+		p := &computepb.InstanceProperties{
+			MachineType:       proto.String("n1-standard-4"),
+			GuestAccelerators: []*computepb.AcceleratorConfig{{AcceleratorType: proto.String("nvidia-tesla-t4"), AcceleratorCount: proto.Int32(1)}},
+			Scheduling:        &computepb.Scheduling{OnHostMaintenance: proto.String("TERMINATE"), AutomaticRestart: proto.Bool(false)},
+			Disks: []*computepb.AttachedDisk{{Boot: proto.Bool(true), AutoDelete: proto.Bool(true),
+				InitializeParams: &computepb.AttachedDiskInitializeParams{SourceImage: proto.String("projects/demo-project/global/images/podvm-t4"), DiskSizeGb: proto.Int64(50)}}},
+			NetworkInterfaces: []*computepb.NetworkInterface{{Network: proto.String("global/networks/default"), Subnetwork: proto.String("regions/us-central1/subnetworks/default")}},
+		}
+		if sa != "" {
+			p.ServiceAccounts = []*computepb.ServiceAccount{{Email: proto.String(sa), Scopes: []string{"https://www.googleapis.com/auth/cloud-platform"}}}
+		}
+		return p
+	}
+	const sa = "podvm@demo-project.iam.gserviceaccount.com"
+	for _, c := range []struct {
+		name   string
+		mutate func(*gcpt4.Config)
+		tmpl   *computepb.InstanceProperties
+		region string
+	}{
+		{name: "image and subnetwork"},
+		{name: "image family, network only", mutate: func(c *gcpt4.Config) {
+			c.ImageName, c.Subnetwork = "projects/demo-project/global/images/family/podvm-t4", ""
+		}},
+		{name: "service account", mutate: func(c *gcpt4.Config) { c.ServiceAccount = sa }},
+		{name: "zones auto", mutate: func(c *gcpt4.Config) { c.FallbackZones = []string{gcpt4.ZonesAuto} }},
+		{name: "no network tags", mutate: func(c *gcpt4.Config) { c.NetworkTags = nil }},
+		{name: "global template", tmpl: tmplProps(sa)},
+		{name: "regional template", tmpl: tmplProps(""), region: "us-central1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fake := gcefake.New()
+			t.Cleanup(fake.Close)
+			// GCE's operations take seconds; the provider then waits on them.
+			fake.SetOperationLatency(20 * time.Millisecond)
+			// Inserts may attach only a service account that exists.
+			fake.AddServiceAccount(sa)
+			cfg := baseConfig(fake)
+			cfg.Endpoint = ""
+			templates := map[string]*computepb.InstanceProperties{}
+			if c.tmpl != nil {
+				fake.AddInstanceTemplate(c.region, &computepb.InstanceTemplate{Name: proto.String("t4"), Properties: c.tmpl})
+				templates["t4"] = c.tmpl
+				cfg.ImageName, cfg.Network, cfg.Subnetwork = "", "", ""
+				cfg.InstanceTemplate = "t4"
+				if c.region != "" {
+					cfg.InstanceTemplate = "regions/" + c.region + "/instanceTemplates/t4"
+				}
+			}
+			if c.mutate != nil {
+				c.mutate(&cfg)
+			}
+			ctx := context.Background()
+			p, err := gcpt4.NewProvider(ctx, cfg, quiet(), fake.ClientOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Teardown()
+			if err := p.ConfigVerifier(); err != nil {
+				t.Fatal(err)
+			}
+			cc := &cloudinit.CloudConfig{WriteFiles: []cloudinit.WriteFile{{Path: "/run/peerpod/apf.json", Content: "{}"}}}
+			var ids []string
+			for i, spec := range []provider.InstanceTypeSpec{
+				{GPUs: 1, VCPUs: 2, Memory: 8192},
+				{GPUs: 1, VCPUs: 2, Memory: 8192, Image: "projects/demo-project/global/images/podvm-t4"},
+			} {
+				inst, err := p.CreateInstance(ctx, "llm", strings.Repeat(string(rune('a'+i)), 64), cc, spec)
+				if err != nil {
+					t.Fatalf("create %d: %v", i, err)
+				}
+				ids = append(ids, inst.ID)
+			}
+			if _, err := p.ListManaged(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				if err := p.DeleteInstance(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			need := map[string]bool{}
+			for _, call := range fake.Calls() {
+				perm, ok := methodPermissions[call.Kind]
+				if !ok {
+					t.Fatalf("the provider calls %s %s (%s), which methodPermissions does not map to a permission", call.Method, call.Path, call.Kind)
+				}
+				need[perm] = true
+				if call.Kind == "instances.insert" {
+					eff, templated := effectiveInsert(t, call, templates)
+					for _, p := range insertPermissions(eff, templated) {
+						need[p] = true
+					}
+				}
+			}
+			var got []string
+			for p := range need {
+				got = append(got, p)
+			}
+			sort.Strings(got)
+			role := ProviderPermissions(cfg, c.tmpl)
+			if !slices.Equal(got, role) {
+				t.Errorf("role %v\ncalls need %v", role, got)
+			}
+			if slices.Contains(role, actAs) {
+				t.Error("the project role holds iam.serviceAccounts.actAs; it belongs on the podVM service account")
+			}
+		})
+	}
+}
+
+// TestPermissionFixIsLeastPrivilege: the fix is the custom role with the
+// podvm- condition and actAs on the podVM account only, never the broad
+// predefined roles.
+func TestPermissionFixIsLeastPrivilege(t *testing.T) {
+	fake := readyProject(t)
+	cfg := baseConfig(fake)
+	cfg.ServiceAccount = "podvm@demo-project.iam.gserviceaccount.com"
+	fake.AddServiceAccount(cfg.ServiceAccount)
+	fake.RevokePermissions("compute.instances.setMetadata")
+	rs := Run(ctx(t), Options{Cfg: cfg, Member: "serviceAccount:caa@demo-project.iam.gserviceaccount.com"}, quiet())
+	r, _ := find(rs, "permissions")
+	for _, want := range []string{"gcloud iam roles create caaGcpT4 --project=demo-project", "compute.instances.setMetadata", "--role=projects/demo-project/roles/caaGcpT4",
+		`resource.name.extract("/instances/{name}").startsWith("podvm-")`, "--member=serviceAccount:caa@demo-project.iam.gserviceaccount.com"} {
+		if !strings.Contains(r.Fix, want) {
+			t.Errorf("permissions fix lacks %q:\n%s", want, r.Fix)
+		}
+	}
+	for _, r := range rs {
+		for _, broad := range []string{"roles/compute.instanceAdmin", "roles/editor", "add-iam-policy-binding demo-project --member=serviceAccount:caa@demo-project.iam.gserviceaccount.com --role=roles/iam.serviceAccountUser"} {
+			if strings.Contains(r.Fix, broad) {
+				t.Errorf("%s: fix grants %s:\n%s", r.Check, broad, r.Fix)
+			}
+		}
+	}
+	a, _ := find(rs, "actAs")
+	if !strings.Contains(a.Fix, "gcloud iam service-accounts add-iam-policy-binding podvm@demo-project.iam.gserviceaccount.com") {
+		t.Errorf("actAs fix %q: want a binding on the podVM account", a.Fix)
+	}
+}

@@ -1,0 +1,262 @@
+package gcpt4
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+)
+
+// Kinds of value a Key holds, named as upstream's config-extractor names
+// the FlagRegistrar methods (src/cloud-providers/cmd/config-extractor at
+// CAA v0.22.0, 38d0fcf7).
+const (
+	KindString   = "string"
+	KindInt      = "int"
+	KindUint     = "uint"
+	KindUint64   = "uint64"
+	KindFloat64  = "float64"
+	KindBool     = "bool"
+	KindDuration = "duration"
+	KindCustom   = "custom"
+)
+
+// Key is one setting the provider reads: the environment variable (a
+// peer-pods-cm key), the flag that overrides it, its kind and hard-coded
+// default. The table is what ParseCmd registers, so it cannot drift from
+// the flags.
+type Key struct {
+	Env, Flag, Kind, Default, Usage string
+	// parse sets the configuration field from a raw value, refusing
+	// what the kind cannot hold.
+	parse func(string) error
+}
+
+// keyRegistrar has upstream FlagRegistrar's method set (so ParseCmd reads
+// as upstream's config-extractor expects: reg.XxxWithEnv calls) and records
+// every key. Upstream's registrar falls back to the default, silently, on a
+// value it cannot parse (GCP_SPOT_FALLBACK=ture is false, ROOT_VOLUME_SIZE=abc
+// is 50, a bad GCP_LABELS pair is dropped: src/cloud-providers/util.go at
+// v0.22.0); the recorded parsers let the provider refuse such values at
+// start instead.
+type keyRegistrar struct {
+	// up registers through upstream's registrar (env-derived defaults, as
+	// inside CAA); nil registers the hard-coded defaults only, for
+	// ConfigFromEnv, which must not see the process environment.
+	up    *provider.FlagRegistrar
+	flags *flag.FlagSet
+	keys  []Key
+}
+
+func (r *keyRegistrar) add(k Key) { r.keys = append(r.keys, k) }
+
+func (r *keyRegistrar) StringWithEnv(field *string, flagName, hardcodedDefault, envVarName, usage string, opts ...provider.FlagOption) {
+	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindString, Default: hardcodedDefault, Usage: usage,
+		parse: func(v string) error { *field = v; return nil }})
+	if r.up != nil {
+		r.up.StringWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
+		return
+	}
+	r.flags.StringVar(field, flagName, hardcodedDefault, usage)
+}
+
+func (r *keyRegistrar) IntWithEnv(field *int, flagName string, hardcodedDefault int, envVarName, usage string, opts ...provider.FlagOption) {
+	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindInt, Default: strconv.Itoa(hardcodedDefault), Usage: usage,
+		parse: func(v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return fmt.Errorf("%q is not a whole number", v)
+			}
+			*field = n
+			return nil
+		}})
+	if r.up != nil {
+		r.up.IntWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
+		return
+	}
+	r.flags.IntVar(field, flagName, hardcodedDefault, usage)
+}
+
+func (r *keyRegistrar) UintWithEnv(field *uint, flagName string, hardcodedDefault uint, envVarName, usage string, opts ...provider.FlagOption) {
+	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindUint, Default: strconv.FormatUint(uint64(hardcodedDefault), 10), Usage: usage,
+		parse: func(v string) error {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			if err != nil {
+				return fmt.Errorf("%q is not a whole number of 0 or more", v)
+			}
+			*field = uint(n)
+			return nil
+		}})
+	if r.up != nil {
+		r.up.UintWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
+		return
+	}
+	r.flags.UintVar(field, flagName, hardcodedDefault, usage)
+}
+
+func (r *keyRegistrar) Float64WithEnv(field *float64, flagName string, hardcodedDefault float64, envVarName, usage string, opts ...provider.FlagOption) {
+	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindFloat64, Default: strconv.FormatFloat(hardcodedDefault, 'g', -1, 64), Usage: usage,
+		parse: func(v string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+				return fmt.Errorf("%q is not a number", v)
+			}
+			*field = f
+			return nil
+		}})
+	if r.up != nil {
+		r.up.Float64WithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
+		return
+	}
+	r.flags.Float64Var(field, flagName, hardcodedDefault, usage)
+}
+
+// BoolWithEnv accepts what upstream reads as true ("1", "true", any case)
+// and their opposites; anything else is an error rather than false.
+func (r *keyRegistrar) BoolWithEnv(field *bool, flagName string, hardcodedDefault bool, envVarName, usage string, opts ...provider.FlagOption) {
+	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindBool, Default: strconv.FormatBool(hardcodedDefault), Usage: usage,
+		parse: func(v string) error {
+			b, err := ParseBool(v)
+			if err != nil {
+				return err
+			}
+			*field = b
+			return nil
+		}})
+	if r.up != nil {
+		r.up.BoolWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
+		return
+	}
+	r.flags.BoolVar(field, flagName, hardcodedDefault, usage)
+}
+
+func (r *keyRegistrar) DurationWithEnv(field *time.Duration, flagName string, hardcodedDefault time.Duration, envVarName, usage string, opts ...provider.FlagOption) {
+	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindDuration, Default: hardcodedDefault.String(), Usage: usage,
+		parse: func(v string) error {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				return fmt.Errorf("%q is not a duration such as 90s, 3m or 1h", v)
+			}
+			*field = d
+			return nil
+		}})
+	if r.up != nil {
+		r.up.DurationWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
+		return
+	}
+	r.flags.DurationVar(field, flagName, hardcodedDefault, usage)
+}
+
+func (r *keyRegistrar) CustomTypeWithEnv(field flag.Value, flagName, hardcodedDefault, envVarName, usage string, opts ...provider.FlagOption) {
+	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindCustom, Default: hardcodedDefault, Usage: usage, parse: field.Set})
+	if r.up != nil {
+		r.up.CustomTypeWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
+		return
+	}
+	if hardcodedDefault != "" {
+		_ = field.Set(hardcodedDefault)
+	}
+	r.flags.Var(field, flagName, usage)
+}
+
+// ParseBool reads a boolean setting: true, false, 1 or 0, in any case.
+// Upstream reads "1" and "true" as true and everything else as false, so
+// a typo silently turns a feature off; this refuses it.
+func ParseBool(v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not a boolean; use true or false", v)
+}
+
+// applyEnv parses every recorded key whose variable lookup finds, strictly,
+// into the configuration; keys in skip (flags given on the command line,
+// which win over env) are left alone. Each error names the variable, the
+// flag and the fix; all bad keys are reported at once.
+func applyEnv(keys []Key, lookup func(string) (string, bool), skip map[string]bool) error {
+	var errs []error
+	for _, k := range keys {
+		v, ok := lookup(k.Env)
+		if !ok || v == "" || skip[k.Flag] {
+			continue
+		}
+		if err := k.parse(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s (flag -%s): %w%s", k.Env, k.Flag, err, kindHint(k)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func kindHint(k Key) string {
+	ex := k.Default
+	switch k.Kind {
+	case KindBool:
+		return "" // ParseBool says what to use
+	case KindInt, KindUint, KindUint64:
+		return fmt.Sprintf("; give a whole number, e.g. %s=%s", k.Env, ex)
+	case KindFloat64:
+		return fmt.Sprintf("; give a number, e.g. %s=%s", k.Env, ex)
+	case KindDuration:
+		return fmt.Sprintf("; e.g. %s=%s", k.Env, ex)
+	}
+	return ""
+}
+
+// Keys lists every setting the provider reads, in registration order.
+func Keys() []Key {
+	var m Manager
+	reg := &keyRegistrar{flags: flag.NewFlagSet("keys", flag.ContinueOnError)}
+	m.register(reg)
+	return reg.keys
+}
+
+// KeyNames lists the provider's environment variables, sorted.
+func KeyNames() []string {
+	var names []string
+	for _, k := range Keys() {
+		names = append(names, k.Env)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ConfigFromEnv builds the configuration CAA would build from these
+// variables, parsing each strictly (the error names the key and the fix)
+// and ignoring the process environment; it does not Validate. Install
+// calls it to check peer-pods-cm before applying it.
+func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
+	var m Manager
+	reg := &keyRegistrar{flags: flag.NewFlagSet("config", flag.ContinueOnError)}
+	m.register(reg)
+	if err := applyEnv(reg.keys, lookup, nil); err != nil {
+		return Config{}, err
+	}
+	return m.cfg, nil
+}
+
+// CheckEnv parses the provider's variables from lookup as CAA would, but
+// strictly, into the configuration ParseCmd registered; flags given on the
+// command line are kept. NewProvider calls it with the process
+// environment, so a value upstream would quietly replace by its default
+// stops the adaptor at start with the key named.
+func (m *Manager) CheckEnv(lookup func(string) (string, bool)) error {
+	if m.flags == nil {
+		return nil
+	}
+	given := map[string]bool{}
+	m.flags.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	return applyEnv(m.keys, lookup, given)
+}
+
+// osLookup is the process environment, as CAA's registrar reads it.
+func osLookup(name string) (string, bool) { return os.LookupEnv(name) }

@@ -1,0 +1,128 @@
+package upstream_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// runEntrypoint runs the image's entrypoint.sh from a bin directory like the
+// image's: stubs for cloud-api-adaptor (on PATH) and upstream's script
+// (beside it) record how they were called.
+func runEntrypoint(t *testing.T, env []string, args ...string) (code int, calls, stderr string) {
+	t.Helper()
+	bin := t.TempDir()
+	src, err := os.ReadFile(filepath.Join(repoRoot(t), "scripts", "image", "entrypoint.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(bin, "calls")
+	for name, data := range map[string]string{
+		"entrypoint.sh":          string(src),
+		"cloud-api-adaptor":      "#!/bin/sh\necho \"cloud-api-adaptor $*\" >> " + log + "\n",
+		"entrypoint-upstream.sh": "#!/bin/sh\necho \"upstream $* CLOUD_PROVIDER=$CLOUD_PROVIDER\" >> " + log + "\n",
+	} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(filepath.Join(bin, "entrypoint.sh"), args...)
+	cmd.Env = append([]string{"PATH=" + bin + ":/usr/bin:/bin"}, env...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err = cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := os.ReadFile(log)
+	return code, strings.TrimSpace(string(out)), errb.String()
+}
+
+// TestEntrypointStartsGcpT4: what upstream's peerpods chart runs
+// (/usr/local/bin/entrypoint.sh with CLOUD_PROVIDER from peer-pods-cm)
+// starts gcp-t4's CAA, where upstream's v0.22.0 script prints its usage and
+// exits 0 for a provider it has no branch for.
+func TestEntrypointStartsGcpT4(t *testing.T) {
+	for _, c := range []struct {
+		env   []string
+		args  []string
+		code  int
+		calls string
+		err   string
+	}{
+		{[]string{"CLOUD_PROVIDER=gcp-t4"}, nil, 0, "cloud-api-adaptor gcp-t4", ""},
+		{nil, []string{"gcp-t4", "-zone", "us-central1-b"}, 0, "cloud-api-adaptor gcp-t4 -zone us-central1-b", ""},
+		{[]string{"CLOUD_PROVIDER=gcp"}, nil, 0, "upstream  CLOUD_PROVIDER=gcp", ""},
+		{nil, nil, 1, "", "CLOUD_PROVIDER is not set: set it to gcp-t4"},
+		{[]string{"CLOUD_PROVIDER=aws"}, nil, 1, "", "CLOUD_PROVIDER=aws: this image holds the gcp-t4 and gcp providers only"},
+	} {
+		code, calls, stderr := runEntrypoint(t, c.env, c.args...)
+		if code != c.code || calls != c.calls || !strings.Contains(stderr, c.err) {
+			t.Errorf("env %v args %v: exit %d, calls %q, stderr %q; want exit %d, calls %q, stderr with %q", c.env, c.args, code, calls, stderr, c.code, c.calls, c.err)
+		}
+	}
+}
+
+// TestInstallSetsEveryUser: every container of ours in install/ states its
+// user, so none runs as whatever the image's USER is (root, for the chart).
+func TestInstallSetsEveryUser(t *testing.T) {
+	root := filepath.Join(repoRoot(t), "install")
+	checked := 0
+	err := filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() || !strings.HasSuffix(p, ".yaml") || strings.Contains(p, string(filepath.Separator)+"examples"+string(filepath.Separator)) || strings.Contains(p, string(filepath.Separator)+"helm"+string(filepath.Separator)) {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		for {
+			var doc map[string]any
+			if err := dec.Decode(&doc); err != nil {
+				break
+			}
+			for _, c := range containersOf(doc) {
+				if _, full := c["image"]; !full {
+					continue // a patch of a container defined elsewhere
+				}
+				checked++
+				sc, _ := c["securityContext"].(map[string]any)
+				if _, ok := sc["runAsUser"]; !ok && sc["runAsNonRoot"] != true {
+					t.Errorf("%s: container %v sets neither runAsUser nor runAsNonRoot", p, c["name"])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("no container found under install/")
+	}
+}
+
+func containersOf(doc map[string]any) []map[string]any {
+	spec, _ := doc["spec"].(map[string]any)
+	if tmpl, ok := spec["template"].(map[string]any); ok {
+		spec, _ = tmpl["spec"].(map[string]any)
+	}
+	var out []map[string]any
+	for _, field := range []string{"containers", "initContainers"} {
+		list, _ := spec[field].([]any)
+		for _, c := range list {
+			if m, ok := c.(map[string]any); ok {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
