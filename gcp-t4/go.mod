@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers v0.0.0
 	github.com/distribution/reference v0.6.0
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -51,7 +52,6 @@ require (
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 require (
