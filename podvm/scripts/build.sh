@@ -48,12 +48,16 @@ podvm/scripts/stage-binaries.sh "$binaries" "$gen/binaries-tree"
 # 2b. Every file in the image that no Debian package installed, with its
 #     version, source and sha256: /usr/lib/caa-gcp-t4/binaries.json inside
 #     the image, and the same list under "caa-gcp-t4" in podvm.manifest.
-gomod() { go version -m "$1" | awk -v k="$2" '$1 == "build" && index($2, k "=") == 1 {print substr($2, length(k) + 2)}'; }
-rev=$(gomod "$tools/gpu-init" vcs.revision)
-[ "$(gomod "$tools/gpu-init" vcs.modified)" = true ] && rev="${rev:-unknown}-modified"
+# gpu-init's version: the last commit that changed its sources (workspace
+# builds carry no VCS stamp), "-modified" if they differ from it, and the Go
+# release; unrelated commits leave it, and so the cache key, unchanged.
+src=(gcp-t4/cmd/gpu-init gcp-t4/internal/gpuinit gcp-t4/go.mod gcp-t4/go.sum)
+rev=$(git log -1 --format=%h --abbrev=12 -- "${src[@]}" 2>/dev/null || true)
+if [ -n "$rev" ] && [ -n "$(git status --porcelain -- "${src[@]}" 2>/dev/null)" ]; then rev="$rev-modified"; fi
+rev="${rev:-no-git}+$(go version "$tools/gpu-init" | awk '{print $2}')"
 nvver=$("$tools/nvidia-ctk" --version | sed -n 's/.*version \([^ ]*\).*/\1/p' | head -n 1)
 {
-	printf 'gpu-init\t%s\t%s\tgcp-t4/cmd/gpu-init (this repository)\t/usr/bin/gpu-init\n' "$(sha256sum "$tools/gpu-init" | cut -c1-64)" "${rev:-unknown}"
+	printf 'gpu-init\t%s\t%s\tgcp-t4/cmd/gpu-init (this repository)\t/usr/bin/gpu-init\n' "$(sha256sum "$tools/gpu-init" | cut -c1-64)" "$rev"
 	for t in nvidia-ctk nvidia-cdi-hook; do
 		printf '%s\t%s\t%s\tgithub.com/NVIDIA/nvidia-container-toolkit/cmd/%s@v%s (Go module)\t/usr/bin/%s\n' "$t" "$(sha256sum "$tools/$t" | cut -c1-64)" "$nvver" "$t" "$nvver" "$t"
 	done
