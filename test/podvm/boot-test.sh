@@ -30,6 +30,7 @@
 #   boot-test.sh <podvm dir> [result dir]
 # Environment: PODVM_BOOT_TIMEOUT (seconds, default 900), PODVM_QEMU_ACCEL (tcg|kvm),
 #   PODVM_BOOT_STANDINS (slots holding test/podvm/standin, space-separated),
+#   PODVM_BOOT_REAL (slots holding upstream's real binaries, for a manual run),
 #   PODVM_BOOT_USER_DATA (file served as the user-data attribute, before base64;
 #   default fixtures/user-data.yaml).
 set -euo pipefail
@@ -138,7 +139,7 @@ gpu_n=$(grep -n -m1 'CAA-GCP-T4-GPU {' <<<"$text" | cut -d: -f1)
 slots_n=$(grep -n -m1 'CAA-GCP-T4-SLOTS {' <<<"$text" | cut -d: -f1)
 [ "$gpu_n" -lt "$slots_n" ] || fail "readiness line (console line $gpu_n) is not before the agent slots (line $slots_n)"
 slots=$(grep -m1 -o 'CAA-GCP-T4-SLOTS {.*}' <<<"$text")
-agent_n=$(grep -n -m1 -E 'Kata Containers agent|kata-agent' <<<"$text" | cut -d: -f1 || true)
+agent_n=$(grep -n -m1 -E 'Kata Containers agent|kata-agent\.service' <<<"$text" | cut -d: -f1 || true)
 if [ -n "$agent_n" ] && [ "$agent_n" -lt "$gpu_n" ]; then
 	fail "the kata agent slot shows up (line $agent_n) before the readiness line (line $gpu_n)"
 fi
@@ -203,7 +204,7 @@ fs_bytes=$((blocks * bsize))
 
 guest=""
 if [ -n "$standins" ]; then
-	guest=$("$here/check-guest.sh" "$work/root.raw" "$slots" "$standins" "$((fs_bytes))" "$work/user-data.b64") || fail "peer-pod guest contract (above)"
+	guest=$("$here/check-guest.sh" "$work/root.raw" "$slots" "$standins" "$((fs_bytes))" "$work/user-data.b64" "${PODVM_BOOT_REAL:-}") || fail "peer-pod guest contract (above)"
 fi
 
 echo "boot-test: ok ($accel): readiness at ${gpu_at}s, multi-user at ${multi_at}s, boot done at ${ready_at}s; root grown to $((fs_bytes / 1024 / 1024)) MiB; clean power-off"

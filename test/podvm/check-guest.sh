@@ -3,17 +3,21 @@
 # hold test/podvm/standin, from the records the stand-ins wrote to
 # /var/lib/caa-gcp-t4-standin on the root filesystem (read with debugfs
 # after the VM powered off). Called by boot-test.sh; prints one summary line.
-#   check-guest.sh <root fs image> <slots line> <stand-in slots> <root fs bytes> <served user-data>
+#   check-guest.sh <root fs image> <slots line> <stand-in slots> <root fs bytes> <served user-data> [real slots]
+# Real slots hold upstream's binaries (a manual run against the real
+# neighbour): their units are checked, their records do not exist.
 set -euo pipefail
 root=$1
 slots_line=$2
 standins=$3
 fs_bytes=$4
 served=$5
+real=${6:-}
 here=$(cd "$(dirname "$0")" && pwd)
 fail() { echo "check-guest: FAIL: $*" >&2; exit 1; }
 rec() { debugfs -R "cat /var/lib/caa-gcp-t4-standin/$1.json" "$root" 2>/dev/null; }
-has() { grep -qw "$1" <<<"$standins"; }
+has() { grep -qw -- "$1" <<<"$standins"; }
+filled() { has "$1" || grep -qw -- "$1" <<<"$real"; }
 
 slots=$(jq -c . <<<"${slots_line#CAA-GCP-T4-SLOTS }") || fail "slot line is not JSON: $slots_line"
 report=$(rec report) || true
@@ -28,7 +32,7 @@ n=0
 for s in kata-agent agent-protocol-forwarder process-user-data attestation-agent confidential-data-hub api-server-rest; do
 	state=$(jq -r --arg s "$s" '.[$s]' <<<"$slots")
 	u=$s.service
-	if has "$s"; then
+	if filled "$s"; then
 		[ "$state" = ok ] || fail "slot $s is '$state', want ok"
 		[ "$(unit "$u" ActiveState)" = active ] || fail "$u is '$(unit "$u" ActiveState)/$(unit "$u" SubState)', want active"
 		[ "$(unit "$u" NRestarts)" = 0 ] || fail "$u restarted $(unit "$u" NRestarts) times"
@@ -66,8 +70,10 @@ ts() { unit "$1" "$2"; }
 pud_done=$(ts process-user-data.service ActiveEnterTimestampMonotonic)
 agent_start=$(ts kata-agent.service ExecMainStartTimestampMonotonic)
 fwd_start=$(ts agent-protocol-forwarder.service ExecMainStartTimestampMonotonic)
-if has process-user-data; then
+if filled process-user-data; then
 	{ [ "$pud_done" -gt 0 ] && [ "$pud_done" -le "$agent_start" ]; } || fail "process-user-data finished at $pud_done µs, kata-agent started at $agent_start µs"
+fi
+if has process-user-data; then
 	pud=$(rec process-user-data)
 	[ "$(jq -c .argv <<<"$pud")" = '["provision-files"]' ] || fail "process-user-data argv $(jq -c .argv <<<"$pud")"
 	[ "$(jq -r .found.user_data_status <<<"$pud")" = 200 ] || fail "process-user-data's metadata request got $(jq -r .found.user_data_status <<<"$pud")"
@@ -81,12 +87,15 @@ if has confidential-data-hub; then
 	[ "$(jq -r .env.OCICRYPT_KEYPROVIDER_CONFIG <<<"$cdh")" = /etc/ocicrypt_config.json ] || fail "CDH env: $(jq -c .env <<<"$cdh")"
 	[ "$(jq -r .env.CDH_DEFAULT_IMAGE_AUTHENTICATED_REGISTRY_CREDENTIALS <<<"$cdh")" = file:///run/peerpod/auth.json ] || fail "CDH env: $(jq -c .env <<<"$cdh")"
 fi
-if has agent-protocol-forwarder; then
+if filled agent-protocol-forwarder; then
 	[ "$agent_start" -le "$fwd_start" ] || fail "the forwarder started at $fwd_start µs, before kata-agent ($agent_start µs)"
+fi
+if has agent-protocol-forwarder; then
 	fwd=$(rec agent-protocol-forwarder)
 	[ "$(jq -r .found.agent_socket_dialled <<<"$fwd")" = true ] || fail "the forwarder could not dial kata-agent's socket"
 	[ "$(jq -r .found.pod_netns <<<"$fwd")" != "$(jq -r .netns <<<"$fwd")" ] || fail "podns is the forwarder's own namespace"
-	jq -e '.listens | index("tcp:0.0.0.0:15150")' <<<"$fwd" >/dev/null || fail "the forwarder listens on $(jq -c .listens <<<"$fwd"), not 0.0.0.0:15150"
+	# Go listens on 0.0.0.0 with one dual-stack socket, shown as [::].
+	jq -e '.listens | (index("tcp:0.0.0.0:15150") or index("tcp:[::]:15150"))' <<<"$fwd" >/dev/null || fail "the forwarder listens on $(jq -c .listens <<<"$fwd"), not 0.0.0.0:15150"
 	[ -n "$(jq -r '.env.NOTIFY_SOCKET // ""' <<<"$fwd")" ] || fail "the forwarder has no NOTIFY_SOCKET (its unit is not Type=notify)"
 	# Flags: each -name the fixture defines, values after the value flags.
 	mapfile -t argv < <(jq -r '.argv[]' <<<"$fwd")
@@ -106,16 +115,22 @@ fi
 n=$((n + 1))
 
 # Listening sockets: only these. The resolver's stub listeners answer the
-# VM itself on loopback; :15150 is the forwarder CAA dials; 127.0.0.1:8006
-# in the pod's namespace is api-server-rest for the pod's containers.
+# VM itself on loopback; systemd-networkd's DHCP client keeps a socket on
+# the VM's own address for lease renewals (port 68); :15150 is the
+# forwarder CAA dials (Go listens on 0.0.0.0 with one dual-stack socket,
+# listed as tcp6 [::]); 127.0.0.1:8006 in the pod's namespace is
+# api-server-rest for the pod's containers.
 expect_root="tcp 127.0.0.53:53
 tcp 127.0.0.54:53
 udp 127.0.0.53:53
 udp 127.0.0.54:53"
-has agent-protocol-forwarder && expect_root+=$'\ntcp 0.0.0.0:15150'
+if filled agent-protocol-forwarder; then expect_root+=$'\ntcp6 [::]:15150'; fi
 expect_pod=""
-has api-server-rest && expect_pod="tcp 127.0.0.1:8006"
-root_l=$(jq -r '.listening_root[]' <<<"$report")
+if filled api-server-rest; then expect_pod="tcp 127.0.0.1:8006"; fi
+root_all=$(jq -r '.listening_root[]' <<<"$report")
+dhcp=$(grep -E '^udp ([0-9]{1,3}\.){3}[0-9]{1,3}:68$' <<<"$root_all" || true)
+[ "$(grep -c . <<<"$dhcp")" -le 1 ] || fail "more than one DHCP client socket: $(tr '\n' ';' <<<"$dhcp")"
+root_l=$(grep -v -xF -- "${dhcp:-none}" <<<"$root_all" || true)
 pod_l=$(jq -r '.listening_podns[]?' <<<"$report")
 if grep -q ':5355$' <<<"$root_l"; then fail "LLMNR listens: $(grep ':5355$' <<<"$root_l" | tr '\n' ' ')"; fi
 extra=$(comm -23 <(sort -u <<<"$root_l") <(sort -u <<<"$expect_root") | grep -v '^$' || true)
