@@ -46,6 +46,11 @@ fail() {
 		mkdir -p "$results"
 		tr -d '\r' <"$log" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g' >"$results/console.log"
 		echo "boot-test: console saved in $results/console.log" >&2
+		if [ -n "$standins" ] && [ -f "${work:-}/root.raw" ]; then
+			mkdir -p "$results/standin"
+			debugfs -R "rdump /var/lib/caa-gcp-t4-standin $results/standin" "$work/root.raw" 2>/dev/null || true
+			echo "boot-test: stand-in records and the guest units' journal saved in $results/standin" >&2
+		fi
 	fi
 	if [ -f "${log:-}" ]; then
 		echo "---- last 40 console lines ----" >&2
@@ -146,7 +151,9 @@ fi
 for bad in 'Failed to start' 'FAILED'; do
 	if grep -q "$bad" <<<"$text"; then
 		grep "$bad" <<<"$text" >&2
-		fail "a unit failed during boot"
+		# A run against upstream's real binaries goes on to collect what they did.
+		[ -n "${PODVM_BOOT_REAL:-}" ] || fail "a unit failed during boot"
+		echo "boot-test: a unit failed; going on to collect the records (PODVM_BOOT_REAL)" >&2
 	fi
 done
 
