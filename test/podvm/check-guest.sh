@@ -60,8 +60,15 @@ fsz=$(jq -r '.found.kata_containers_bytes' <<<"$agent")
 jq -r '.kata_containers_mount' <<<"$report" | grep -q ' /var/lib/kata-containers /run/kata-containers ' ||
 	fail "/run/kata-containers is not the bind mount of /var/lib/kata-containers: $(jq -r .kata_containers_mount <<<"$report")"
 [ "$(jq -r .found.pause_bundle <<<"$agent")" = true ] || fail "kata-agent found no /pause_bundle/config.json"
-want_policy=$(sha256sum <"$here/../../podvm/mkosi.extra/etc/kata-opa/allow-all.rego" | cut -c1-64)
-[ "$(jq -r .found.policy_sha256 <<<"$agent")" = "$want_policy" ] || fail "kata-agent read a default policy other than allow-all.rego (no initdata policy was given)"
+# The default policy, or initdata's when the user-data carries initdata
+# (process-user-data writes its policy.rego over the default).
+allow_all=$(sha256sum <"$here/../../podvm/mkosi.extra/etc/kata-opa/allow-all.rego" | cut -c1-64)
+got_policy=$(jq -r .found.policy_sha256 <<<"$agent")
+if base64 -d "$served" | grep -q 'path: /run/peerpod/initdata'; then
+	[ "$got_policy" != "$allow_all" ] || fail "kata-agent read allow-all.rego although the user-data's initdata carries a policy"
+else
+	[ "$got_policy" = "$allow_all" ] || fail "kata-agent read a default policy other than allow-all.rego (no initdata policy was given)"
+fi
 [ "$(jq -c .argv <<<"$agent")" = '["--config","/etc/agent-config.toml"]' ] || fail "kata-agent argv $(jq -c .argv <<<"$agent")"
 n=$((n + 1))
 
@@ -125,6 +132,8 @@ tcp 127.0.0.54:53
 udp 127.0.0.53:53
 udp 127.0.0.54:53"
 if filled agent-protocol-forwarder; then expect_root+=$'\ntcp6 [::]:15150'; fi
+# The real forwarder's VXLAN tunnel to the worker node (VXLAN_PORT 4789).
+if grep -qw -- agent-protocol-forwarder <<<"$real"; then expect_root+=$'\nudp 0.0.0.0:4789'; fi
 expect_pod=""
 if filled api-server-rest; then expect_pod="tcp 127.0.0.1:8006"; fi
 root_all=$(jq -r '.listening_root[]' <<<"$report")
