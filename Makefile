@@ -19,7 +19,7 @@ IMAGE_GO ?= go1.26.8
 CONTAINERD17 ?= v1.7.29
 CONTAINERD2 ?= v2.0.14 v2.4.2
 
-.PHONY: all build test demo bench lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-verify podvm-test containerd remediate-fuzz fuzz
+.PHONY: all build test demo bench lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz
 .PHONY: delivery upstream-patch image
 .PHONY: controlplane controlplane-test kuberay helm-vet helm-check
 
@@ -146,6 +146,11 @@ vet:
 ## podvm: build the podVM disk image (cached by a hash of its inputs); docs/podvm-build-guide.md
 podvm: tools
 	podvm/scripts/build.sh
+
+## podvm-binaries: stage upstream's published guest binaries for the pinned release
+## (podvm/guest-artefacts.pins) into podvm/binaries, verified; offline it says what to fetch
+podvm-binaries: tools
+	podvm/scripts/podvm-binaries.sh
 
 ## podvm-verify: build the podVM twice from scratch and compare (slow: not part of make test)
 podvm-verify: tools

@@ -2,6 +2,8 @@
 # Builds the podVM disk image with mkosi, or reuses a cached build whose
 # inputs hash to the same key, and prints the directory holding it:
 #   podvm.raw  podvm.manifest  podvm.nvidia-modules.json  build-info.json  SHA256SUMS
+# podvm.manifest is mkosi's package list plus, under "caa-gcp-t4", every
+# binary no Debian package installed (name, version, source, sha256, path).
 #
 # Inputs of the key: every file under podvm/ that mkosi reads, the generated
 # apt sources, the mkosi version, the gpu-init/nvidia-ctk/nvidia-cdi-hook
@@ -43,6 +45,28 @@ install -m 0755 "$nvbin/nvidia-ctk" "$nvbin/nvidia-cdi-hook" "$tools/"
 # 2. Guest binaries slots, checked against the input's checksum manifest.
 podvm/scripts/stage-binaries.sh "$binaries" "$gen/binaries-tree"
 
+# 2b. Every file in the image that no Debian package installed, with its
+#     version, source and sha256: /usr/lib/caa-gcp-t4/binaries.json inside
+#     the image, and the same list under "caa-gcp-t4" in podvm.manifest.
+# gpu-init's version: the last commit that changed its sources (workspace
+# builds carry no VCS stamp), "-modified" if they differ from it, and the Go
+# release; unrelated commits leave it, and so the cache key, unchanged.
+src=(gcp-t4/cmd/gpu-init gcp-t4/internal/gpuinit gcp-t4/go.mod gcp-t4/go.sum)
+rev=$(git log -1 --format=%h --abbrev=12 -- "${src[@]}" 2>/dev/null || true)
+if [ -n "$rev" ] && [ -n "$(git status --porcelain -- "${src[@]}" 2>/dev/null)" ]; then rev="$rev-modified"; fi
+rev="${rev:-no-git}+$(go version "$tools/gpu-init" | awk '{print $2}')"
+nvver=$("$tools/nvidia-ctk" --version | sed -n 's/.*version \([^ ]*\).*/\1/p' | head -n 1)
+{
+	printf 'gpu-init\t%s\t%s\tgcp-t4/cmd/gpu-init (this repository)\t/usr/bin/gpu-init\n' "$(sha256sum "$tools/gpu-init" | cut -c1-64)" "$rev"
+	for t in nvidia-ctk nvidia-cdi-hook; do
+		printf '%s\t%s\t%s\tgithub.com/NVIDIA/nvidia-container-toolkit/cmd/%s@v%s (Go module)\t/usr/bin/%s\n' "$t" "$(sha256sum "$tools/$t" | cut -c1-64)" "$nvver" "$t" "$nvver" "$t"
+	done
+	awk -F'\t' '{printf "%s\t%s\t%s\t%s\t/usr/local/bin/%s\n", $1, $2, $3, $4, $1}' "$gen/binaries-tree/usr/lib/caa-gcp-t4/guest-binaries.tsv"
+} | jq -R -s 'split("\n") | map(select(length > 0) | split("\t") | {name: .[0], sha256: .[1], version: .[2], source: .[3], path: .[4]}) | {binaries: .}' \
+	>"$gen/binaries.json"
+mkdir -p "$gen/tools-tree/usr/lib/caa-gcp-t4"
+cp "$gen/binaries.json" "$gen/tools-tree/usr/lib/caa-gcp-t4/binaries.json"
+
 # 3. apt sources for the build (mkosi's own list would add the debug archive).
 mirror=$(podvm/scripts/debian-mirror.sh)
 security=${PODVM_DEBIAN_SECURITY_MIRROR:-}
@@ -73,7 +97,7 @@ fi
 mkosi_version=$(mkosi --version | awk '{print $2}')
 key=$( {
 	echo "mkosi $mkosi_version"
-	find podvm -path podvm/binaries -prune -o -type f ! -name '*.md' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+	find podvm -path podvm/binaries -prune -o -type f ! -name '*.md' ! -name '*.pins' ! -name podvm-binaries.sh -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
 	(cd "$gen" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
 } | sha256sum | cut -c1-16)
 
@@ -114,7 +138,10 @@ nice mkosi -C podvm \
 	--force build >&2
 seconds=$(( $(date +%s) - start ))
 
-# 6. Check the result, then record what it is made of and its checksums.
+# 6. Fold the non-Debian binaries into mkosi's package manifest, check the
+#    result, then record what it is made of and its checksums.
+jq --slurpfile b "$gen/binaries.json" '. + {"caa-gcp-t4": $b[0]}' "$out/podvm.manifest" >"$out/podvm.manifest.tmp"
+mv "$out/podvm.manifest.tmp" "$out/podvm.manifest"
 podvm/scripts/check-image.sh "$out" >&2
 cat >"$out/build-info.json" <<INFO
 {"key":"$key","mkosi":"$mkosi_version","build_seconds":$seconds,"incremental":"$incremental","raw_bytes":$(stat -c %s "$out/podvm.raw"),"raw_allocated_bytes":$(( $(stat -c %b "$out/podvm.raw") * $(stat -c %B "$out/podvm.raw") ))}

@@ -17,7 +17,7 @@ BACKPORTS_LIST=/etc/apt/sources.list.d/caa-gcp-t4-backports.sources
 # systemd), and e2fsprogs 1.47.2: bookworm's 1.47.0 `mke2fs -d` copies the
 # build tree's atimes/ctimes into the image, so no two root filesystems match.
 BACKPORTS_PACKAGES=(systemd-boot systemd-boot-efi e2fsprogs)
-HOST_PACKAGES=(qemu-system-x86 qemu-utils ovmf shellcheck kmod dosfstools mtools fdisk cpio zstd jq xz-utils python3-pefile)
+HOST_PACKAGES=(qemu-system-x86 qemu-utils ovmf shellcheck kmod dosfstools mtools fdisk cpio zstd jq xz-utils python3-pefile umoci binutils)
 
 have_all() {
 	[ "$(dpkg-query -W -f='${Version}' mkosi 2>/dev/null || true)" = "$MKOSI_VERSION" ] || return 1

@@ -29,6 +29,11 @@ case_ mismatched-driver '(.packages[] | select(.name == "libcuda1") | .version) 
 case_ no-gsp-firmware 'del(.packages[] | select(.name == "firmware-nvidia-gsp"))' "firmware-nvidia-gsp is 'absent'"
 case_ toolchain-left '.packages += [{"name": "gcc", "version": "4:12.2.0-3"}]' "gcc must not be in the image"
 case_ ssh '.packages += [{"name": "openssh-server", "version": "1:9.2p1-2"}]' "openssh-server must not be in the image"
+case_ persistenced-unpinned '(.packages[] | select(.name == "nvidia-persistenced") | .version) |= "535.216.03-1"' "nvidia-persistenced is '535.216.03-1'"
+case_ no-ctk-record 'del(."caa-gcp-t4".binaries[] | select(.name == "nvidia-ctk"))' "no caa-gcp-t4 binaries entry for nvidia-ctk"
+case_ ctk-version-unknown '(."caa-gcp-t4".binaries[] | select(.name == "nvidia-ctk") | .version) |= "unknown"' "nvidia-ctk has version 'unknown'"
+case_ unlisted-slot 'del(."caa-gcp-t4".binaries[] | select(.name == "kata-agent"))' "/usr/local/bin/kata-agent is not in the manifest"
+case_ gpu-init-other-sha '(."caa-gcp-t4".binaries[] | select(.name == "gpu-init") | .sha256) |= ("0" * 64)' "/usr/bin/gpu-init has sha256"
 # An initrd that still carries a build-time log (the real disk, a made-up initrd).
 mkdir -p "$work/initrd/tree/var/log" "$work/initrd/out"
 echo "install dkms" >"$work/initrd/tree/var/log/dpkg.log"

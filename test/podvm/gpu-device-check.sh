@@ -12,7 +12,7 @@ bin=$(mktemp -d)
 if [ -f "$src" ]; then tar -C "$bin" -xzf "$src"; else cp "$src"/* "$bin/"; fi
 modprobe=$(command -v modprobe || echo /bin/true)
 smi=$(command -v nvidia-smi || echo "")
-cdi=/tmp/caa-gcp-t4-cdi/nvidia.yaml
+cdi=/tmp/caa-gcp-t4-cdi/nvidia.json
 {
 	echo "## id"; id
 	echo "## kernel"; uname -r
@@ -38,16 +38,16 @@ run() {
 }
 rm -rf "$(dirname "$cdi")"
 run ready --cdi-output "$cdi"
-cp "$cdi" "$out/nvidia.yaml" 2>/dev/null
+cp "$cdi" "$out/nvidia.json" 2>/dev/null
 ls -la "$(dirname "$cdi")" /tmp >"$out/cdi-dir.txt" 2>&1
 run again --cdi-output "$cdi"
 # A module load that fails must give a failed line at step modprobe.
-run badmodule --cdi-output /tmp/caa-gcp-t4-cdi-bad/nvidia.yaml --modprobe /bin/false
+run badmodule --cdi-output /tmp/caa-gcp-t4-cdi-bad/nvidia.json --modprobe /bin/false
 "$bin/nvidia-ctk" cdi list --spec-dir "$(dirname "$cdi")" >"$out/cdi-list.txt" 2>&1
 for f in env.txt ready.line ready.stderr again.line badmodule.line cdi-dir.txt cdi-list.txt; do
 	echo "==== $f"
 	cat "$out/$f"
 done
-echo "==== nvidia.yaml (names and kind)"
-grep -n -E '^kind:|^ *- *name:|^ *name:|^cdiVersion' "$out/nvidia.yaml" 2>/dev/null | head -n 20
+echo "==== nvidia.json (kind and device names)"
+jq -r '.kind, .devices[].name' "$out/nvidia.json" 2>/dev/null | head -n 20
 rm -rf "$bin"

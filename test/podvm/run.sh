@@ -1,23 +1,46 @@
 #!/usr/bin/env bash
-# make test's podVM part: static checks, the image build (reused from the
-# cache when its inputs are unchanged), then the QEMU boot test.
+# make test's podVM part: static checks, the guest-binaries staging and
+# fetch-verify paths, the image build (reused from the cache when its inputs
+# are unchanged), then the QEMU boot test.
+#
+# The image tested is the product image with test/podvm/standin in five of
+# the six guest slots (attestation-agent left empty on purpose): the
+# stand-ins record what the units give them and listen where the real
+# programs would, so the boot test checks the guest contract end to end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 podvm/scripts/lint.sh
 test/podvm/stage-binaries-test.sh
-dir=$(podvm/scripts/build.sh)
+test/podvm/podvm-binaries-test.sh
+
+cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4}
+mkdir -p "$cache"
+standin_slots="kata-agent agent-protocol-forwarder process-user-data confidential-data-hub api-server-rest"
+bins=$(mktemp -d "$cache/podvm-standins.XXXXXX")
+trap 'rm -rf "$bins"' EXIT
+(cd test/podvm/standin && GOWORK=off CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w -buildid=" -o "$bins/standin" .)
+src=$(cd test/podvm/standin && cat go.mod ./*.go | sha256sum | cut -c1-12)
+for s in $standin_slots; do
+	cp "$bins/standin" "$bins/$s"
+	echo "$s test-standin-$src test/podvm/standin (boot-test stand-in, not a real guest binary)" >>"$bins/VERSIONS"
+done
+rm "$bins/standin"
+# shellcheck disable=SC2086 # slot names
+(cd "$bins" && sha256sum $standin_slots >SHA256SUMS)
+
+dir=$(PODVM_BINARIES=$bins podvm/scripts/build.sh)
 # Also on a cached image: the manifest and the disk hold what they must.
 podvm/scripts/check-image.sh "$dir"
 test/podvm/check-image-test.sh "$dir"
-test/podvm/boot-test.sh "$dir" "$dir.boot"
+PODVM_BOOT_STANDINS=$standin_slots test/podvm/boot-test.sh "$dir" "$dir.boot"
 # Same inputs, same bits: one more build on mkosi's cached package tree must
 # reproduce every output of the cached image (make podvm-verify does this
 # from scratch, twice).
 # Next to the cached image (same filesystem as the build's staging
 # directory, so the 1.1 GB image is renamed, not copied into a tmpfs).
 again=$(mktemp -d "$(dirname "$dir")/podvm-again.XXXXXX")
-trap 'rm -rf "$again"' EXIT
-PODVM_OUT=$again/out PODVM_INCREMENTAL=1 podvm/scripts/build.sh >/dev/null
+trap 'rm -rf "$bins" "$again"' EXIT
+PODVM_BINARIES=$bins PODVM_OUT=$again/out PODVM_INCREMENTAL=1 podvm/scripts/build.sh >/dev/null
 if ! diff "$dir/SHA256SUMS" "$again/out/SHA256SUMS"; then
 	echo "podvm-test: a rebuild of the same inputs differs from the cached image (above); make podvm-verify narrows it down" >&2
 	exit 1

@@ -16,7 +16,7 @@ expect_fail() { # name, input dir, message fragment
 	grep -q -- "$3" <<<"$out" || { echo "stage-binaries-test: $1: message '$out' lacks '$3'" >&2; exit 1; }
 	n=$((n + 1))
 }
-mk() { mkdir -p "$work/$1"; printf '#!/bin/sh\necho %s\n' "$2" >"$work/$1/$2"; }
+mk() { mkdir -p "$work/$1"; printf '#!/bin/sh\necho %s\n' "$2" >"$work/$1/$2"; echo "$2 v1.0 test" >>"$work/$1/VERSIONS"; }
 
 # No input directory, or only the README: every slot stays empty.
 "$stage" "$work/absent" "$work/tree-absent" 2>/dev/null
@@ -43,6 +43,22 @@ mk listed kata-agent
 (cd "$work/listed" && sha256sum kata-agent >SHA256SUMS && echo "$(sha256sum kata-agent | cut -d' ' -f1)  process-user-data" >>SHA256SUMS)
 expect_fail listed-absent "$work/listed" "checksum mismatch"
 
+# A binary without a version line: the image manifest must say what it is.
+mk noversion kata-agent
+mk noversion confidential-data-hub
+(cd "$work/noversion" && sha256sum kata-agent confidential-data-hub >SHA256SUMS && sed -i '/^confidential-data-hub /d' VERSIONS)
+expect_fail noversion "$work/noversion" "confidential-data-hub has no line in $work/noversion/VERSIONS"
+
+# The guest components upstream ships all have slots.
+mk gc attestation-agent
+mk gc confidential-data-hub
+mk gc api-server-rest
+(cd "$work/gc" && sha256sum attestation-agent confidential-data-hub api-server-rest >SHA256SUMS)
+"$stage" "$work/gc" "$work/tree-gc" 2>/dev/null
+[ "$(cut -f1 "$work/tree-gc/usr/lib/caa-gcp-t4/guest-binaries.tsv" | sort | tr '\n' ' ')" = "api-server-rest attestation-agent confidential-data-hub " ] ||
+	{ echo "guest-components slots not staged: $(cat "$work/tree-gc/usr/lib/caa-gcp-t4/guest-binaries.tsv")" >&2; exit 1; }
+n=$((n + 1))
+
 mk good kata-agent
 mk good agent-protocol-forwarder
 (cd "$work/good" && sha256sum kata-agent agent-protocol-forwarder >SHA256SUMS)
@@ -53,5 +69,9 @@ done
 [ ! -e "$work/tree-good/usr/local/bin/process-user-data" ] || { echo "absent slot filled" >&2; exit 1; }
 diff <(sort "$work/good/SHA256SUMS") <(sort "$work/tree-good/usr/lib/caa-gcp-t4/guest-binaries.sha256") ||
 	{ echo "image manifest differs from the input's SHA256SUMS" >&2; exit 1; }
+# The record the image manifest is made from: slot, sha256, version, source.
+want=$(printf 'agent-protocol-forwarder\t%s\tv1.0\ttest\nkata-agent\t%s\tv1.0\ttest' "$(sha256sum <"$work/good/agent-protocol-forwarder" | cut -c1-64)" "$(sha256sum <"$work/good/kata-agent" | cut -c1-64)")
+[ "$(sort "$work/tree-good/usr/lib/caa-gcp-t4/guest-binaries.tsv")" = "$want" ] ||
+	{ echo "guest-binaries.tsv is '$(cat "$work/tree-good/usr/lib/caa-gcp-t4/guest-binaries.tsv")', want '$want'" >&2; exit 1; }
 n=$((n + 1))
 echo "stage-binaries-test: ok ($n cases)"

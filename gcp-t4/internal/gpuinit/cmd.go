@@ -19,7 +19,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	cfg := Config{Logger: logger}
 	var modules, console string
 	fs.StringVar(&cfg.Root, "root", "/", "filesystem root holding sys/, proc/, dev/ and the CDI output")
-	fs.StringVar(&cfg.CDIOutput, "cdi-output", DefaultCDIOutput, "CDI spec path inside --root (.yaml or .json)")
+	fs.StringVar(&cfg.CDIOutput, "cdi-output", DefaultCDIOutput, "CDI spec path inside --root (.json or .yaml; the content is JSON either way)")
 	fs.DurationVar(&cfg.Timeout, "timeout", DefaultTimeout, "bound on the whole sequence; keep it under kata-agent's 100s CDI wait")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", DefaultPollInterval, "how often to look for device nodes")
 	fs.StringVar(&modules, "modules", strings.Join(DefaultModules, ","), "kernel modules to load, comma-separated")

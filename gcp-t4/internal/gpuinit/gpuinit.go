@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -67,7 +68,7 @@ type Config struct {
 
 // Defaults for a podVM built from podvm/.
 const (
-	DefaultCDIOutput    = "/var/run/cdi/nvidia.yaml"
+	DefaultCDIOutput    = "/var/run/cdi/nvidia.json"
 	DefaultTimeout      = 60 * time.Second
 	DefaultPollInterval = 100 * time.Millisecond
 )
@@ -325,11 +326,16 @@ func (c Config) waitForNodes(ctx context.Context, nodes []string) error {
 }
 
 // writeCDI generates the spec in a private temporary directory next to the
-// CDI directory (same filesystem) and renames it into place, so a CDI
-// consumer scanning the directory never sees a half-written or stray spec.
-// A temporary file inside the CDI directory would not do: nvidia-ctk appends
-// ".yaml" to an --output name without that suffix, which makes any
-// temporary name a spec the agent would read.
+// CDI directory (same filesystem), decodes and checks it, and renames it
+// into place, so a CDI consumer scanning the directory never sees a
+// half-written, stray or unusable spec. A temporary file inside the CDI
+// directory would not do: nvidia-ctk appends a format suffix to an --output
+// name without one, which makes any temporary name a spec the agent reads.
+//
+// nvidia-ctk is always asked for JSON, whatever the target's extension: CDI
+// consumers read .json and .yaml specs (the CDI specification; kata-agent's
+// cdi crate takes both suffixes), JSON is YAML too, and so the standard
+// library decodes exactly the bytes that land in the CDI directory.
 func (c Config) writeCDI(ctx context.Context) ([]string, error) {
 	target := c.path(c.CDIOutput)
 	dir := filepath.Dir(target)
@@ -341,10 +347,9 @@ func (c Config) writeCDI(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("create temporary directory next to %s: %w", dir, err)
 	}
 	defer os.RemoveAll(tmpDir)
-	tmpName := filepath.Join(tmpDir, filepath.Base(target))
+	tmpName := filepath.Join(tmpDir, "spec.json")
 
-	format := strings.TrimPrefix(filepath.Ext(target), ".")
-	args := []string{"cdi", "generate", "--output=" + tmpName, "--format=" + format}
+	args := []string{"cdi", "generate", "--output=" + tmpName, "--format=json"}
 	if c.CDIHookPath != "" {
 		args = append(args, "--nvidia-cdi-hook-path="+c.CDIHookPath)
 	}
@@ -353,7 +358,7 @@ func (c Config) writeCDI(ctx context.Context) ([]string, error) {
 	}
 	spec, err := os.ReadFile(tmpName)
 	if err != nil {
-		return nil, fmt.Errorf("read generated CDI spec (nvidia-ctk wrote no %s): %w", filepath.Base(target), err)
+		return nil, fmt.Errorf("read generated CDI spec (nvidia-ctk wrote no %s): %w", filepath.Base(tmpName), err)
 	}
 	devices, err := cdiDevices(spec)
 	if err != nil {
@@ -380,29 +385,85 @@ func (c Config) writeCDI(ctx context.Context) ([]string, error) {
 	return devices, nil
 }
 
+// cdiSpec is the part of a CDI spec (tags.cncf.io/container-device-interface
+// specs-go, config.go: Spec and Device) that the readiness check reads. The
+// top level and each device are decoded strictly, so a misspelt or foreign
+// key is an error rather than a silently missing device; the edits are left
+// to the consumer, which applies them.
+type cdiSpec struct {
+	Version        string            `json:"cdiVersion"`
+	Kind           string            `json:"kind"`
+	Annotations    map[string]string `json:"annotations,omitempty"`
+	Devices        []cdiDevice       `json:"devices"`
+	ContainerEdits json.RawMessage   `json:"containerEdits,omitempty"`
+}
+
+type cdiDevice struct {
+	Name           string            `json:"name"`
+	Annotations    map[string]string `json:"annotations,omitempty"`
+	ContainerEdits json.RawMessage   `json:"containerEdits"`
+}
+
+// The name rules of the CDI specification (SPEC.md "Kind" and "Devices";
+// pkg/parser in the CDI Go module): kind is vendor/class, vendor a domain-like
+// name, class and device names start alphanumeric.
 var (
-	cdiKindRE = regexp.MustCompile(`(?m)^\s*"?kind"?\s*:\s*"?([A-Za-z0-9._/-]+)"?`)
-	cdiNameRE = regexp.MustCompile(`(?m)^\s*-?\s*"?name"?\s*:\s*"?([A-Za-z0-9._:-]+)"?`)
+	cdiVendorRE  = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
+	cdiClassRE   = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
+	cdiDeviceRE  = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$`)
+	cdiVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
 )
 
-// cdiDevices extracts the fully-qualified device names (nvidia.com/gpu=0,
-// …=all) from a spec. A line scan is enough for the flat keys nvidia-ctk
-// writes and keeps the init binary free of a YAML dependency.
+// CAA v0.22.0 asks for this device on every GPU pod (pkg/adaptor/proxy
+// service.go adds the annotation cdi.k8s.io/peer-pods: nvidia.com/gpu=all).
+const caaRequestedDevice = "nvidia.com/gpu=all"
+
+// cdiDevices decodes a JSON CDI spec and returns its fully-qualified device
+// names (nvidia.com/gpu=0, …=all), checking what CAA's request and the CDI
+// name rules need.
 func cdiDevices(spec []byte) ([]string, error) {
 	if len(bytes.TrimSpace(spec)) == 0 {
 		return nil, errors.New("empty spec")
 	}
-	k := cdiKindRE.FindSubmatch(spec)
-	if k == nil {
-		return nil, errors.New("no kind: field")
+	dec := json.NewDecoder(bytes.NewReader(spec))
+	dec.DisallowUnknownFields()
+	var s cdiSpec
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("decode JSON CDI spec (nvidia-ctk --format=json): %w", err)
 	}
-	kind := string(k[1])
-	var out []string
-	for _, m := range cdiNameRE.FindAllSubmatch(spec, -1) {
-		out = append(out, kind+"="+string(m[1]))
+	if dec.More() {
+		return nil, errors.New("data after the JSON CDI spec")
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("kind %s lists no devices", kind)
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON CDI spec")
+	}
+	if !cdiVersionRE.MatchString(s.Version) {
+		return nil, fmt.Errorf("cdiVersion %q is not a version like 0.5.0", s.Version)
+	}
+	vendor, class, ok := strings.Cut(s.Kind, "/")
+	if s.Kind == "" {
+		return nil, errors.New("no kind")
+	}
+	if !ok || !cdiVendorRE.MatchString(vendor) || !cdiClassRE.MatchString(class) {
+		return nil, fmt.Errorf("kind %q is not vendor/class", s.Kind)
+	}
+	if len(s.Devices) == 0 {
+		return nil, fmt.Errorf("kind %s lists no devices", s.Kind)
+	}
+	seen := map[string]bool{}
+	out := make([]string, 0, len(s.Devices))
+	for i, d := range s.Devices {
+		if !cdiDeviceRE.MatchString(d.Name) {
+			return nil, fmt.Errorf("devices[%d]: name %q is not a CDI device name", i, d.Name)
+		}
+		if seen[d.Name] {
+			return nil, fmt.Errorf("devices[%d]: device %q listed twice", i, d.Name)
+		}
+		seen[d.Name] = true
+		out = append(out, s.Kind+"="+d.Name)
+	}
+	if !slices.Contains(out, caaRequestedDevice) {
+		return nil, fmt.Errorf("no device %s, which CAA requests for every GPU pod (devices: %s)", caaRequestedDevice, strings.Join(out, ", "))
 	}
 	return out, nil
 }

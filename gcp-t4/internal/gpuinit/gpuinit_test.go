@@ -73,27 +73,9 @@ esac`
 	goodCTK = `case "$1" in
 system) mkdir -p "$ROOT/dev"; : > "$ROOT/dev/nvidiactl"; : > "$ROOT/dev/nvidia-uvm";;
 cdi) for a in "$@"; do case "$a" in --output=*) out="${a#--output=}";; esac; done
-  case "$out" in *.yaml|*.json) ;; *) out="$out.yaml";; esac
+  # One line, as CDI's writer emits JSON (nvidia-ctk --format=json).
   cat > "$out" <<'SPEC'
----
-cdiVersion: 0.5.0
-containerEdits:
-  deviceNodes:
-  - path: /dev/nvidiactl
-devices:
-- containerEdits:
-    deviceNodes:
-    - path: /dev/nvidia0
-  name: "0"
-- containerEdits:
-    deviceNodes:
-    - path: /dev/nvidia0
-  name: GPU-5d0e2f1a-3b5c-4b1e-9f1a-000000000000
-- containerEdits:
-    deviceNodes:
-    - path: /dev/nvidia0
-  name: all
-kind: nvidia.com/gpu
+{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"0","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}},{"name":"GPU-5d0e2f1a-3b5c-4b1e-9f1a-000000000000","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}},{"name":"all","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}}],"containerEdits":{"deviceNodes":[{"path":"/dev/nvidiactl"}]}}
 SPEC
 ;;
 esac`
@@ -169,11 +151,11 @@ func TestRunReady(t *testing.T) {
 		t.Errorf("cdi = %q, want %q", r.CDI, DefaultCDIOutput)
 	}
 	spec, err := os.ReadFile(filepath.Join(f.root, DefaultCDIOutput))
-	if err != nil || !bytes.Contains(spec, []byte("kind: nvidia.com/gpu")) {
+	if err != nil || !bytes.Contains(spec, []byte(`"kind":"nvidia.com/gpu"`)) {
 		t.Fatalf("CDI spec at %s: err %v, content %q", DefaultCDIOutput, err, spec)
 	}
-	if got := cdiDirEntries(t, f); !slices.Equal(got, []string{"nvidia.yaml"}) {
-		t.Errorf("/var/run/cdi holds %v, want only nvidia.yaml (no temporary files)", got)
+	if got := cdiDirEntries(t, f); !slices.Equal(got, []string{"nvidia.json"}) {
+		t.Errorf("/var/run/cdi holds %v, want only nvidia.json (no temporary files)", got)
 	}
 	calls := f.calls(t)
 	want := []string{"modprobe nvidia", "modprobe nvidia_uvm", "nvidia-ctk system create-device-nodes --control-devices", "nvidia-smi -L"}
@@ -181,7 +163,7 @@ func TestRunReady(t *testing.T) {
 		t.Fatalf("calls = %q, want %q then cdi generate", calls, want)
 	}
 	gen := calls[4]
-	for _, w := range []string{"nvidia-ctk cdi generate", "--format=yaml", "--nvidia-cdi-hook-path=/usr/bin/nvidia-cdi-hook", "--output=" + filepath.Join(f.root, "var/run") + "/.caa-gcp-t4-cdi-"} {
+	for _, w := range []string{"nvidia-ctk cdi generate", "--format=json", "--nvidia-cdi-hook-path=/usr/bin/nvidia-cdi-hook", "--output=" + filepath.Join(f.root, "var/run") + "/.caa-gcp-t4-cdi-"} {
 		if !strings.Contains(gen, w) {
 			t.Errorf("cdi generate call %q lacks %q", gen, w)
 		}
@@ -295,7 +277,7 @@ func TestRunCDIGenerationFailure(t *testing.T) {
 cdi) for a in "$@"; do case "$a" in --output=*) echo partial > "${a#--output=}";; esac; done; echo "failed to initialize NVML: Driver/library version mismatch" >&2; exit 1;; esac`,
 		"nvidia-ctk writes an empty spec": `case "$1" in system) mkdir -p "$ROOT/dev"; : > "$ROOT/dev/nvidiactl"; : > "$ROOT/dev/nvidia-uvm";; esac`,
 		"spec without devices": `case "$1" in system) mkdir -p "$ROOT/dev"; : > "$ROOT/dev/nvidiactl"; : > "$ROOT/dev/nvidia-uvm";;
-cdi) for a in "$@"; do case "$a" in --output=*) printf 'cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n' > "${a#--output=}";; esac; done;; esac`,
+cdi) for a in "$@"; do case "$a" in --output=*) printf '{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[]}' > "${a#--output=}";; esac; done;; esac`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFake(t)
@@ -374,14 +356,53 @@ func TestLineRoundTrip(t *testing.T) {
 	}
 }
 
-func TestCDIDevicesOnRealSpecShape(t *testing.T) {
-	spec, err := os.ReadFile("testdata/nvidia-ctk-1.19.1.yaml")
+// TestCDIDevicesRefusesWhatAConsumerCouldNotUse: each spec is one a CDI
+// consumer would reject or that would leave CAA's nvidia.com/gpu=all
+// unresolved; the error names what is wrong.
+func TestCDIDevicesRefusesWhatAConsumerCouldNotUse(t *testing.T) {
+	dev := `{"name":"all","containerEdits":{}}`
+	for name, tc := range map[string]struct{ spec, want string }{
+		"YAML, not JSON":     {"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n", "decode JSON CDI spec"},
+		"unknown top key":    {`{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","device":[` + dev + `]}`, `unknown field "device"`},
+		"unknown device key": {`{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"nam":"all"}]}`, `unknown field "nam"`},
+		"two documents":      {`{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[` + dev + `]}{}`, "data after the JSON CDI spec"},
+		"truncated":          {`{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[` + dev, "decode JSON CDI spec"},
+		"no kind":            {`{"cdiVersion":"0.5.0","devices":[` + dev + `]}`, "no kind"},
+		"kind without class": {`{"cdiVersion":"0.5.0","kind":"nvidia.com","devices":[` + dev + `]}`, "not vendor/class"},
+		"bad version":        {`{"cdiVersion":"five","kind":"nvidia.com/gpu","devices":[` + dev + `]}`, "cdiVersion"},
+		"bad device name":    {`{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"-0"},` + dev + `]}`, `name "-0"`},
+		"duplicate device":   {`{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[` + dev + `,` + dev + `]}`, "listed twice"},
+		"no all device":      {`{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"0"}]}`, "nvidia.com/gpu=all, which CAA requests"},
+		"empty device list":  {`{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[]}`, "lists no devices"},
+		"whitespace only":    {" \n", "empty spec"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := cdiDevices([]byte(tc.spec))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("cdiDevices = %v, %v; want an error containing %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunWritesJSONUnderAYAMLName: a .yaml target still gets the JSON that
+// was decoded (JSON is YAML; CDI consumers read both suffixes).
+func TestRunWritesJSONUnderAYAMLName(t *testing.T) {
+	f := newFake(t)
+	f.pciDevice(t, "0000:00:04.0", "0x10de", "0x030200")
+	cfg := f.config(t, goodModprobe, goodCTK, goodSMI)
+	cfg.CDIOutput = "/var/run/cdi/nvidia.yaml"
+	if r, err := Run(context.Background(), cfg); err != nil || r.CDI != cfg.CDIOutput {
+		t.Fatalf("Run = %+v, %v", r, err)
+	}
+	spec, err := os.ReadFile(filepath.Join(f.root, cfg.CDIOutput))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := cdiDevices(spec)
-	want := []string{"nvidia.com/gpu=0", "nvidia.com/gpu=GPU-00000000-1111-2222-3333-444444444444", "nvidia.com/gpu=all"}
-	if err != nil || !slices.Equal(got, want) {
-		t.Fatalf("cdiDevices = %v, %v; want %v (hookName/env entries must not count as devices)", got, err, want)
+	if _, err := cdiDevices(spec); err != nil {
+		t.Fatalf("the file written is not the decoded JSON spec: %v", err)
+	}
+	if got := cdiDirEntries(t, f); !slices.Equal(got, []string{"nvidia.yaml"}) {
+		t.Errorf("/var/run/cdi holds %v, want only nvidia.yaml", got)
 	}
 }

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Tests podvm/scripts/podvm-binaries.sh's unpack-verify-stage path on local
+# OCI layouts this test builds, shaped as upstream publishes the pinned
+# artefacts: kata's and guest-components' single-file artefacts are pushed
+# with oras (as their CI does; oras from the Go module proxy), the
+# podvm-binaries image is an image whose layer holds usr/local/bin/… (made
+# with Debian's umoci). The references and tags are the real pins
+# (podvm/guest-artefacts.pins); the binaries are small scripts. Checks that
+# every slot is staged with its sha256 and provenance and that a tampered
+# blob, a layout of another tag, a digest other than a pinned one, an
+# overridden reference, a checksum file that disagrees and a missing member
+# are refused, and what offline says.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+script=podvm/scripts/podvm-binaries.sh
+pins=podvm/guest-artefacts.pins
+work=$(mktemp -d)
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
+command -v umoci >/dev/null || { echo "podvm-binaries-test: umoci missing: run podvm/scripts/setup-host.sh" >&2; exit 1; }
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4
+ORAS_VERSION=$(sed -n 's/^ORAS_VERSION=//p' "$script")
+oras=$cache/oras-$ORAS_VERSION/oras
+if [ ! -x "$oras" ]; then
+	GOBIN=$(dirname "$oras") GOWORK=off GOFLAGS=-trimpath CGO_ENABLED=0 go install "oras.land/oras/cmd/oras@$ORAS_VERSION"
+fi
+n=0
+lay() { echo "$work/layouts/$(tr '/:' '__' <<<"${1%:*}")"; }
+content() { printf '#!/bin/sh\necho %s stand-in\n' "$1"; }
+
+# Single-file artefacts, as `oras push <ref> <file>` makes them.
+while read -r slot ref kind title member _; do
+	case "$slot" in "" | \#*) continue ;; esac
+	d=$work/src/$slot
+	mkdir -p "$d/tree/$(dirname "$member")"
+	content "$slot" >"$d/tree/$member"
+	chmod 0755 "$d/tree/$member"
+	if [ "$kind" = file ]; then
+		case "$title" in
+		*.tar.zst) (cd "$d/tree" && tar -cf - "$member" | zstd -q) >"$d/$title" ;;
+		*.tar.xz) (cd "$d/tree" && tar -cf - "$member" | xz) >"$d/$title" ;;
+		esac
+		files=("$title")
+		if [ "$slot" = kata-agent ]; then
+			# kata-deploy-binaries.sh pushes agent-sha256sum beside the tarball.
+			(cd "$d" && sha256sum "$title" >agent-sha256sum && echo v4.0.0 >agent-version)
+			files+=(agent-sha256sum agent-version)
+		fi
+		(cd "$d" && "$oras" push --no-tty --oci-layout "$(lay "$ref"):${ref##*:}" "${files[@]}" >/dev/null)
+	fi
+done <"$pins"
+
+# The podvm-binaries image (both Go programs in one layer), with umoci.
+img=$(awk '!/^#/ && $3 == "image" {print $2; exit}' "$pins")
+L=$(lay "$img")
+umoci init --layout "$L"
+umoci new --image "$L:${img##*:}"
+umoci unpack --rootless --image "$L:${img##*:}" "$work/bundle" >/dev/null
+mkdir -p "$work/bundle/rootfs/usr/local/bin"
+for s in agent-protocol-forwarder process-user-data; do
+	content "$s" >"$work/bundle/rootfs/usr/local/bin/$s"
+	chmod 0755 "$work/bundle/rootfs/usr/local/bin/$s"
+done
+umoci repack --image "$L:${img##*:}" "$work/bundle" >/dev/null
+cp -a "$work/layouts" "$work/pristine"
+
+run() { PODVM_OFFLINE=1 PODVM_ARTEFACTS="$work/layouts" PODVM_BINARIES="$work/out" "$script"; }
+refused() { # name, fragment, [env assignments…]
+	local name=$1 want=$2 out
+	shift 2
+	if out=$(env "$@" PODVM_OFFLINE=1 PODVM_ARTEFACTS="$work/layouts" PODVM_BINARIES="$work/out-$name" "$script" 2>&1); then
+		echo "podvm-binaries-test: $name: accepted, want a refusal mentioning '$want'" >&2
+		exit 1
+	fi
+	grep -q -- "$want" <<<"$out" || { echo "podvm-binaries-test: $name: '$out' lacks '$want'" >&2; exit 1; }
+	[ ! -e "$work/out-$name" ] || [ -z "$(ls -A "$work/out-$name")" ] || { echo "podvm-binaries-test: $name: staged something despite refusing" >&2; exit 1; }
+	n=$((n + 1))
+}
+reset() { rm -rf "$work/layouts" && cp -a "$work/pristine" "$work/layouts"; }
+
+# Every slot staged, with sha256 and provenance, and accepted by the build's staging.
+run 2>"$work/log" || { cat "$work/log" >&2; exit 1; }
+for s in kata-agent agent-protocol-forwarder process-user-data attestation-agent confidential-data-hub api-server-rest; do
+	[ "$(cat "$work/out/$s")" = "$(content "$s")" ] || { echo "podvm-binaries-test: $s staged wrong content" >&2; exit 1; }
+	ref=$(awk -v s="$s" '$1 == s {print $2}' "$pins")
+	awk -v s="$s" -v t="${ref##*:}" -v r="${ref%:*}@sha256:" '$1 == s && $2 == t && index($3, r) == 1 {ok=1} END {exit !ok}' "$work/out/VERSIONS" ||
+		{ echo "podvm-binaries-test: VERSIONS lacks '$s ${ref##*:} ${ref%:*}@sha256:…':" >&2; cat "$work/out/VERSIONS" >&2; exit 1; }
+done
+(cd "$work/out" && sha256sum --check --strict --quiet SHA256SUMS)
+podvm/scripts/stage-binaries.sh "$work/out" "$work/tree" 2>/dev/null
+[ "$(wc -l <"$work/tree/usr/lib/caa-gcp-t4/guest-binaries.tsv")" = 6 ] || { echo "podvm-binaries-test: the build staged not six slots" >&2; exit 1; }
+n=$((n + 1))
+# Run again: idempotent, one line per slot.
+run 2>/dev/null
+if [ "$(wc -l <"$work/out/SHA256SUMS")" != 6 ] || [ "$(wc -l <"$work/out/VERSIONS")" != 6 ]; then
+	echo "podvm-binaries-test: a second run duplicated lines" >&2
+	exit 1
+fi
+n=$((n + 1))
+
+# A blob altered after the fetch.
+kl=$(lay "$(awk '$1 == "kata-agent" {print $2}' "$pins")")
+big=$(find "$kl/blobs/sha256" -type f -printf '%s %p\n' | sort -n | tail -n 1 | cut -d' ' -f2)
+printf 'x' >>"$big"
+refused tampered "has sha256"
+reset
+
+# A layout holding another tag than the pinned one.
+sed -i 's/cf82bb35c80320178bf7570252fe75d6fb263209-x86_64/latest-main-x86_64/' "$kl/index.json"
+refused other-tag "not the pinned cf82bb35c80320178bf7570252fe75d6fb263209-x86_64"
+reset
+
+# A pin with a digest the layout's manifest does not have.
+awk '$1 == "kata-agent" {$6 = "sha256:" sprintf("%064d", 0)} {print}' "$pins" >"$work/pins-digest"
+refused digest-pin "the pin says sha256:0000" PODVM_PINS="$work/pins-digest"
+
+# A reference that is not the pin.
+refused override "does not match the pin" PODVM_ARTEFACT_REF_KATA_AGENT=ghcr.io/kata-containers/cached-artefacts/agent:latest-main-x86_64
+
+# The artefact's own checksum file disagrees with its tarball: re-push with a wrong one.
+d=$work/src/kata-agent
+echo "$(printf '%064d' 1)  kata-static-agent.tar.zst" >"$d/agent-sha256sum"
+rm -rf "$kl"
+(cd "$d" && "$oras" push --no-tty --oci-layout "$kl:cf82bb35c80320178bf7570252fe75d6fb263209-x86_64" kata-static-agent.tar.zst agent-sha256sum >/dev/null)
+refused checksum-file "own checksum file"
+reset
+
+# The member is not in the artefact (a pin naming the wrong path).
+sed 's|\./usr/bin/kata-agent |./usr/bin/agent |' "$pins" >"$work/pins-member"
+refused member "holds no ./usr/bin/agent" PODVM_PINS="$work/pins-member"
+
+# Offline without one layout: the others are staged, and the message says
+# what to fetch, how, and where to put it; the exit status is a failure.
+rm -rf "$kl"
+if out=$(PODVM_OFFLINE=1 PODVM_ARTEFACTS="$work/layouts" PODVM_BINARIES="$work/out-offline" "$script" 2>&1); then
+	echo "podvm-binaries-test: offline with a layout missing: succeeded" >&2
+	exit 1
+fi
+for want in "oras copy --to-oci-layout ghcr.io/kata-containers/cached-artefacts/agent:cf82bb35c80320178bf7570252fe75d6fb263209-x86_64" "to $work/layouts/ here"; do
+	grep -qF -- "$want" <<<"$out" || { echo "podvm-binaries-test: offline message lacks '$want': $out" >&2; exit 1; }
+done
+if [ -e "$work/out-offline/kata-agent" ] || [ ! -x "$work/out-offline/confidential-data-hub" ]; then
+	echo "podvm-binaries-test: offline staged the wrong slots: $(ls "$work/out-offline")" >&2
+	exit 1
+fi
+n=$((n + 1))
+echo "podvm-binaries-test: ok ($n cases; layouts from oras $ORAS_VERSION and umoci, refs from $pins)"
+cd "$repo"

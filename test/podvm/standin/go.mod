@@ -1,0 +1,3 @@
+module github.com/caa-gcp-t4/test/podvm/standin
+
+go 1.25

@@ -1,0 +1,455 @@
+// Command standin stands in for the six guest binaries in the boot test's
+// image (test/podvm/boot-test.sh). Installed under each slot's name, it does
+// what the real program does at its seams and nothing more: it records its
+// argv, environment and what it found at start, and listens where the real
+// one listens, so that the boot test can check the units' command lines,
+// ordering and sockets without the upstream binaries. The kata-agent
+// stand-in also writes the boot's report once systemd says the boot is over.
+//
+// What each real program does at those seams, at the versions pinned
+// (CAA v0.22.0 = 38d0fcf7c7b7, kata 4.0.0 = cf82bb35c803, guest-components
+// dcd55ea16ea4):
+//   - process-user-data provision-files: GETs the GCE metadata attribute
+//     user-data with Metadata-Flavor: Google (pkg/userdata/provision.go) and
+//     exits.
+//   - kata-agent --config F: listens on F's server_addr (a unix socket),
+//     reads /etc/kata-opa/default-policy.rego at start and probes the CDH
+//     socket once (src/agent/src/main.rs).
+//   - agent-protocol-forwarder: opens -pod-namespace (failing without it),
+//     listens on -listen (default 0.0.0.0:15150) in its own namespace and
+//     tells systemd it is ready (cmd/agent-protocol-forwarder/main.go,
+//     pkg/forwarder/forwarder.go, cmd/starter.go).
+//   - confidential-data-hub: listens on /run/confidential-containers/cdh.sock.
+//   - attestation-agent: listens on /run/confidential-containers/
+//     attestation-agent/attestation-agent.sock.
+//   - api-server-rest: listens on 127.0.0.1:8006.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// recordDir is on the root disk, so the boot test reads it after power-off.
+const recordDir = "/var/lib/caa-gcp-t4-standin"
+
+type record struct {
+	Name    string            `json:"name"`
+	Argv    []string          `json:"argv"`
+	Env     map[string]string `json:"env"`
+	NetNS   string            `json:"netns"`
+	Uptime  string            `json:"uptime"`
+	Found   map[string]any    `json:"found"`
+	Listens []string          `json:"listens,omitempty"`
+	Error   string            `json:"error,omitempty"`
+}
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	r := &record{Name: name, Argv: os.Args[1:], Env: map[string]string{}, Found: map[string]any{}}
+	for _, k := range []string{"OCICRYPT_KEYPROVIDER_CONFIG", "CDH_DEFAULT_IMAGE_AUTHENTICATED_REGISTRY_CREDENTIALS", "NOTIFY_SOCKET"} {
+		if v, ok := os.LookupEnv(k); ok {
+			r.Env[k] = v
+		}
+	}
+	r.NetNS, _ = os.Readlink("/proc/self/ns/net")
+	if b, err := os.ReadFile("/proc/uptime"); err == nil {
+		r.Uptime = strings.Fields(string(b))[0]
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	var err error
+	switch name {
+	case "process-user-data":
+		err = processUserData(ctx, r)
+	case "kata-agent":
+		err = kataAgent(ctx, r)
+	case "agent-protocol-forwarder":
+		err = forwarder(ctx, r)
+	case "confidential-data-hub":
+		err = serveUnix(ctx, r, "/run/confidential-containers/cdh.sock")
+	case "attestation-agent":
+		err = serveUnix(ctx, r, "/run/confidential-containers/attestation-agent/attestation-agent.sock")
+	case "api-server-rest":
+		err = serveTCP(ctx, r, "127.0.0.1:8006", false)
+	default:
+		err = fmt.Errorf("standin: unknown slot name %q", name)
+	}
+	if err != nil {
+		r.Error = err.Error()
+		save(r)
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
+}
+
+func save(r *record) {
+	b, _ := json.Marshal(r)
+	writeFile(filepath.Join(recordDir, r.Name+".json"), b)
+	console("CAA-GCP-T4-STANDIN " + string(b))
+}
+
+func writeFile(path string, b []byte) {
+	_ = os.MkdirAll(filepath.Dir(path), 0o755)
+	f, err := os.Create(path + ".tmp")
+	if err != nil {
+		return
+	}
+	_, _ = f.Write(b)
+	_ = f.Sync()
+	_ = f.Close()
+	_ = os.Rename(path+".tmp", path)
+}
+
+func console(line string) {
+	if f, err := os.OpenFile("/dev/console", os.O_WRONLY|os.O_APPEND, 0); err == nil {
+		fmt.Fprintln(f, line)
+		f.Close()
+	}
+}
+
+func processUserData(ctx context.Context, r *record) error {
+	if len(r.Argv) == 0 || r.Argv[0] != "provision-files" {
+		return fmt.Errorf("want the provision-files command, got %q", r.Argv)
+	}
+	url := "http://metadata.google.internal/computeMetadata/v1/instance/attributes/user-data"
+	var last error
+	for i := 0; i < 30; i++ {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req.Header.Set("Metadata-Flavor", "Google")
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			sum := sha256.Sum256(body)
+			r.Found["user_data_status"] = resp.StatusCode
+			r.Found["user_data_sha256"] = hex.EncodeToString(sum[:])
+			save(r)
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return fmt.Errorf("metadata server: %w", last)
+}
+
+func socketPath(config string) (string, error) {
+	b, err := os.ReadFile(config)
+	if err != nil {
+		return "", err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, "=")
+		if ok && strings.TrimSpace(k) == "server_addr" {
+			return strings.TrimPrefix(strings.Trim(strings.TrimSpace(v), `"`), "unix://"), nil
+		}
+	}
+	return "", fmt.Errorf("no server_addr in %s", config)
+}
+
+func kataAgent(ctx context.Context, r *record) error {
+	if len(r.Argv) != 2 || r.Argv[0] != "--config" {
+		return fmt.Errorf("want --config FILE, got %q", r.Argv)
+	}
+	sock, err := socketPath(r.Argv[1])
+	if err != nil {
+		return err
+	}
+	// The real agent aborts without its default policy.
+	pol, err := os.ReadFile("/etc/kata-opa/default-policy.rego")
+	if err != nil {
+		return fmt.Errorf("default policy: %w", err)
+	}
+	sum := sha256.Sum256(pol)
+	r.Found["policy_sha256"] = hex.EncodeToString(sum[:])
+	fi, err := os.Stat("/run/confidential-containers/cdh.sock")
+	r.Found["cdh_socket_at_start"] = err == nil && fi.Mode()&os.ModeSocket != 0
+	_, err = os.Stat("/pause_bundle/config.json")
+	r.Found["pause_bundle"] = err == nil
+	var st syscall.Statfs_t
+	if err := syscall.Statfs("/run/kata-containers", &st); err == nil {
+		r.Found["kata_containers_fs_type"] = fmt.Sprintf("0x%x", st.Type)
+		r.Found["kata_containers_bytes"] = uint64(st.Blocks) * uint64(st.Bsize)
+	}
+	_ = os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	r.Listens = append(r.Listens, "unix:"+sock)
+	save(r)
+	go report(ctx)
+	return serve(ctx, l)
+}
+
+// flagValue reads a flag the way Go's flag package does (-f v, -f=v, --f).
+func flagValue(args []string, name, def string) string {
+	for i := 0; i < len(args); i++ {
+		a := strings.TrimLeft(args[i], "-")
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return def
+}
+
+func forwarder(ctx context.Context, r *record) error {
+	ns := flagValue(r.Argv, "pod-namespace", "/run/netns/podns")
+	f, err := os.Open(ns)
+	if err != nil {
+		return fmt.Errorf("failed to open network namespace %q: %w", ns, err)
+	}
+	f.Close()
+	r.Found["pod_netns"] = nsID(ns)
+	agent := flagValue(r.Argv, "kata-agent-socket", "/run/kata-containers/agent.sock")
+	c, err := net.Dial("unix", agent)
+	r.Found["agent_socket_dialled"] = err == nil
+	if err == nil {
+		c.Close()
+	}
+	return serveTCP(ctx, r, flagValue(r.Argv, "listen", "0.0.0.0:15150"), true)
+}
+
+func nsID(path string) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("net:[%d]", st.Ino)
+}
+
+func serveUnix(ctx context.Context, r *record, sock string) error {
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		return err
+	}
+	_ = os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	r.Listens = append(r.Listens, "unix:"+sock)
+	save(r)
+	return serve(ctx, l)
+}
+
+func serveTCP(ctx context.Context, r *record, addr string, notify bool) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	r.Listens = append(r.Listens, "tcp:"+l.Addr().String())
+	save(r)
+	if notify {
+		sdNotify("READY=1")
+	}
+	return serve(ctx, l)
+}
+
+func sdNotify(state string) {
+	p := os.Getenv("NOTIFY_SOCKET")
+	if p == "" {
+		return
+	}
+	if c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: p, Net: "unixgram"}); err == nil {
+		_, _ = c.Write([]byte(state))
+		c.Close()
+	}
+}
+
+func serve(ctx context.Context, l net.Listener) error {
+	go func() { <-ctx.Done(); l.Close() }()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		c.Close()
+	}
+}
+
+// Units whose state the report records (systemctl show).
+var units = []string{
+	"caa-gcp-t4-gpu-init.service", "caa-gcp-t4-slots.service", "netns@podns.service",
+	`run-kata\x2dcontainers.mount`, "process-user-data.service", "attestation-agent.service",
+	"confidential-data-hub.service", "kata-agent.service", "agent-protocol-forwarder.path",
+	"agent-protocol-forwarder.service", "api-server-rest.service", "systemd-resolved.service",
+}
+
+var props = "Id,ActiveState,SubState,Result,NRestarts,ConditionResult,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic,InactiveExitTimestampMonotonic"
+
+// report waits until systemd has no more start jobs, then records the
+// units' states, every listening socket in the root and pod namespaces,
+// and /run/peerpod, /run/netns and the /run/kata-containers mount.
+func report(ctx context.Context) {
+	rep := map[string]any{}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "systemctl", "is-system-running", "--wait").Output()
+	rep["system_state"] = strings.TrimSpace(string(out))
+	if err != nil {
+		rep["system_state_error"] = err.Error()
+	}
+	// Units started later by a path unit (the forwarder, once this agent
+	// listens) may still be starting when the boot counts as done: wait,
+	// bounded, for each filled slot's unit to be active.
+	for _, slot := range []string{"agent-protocol-forwarder", "api-server-rest", "confidential-data-hub"} {
+		if _, err := os.Stat("/usr/local/bin/" + slot); err != nil {
+			continue
+		}
+		for i := 0; i < 300 && ctx.Err() == nil; i++ {
+			o, _ := exec.CommandContext(ctx, "systemctl", "is-active", slot+".service").Output()
+			if strings.TrimSpace(string(o)) == "active" {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	show, _ := exec.CommandContext(ctx, "systemctl", append([]string{"show", "-p", props}, units...)...).Output()
+	rep["units"] = parseShow(string(show))
+	rep["listening_root"] = listening("/proc/self/net")
+	rep["listening_podns"] = inNetNS("/run/netns/podns", func() any { return listening("/proc/thread-self/net") })
+	rep["run_peerpod"] = listDir("/run/peerpod")
+	rep["run_netns"] = listDir("/run/netns")
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && f[4] == "/run/kata-containers" {
+				rep["kata_containers_mount"] = l
+			}
+		}
+	}
+	for k, args := range map[string][]string{
+		"podns_addresses": {"ip", "-n", "podns", "-br", "address"},
+		"podns_routes":    {"ip", "-n", "podns", "route"},
+	} {
+		o, _ := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+		rep[k] = strings.TrimSpace(string(o))
+	}
+	// The journal of the guest units, for a person reading the results.
+	j, _ := exec.CommandContext(ctx, "journalctl", "--no-pager", "-o", "short-monotonic", "-b",
+		"-u", "process-user-data", "-u", "agent-protocol-forwarder", "-u", "kata-agent",
+		"-u", "confidential-data-hub", "-u", "attestation-agent", "-u", "api-server-rest").CombinedOutput()
+	writeFile(filepath.Join(recordDir, "journal.txt"), j)
+	b, _ := json.Marshal(rep)
+	writeFile(filepath.Join(recordDir, "report.json"), b)
+	console("CAA-GCP-T4-STANDIN-REPORT " + string(b))
+}
+
+func parseShow(s string) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	cur := map[string]string{}
+	flush := func() {
+		if id := cur["Id"]; id != "" {
+			out[id] = cur
+		}
+		cur = map[string]string{}
+	}
+	for _, l := range strings.Split(s, "\n") {
+		if l == "" {
+			flush()
+			continue
+		}
+		k, v, _ := strings.Cut(l, "=")
+		cur[k] = v
+	}
+	flush()
+	return out
+}
+
+// listening returns "proto addr:port" for TCP sockets in LISTEN and bound
+// UDP sockets, from a /proc/<…>/net directory.
+func listening(dir string) []string {
+	var out []string
+	for _, p := range []string{"tcp", "tcp6", "udp", "udp6"} {
+		f, err := os.Open(filepath.Join(dir, p))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Scan()
+		for sc.Scan() {
+			fl := strings.Fields(sc.Text())
+			if len(fl) < 4 {
+				continue
+			}
+			if (strings.HasPrefix(p, "tcp") && fl[3] != "0A") || (strings.HasPrefix(p, "udp") && fl[3] != "07") {
+				continue
+			}
+			out = append(out, p+" "+decodeAddr(fl[1]))
+		}
+		f.Close()
+	}
+	sort.Strings(out)
+	return out
+}
+
+func decodeAddr(s string) string {
+	h, port, _ := strings.Cut(s, ":")
+	b, _ := hex.DecodeString(h)
+	// /proc/net prints the address in host byte order, 32 bits at a time.
+	for i := 0; i+4 <= len(b); i += 4 {
+		b[i], b[i+1], b[i+2], b[i+3] = b[i+3], b[i+2], b[i+1], b[i]
+	}
+	var pn int
+	fmt.Sscanf(port, "%X", &pn)
+	return net.JoinHostPort(net.IP(b).String(), fmt.Sprint(pn))
+}
+
+// inNetNS runs fn on a thread moved into the namespace at path; the thread
+// is never handed back to the scheduler (it exits with the goroutine).
+func inNetNS(path string, fn func() any) any {
+	ch := make(chan any, 1)
+	go func() {
+		runtime.LockOSThread()
+		f, err := os.Open(path)
+		if err != nil {
+			ch <- "open " + path + ": " + err.Error()
+			return
+		}
+		defer f.Close()
+		const sysSetns, cloneNewnet = 308, 0x40000000
+		if _, _, e := syscall.RawSyscall(sysSetns, f.Fd(), cloneNewnet, 0); e != 0 {
+			ch <- "setns " + path + ": " + e.Error()
+			return
+		}
+		ch <- fn()
+	}()
+	return <-ch
+}
+
+func listDir(dir string) []string {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return []string{"error: " + err.Error()}
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
+}
