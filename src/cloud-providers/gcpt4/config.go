@@ -60,6 +60,9 @@ type Config struct {
 	NICType string
 	// ProfileImages are per-profile podVM images, profile=image.
 	ProfileImages provider.KeyValueFlag
+	// ClusterID, ClusterName and NodeName are labelled on every podVM
+	// (identity.go): whose cluster and node made it.
+	ClusterID, ClusterName, NodeName string
 }
 
 // NIC types GCE knows (NetworkInterface.nicType).
@@ -201,12 +204,11 @@ func (c *Config) Validate() error {
 		if !labelKeyRE.MatchString(k) || !labelValueRE.MatchString(v) {
 			return fmt.Errorf("GCP_LABELS: label %s=%s is not a GCE label (key: a lowercase letter, then lowercase letters, digits, '_' or '-'; value: the same; at most 63 characters each)", k, v)
 		}
-		switch k {
-		case ManagedByLabel, SandboxLabel, PodLabel, ProfileLabel:
+		if contains(reservedLabels, k) {
 			return fmt.Errorf("GCP_LABELS: label %s is set by the provider itself; choose another key", k)
 		}
 	}
-	return nil
+	return c.validateIdentity()
 }
 
 // subnetworkRegion is the region of a subnetwork given as a path, or "".
