@@ -29,10 +29,19 @@ import (
 
 // Main is `gcp-t4 gc`: the provider's own flags (and env), plus what to
 // do with orphans. Once (the default) it lists and exits non-zero when an
-// orphan is left undeleted, so a CI check notices; with -interval it is
-// the reaper the install deploys.
+// orphan is left undeleted, so a CI check notices; -interval loops.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
-	fs := flag.NewFlagSet("gcp-t4 gc", flag.ContinueOnError)
+	return main(ctx, "gcp-t4 gc", false, args, stdout, stderr, logger)
+}
+
+// MainReaper is `gcp-t4 reaper`, what the reaper Deployment runs: gc that
+// deletes, every REAPER_INTERVAL (default 1m), with metrics on :9103.
+func MainReaper(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	return main(ctx, "gcp-t4 reaper", true, args, stdout, stderr, logger)
+}
+
+func main(ctx context.Context, name string, reaper bool, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cloud := provider.Get(gcpt4.ProviderName)
 	cloud.ParseCmd(fs)
@@ -40,11 +49,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	pol := DefaultPolicy()
 	var interval time.Duration
 	var metricsAddr string
+	defInterval, defAddr := time.Duration(0), ""
+	if reaper {
+		defInterval, defAddr = time.Minute, ":9103"
+	}
 	kubeconfigPath := fs.String("kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account, then $KUBECONFIG")
 	reg.DurationWithEnv(&pol.Grace, "grace", pol.Grace, "REAPER_GRACE", "leave orphans younger than this alone")
-	reg.DurationWithEnv(&interval, "interval", 0, "REAPER_INTERVAL", "run a pass every interval until stopped (the reaper); 0 runs once")
-	reg.StringWithEnv(&metricsAddr, "metrics-addr", "", "REAPER_METRICS_ADDR", "serve Prometheus metrics on this address (/metrics), e.g. :9103")
-	del := fs.Bool("delete", false, "delete the orphans (default: only list them)")
+	reg.DurationWithEnv(&interval, "interval", defInterval, "REAPER_INTERVAL", "run a pass every interval until stopped; 0 runs once")
+	reg.StringWithEnv(&metricsAddr, "metrics-addr", defAddr, "REAPER_METRICS_ADDR", "serve Prometheus metrics on this address (/metrics, /healthz), e.g. :9103")
+	del := fs.Bool("delete", reaper, "delete the orphans (gc's default: only list them)")
 	output := fs.String("o", "table", "output: table or json")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -53,31 +66,31 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		return 2
 	}
 	if *output != "table" && *output != "json" {
-		fmt.Fprintf(stderr, "gcp-t4 gc: -o %q: use table or json\n", *output)
+		fmt.Fprintf(stderr, "%s: -o %q: use table or json\n", name, *output)
 		return 2
 	}
-	if pol.Grace < 0 || interval < 0 {
-		fmt.Fprintf(stderr, "gcp-t4 gc: -grace (REAPER_GRACE) and -interval (REAPER_INTERVAL) must not be negative\n")
+	if pol.Grace < 0 || interval < 0 || (reaper && interval == 0) {
+		fmt.Fprintf(stderr, "%s: -grace (REAPER_GRACE) must not be negative and -interval (REAPER_INTERVAL) must be positive for the reaper (e.g. 1m)\n", name)
 		return 2
 	}
 	cfg := cloud.(*gcpt4.Manager).GetConfig()
 	prov, err := cloud.NewProvider()
 	if err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
 	defer prov.Teardown()
 	kube, dyn, err := kubeClients(*kubeconfigPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
 	if err := VerifyClusterID(ctx, kube, cfg.ClusterID); err != nil {
 		if *del {
-			fmt.Fprintf(stderr, "gcp-t4 gc: refusing to delete: %v\n", err)
+			fmt.Fprintf(stderr, "%s: refusing to delete: %v\n", name, err)
 			return 2
 		}
-		fmt.Fprintf(stderr, "gcp-t4 gc: warning: %v\n", err)
+		fmt.Fprintf(stderr, "%s: warning: %v\n", name, err)
 	}
 	c := &Collector{
 		VMs:     prov.(VMs),
