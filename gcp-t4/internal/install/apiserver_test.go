@@ -113,7 +113,8 @@ func (e *env) uninstall(t *testing.T) string {
 var kinds = []schema.GroupVersionResource{
 	{Version: "v1", Resource: "namespaces"}, {Version: "v1", Resource: "serviceaccounts"},
 	{Version: "v1", Resource: "configmaps"}, {Version: "v1", Resource: "secrets"},
-	{Group: "apps", Version: "v1", Resource: "daemonsets"},
+	{Group: "apps", Version: "v1", Resource: "daemonsets"}, {Group: "apps", Version: "v1", Resource: "deployments"},
+	{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
@@ -657,7 +658,7 @@ func (e *env) testRolloutTimeout(t *testing.T) {
 	e.setNodes(t, node("worker-1", map[string]string{labelWorker: ""}, "", "v1.33.1", "Ubuntu 24.04 LTS"))
 	e.dsController.Store(false)
 	defer e.dsController.Store(true)
-	code, out, errs := e.install(t, "--timeout=3s")
+	code, out, errs := e.install(t, "--timeout=10s")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, errs)
 	}

@@ -248,6 +248,9 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 	}
 	s := o.settings
 	s.GKERemediation, s.RuntimeClass = d.GKERemediation, d.RuntimeClass
+	if err := setClusterID(ctx, c.typed, &s); err != nil {
+		return err
+	}
 	if s.Credentials == nil && s.WIFCredentialConfig == nil {
 		fmt.Fprintln(stderr, "warning: neither --wif-credential-config nor --credentials-file: CAA uses whatever Application Default Credentials its pod finds (docs/install.md, \"Credentials\")")
 	}

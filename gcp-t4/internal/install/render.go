@@ -76,7 +76,7 @@ type Settings struct {
 // embedded base and overlay so the list has one source.
 func ConfigKeys() ([]string, error) {
 	var keys []string
-	for _, dir := range []string{"base", overlayDir} {
+	for _, dir := range []string{"base", overlayDir, componentReaper} {
 		k, err := readKustomization(path.Join(manifestsRoot, dir, "kustomization.yaml"))
 		if err != nil {
 			return nil, err
@@ -307,7 +307,7 @@ func (s Settings) kustomization() ([]byte, error) {
 			Name: wifConfigMap, Namespace: Namespace,
 			KvPairSources: types.KvPairSources{FileSources: []string{wifConfigFile}},
 		}})
-		k.Patches = append(k.Patches, types.Patch{Patch: patch})
+		k.Patches = append(k.Patches, types.Patch{Patch: patch}, types.Patch{Patch: reaperWIFPatch(aud)})
 	}
 	out, err := yaml.Marshal(k)
 	if err != nil {
