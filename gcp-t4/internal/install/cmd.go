@@ -297,6 +297,7 @@ type uninstallOptions struct {
 	cluster clusterFlags
 	dryRun  bool
 	timeout time.Duration
+	guard   guardOptions
 }
 
 // MainUninstall is `gcp-t4 uninstall`.
@@ -307,6 +308,7 @@ func MainUninstall(ctx context.Context, args []string, stdout, stderr io.Writer,
 	o.cluster.register(fs)
 	fs.BoolVar(&o.dryRun, "dry-run", false, "list what would be deleted; delete nothing")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the objects to be gone")
+	o.guard.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -340,6 +342,9 @@ func runUninstall(ctx context.Context, o *uninstallOptions, stdout io.Writer) er
 	if len(inv.Objects) == 0 {
 		fmt.Fprintf(stdout, "nothing to uninstall: no inventory %s/%s (manifests applied with kubectl apply -k are removed with kubectl delete -k)\n", Namespace, InventoryName)
 		return nil
+	}
+	if err := o.guard.check(ctx, c.typed, c.cluster.Dynamic, o.dryRun, stdout); err != nil {
+		return err
 	}
 	var del, adopted []Ref
 	var ns *Ref
