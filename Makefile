@@ -21,7 +21,7 @@ CONTAINERD2 ?= v2.0.14 v2.4.2
 
 .PHONY: all build test demo bench lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz
 .PHONY: delivery upstream-patch image
-.PHONY: controlplane controlplane-test kuberay helm-vet helm-check
+.PHONY: controlplane controlplane-test kuberay helm-vet helm-check reaper-acceptance
 
 # The test control plane (test/controlplane): kube-apiserver and etcd for the
 # tests against a real API server, and the kustomize CLI (the engine
@@ -49,13 +49,22 @@ demo: build
 	$(BIN)/gcp-t4 demo
 
 ## test: everything CI runs
-test: tools lint containerd controlplane controlplane-test unit remediate-fuzz upstream-go podvm-test delivery kuberay helm-vet
+test: tools lint containerd controlplane controlplane-test unit reaper-acceptance remediate-fuzz upstream-go podvm-test delivery kuberay helm-vet
 
 upstream-go:
 	cd src/cloud-providers && GOWORK=off GOTOOLCHAIN=$(UPSTREAM_GO) $(GO) vet ./...
 
 unit:
-	$(CONTROLPLANE_ENV) CONTAINERD17_VERSION=$(CONTAINERD17) CONTAINERD2_VERSIONS="$(CONTAINERD2)" $(GO) test -count=1 $(MODULES)
+	$(CONTROLPLANE_ENV) CONTAINERD17_VERSION=$(CONTAINERD17) CONTAINERD2_VERSIONS="$(CONTAINERD2)" $(GO) test -count=1 -skip '$(REAPER_ACCEPTANCE)' $(MODULES)
+
+## reaper-acceptance: the leak/no-wrong-delete scenarios (two clusters in one project, an adaptor
+## SIGKILLed between insert and return, the same pod name in two namespaces, a completed Job pod,
+## uninstall with live podVMs, the reaper racing sandbox churn), each printing live VMs deleted and
+## orphans left
+REAPER_ACCEPTANCE := TestReaperRacesSandboxes|TestScenario|TestUninstallGuard
+reaper-acceptance: controlplane
+	set -o pipefail; $(CONTROLPLANE_ENV) $(GO) test -count=1 -v -run '$(REAPER_ACCEPTANCE)' ./gcp-t4/internal/gc ./gcp-t4/internal/install \
+		| grep -E '^(--- |ok|FAIL|PASS)|^ +--- |scenario|reaper race'
 
 ## containerd: build containerd 1.7 and 2.x for the remediate tests (cached outside the repo)
 containerd: tools

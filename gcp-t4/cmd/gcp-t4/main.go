@@ -30,7 +30,8 @@ func main() {
 func program() cli.Program {
 	return cli.Program{Name: "gcp-t4", Version: version, Commands: map[string]cli.Command{
 		"adaptor":   {Summary: "serve the kata remote-hypervisor protocol (ttrpc) on a unix socket in front of the gcp-t4 provider", Run: runAdaptor},
-		"gc":        {Summary: "list podVMs labelled as ours whose pod is gone; -delete removes them, -interval loops", Run: gc.Main},
+		"gc":        {Summary: "list this cluster's podVMs whose sandbox is gone (by CAA's PeerPods and their pods); -delete removes them, -interval loops", Run: gc.Main},
+		"reaper":    {Summary: "the reaper Deployment's command: gc -delete every REAPER_INTERVAL, Prometheus metrics on :9103, Events", Run: gc.MainReaper},
 		"demo":      {Summary: "provision two single-T4 podVMs on the embedded GCE emulator, show them, delete them", Run: runDemo},
 		"preflight": {Summary: "check the project (quota, zones, NAT, firewall, image, permissions) and with -kubeconfig the cluster before deploying; -o json", Run: preflight.Main},
 		"plan":      {Summary: "show the podVM a pod, Deployment or RayService would get (profile, zones, insert request, $/h); `plan serve` sizes a model over T4s; no cloud account needed", Run: plan.Main},

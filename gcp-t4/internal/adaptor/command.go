@@ -7,17 +7,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 )
 
-// stopTimeout bounds the VM deletes at shutdown; GCE deletes take tens of
-// seconds each, and they run one after the other.
-const stopTimeout = 5 * time.Minute
+// stopTimeout bounds the wait for calls in flight at shutdown: a create
+// runs at most the provider's LongestCall (the DaemonSet's termination
+// grace covers it).
+const stopTimeout = gcpt4.LongestCall
 
 // Start parses `gcp-t4 adaptor` flags (its own, then the provider's, which
 // default to the same env vars as in CAA), builds and verifies the gcp-t4
@@ -26,9 +31,10 @@ func Start(args []string, version string, stderr io.Writer, logger *slog.Logger)
 	fs := flag.NewFlagSet("gcp-t4 adaptor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	reg := provider.NewFlagRegistrar(fs)
-	var socket, podsDir string
+	var socket, podsDir, kubeconfigPath string
 	reg.StringWithEnv(&socket, "socket", DefaultSocketPath, "REMOTE_HYPERVISOR_ENDPOINT", "Unix socket to serve the kata remote-hypervisor protocol on (kata's remote_hypervisor_socket)")
 	reg.StringWithEnv(&podsDir, "pods-dir", DefaultPodsDir, "PODS_DIR", "Directory for per-sandbox files; each sandbox's agent socket path is under it")
+	fs.StringVar(&kubeconfigPath, "kubeconfig", "", "kubeconfig for recording PeerPods as CAA does; in a pod the service account is used; without either none are recorded")
 	pf := providerflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -44,7 +50,14 @@ func Start(args []string, version string, stderr io.Writer, logger *slog.Logger)
 		_ = prov.Teardown()
 		return nil, fmt.Errorf("provider %s config verifier: %w", gcpt4.ProviderName, err)
 	}
-	srv, err := Listen(socket, NewService(prov, podsDir, version, logger))
+	svc := NewService(prov, podsDir, version, logger)
+	if rec, err := recorder(kubeconfigPath); err != nil {
+		_ = prov.Teardown()
+		return nil, err
+	} else if rec != nil {
+		svc.WithRecorder(rec)
+	}
+	srv, err := Listen(socket, svc)
 	if err != nil {
 		_ = prov.Teardown()
 		return nil, err
@@ -53,8 +66,9 @@ func Start(args []string, version string, stderr io.Writer, logger *slog.Logger)
 	return srv, nil
 }
 
-// Run is `gcp-t4 adaptor`: serve until ctx ends, then delete every live
-// sandbox's VM.
+// Run is `gcp-t4 adaptor`: serve until ctx ends (SIGTERM), finish the
+// calls in flight and leave the live sandboxes' VMs running, as upstream
+// CAA does.
 func Run(ctx context.Context, args []string, version string, stdout, stderr io.Writer, logger *slog.Logger) error {
 	srv, err := Start(args, version, stderr, logger)
 	if errors.Is(err, flag.ErrHelp) {
@@ -74,5 +88,30 @@ func Run(ctx context.Context, args []string, version string, stdout, stderr io.W
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
-	return errors.Join(serveErr, srv.Stop(stopCtx))
+	err = srv.Stop(stopCtx)
+	if left := srv.Left(); len(left) > 0 {
+		fmt.Fprintf(stdout, "stopped; %d podVM(s) of live sandboxes left running, as upstream CAA leaves them: %v\n", len(left), left)
+	}
+	return errors.Join(serveErr, err)
+}
+
+// recorder is the PeerPod recorder for the API the flags or the pod give,
+// nil when there is none.
+func recorder(path string) (Recorder, error) {
+	if path == "" && !kubeconfig.InCluster() {
+		return nil, nil
+	}
+	cfg, err := kubeconfig.Load(path, "", "gcp-t4-adaptor")
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return PeerPods{Pods: cs, PeerPods: peerpod.Client{Dynamic: dyn, CloudProvider: gcpt4.ProviderName}}, nil
 }

@@ -12,10 +12,10 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 )
 
-// TestRunServesUntilCancelledThenDeletesVMs drives the `gcp-t4 adaptor`
-// command: it serves until its context ends (SIGTERM in main), then
-// deletes the VMs of the sandboxes still live.
-func TestRunServesUntilCancelledThenDeletesVMs(t *testing.T) {
+// TestRunServesUntilCancelledThenLeavesVMs drives the `gcp-t4 adaptor`
+// command: it serves until its context ends (SIGTERM in main), then stops
+// and, as upstream CAA, leaves the VMs of the sandboxes still live.
+func TestRunServesUntilCancelledThenLeavesVMs(t *testing.T) {
 	fake := gcefake.New()
 	defer fake.Close()
 	dir := shortDir(t)
@@ -24,6 +24,7 @@ func TestRunServesUntilCancelledThenDeletesVMs(t *testing.T) {
 		"-socket", sock, "-pods-dir", filepath.Join(dir, "pods"),
 		"-gcp-endpoint", fake.URL(), "-gcp-project-id", fake.Project(), "-zone", "us-central1-a",
 		"-image-name", "podvm-t4", "-network", "global/networks/default", "-subnetwork", "default",
+		"-cluster-id", testClusterID,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -62,8 +63,11 @@ func TestRunServesUntilCancelledThenDeletesVMs(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if n := len(fake.Instances()); n != 0 {
-		t.Errorf("%d VMs left after the adaptor stopped, want 0", n)
+	if n := len(fake.Instances()); n != 1 || fake.CountCalls("instances.delete") != 0 {
+		t.Errorf("%d VMs left after the adaptor stopped (%d deletes), want the live sandbox's 1 and no delete", n, fake.CountCalls("instances.delete"))
+	}
+	if !strings.Contains(stdout.String(), "1 podVM(s) of live sandboxes left running") {
+		t.Errorf("stdout does not say which VMs it left: %q", stdout.String())
 	}
 	if !strings.Contains(stdout.String(), sock) {
 		t.Errorf("stdout does not say where it serves: %q", stdout.String())

@@ -33,6 +33,10 @@ const (
 	sid1 = "a9e7c5b3d1f0e2c4a6b8d0f1e3c5a7b9d1f3e5c7a9b1d3f5e7c9a1b3d5f7e9c1"
 )
 
+// testClusterID stands for the kube-system namespace UID gcp-t4 install
+// puts in GCP_CLUSTER_ID.
+const testClusterID = "3f1c9d2e-6b7a-4e21-9c55-0a1b2c3d4e5f"
+
 var t4Pod = shimclient.Sandbox{Namespace: "llm", VCPUs: 3, MemoryMiB: 12288, GPUs: 1}
 
 func gpuPod(name string) shimclient.Sandbox {
@@ -81,6 +85,7 @@ func startAdaptor(t testing.TB, extra ...string) *testEnv {
 		"-image-name", "podvm-t4",
 		"-network", "global/networks/default",
 		"-subnetwork", "default",
+		"-cluster-id", testClusterID,
 	}, extra...)
 	var stderr bytes.Buffer
 	srv, err := Start(args, "v-test", &stderr, quietLogger())
@@ -245,7 +250,12 @@ func TestDuplicateCreateVM(t *testing.T) {
 	e.create(t, sid0, gpuPod("mistral-tp-0"))
 }
 
-func TestShutdownDeletesLiveSandboxes(t *testing.T) {
+// TestShutdownLeavesLiveSandboxesVMs asserts upstream CAA's behaviour at
+// SIGTERM (server.Shutdown in pkg/adaptor/server.go, v0.22.0, tears the
+// provider down and deletes nothing; run against CAA built with -tags
+// gcp_t4: the VM stayed RUNNING): live sandboxes' VMs keep running for
+// the reaper, nothing is deleted, and no new sandbox is taken.
+func TestShutdownLeavesLiveSandboxesVMs(t *testing.T) {
 	e := startAdaptor(t)
 	e.create(t, sid0, gpuPod("mistral-tp-0"))
 	e.create(t, sid1, gpuPod("mistral-tp-1"))
@@ -258,17 +268,44 @@ func TestShutdownDeletesLiveSandboxes(t *testing.T) {
 	if err := e.srv.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	if left := e.fake.Instances(); len(left) != 0 {
-		t.Errorf("%d VMs left after shutdown, want 0", len(left))
+	if left := e.fake.Instances(); len(left) != 2 {
+		t.Errorf("%d VMs left after shutdown, want both live sandboxes' 2", len(left))
 	}
-	if n := e.fake.CountCalls("instances.delete"); n != 2 {
-		t.Errorf("%d deletes, want 2 (the never-started sandbox has no VM)", n)
+	if n := e.fake.CountCalls("instances.delete"); n != 0 {
+		t.Errorf("%d deletes at shutdown, want none", n)
+	}
+	if got := e.srv.Left(); len(got) != 2 || got[0] != gcpt4.InstanceID("us-central1-a", vmOf(e.fake, sid0).GetName()) {
+		t.Errorf("Left() = %v, want the two VMs in sandbox order", got)
 	}
 	if _, err := os.Stat(e.srv.SocketPath()); !os.IsNotExist(err) {
 		t.Errorf("socket left behind: %v", err)
 	}
 	if _, err := e.shim.CreateVM(context.Background(), sid0, "", gpuPod("late")); err == nil {
 		t.Error("CreateVM after shutdown succeeded")
+	}
+}
+
+// TestShutdownFinishesACreateInFlight: a StartVM running at SIGTERM ends
+// with its VM created and handed to the sandbox (upstream finishes it too),
+// and the VM is left for the reaper, not cut off half-made.
+func TestShutdownFinishesACreateInFlight(t *testing.T) {
+	e := startAdaptor(t)
+	e.fake.SetOperationLatency(300 * time.Millisecond)
+	e.create(t, sid0, gpuPod("mistral-tp-0"))
+	started := make(chan error, 1)
+	go func() { started <- e.shim.StartVM(context.Background(), sid0, 0) }()
+	for e.fake.CountCalls("instances.insert") == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := e.srv.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := <-started; err != nil {
+		t.Fatalf("StartVM in flight at shutdown: %v", err)
+	}
+	vm := vmOf(e.fake, sid0)
+	if vm == nil || vm.GetStatus() != "RUNNING" || e.fake.CountCalls("instances.delete") != 0 {
+		t.Fatalf("want the in-flight create finished and its VM left running, got %v, %d deletes", vm.GetStatus(), e.fake.CountCalls("instances.delete"))
 	}
 }
 
@@ -480,5 +517,59 @@ func TestStopVMDuringStartVMLeavesNoVM(t *testing.T) {
 	}
 	if ids := e.srv.Service().Sandboxes(); len(ids) != 0 {
 		t.Errorf("sandboxes left: %v", ids)
+	}
+}
+
+// memRecorder records PeerPods in memory; failOwn makes Own fail.
+type memRecorder struct {
+	mu       sync.Mutex
+	owned    map[string]string // record -> instance
+	released []string
+	failOwn  bool
+}
+
+func (r *memRecorder) Own(_ context.Context, ns, pod, instanceID string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failOwn {
+		return "", status.Error(codes.Unavailable, "API server down")
+	}
+	name := ns + "/" + pod + "-resource-x"
+	r.owned[name] = instanceID
+	return pod + "-resource-x", nil
+}
+
+func (r *memRecorder) Release(_ context.Context, ns, record string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.released = append(r.released, ns+"/"+record)
+	return nil
+}
+
+// TestPeerPodsRecordedAsCAADoes: a PeerPod after each create returned,
+// released after the delete succeeded; a failing API only logs, as in
+// CAA, and the pod still starts.
+func TestPeerPodsRecordedAsCAADoes(t *testing.T) {
+	e := startAdaptor(t)
+	rec := &memRecorder{owned: map[string]string{}}
+	e.srv.Service().WithRecorder(rec)
+	ctx := context.Background()
+	e.create(t, sid0, gpuPod("mistral-tp-0"))
+	e.start(t, sid0)
+	id := gcpt4.InstanceID("us-central1-a", vmOf(e.fake, sid0).GetName())
+	if got := rec.owned["llm/mistral-tp-0-resource-x"]; got != id {
+		t.Fatalf("PeerPods %v, want llm/mistral-tp-0 owning %s", rec.owned, id)
+	}
+	if err := e.shim.StopVM(ctx, sid0); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.released) != 1 || rec.released[0] != "llm/mistral-tp-0-resource-x" {
+		t.Fatalf("released %v after the delete", rec.released)
+	}
+	rec.failOwn = true
+	e.create(t, sid1, gpuPod("mistral-tp-1"))
+	e.start(t, sid1)
+	if vmOf(e.fake, sid1) == nil {
+		t.Fatal("no VM when the PeerPod could not be recorded")
 	}
 }

@@ -35,6 +35,8 @@ type Server struct {
 
 	stopOnce sync.Once
 	stopErr  error
+	// left are the podVMs live sandboxes still had at Stop.
+	left []string
 }
 
 // Listen binds socketPath and starts serving svc. A stale socket left by a
@@ -58,7 +60,7 @@ func Listen(socketPath string, svc *Service) (*Server, error) {
 	hypervisor.RegisterHypervisorService(srv, svc)
 	s := &Server{svc: svc, srv: srv, path: socketPath, served: make(chan struct{})}
 	// Calls run on a context that outlives Stop's, so a StartVM in
-	// flight finishes and its VM is then deleted by the shutdown.
+	// flight finishes and hands its VM to its sandbox, as in CAA.
 	go func() {
 		defer close(s.served)
 		s.serveErr = srv.Serve(context.Background(), l)
@@ -87,6 +89,10 @@ func clearStaleSocket(path string) error {
 	return nil
 }
 
+// Left are the podVMs that live sandboxes still had when Stop ran: the
+// adaptor leaves them running, as upstream CAA does.
+func (s *Server) Left() []string { return s.left }
+
 // SocketPath is the path the server listens on.
 func (s *Server) SocketPath() string { return s.path }
 
@@ -106,8 +112,9 @@ func (s *Server) Err() error {
 }
 
 // Stop stops taking calls, waits for calls in flight (until ctx ends),
-// deletes the VMs of all live sandboxes and removes the socket. Later
-// calls return the first call's result.
+// leaves the VMs of live sandboxes running, as upstream CAA does, tears
+// the provider down (which waits for a create still running) and removes
+// the socket. Later calls return the first call's result.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() { s.stopErr = s.stop(ctx) })
 	return s.stopErr
@@ -115,9 +122,18 @@ func (s *Server) Stop(ctx context.Context) error {
 
 func (s *Server) stop(ctx context.Context) error {
 	var errs []error
+	// Upstream's order (pkg/adaptor/server.go Start/Shutdown, v0.22.0):
+	// the provider is torn down first, which lets a create in flight
+	// finish, and the ttrpc server only then. ttrpc takes a connection
+	// whose one unary call is running for idle and closes it, which
+	// would cancel that create and delete the VM it made.
+	s.left = s.svc.Shutdown(ctx)
+	if s.teardown != nil {
+		if err := s.teardown(); err != nil {
+			errs = append(errs, fmt.Errorf("provider teardown: %w", err))
+		}
+	}
 	if err := s.srv.Shutdown(ctx); err != nil {
-		// Calls still running past ctx are cut off; their sandboxes
-		// are still in the table and cleaned up below.
 		s.srv.Close()
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			errs = append(errs, fmt.Errorf("stopping the ttrpc server: %w", err))
@@ -130,14 +146,6 @@ func (s *Server) stop(ctx context.Context) error {
 	case <-s.served:
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("waiting for the serve loop to end: %w", ctx.Err()))
-	}
-	if err := s.svc.Shutdown(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("deleting the podVMs of live sandboxes: %w", err))
-	}
-	if s.teardown != nil {
-		if err := s.teardown(); err != nil {
-			errs = append(errs, fmt.Errorf("provider teardown: %w", err))
-		}
 	}
 	if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("removing socket %s: %w", s.path, err))

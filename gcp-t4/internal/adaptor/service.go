@@ -9,7 +9,6 @@ package adaptor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -45,6 +44,9 @@ type Service struct {
 	podsDir string
 	version string
 	log     *slog.Logger
+	// records, if set, gets a PeerPod per created VM, as CAA makes one.
+	records   Recorder
+	noRecords sync.Once
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -70,9 +72,17 @@ type sandbox struct {
 	instance *provider.Instance
 	// started is set once StartVM succeeded. Guarded by op.
 	started bool
+	// record is the PeerPod naming instance, "" when none. Guarded by op.
+	record string
 	// removed is set, under op, once the sandbox left the table, so a
 	// StartVM that was waiting for op creates nothing for it.
 	removed bool
+}
+
+// WithRecorder makes the service record each podVM it creates (PeerPods).
+func (s *Service) WithRecorder(r Recorder) *Service {
+	s.records = r
+	return s
 }
 
 // NewService serves prov; agent sockets go under podsDir/<sandbox id>/.
@@ -164,6 +174,9 @@ func (s *Service) StartVM(ctx context.Context, req *hypervisor.StartVMRequest) (
 	if sb.removed {
 		return nil, status.Errorf(codes.NotFound, "StartVM %s: the sandbox was stopped while this call waited; CreateVM it again", sid)
 	}
+	if s.isClosed() {
+		return nil, status.Errorf(codes.Unavailable, "StartVM %s: the adaptor is shutting down; retry against the new adaptor", sid)
+	}
 	if sb.started {
 		return &hypervisor.StartVMResponse{}, nil
 	}
@@ -179,6 +192,20 @@ func (s *Service) StartVM(ctx context.Context, req *hypervisor.StartVMRequest) (
 	if inst == nil || inst.ID == "" || len(inst.IPs) == 0 {
 		// CAA dials IPs[0]; a VM without one cannot host the pod.
 		return nil, fmt.Errorf("StartVM %s: the provider returned podVM %+v without an ID or IP address; this is a provider bug", sid, inst)
+	}
+	if s.records == nil {
+		// CAA logs the same and runs on without PeerPods.
+		s.noRecords.Do(func() {
+			s.log.Warn("no Kubernetes API (no -kubeconfig, not in a pod): PeerPods are not recorded, so the reaper cannot tell this adaptor's VMs in use")
+		})
+	} else {
+		// As CAA: after the create returned, and a failure is only
+		// logged (cloud.go StartVM, OwnPeerPod).
+		rec, err := s.records.Own(context.WithoutCancel(ctx), sb.pod.namespace, sb.pod.name, inst.ID)
+		if err != nil {
+			s.log.Error("failed to create PeerPod", "sandbox", sid, "instance", inst.ID, "error", err)
+		}
+		sb.record = rec
 	}
 	sb.started = true
 	s.log.Info("podVM created", "sandbox", sid, "pod", sb.pod.name, "instance", inst.Name, "id", inst.ID, "ip", inst.IPs[0].String())
@@ -213,7 +240,12 @@ func (s *Service) stop(ctx context.Context, sb *sandbox) error {
 			return fmt.Errorf("deleting podVM %s of pod %s/%s (kept for a retry): %w", sb.instance.ID, sb.pod.namespace, sb.pod.name, err)
 		}
 		s.log.Info("podVM deleted", "sandbox", sb.id, "instance", sb.instance.ID)
-		sb.instance, sb.started = nil, false
+		if sb.record != "" {
+			if err := s.records.Release(ctx, sb.pod.namespace, sb.record); err != nil {
+				s.log.Error("failed to release PeerPod", "sandbox", sb.id, "peerpod", sb.record, "error", err)
+			}
+		}
+		sb.instance, sb.started, sb.record = nil, false, ""
 	}
 	sb.removed = true
 	s.mu.Lock()
@@ -225,10 +257,12 @@ func (s *Service) stop(ctx context.Context, sb *sandbox) error {
 	return nil
 }
 
-// Shutdown refuses new sandboxes and deletes the VMs of all live ones, so
-// a stopped adaptor leaves nothing running. It returns every delete that
-// failed.
-func (s *Service) Shutdown(ctx context.Context) error {
+// Shutdown refuses new sandboxes and leaves the podVMs of the live ones
+// running, as upstream CAA does at SIGTERM: it deletes nothing there
+// (server.Shutdown only tears the provider down; clean-up of what is left
+// is peerpod-ctrl's job; pkg/adaptor/server.go, v0.22.0). The reaper
+// collects them once their pods are gone. It returns the VMs left.
+func (s *Service) Shutdown(context.Context) []string {
 	s.mu.Lock()
 	s.closed = true
 	live := make([]*sandbox, 0, len(s.sandboxes))
@@ -237,16 +271,24 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	sort.Slice(live, func(i, j int) bool { return live[i].id < live[j].id })
-	var errs []error
+	var left []string
 	for _, sb := range live {
-		if err := s.stop(ctx, sb); err != nil {
-			errs = append(errs, fmt.Errorf("sandbox %s: %w", sb.id, err))
+		sb.op.Lock()
+		if sb.instance != nil {
+			left = append(left, sb.instance.ID)
 		}
+		sb.op.Unlock()
 	}
-	if len(live) > 0 {
-		s.log.Info("shutdown stopped live sandboxes", "count", len(live), "failed", len(errs))
+	if len(left) > 0 {
+		s.log.Warn("shutting down with live sandboxes: their podVMs keep running, as with upstream CAA; the reaper collects them once their pods are gone", "podVMs", left)
 	}
-	return errors.Join(errs...)
+	return left
+}
+
+func (s *Service) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // Sandboxes returns the IDs of the live sandboxes, sorted.

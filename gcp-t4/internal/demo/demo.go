@@ -2,7 +2,9 @@
 // emulator the way production drives it: a kata shim client calls CreateVM,
 // StartVM and StopVM over ttrpc on a unix socket, the adaptor maps the pod
 // annotations to the provider, and the provider creates two single-T4
-// podVMs, end to end, with no cloud account.
+// podVMs, end to end, with no cloud account. The adaptor then stops with
+// one sandbox live and leaves its VM, as upstream CAA does, and the reaper
+// collects it once its pod is gone.
 package demo
 
 import (
@@ -20,6 +22,7 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/adaptor"
+	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
 	"github.com/caa-gcp-t4/gcp-t4/internal/shimclient"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
@@ -53,10 +56,13 @@ func Run(ctx context.Context, args []string, out io.Writer, logger *slog.Logger)
 		return err
 	}
 	defer func() {
-		// Whatever failed below, the adaptor's shutdown deletes every
-		// live sandbox's VM.
+		// Whatever failed below, stop the adaptor (a no-op once stopped).
 		err = errors.Join(err, srv.Stop(context.WithoutCancel(ctx)))
 	}()
+	// The cluster the pods live in, in memory: pods and the PeerPods the
+	// adaptor records, as a kube-apiserver would hold them.
+	cluster := newCluster()
+	srv.Service().WithRecorder(cluster)
 	shim := shimclient.New(socket, 0)
 
 	// Two ranks of a tensor-parallel model, one T4 each: what the webhook
@@ -70,6 +76,7 @@ func Run(ctx context.Context, args []string, out io.Writer, logger *slog.Logger)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POD\tINSTANCE\tMACHINE TYPE\tACCELERATOR\tZONE\tINTERNAL IP\tEXTERNAL IP")
 	for _, p := range pods {
+		cluster.addPod(p.sandbox.Namespace, p.sandbox.Name)
 		if _, err := shim.CreateVM(ctx, p.sandboxID, "/var/run/netns/cni-"+p.sandboxID[:8], p.sandbox); err != nil {
 			return fmt.Errorf("pod %s: %w", p.sandbox.Name, err)
 		}
@@ -86,21 +93,56 @@ func Run(ctx context.Context, args []string, out io.Writer, logger *slog.Logger)
 	fmt.Fprintf(out, "\n%d podVMs running after %s; GCE API calls: %d inserts, %d operation waits, %d gets.\n",
 		len(fake.Instances()), time.Since(start).Round(time.Millisecond), fake.CountCalls("instances.insert"), fake.CountCalls("zoneOperations.wait"), fake.CountCalls("instances.get"))
 
-	fmt.Fprintln(out, "\nStopVM for each sandbox, as the kata shim does when the pods go away...")
-	for _, p := range pods {
-		if err := shim.StopVM(ctx, p.sandboxID); err != nil {
-			return fmt.Errorf("pod %s: %w", p.sandbox.Name, err)
-		}
+	fmt.Fprintf(out, "PeerPods recorded (as CAA records them): %s\n", strings.Join(cluster.peerPodNames(), ", "))
+
+	fmt.Fprintf(out, "\nStopVM for %s, as the kata shim does when its pod goes away...\n", pods[0].sandbox.Name)
+	if err := shim.StopVM(ctx, pods[0].sandboxID); err != nil {
+		return fmt.Errorf("pod %s: %w", pods[0].sandbox.Name, err)
 	}
+	fmt.Fprintf(out, "The adaptor gets SIGTERM with %s still live...\n", pods[1].sandbox.Name)
 	if err := srv.Stop(ctx); err != nil {
 		return err
 	}
+	fmt.Fprintf(out, "Adaptor stopped; it left %d podVM running, as upstream CAA does: %s\n", len(srv.Left()), strings.Join(srv.Left(), ", "))
+	fmt.Fprintf(out, "Pod %s is deleted while no adaptor runs: nobody gets its StopVM, and Kubernetes deletes its PeerPod, which its finalizer holds.\n", pods[1].sandbox.Name)
+	cluster.deletePod(pods[1].sandbox.Namespace, pods[1].sandbox.Name)
+
+	fmt.Fprintln(out, "\nThe reaper's pass (gcp-t4 gc -delete, as the caa-gcp-t4-reaper Deployment runs it):")
+	reaper, err := gcpt4.NewProvider(ctx, reaperConfig(fake), logger, fake.ClientOptions()...)
+	if err != nil {
+		return err
+	}
+	defer reaper.Teardown()
+	c := &gc.Collector{VMs: reaper, Cluster: cluster, Policy: gc.DefaultPolicy(), Delete: true, Now: time.Now, Log: logger}
+	pass, err := c.Run(ctx)
+	if err != nil {
+		return err
+	}
+	if err := gc.Print(out, "table", pass); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Reaped %d podVM; PeerPod finalizers released: %d.\n", pass.Count(gc.Deleted), len(pass.Released))
 	left := fake.Instances()
 	fmt.Fprintf(out, "Instances left in demo-project: %d\n", len(left))
 	if len(left) != 0 {
 		return fmt.Errorf("%d instances leaked", len(left))
 	}
+	if pass.Count(gc.Deleted) != 1 {
+		return fmt.Errorf("the reaper deleted %d podVMs, want the 1 the adaptor left", pass.Count(gc.Deleted))
+	}
 	return nil
+}
+
+// demoClusterID stands for the kube-system namespace UID that `gcp-t4
+// install` puts in GCP_CLUSTER_ID.
+const demoClusterID = "5d3e8a10-7c2b-4f6e-9a41-0b2c3d4e5f60"
+
+// reaperConfig is the reaper Deployment's provider configuration: the same
+// peer-pods-cm as the adaptor's.
+func reaperConfig(fake *gcefake.Server) gcpt4.Config {
+	return gcpt4.Config{ProjectID: "demo-project", Zone: "us-central1-a", FallbackZones: nil, ImageName: "podvm-t4",
+		Network: "global/networks/default", Subnetwork: "default", DiskType: "pd-balanced", RootVolumeSize: 50,
+		ProvisioningModel: gcpt4.ProvisioningStandard, ClusterID: demoClusterID, Endpoint: fake.URL()}
 }
 
 // adaptorFlags are `gcp-t4 adaptor` flags for the emulator: the socket and
@@ -116,6 +158,8 @@ func adaptorFlags(endpoint, socket, podsDir string) []string {
 		"-image-name", "podvm-t4",
 		"-network", "global/networks/default",
 		"-subnetwork", "default",
+		"-cluster-id", demoClusterID,
+		"-node-name", "demo-node-0",
 	}
 }
 

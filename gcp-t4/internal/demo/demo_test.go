@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-func TestDemoShowsPrivateT4PodVMsAndCleansUp(t *testing.T) {
+func TestDemoShowsPrivateT4PodVMsAndTheReaper(t *testing.T) {
 	var out bytes.Buffer
 	if err := Run(context.Background(), nil, &out, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
@@ -37,6 +37,19 @@ func TestDemoShowsPrivateT4PodVMsAndCleansUp(t *testing.T) {
 	}
 	if !strings.Contains(text, "Instances left in demo-project: 0") {
 		t.Errorf("demo does not show that nothing is left:\n%s", text)
+	}
+	// The adaptor leaves the live sandbox's VM at shutdown, as upstream
+	// CAA does, and the reaper's pass shows it deleted.
+	if !strings.Contains(text, "it left 1 podVM running") {
+		t.Errorf("demo does not show the adaptor leaving the live VM:\n%s", text)
+	}
+	reaped := false
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		reaped = reaped || (len(f) > 4 && strings.Contains(f[0], "/instances/podvm-mistral-tp-1-") && f[1] == "default/mistral-tp-1" && f[4] == "deleted")
+	}
+	if !reaped || !strings.Contains(text, "Reaped 1 podVM; PeerPod finalizers released: 1.") {
+		t.Errorf("demo does not show the reaper deleting mistral-tp-1's VM and releasing its PeerPod:\n%s", text)
 	}
 }
 

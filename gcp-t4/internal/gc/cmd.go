@@ -3,97 +3,191 @@ package gc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"os"
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 )
 
 // Main is `gcp-t4 gc`: the provider's own flags (and env), plus what to
-// do with orphans. It exits non-zero when an orphan is left undeleted, so
-// a CronJob or a CI check notices.
+// do with orphans. Once (the default) it lists and exits non-zero when an
+// orphan is left undeleted, so a CI check notices; -interval loops.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
-	fs := flag.NewFlagSet("gcp-t4 gc", flag.ContinueOnError)
+	return main(ctx, "gcp-t4 gc", false, args, stdout, stderr, logger)
+}
+
+// MainReaper is `gcp-t4 reaper`, what the reaper Deployment runs: gc that
+// deletes, every REAPER_INTERVAL (default 1m), with metrics on :9103.
+func MainReaper(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	return main(ctx, "gcp-t4 reaper", true, args, stdout, stderr, logger)
+}
+
+func main(ctx context.Context, name string, reaper bool, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	pf := providerflags.Register(fs)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account, then $KUBECONFIG")
-	grace := fs.Duration("grace", 10*time.Minute, "leave VMs younger than this alone")
-	del := fs.Bool("delete", false, "delete the orphans (default: only list them)")
-	interval := fs.Duration("interval", 0, "run every interval until stopped (the sidecar loop); 0 runs once")
+	reg := provider.NewFlagRegistrar(fs)
+	pol := DefaultPolicy()
+	var interval time.Duration
+	var metricsAddr string
+	defInterval, defAddr := time.Duration(0), ""
+	if reaper {
+		defInterval, defAddr = time.Minute, ":9103"
+	}
+	kubeconfigPath := fs.String("kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account, then $KUBECONFIG")
+	reg.DurationWithEnv(&pol.Grace, "grace", pol.Grace, "REAPER_GRACE", "leave orphans younger than this alone")
+	reg.DurationWithEnv(&interval, "interval", defInterval, "REAPER_INTERVAL", "run a pass every interval until stopped; 0 runs once")
+	reg.StringWithEnv(&metricsAddr, "metrics-addr", defAddr, "REAPER_METRICS_ADDR", "serve Prometheus metrics on this address (/metrics, /healthz), e.g. :9103")
+	del := fs.Bool("delete", reaper, "delete the orphans (gc's default: only list them)")
 	output := fs.String("o", "table", "output: table or json")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if *output != "table" && *output != "json" {
-		fmt.Fprintf(stderr, "gcp-t4 gc: -o %q: use table or json\n", *output)
+		fmt.Fprintf(stderr, "%s: -o %q: use table or json\n", name, *output)
 		return 2
 	}
+	if pol.Grace < 0 || interval < 0 || (reaper && interval == 0) {
+		fmt.Fprintf(stderr, "%s: -grace (REAPER_GRACE) must not be negative and -interval (REAPER_INTERVAL) must be positive for the reaper (e.g. 1m)\n", name)
+		return 2
+	}
+	cfg := pf.Config()
 	prov, err := pf.Provider(ctx, logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
 	defer prov.Teardown()
-	kube, err := kubeClient(*kubeconfig)
+	kube, dyn, err := kubeClients(*kubeconfigPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	c := &Collector{VMs: prov, Pods: KubePods{Client: kube}, Grace: *grace, Skew: 2 * time.Minute, Delete: *del, Now: time.Now, Log: logger}
-	if *interval <= 0 {
+	if err := VerifyClusterID(ctx, kube, cfg.ClusterID); err != nil {
+		if *del {
+			fmt.Fprintf(stderr, "%s: refusing to delete: %v\n", name, err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "%s: warning: %v\n", name, err)
+	}
+	c := &Collector{
+		VMs:     prov,
+		Cluster: KubeCluster{Client: kube, PeerPods: peerpod.Client{Dynamic: dyn}},
+		Policy:  pol, Delete: *del, Now: time.Now, Log: logger,
+	}
+	if interval <= 0 {
 		return once(ctx, c, *output, stdout, stderr)
 	}
-	// The sidecar loop: a pass now, then one every interval after the last
-	// ended, until stopped; a failed pass is reported and the next one runs.
-	wait.UntilWithContext(ctx, func(ctx context.Context) { once(ctx, c, *output, stdout, stderr) }, *interval)
-	return 0
+	return loop(ctx, c, kube, interval, metricsAddr, stdout, stderr, logger)
 }
 
 func once(ctx context.Context, c *Collector, output string, stdout, stderr io.Writer) int {
-	findings, err := c.Run(ctx)
+	p, err := c.Run(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
 		return 1
 	}
-	if err := Print(stdout, output, findings); err != nil {
+	if err := Print(stdout, output, p); err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 gc: %v\n", err)
 		return 1
 	}
-	for _, f := range findings {
-		if f.Verdict == Orphan || f.Verdict == DeleteErr {
-			return 1
-		}
+	if p.Count(Orphan)+p.Count(DeleteErr) > 0 {
+		return 1
 	}
 	return 0
 }
 
-// Print writes findings as a table or JSON.
-func Print(w io.Writer, output string, findings []Finding) error {
+// loop is the reaper: a pass every interval, metrics and Events on each,
+// until ctx ends. A failed pass is logged and retried at the next tick.
+func loop(ctx context.Context, c *Collector, kube kubernetes.Interface, interval time.Duration, metricsAddr string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	m := NewMetrics()
+	report := Report{Metrics: m, Now: time.Now}
+	if name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE"); name != "" && ns != "" {
+		report.Events = &Events{Client: kube, Now: time.Now, Log: logger,
+			Pod: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Name: name, Namespace: ns, UID: types.UID(os.Getenv("POD_UID"))}}
+	}
+	c.Observer = report
+	if metricsAddr != "" {
+		l, err := net.Listen("tcp", metricsAddr)
+		if err != nil {
+			fmt.Fprintf(stderr, "gcp-t4 gc: -metrics-addr %s: %v\n", metricsAddr, err)
+			return 2
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Close()
+	}
+	fmt.Fprintf(stdout, "reaper: a pass every %s, grace %s, delete=%v\n", interval, c.Policy.Grace, c.Delete)
+	// A pass now, then one every interval after the last ended, until
+	// stopped; a failed pass is logged and the next one runs.
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		p, err := c.Run(ctx)
+		if err != nil {
+			logger.Error("reaper pass failed; nothing deleted", "err", err)
+			return
+		}
+		logger.Info("reaper pass", "vms", len(p.Findings), "deleted", p.Count(Deleted), "deleteFailed", p.Count(DeleteErr),
+			"orphansWithinGrace", p.Count(TooYoung), "unowned", p.Count(Unowned), "unidentified", p.Count(Unidentified), "otherClusters", p.OtherClusters)
+	}, interval)
+	return 0
+}
+
+// Print writes a pass as a table or JSON.
+func Print(w io.Writer, output string, p Pass) error {
 	if output == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(findings)
+		return enc.Encode(p.Findings)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "VM\tPOD\tCREATED\tVERDICT\tREASON")
-	for _, f := range findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.VM.ID, f.VM.Pod, f.VM.Created.UTC().Format(time.RFC3339), f.Verdict, f.Reason)
+	fmt.Fprintln(tw, "VM\tNAMESPACE/POD\tNODE\tCREATED\tVERDICT\tREASON")
+	for _, f := range p.Findings {
+		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\t%s\n", f.VM.ID, f.VM.Namespace, f.VM.Pod, f.VM.Node, f.VM.Created.UTC().Format(time.RFC3339), f.Verdict, f.Reason)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if p.OtherClusters > 0 {
+		_, err := fmt.Fprintf(w, "(%d podVMs of other clusters in the project left alone)\n", p.OtherClusters)
+		return err
+	}
+	return nil
 }
 
-func kubeClient(path string) (kubernetes.Interface, error) {
+func kubeClients(path string) (kubernetes.Interface, dynamic.Interface, error) {
 	cfg, err := kubeconfig.Load(path, "", "gcp-t4-gc")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return kubernetes.NewForConfig(cfg)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	return cs, dyn, err
 }

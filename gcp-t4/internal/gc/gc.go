@@ -1,45 +1,90 @@
-// Package gc finds podVMs whose pod is gone and, when asked, deletes them:
-// the last line of defence against a paid GPU VM that nobody owns (an
-// adaptor killed between insert and return, a lost StopVM).
+// Package gc is the podVM reaper: it finds this cluster's podVMs whose
+// sandbox no longer exists and deletes them. `gcp-t4 gc` runs one pass
+// (listing by default); the reaper Deployment runs it in a loop.
+//
+// Whether a sandbox lives is read from upstream CAA's own record of it,
+// the PeerPod object (internal/peerpod): CAA v0.22.0 creates one, owned by
+// the pod's UID, right after CreateInstance returns, and removes its
+// finalizer after a successful DeleteInstance. CAA's per-node state cannot
+// serve: its sandbox table lives in the adaptor's memory and dies with it,
+// and the per-sandbox directory it leaves under PODS_DIR is never removed
+// (cloud.go CreateVM makes it; nothing deletes it), so it says nothing
+// about whether the sandbox still runs. The rules, per VM:
+//
+//   - A PeerPod names the VM: the VM is in use while its owner pod (by UID)
+//     exists, has not finished (Succeeded/Failed pods have their sandbox
+//     stopped by the kubelet) and owns no newer PeerPod (a newer one is a
+//     retried sandbox: peerpod-ctrl's isOldPeerPod rule,
+//     src/peerpod-ctrl/controllers/peerpod_controller.go). A PeerPod being
+//     deleted with its finalizer is an explicit release: its VM is deleted
+//     and the finalizer removed, which is what peerpod-ctrl would do.
+//   - No PeerPod names the VM (CAA died between insert and return, or has
+//     not returned yet): it is an orphan when its pod (namespace and name
+//     from the VM's labels) is gone, finished, or younger than the VM, or
+//     — once the VM is older than the provider's longest create — when the
+//     pod owns a PeerPod made after the VM: the pod's sandbox was retried.
+//     Otherwise it is kept: "creating" while the create may still run,
+//     "unowned" (alerted) after.
+//   - Nothing younger than the grace period is deleted, except on an
+//     explicit release. VMs of other clusters are never listed; VMs
+//     without a cluster label are listed and never deleted.
 package gc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 )
 
-// VMs is what the collector needs of the provider.
+// VMs is what the reaper needs of the provider.
 type VMs interface {
-	ListManaged(ctx context.Context) ([]gcpt4.ManagedVM, error)
+	ListManagedDetail(ctx context.Context) (gcpt4.ManagedList, error)
 	DeleteInstance(ctx context.Context, instanceID string) error
 }
 
-// Pod is what the collector needs to know of a pod.
+// Pod is what the reaper needs to know of a pod.
 type Pod struct {
-	Name    string
-	Created time.Time
+	Namespace, Name string
+	UID             types.UID
+	Phase           corev1.PodPhase
+	Created         time.Time
 }
 
-// Pods lists the cluster's pods (all namespaces).
-type Pods interface {
+func (p Pod) finished() bool {
+	return p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed
+}
+
+// Cluster is what the reaper reads and writes in Kubernetes.
+type Cluster interface {
 	ListPods(ctx context.Context) ([]Pod, error)
+	// ListPeerPods fails with peerpod.ErrNoCRD where PeerPods are not
+	// served; the reaper then decides by pods alone.
+	ListPeerPods(ctx context.Context) ([]peerpod.PeerPod, error)
+	ReleasePeerPod(ctx context.Context, namespace, name string) error
 }
 
-// Verdict is what the collector decided for one VM.
+// Verdict is what the reaper decided for one VM.
 type Verdict string
 
-// Verdicts.
+// Verdicts. Only Orphan is acted on.
 const (
-	InUse     Verdict = "in-use"
-	TooYoung  Verdict = "orphan-within-grace"
-	Orphan    Verdict = "orphan"
-	Deleted   Verdict = "deleted"
-	DeleteErr Verdict = "delete-failed"
+	InUse        Verdict = "in-use"
+	Creating     Verdict = "creating"
+	TooYoung     Verdict = "orphan-within-grace"
+	Orphan       Verdict = "orphan"
+	Unowned      Verdict = "unowned"
+	Unidentified Verdict = "unidentified"
+	Deleted      Verdict = "deleted"
+	DeleteErr    Verdict = "delete-failed"
 )
 
 // Finding is one VM and the verdict on it.
@@ -47,74 +92,308 @@ type Finding struct {
 	VM      gcpt4.ManagedVM `json:"vm"`
 	Verdict Verdict         `json:"verdict"`
 	Reason  string          `json:"reason"`
+	// Release are the PeerPods whose finalizer goes once the VM is gone.
+	Release []peerpod.PeerPod `json:"-"`
 }
 
-// Collector decides which podVMs are orphans.
-type Collector struct {
-	VMs  VMs
-	Pods Pods
-	// Grace protects a VM created moments ago whose pod the API may not
-	// show yet, and bounds the cost of a mistake in either direction.
+// Policy is how cautious the reaper is.
+type Policy struct {
+	// Grace protects a VM created moments ago from lagging API reads and
+	// bounds the cost of a mistake in either direction.
 	Grace time.Duration
-	// Skew allows for clock differences between GCE and the API server
-	// when comparing a pod's creation with its VM's.
-	Skew   time.Duration
-	Delete bool
-	Now    func() time.Time
-	Log    *slog.Logger
+	// Skew allows for clock differences between GCE and the API server.
+	Skew time.Duration
+	// Creating is how long a VM without a PeerPod may still be inside its
+	// create: the provider's gcpt4.LongestCall.
+	Creating time.Duration
 }
 
-// Run lists VMs and pods once and returns a finding per VM. Nothing is
-// deleted unless both lists were read: uncertainty never deletes.
-func (c *Collector) Run(ctx context.Context) ([]Finding, error) {
-	vms, err := c.VMs.ListManaged(ctx)
-	if err != nil {
-		return nil, err
-	}
-	pods, err := c.Pods.ListPods(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing pods (nothing deleted): %w", err)
-	}
-	// A VM is made after its pod; a pod of the same name created after
-	// the VM is a later incarnation (a StatefulSet's llm-0 recreated) and
-	// does not keep the old VM alive.
-	oldest := map[string][]time.Time{}
-	for _, p := range pods {
-		key := gcpt4.LabelValue(p.Name)
-		oldest[key] = append(oldest[key], p.Created)
-	}
-	now := c.Now()
-	var out []Finding
-	for _, vm := range vms {
-		f := Finding{VM: vm}
-		switch {
-		case keeps(oldest[vm.Pod], vm.Created, c.Skew):
-			f.Verdict, f.Reason = InUse, "pod "+vm.Pod+" exists and predates the VM"
-		case vm.Created.IsZero() || now.Sub(vm.Created) < c.Grace:
-			f.Verdict, f.Reason = TooYoung, fmt.Sprintf("no pod %s, but the VM is younger than the %s grace period", vm.Pod, c.Grace)
-		default:
-			f.Verdict, f.Reason = Orphan, fmt.Sprintf("no pod %s that predates the VM (created %s)", vm.Pod, vm.Created.UTC().Format(time.RFC3339))
+// DefaultPolicy is the reaper's default.
+func DefaultPolicy() Policy {
+	return Policy{Grace: 10 * time.Minute, Skew: 2 * time.Minute, Creating: gcpt4.LongestCall}
+}
+
+// Pass is the outcome of one pass.
+type Pass struct {
+	Findings []Finding
+	// Released are PeerPods whose finalizer was removed.
+	Released []string
+	// OtherClusters counts VMs of other clusters, left alone.
+	OtherClusters int
+	// PeerPods is false where the PeerPod CRD is not installed.
+	PeerPods bool
+}
+
+// Count returns how many findings have verdict v.
+func (p Pass) Count(v Verdict) int {
+	n := 0
+	for _, f := range p.Findings {
+		if f.Verdict == v {
+			n++
 		}
-		if f.Verdict == Orphan && c.Delete {
-			if err := c.VMs.DeleteInstance(ctx, vm.ID); err != nil {
-				f.Verdict, f.Reason = DeleteErr, err.Error()
-				c.Log.Error("deleting orphan podVM failed", "vm", vm.ID, "err", err)
-			} else {
-				f.Verdict = Deleted
-				c.Log.Info("deleted orphan podVM", "vm", vm.ID, "pod", vm.Pod)
+	}
+	return n
+}
+
+// Collector runs passes.
+type Collector struct {
+	VMs     VMs
+	Cluster Cluster
+	Policy  Policy
+	Delete  bool
+	Now     func() time.Time
+	Log     *slog.Logger
+	// Observer, if set, learns every pass (metrics, Events).
+	Observer Observer
+}
+
+// Observer is told about every pass and every action.
+type Observer interface {
+	Pass(ctx context.Context, p Pass, err error)
+}
+
+// Run makes one pass: VMs first, then PeerPods, then pods, so that
+// everything read about the cluster is at least as new as the VM list; a
+// VM made after the list is not judged. Nothing is deleted unless every
+// list was read: uncertainty never deletes.
+func (c *Collector) Run(ctx context.Context) (Pass, error) {
+	p, err := c.run(ctx)
+	if c.Observer != nil {
+		c.Observer.Pass(ctx, p, err)
+	}
+	return p, err
+}
+
+func (c *Collector) run(ctx context.Context) (Pass, error) {
+	list, err := c.VMs.ListManagedDetail(ctx)
+	if err != nil {
+		return Pass{}, fmt.Errorf("listing podVMs (nothing deleted): %w", err)
+	}
+	pass := Pass{OtherClusters: list.OtherClusters, PeerPods: true}
+	pps, err := c.Cluster.ListPeerPods(ctx)
+	if errors.Is(err, peerpod.ErrNoCRD) {
+		pass.PeerPods = false
+		c.Log.Warn("no PeerPod CRD: deciding by pods alone; VMs without a PeerPod whose pod is live are kept", "err", err)
+	} else if err != nil {
+		return pass, fmt.Errorf("listing PeerPods (nothing deleted): %w", err)
+	}
+	pods, err := c.Cluster.ListPods(ctx)
+	if err != nil {
+		return pass, fmt.Errorf("listing pods (nothing deleted): %w", err)
+	}
+	pass.Findings = Decide(c.Now(), c.Policy, list.VMs, pods, pps, pass.PeerPods)
+	if !c.Delete {
+		return pass, nil
+	}
+	for i := range pass.Findings {
+		f := &pass.Findings[i]
+		if f.Verdict != Orphan {
+			continue
+		}
+		if err := c.VMs.DeleteInstance(ctx, f.VM.ID); err != nil {
+			f.Verdict, f.Reason = DeleteErr, fmt.Sprintf("%s; delete failed: %v", f.Reason, err)
+			c.Log.Error("deleting orphan podVM failed", "vm", f.VM.ID, "err", err)
+			continue
+		}
+		f.Verdict = Deleted
+		c.Log.Info("deleted orphan podVM", "vm", f.VM.ID, "pod", f.VM.Namespace+"/"+f.VM.Pod, "reason", f.Reason)
+		pass.Released = append(pass.Released, c.release(ctx, f.Release)...)
+	}
+	pass.Released = append(pass.Released, c.release(ctx, strayFinalizers(list.VMs, pps))...)
+	return pass, nil
+}
+
+// release removes the finalizer of each PeerPod; a failure is retried by
+// the next pass.
+func (c *Collector) release(ctx context.Context, pps []peerpod.PeerPod) []string {
+	var out []string
+	for _, pp := range pps {
+		if err := c.Cluster.ReleasePeerPod(ctx, pp.Namespace, pp.Name); err != nil {
+			c.Log.Error("releasing PeerPod failed", "peerpod", pp.Namespace+"/"+pp.Name, "err", err)
+			continue
+		}
+		out = append(out, pp.Namespace+"/"+pp.Name)
+	}
+	return out
+}
+
+// strayFinalizers are deleted PeerPods of this provider whose VM is not in
+// the list: gone already, or not this cluster's to delete. Their finalizer
+// would otherwise hold the PeerPod (and its namespace) forever.
+func strayFinalizers(vms []gcpt4.ManagedVM, pps []peerpod.PeerPod) []peerpod.PeerPod {
+	listed := map[string]bool{}
+	for _, vm := range vms {
+		listed[vm.ID] = true
+	}
+	var out []peerpod.PeerPod
+	for _, pp := range pps {
+		if pp.Deleting && pp.Finalized && pp.CloudProvider == gcpt4.ProviderName && !listed[pp.InstanceID] {
+			out = append(out, pp)
+		}
+	}
+	return out
+}
+
+// Decide judges each VM (see the package comment); it calls nothing.
+func Decide(now time.Time, pol Policy, vms []gcpt4.ManagedVM, pods []Pod, pps []peerpod.PeerPod, havePeerPods bool) []Finding {
+	byUID := map[types.UID]Pod{}
+	for _, p := range pods {
+		byUID[p.UID] = p
+	}
+	byInstance := map[string][]peerpod.PeerPod{}
+	byOwner := map[types.UID][]peerpod.PeerPod{}
+	for _, pp := range pps {
+		if pp.CloudProvider != gcpt4.ProviderName {
+			continue
+		}
+		byInstance[pp.InstanceID] = append(byInstance[pp.InstanceID], pp)
+		byOwner[pp.OwnerUID] = append(byOwner[pp.OwnerUID], pp)
+	}
+	created := map[string]time.Time{}
+	for _, vm := range vms {
+		created[vm.ID] = vm.Created
+	}
+	j := judge{now: now, pol: pol, pods: pods, byUID: byUID, byOwner: byOwner, created: created, havePeerPods: havePeerPods}
+	out := make([]Finding, 0, len(vms))
+	for _, vm := range vms {
+		out = append(out, j.vm(vm, byInstance[vm.ID]))
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].VM.ID < out[b].VM.ID })
+	return out
+}
+
+type judge struct {
+	now     time.Time
+	pol     Policy
+	pods    []Pod
+	byUID   map[types.UID]Pod
+	byOwner map[types.UID][]peerpod.PeerPod
+	// created is each listed VM's creation time, by ID (GCE's clock).
+	created      map[string]time.Time
+	havePeerPods bool
+}
+
+func (j judge) vm(vm gcpt4.ManagedVM, refs []peerpod.PeerPod) Finding {
+	f := Finding{VM: vm}
+	if vm.Unidentified() {
+		f.Verdict, f.Reason = Unidentified, "no "+gcpt4.ClusterLabel+" label (made before cluster labels, or by another tool): any cluster sharing the project may own it, so it is never deleted automatically"
+		return f
+	}
+	for _, pp := range refs {
+		if pp.Finalized {
+			f.Release = append(f.Release, pp)
+		}
+	}
+	for _, pp := range refs {
+		if pp.Deleting && pp.Finalized {
+			// The pod is gone and Kubernetes deleted its PeerPod: the
+			// release peerpod-ctrl acts on. No grace: nothing is inferred.
+			f.Verdict, f.Reason = Orphan, fmt.Sprintf("PeerPod %s/%s was deleted with its pod %s", pp.Namespace, pp.Name, pp.OwnerName)
+			return f
+		}
+	}
+	var reason string
+	if len(refs) > 0 {
+		reason = j.owned(vm, newest(refs))
+	} else {
+		reason, f.Verdict = j.unrecorded(vm)
+		if f.Verdict != "" {
+			f.Reason = reason
+			return f
+		}
+	}
+	if reason == "" {
+		f.Verdict, f.Reason = InUse, fmt.Sprintf("PeerPod %s/%s is its live pod's newest", refs[0].Namespace, newest(refs).Name)
+		return f
+	}
+	if vm.Created.IsZero() || j.now.Sub(vm.Created) < j.pol.Grace {
+		f.Verdict, f.Reason = TooYoung, fmt.Sprintf("%s, but the VM is younger than the %s grace period", reason, j.pol.Grace)
+		return f
+	}
+	f.Verdict, f.Reason = Orphan, reason
+	return f
+}
+
+// owned judges a VM a PeerPod names; "" means in use.
+func (j judge) owned(vm gcpt4.ManagedVM, pp peerpod.PeerPod) string {
+	owner, ok := j.byUID[pp.OwnerUID]
+	switch {
+	case !ok:
+		return fmt.Sprintf("the pod %s/%s that owns PeerPod %s is gone", pp.Namespace, pp.OwnerName, pp.Name)
+	case owner.finished():
+		return fmt.Sprintf("pod %s/%s has %s: the kubelet stopped its sandbox", owner.Namespace, owner.Name, owner.Phase)
+	}
+	for _, other := range j.byOwner[pp.OwnerUID] {
+		if other.Created.After(pp.Created) {
+			return fmt.Sprintf("pod %s/%s's sandbox was retried: its newer PeerPod %s names %s", owner.Namespace, owner.Name, other.Name, other.InstanceID)
+		}
+	}
+	return ""
+}
+
+// unrecorded judges a VM no PeerPod names. It returns the orphan reason,
+// or a final verdict (Creating, Unowned) with its reason.
+func (j judge) unrecorded(vm gcpt4.ManagedVM) (string, Verdict) {
+	where := vm.Namespace + "/"
+	if vm.Namespace == "" {
+		where = "(any namespace)/"
+	}
+	var live []Pod
+	finished := 0
+	for _, p := range j.pods {
+		if gcpt4.LabelValue(p.Name) != vm.Pod || (vm.Namespace != "" && p.Namespace != vm.Namespace) {
+			continue
+		}
+		if p.finished() {
+			finished++
+			continue
+		}
+		live = append(live, p)
+	}
+	if len(live) == 0 {
+		if finished > 0 {
+			return fmt.Sprintf("no PeerPod names it and pod %s%s has finished: the kubelet stopped its sandbox", where, vm.Pod), ""
+		}
+		return fmt.Sprintf("no PeerPod names it and no pod %s%s exists", where, vm.Pod), ""
+	}
+	var older []Pod
+	for _, p := range live {
+		if !p.Created.After(vm.Created.Add(j.pol.Skew)) {
+			older = append(older, p)
+		}
+	}
+	if len(older) == 0 {
+		return fmt.Sprintf("no PeerPod names it and pod %s%s was created after the VM: the VM was an earlier pod's", where, vm.Pod), ""
+	}
+	if j.now.Sub(vm.Created) < j.pol.Creating {
+		return fmt.Sprintf("no PeerPod yet: its create may still be running (up to %s)", j.pol.Creating), Creating
+	}
+	if j.havePeerPods && len(older) == 1 {
+		for _, pp := range j.byOwner[older[0].UID] {
+			// A later sandbox of the pod was handed to CAA. Compare on
+			// GCE's clock when its VM is listed, else allow for skew.
+			later := pp.Created.After(vm.Created.Add(j.pol.Skew))
+			if t, ok := j.created[pp.InstanceID]; ok {
+				later = t.After(vm.Created)
+			}
+			if later {
+				return fmt.Sprintf("no PeerPod names it and pod %s/%s's sandbox was retried after it: PeerPod %s names %s", older[0].Namespace, older[0].Name, pp.Name, pp.InstanceID), ""
 			}
 		}
-		out = append(out, f)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].VM.ID < out[j].VM.ID })
-	return out, nil
+	why := "no PeerPod names it"
+	if !j.havePeerPods {
+		why = "the PeerPod CRD is not installed"
+	}
+	return fmt.Sprintf("%s, its pod %s%s is live and it is older than the longest create: CAA may have failed to record it (its log says \"failed to create PeerPod\"); kept", why, where, vm.Pod), Unowned
 }
 
-func keeps(podCreated []time.Time, vmCreated time.Time, skew time.Duration) bool {
-	for _, t := range podCreated {
-		if vmCreated.IsZero() || !t.After(vmCreated.Add(skew)) {
-			return true
+func newest(pps []peerpod.PeerPod) peerpod.PeerPod {
+	n := pps[0]
+	for _, pp := range pps[1:] {
+		if pp.Created.After(n.Created) {
+			n = pp
 		}
 	}
-	return false
+	return n
 }

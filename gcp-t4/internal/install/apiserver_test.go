@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
@@ -50,25 +51,32 @@ func TestAgainstAPIServer(t *testing.T) {
 	go func() { defer close(done); e.runControllers(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	t.Run("ManifestsAcceptedWithStrictValidation", e.testManifestsAccepted)
-	t.Run("GenericCluster", e.testGeneric)
-	t.Run("GKEUbuntuPool", e.testGKEUbuntu)
-	t.Run("GKECOSPoolRefused", e.testGKECOS)
-	t.Run("AutopilotRefused", e.testAutopilot)
-	t.Run("NewSettingsPruneOldObjects", e.testPrune)
-	t.Run("RolloutTimeout", e.testRolloutTimeout)
-	t.Run("UninstallRestoresNodes", e.testUninstallRestoresNodes)
-	t.Run("UpgradeKeepsWhatWasSet", e.testUpgradeKeeps)
-	t.Run("ValidatedBeforeApply", e.testValidatedBeforeApply)
-	t.Run("EveryCAAKeyAndAgentTLS", e.testEveryCAAKey)
-	t.Run("KubectlApplyThenInstall", e.testKubectlThenInstall)
-	t.Run("FailedInstallCanBeUninstalled", e.testFailedInstallUninstalls)
-	t.Run("Namespace", e.testNamespace)
-	t.Run("RuntimeClassAdoptable", e.testRuntimeClassAdoptable)
-	t.Run("CriticalPodsAdmitted", e.testCriticalPods)
-	t.Run("PruneAfterRollout", e.testPruneAfterRollout)
-	t.Run("HelmReleaseRefused", e.testHelmReleaseRefused)
-	t.Run("InstallMDWalkthrough", e.testWalkthrough)
+	// A failed case may leave its objects behind; without a reset every
+	// later case would fail on them too, hiding which one broke.
+	run := func(name string, f func(*testing.T)) {
+		if !t.Run(name, f) {
+			e.reset(t)
+		}
+	}
+	run("ManifestsAcceptedWithStrictValidation", e.testManifestsAccepted)
+	run("GenericCluster", e.testGeneric)
+	run("GKEUbuntuPool", e.testGKEUbuntu)
+	run("GKECOSPoolRefused", e.testGKECOS)
+	run("AutopilotRefused", e.testAutopilot)
+	run("NewSettingsPruneOldObjects", e.testPrune)
+	run("RolloutTimeout", e.testRolloutTimeout)
+	run("UninstallRestoresNodes", e.testUninstallRestoresNodes)
+	run("UpgradeKeepsWhatWasSet", e.testUpgradeKeeps)
+	run("ValidatedBeforeApply", e.testValidatedBeforeApply)
+	run("EveryCAAKeyAndAgentTLS", e.testEveryCAAKey)
+	run("KubectlApplyThenInstall", e.testKubectlThenInstall)
+	run("FailedInstallCanBeUninstalled", e.testFailedInstallUninstalls)
+	run("Namespace", e.testNamespace)
+	run("RuntimeClassAdoptable", e.testRuntimeClassAdoptable)
+	run("CriticalPodsAdmitted", e.testCriticalPods)
+	run("PruneAfterRollout", e.testPruneAfterRollout)
+	run("HelmReleaseRefused", e.testHelmReleaseRefused)
+	run("InstallMDWalkthrough", e.testWalkthrough)
 }
 
 // runControllers stands in for kube-controller-manager: the DaemonSet
@@ -134,23 +142,53 @@ func (e *env) install(t *testing.T, extra ...string) (code int, stdout, stderr s
 func (e *env) uninstall(t *testing.T) string {
 	t.Helper()
 	var o, errb bytes.Buffer
-	if code := MainUninstall(t.Context(), []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=60s"}, &o, &errb, nil); code != 0 {
+	// These installs name no reachable GCE; the uninstall guard is tested
+	// in guard_apiserver_test.go.
+	if code := MainUninstall(t.Context(), []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=60s", "--force"}, &o, &errb, nil); code != 0 {
 		t.Fatalf("uninstall: exit %d: %s\n%s", code, errb.String(), o.String())
 	}
 	return o.String()
+}
+
+// reset removes whatever a failed case left: an uninstall without the
+// guard, then our labelled objects one by one, then the namespace.
+func (e *env) reset(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	var o, errb bytes.Buffer
+	MainUninstall(ctx, []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=60s", "--force"}, &o, &errb, nil)
+	for _, k := range kinds {
+		l, err := e.dyn.Resource(k).List(ctx, metav1.ListOptions{LabelSelector: PartOfLabel + "=" + PartOfValue})
+		if err != nil {
+			continue
+		}
+		for _, obj := range l.Items {
+			_ = e.dyn.Resource(k).Namespace(obj.GetNamespace()).Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+		}
+	}
+	_ = e.cs.CoreV1().Namespaces().Delete(ctx, Namespace, metav1.DeleteOptions{})
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := e.cs.CoreV1().Namespaces().Get(ctx, Namespace, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("reset after a failed case: namespace %s still there: %v", Namespace, err)
+	}
 }
 
 // kinds are every resource the manifests render, plus the inventory's.
 var kinds = []schema.GroupVersionResource{
 	{Version: "v1", Resource: "namespaces"}, {Version: "v1", Resource: "serviceaccounts"},
 	{Version: "v1", Resource: "configmaps"}, {Version: "v1", Resource: "secrets"},
-	{Group: "apps", Version: "v1", Resource: "daemonsets"},
+	{Group: "apps", Version: "v1", Resource: "daemonsets"}, {Group: "apps", Version: "v1", Resource: "deployments"},
+	{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 	{Group: "node.k8s.io", Version: "v1", Resource: "runtimeclasses"},
 	{Version: "v1", Resource: "resourcequotas"},
+	{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
 }
 
 // ours lists every object carrying our part-of label.
@@ -728,7 +766,8 @@ func (e *env) testRolloutTimeout(t *testing.T) {
 	e.setNodes(t, node("worker-1", map[string]string{labelWorker: ""}, "", "v1.33.1", "Ubuntu 24.04 LTS"))
 	e.dsController.Store(false)
 	defer e.dsController.Store(true)
-	code, out, errs := e.install(t, "--timeout=3s")
+	// The apply keeps requiredFlags' 60 s: only the rollout may time out.
+	code, out, errs := e.install(t, "--rollout-timeout=1s")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, errs)
 	}

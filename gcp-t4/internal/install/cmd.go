@@ -93,6 +93,7 @@ type installOptions struct {
 	dryRun, render, force bool
 	wait                  bool
 	timeout, pollInterval time.Duration
+	rolloutTimeout        time.Duration
 }
 
 func readFile(flag, path string) ([]byte, error) {
@@ -143,6 +144,7 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 	fs.BoolVar(&o.force, "force-conflicts", false, "take over fields another field manager set to other values")
 	fs.BoolVar(&o.wait, "wait", true, "wait for the DaemonSet rollout (objects no longer rendered are pruned after it)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the apply (pruning included) and, separately, for the rollout")
+	fs.DurationVar(&o.rolloutTimeout, "rollout-timeout", 0, "how long to wait for the rollout alone, as kubectl rollout status --timeout (default: --timeout)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -158,6 +160,12 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 	}
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("--timeout %s: want a positive duration, e.g. 5m", o.timeout)
+	}
+	switch {
+	case o.rolloutTimeout < 0:
+		return nil, fmt.Errorf("--rollout-timeout %s: want a positive duration, e.g. 10m", o.rolloutTimeout)
+	case o.rolloutTimeout == 0:
+		o.rolloutTimeout = o.timeout
 	}
 	if o.dryRun && o.render {
 		return nil, fmt.Errorf("--dry-run and --render: give one (--dry-run reads the cluster, --render does not)")
@@ -333,6 +341,9 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 		return err
 	}
 	s.GKERemediation, s.RuntimeClass = d.GKERemediation, d.RuntimeClass
+	if err := setClusterID(ctx, c.typed, &s); err != nil {
+		return err
+	}
 	objs, err := Build(s)
 	if err != nil {
 		return err
@@ -379,7 +390,7 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 		}
 		return nil
 	}
-	wctx, wcancel := context.WithTimeout(ctx, o.timeout)
+	wctx, wcancel := context.WithTimeout(ctx, o.rolloutTimeout)
 	defer wcancel()
 	r, err := WaitRollout(wctx, c.typed, cl.ns(), stdout, o.pollInterval)
 	if err != nil {
@@ -410,6 +421,7 @@ type uninstallOptions struct {
 	namespace string
 	dryRun    bool
 	timeout   time.Duration
+	guard     guardOptions
 }
 
 // MainUninstall is `gcp-t4 uninstall`.
@@ -421,6 +433,7 @@ func MainUninstall(ctx context.Context, args []string, stdout, stderr io.Writer,
 	fs.StringVar(&o.namespace, "namespace", "", "namespace CAA was installed in (default: found from the inventory)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "list what would be deleted; delete nothing")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the objects to be gone")
+	o.guard.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -484,6 +497,9 @@ func runUninstall(ctx context.Context, o *uninstallOptions, stdout io.Writer) er
 		if !inv.adopted(r) && cl.helmOwned(ctx, r) {
 			inv.Adopted = append(inv.Adopted, r)
 		}
+	}
+	if err := o.guard.check(ctx, c.typed, c.cluster.Dynamic, cl.ns(), o.dryRun, stdout); err != nil {
+		return err
 	}
 	var del, adopted []Ref
 	var ns *Ref

@@ -16,8 +16,9 @@ import (
 // table, so it cannot drift from what CAA and the provider read.
 
 // helmRequired are set (empty) in the values file: the provider refuses
-// to start without them (GCP_INSTANCE_TEMPLATE replaces the last two).
-var helmRequired = []string{"GCP_PROJECT_ID", "GCP_ZONE", "PODVM_IMAGE_NAME", "GCP_NETWORK"}
+// to start (or, GCP_CLUSTER_ID, to create) without them
+// (GCP_INSTANCE_TEMPLATE replaces PODVM_IMAGE_NAME and GCP_NETWORK).
+var helmRequired = []string{"GCP_PROJECT_ID", "GCP_ZONE", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_CLUSTER_ID"}
 
 // helmSet are set to a value other than the default.
 var helmSet = map[string]string{"CLOUD_CONFIG_VERIFY": "true"}

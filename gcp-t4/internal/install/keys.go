@@ -184,16 +184,37 @@ type KeyInfo struct {
 	Provider bool
 }
 
-// ConfigKeys are every key `--set` accepts: what CAA v0.22.0 reads and
-// what the gcp-t4 provider reads, sorted. GCP_CREDENTIALS is not among
-// them: it lives in the Secret.
+// reaperKeys are the peer-pods-cm keys `gcp-t4 reaper` reads (its
+// reg.XxxWithEnv flags in internal/gc/cmd.go, with the reaper's defaults).
+var reaperKeys = []caaKey{
+	{Env: "REAPER_INTERVAL", Flag: "interval", Kind: gcpt4.KindDuration, Default: "1m0s", Usage: "reaper: a pass every interval", check: positiveDuration},
+	{Env: "REAPER_GRACE", Flag: "grace", Kind: gcpt4.KindDuration, Default: "10m0s", Usage: "reaper: leave orphans younger than this alone", check: nonNegativeDuration},
+	{Env: "REAPER_METRICS_ADDR", Flag: "metrics-addr", Kind: gcpt4.KindString, Default: ":9103", Usage: "reaper: Prometheus metrics address (/metrics, /healthz)"},
+}
+
+func nonNegativeDuration(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q is not a duration such as 10m", v)
+	}
+	return nil
+}
+
+// ConfigKeys are every key `--set` accepts: what CAA v0.22.0 reads, what
+// the gcp-t4 provider reads and what the reaper reads, sorted.
+// GCP_CREDENTIALS is not among them: it lives in the Secret; nor is
+// NODE_NAME, which the DaemonSet sets from the downward API (as upstream's
+// chart does, templates/daemonset.yaml at 38d0fcf7), never peer-pods-cm.
 func ConfigKeys() []KeyInfo {
 	var out []KeyInfo
 	for _, k := range caaKeys {
 		out = append(out, KeyInfo{Env: k.Env, Flag: k.Flag, Kind: k.Kind, Default: k.Default, Usage: k.Usage})
 	}
+	for _, k := range reaperKeys {
+		out = append(out, KeyInfo{Env: k.Env, Flag: k.Flag, Kind: k.Kind, Default: k.Default, Usage: k.Usage})
+	}
 	for _, k := range gcpt4.Keys() {
-		if k.Env == credentialsFile {
+		if k.Env == credentialsFile || k.Env == "NODE_NAME" {
 			continue
 		}
 		out = append(out, KeyInfo{Env: k.Env, Flag: k.Flag, Kind: k.Kind, Default: k.Default, Usage: k.Usage, Provider: true})
@@ -218,7 +239,7 @@ func isKey(k string) bool { return slices.Contains(keyNames(), k) }
 // certificate Secret. Every error names the key.
 func ValidateConfig(cfg map[string]string, tlsMounted bool) error {
 	var errs []string
-	for _, k := range caaKeys {
+	for _, k := range append(slices.Clone(caaKeys), reaperKeys...) {
 		v := cfg[k.Env]
 		if v == "" || k.check == nil {
 			continue

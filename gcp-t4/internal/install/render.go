@@ -106,7 +106,7 @@ type TLSFiles struct {
 // read from the embedded base, overlay and components.
 func manifestKeys() ([]string, error) {
 	var keys []string
-	for _, dir := range []string{"base", overlayDir, componentTLS} {
+	for _, dir := range []string{"base", overlayDir, componentTLS, componentReaper} {
 		k, err := readKustomization(path.Join(manifestsRoot, dir, "kustomization.yaml"))
 		if err != nil {
 			return nil, err
@@ -386,7 +386,7 @@ func (s Settings) kustomization() ([]byte, error) {
 			KvPairSources: types.KvPairSources{FileSources: []string{wifConfigFile}},
 			Options:       &types.GeneratorOptions{DisableNameSuffixHash: true},
 		}})
-		k.Patches = append(k.Patches, types.Patch{Patch: patch})
+		k.Patches = append(k.Patches, types.Patch{Patch: patch}, types.Patch{Patch: reaperWIFPatch(aud)})
 	}
 	out, err := yaml.Marshal(k)
 	if err != nil {

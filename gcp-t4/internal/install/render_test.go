@@ -77,6 +77,33 @@ func TestEmbeddedMatchesInstallDir(t *testing.T) {
 
 // TestNoSecretCommitted: nothing under install/ carries a key, and the
 // base's Secret is empty until the user's file is merged in.
+// TestFieldRefsSpellOutAPIVersion: a fieldRef is atomic in server-side
+// apply, and the API server defaults its apiVersion to v1; a manifest that
+// leaves it out makes `kubectl apply -k` then `gcp-t4 install` (or the
+// other way round) conflict on it. Every rendered fieldRef names it.
+func TestFieldRefsSpellOutAPIVersion(t *testing.T) {
+	m := mustRender(t, Settings{GKERemediation: true, Config: withRequired()})
+	for _, r := range m.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(y), "\n")
+		for i, l := range lines {
+			if strings.TrimSpace(l) != "fieldRef:" {
+				continue
+			}
+			ok := false
+			for _, next := range lines[i+1 : min(i+3, len(lines))] {
+				ok = ok || strings.TrimSpace(next) == "apiVersion: v1"
+			}
+			if !ok {
+				t.Errorf("%s %s: a fieldRef without apiVersion: v1", r.GetKind(), r.GetName())
+			}
+		}
+	}
+}
+
 func TestNoSecretCommitted(t *testing.T) {
 	err := filepath.WalkDir(repoInstall, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {

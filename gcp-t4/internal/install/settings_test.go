@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -73,8 +74,8 @@ func TestEveryKeyCAAReadsIsAccepted(t *testing.T) {
 		"CLOUD_PROVIDER",
 	}
 	for _, k := range append(upstream, gcpt4.KeyNames()...) {
-		if k == credentialsFile {
-			continue
+		if k == credentialsFile || k == "NODE_NAME" {
+			continue // the Secret's; the downward API's (ConfigKeys)
 		}
 		if !isKey(k) {
 			t.Errorf("%s is read by CAA %s or gcp-t4 but --set refuses it", k, UpstreamRelease)
@@ -318,5 +319,22 @@ func TestAgentTLSComponent(t *testing.T) {
 	}
 	if err := (Settings{TLS: &TLSFiles{CA: testTLS().CA, Cert: testTLS().CA, Key: testTLS().Key}}).Validate(); err == nil {
 		t.Error("a certificate that does not match its key accepted")
+	}
+}
+
+// The reaper keys' defaults are the reaper's own (internal/gc).
+func TestReaperKeysMatchTheReaper(t *testing.T) {
+	want := map[string]string{"REAPER_GRACE": gc.DefaultPolicy().Grace.String(), "REAPER_INTERVAL": time.Minute.String(), "REAPER_METRICS_ADDR": ":9103"}
+	for _, k := range reaperKeys {
+		if want[k.Env] != k.Default {
+			t.Errorf("%s: default %q here, %q in the reaper", k.Env, k.Default, want[k.Env])
+		}
+		delete(want, k.Env)
+	}
+	if len(want) > 0 {
+		t.Errorf("reaper keys missing here: %v", want)
+	}
+	if err := ValidateConfig(map[string]string{"REAPER_INTERVAL": "0s"}, false); err == nil || !strings.Contains(err.Error(), "REAPER_INTERVAL") {
+		t.Errorf("REAPER_INTERVAL=0s: %v, want a refusal naming the key", err)
 	}
 }

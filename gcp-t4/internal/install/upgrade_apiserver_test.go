@@ -289,7 +289,13 @@ func (e *env) kubectlApply(t *testing.T, dir string) {
 // is uninstalled through the part-of label.
 func (e *env) testKubectlThenInstall(t *testing.T) {
 	e.setNodes(t, node("worker-1", map[string]string{labelWorker: ""}, "", "v1.33.1", "Ubuntu 24.04 LTS"))
-	s := Settings{Config: withRequired()}
+	// A kubectl user sets GCP_CLUSTER_ID to the kube-system UID as
+	// docs/install.md says; gcp-t4 install then finds the same value.
+	kubeSystem, err := e.cs.CoreV1().Namespaces().Get(t.Context(), "kube-system", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Settings{Config: withRequired(ClusterIDKey, string(kubeSystem.UID))}
 	dir, err := s.WriteTree(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -509,7 +515,7 @@ func (e *env) testPruneAfterRollout(t *testing.T) {
 		t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
 	}
 	e.dsController.Store(false)
-	code, out, errs := e.installArgs(t, "--use-adc", "--timeout=3s")
+	code, out, errs := e.installArgs(t, "--use-adc", "--rollout-timeout=1s")
 	e.dsController.Store(true)
 	if code != 1 || !strings.Contains(errs, "not finished") {
 		t.Fatalf("rollout should time out: exit %d\n%s\n%s", code, out, errs)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -46,14 +47,26 @@ func (r Rollout) String() string {
 func WaitRollout(ctx context.Context, cs kubernetes.Interface, ns string, progress io.Writer, every time.Duration) (Rollout, error) {
 	var last string
 	var r Rollout
+	var readErr error
 	err := wait.PollUntilContextCancel(ctx, every, true, func(ctx context.Context) (bool, error) {
 		ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, DaemonSetName, metav1.GetOptions{})
 		if err != nil {
-			if ctx.Err() != nil {
-				return false, nil // the loop reports the context's end
+			var status apierrors.APIStatus
+			if ctx.Err() != nil || !errors.As(err, &status) {
+				// The context's end, or a failure on our side of the
+				// wire: client-go's rate limiter refuses a wait that
+				// would pass the deadline before the deadline itself
+				// (its error wraps no context error), and a dropped
+				// connection heals. Both are retried until the deadline,
+				// which reports the rollout unfinished, naming this
+				// error; an answer of the API server (forbidden, not
+				// found) ends the wait at once.
+				readErr = err
+				return false, nil
 			}
 			return false, fmt.Errorf("read daemonset %s/%s: %w", ns, DaemonSetName, err)
 		}
+		readErr = nil
 		r = rolloutOf(ds)
 		if s := r.String(); s != last {
 			fmt.Fprintf(progress, "daemonset/%s: %s\n", DaemonSetName, s)
@@ -63,6 +76,9 @@ func WaitRollout(ctx context.Context, cs kubernetes.Interface, ns string, progre
 	})
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("rollout of daemonset %s/%s not finished (%s): see `kubectl -n %s describe daemonset %s` and its pods' events", ns, DaemonSetName, r, ns, DaemonSetName)
+	}
+	if readErr != nil && err != nil {
+		err = fmt.Errorf("%w; the last read failed: %v", err, readErr)
 	}
 	return r, err
 }

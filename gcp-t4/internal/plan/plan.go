@@ -59,6 +59,8 @@ type Entry struct {
 	Offerings []gcpt4.Offering `json:"offerings"`
 
 	Warnings []string `json:"warnings,omitempty"`
+	// Labels are the podVM's labels (cluster identity, node, pod).
+	Labels map[string]string `json:"labels"`
 
 	// Insert is the exact request for the first zone and model.
 	Insert *computepb.InsertInstanceRequest `json:"-"`
@@ -100,6 +102,7 @@ func (p *Planner) planGroup(w Workload, g Group) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
+	ip.SetNamespace(w.Namespace)
 	prof := ip.Profile
 	e := Entry{
 		Workload:           w.Kind + "/" + w.Name,
@@ -125,6 +128,7 @@ func (p *Planner) planGroup(w Workload, g Group) (Entry, error) {
 		Warnings:           req.Warnings,
 		Insert:             ip.Request(ip.Zones[0], ip.Models[0]),
 	}
+	e.Labels = displayLabels(e.Insert.GetInstanceResource().GetLabels())
 	if p.Prices != nil {
 		// Bundled GPUs are in the machine type's price; attached ones are
 		// priced per card.
@@ -167,4 +171,21 @@ func sanitize(s string) string {
 func sandboxID(w Workload, g Group) string {
 	sum := sha256.Sum256([]byte("gcp-t4 plan\x00" + w.Namespace + "\x00" + w.Kind + "\x00" + w.Name + "\x00" + g.Name))
 	return hex.EncodeToString(sum[:])
+}
+
+// displayLabels are the podVM's labels as plan shows them: what only the
+// run time knows (the cluster's ID from GCP_CLUSTER_ID, the creating node)
+// is named instead of left out.
+func displayLabels(l map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range l {
+		out[k] = v
+	}
+	if out[gcpt4.ClusterLabel] == "" {
+		out[gcpt4.ClusterLabel] = "<GCP_CLUSTER_ID: the kube-system namespace's UID, set by gcp-t4 install>"
+	}
+	if out[gcpt4.NodeLabel] == "" {
+		out[gcpt4.NodeLabel] = "<the creating node (NODE_NAME)>"
+	}
+	return out
 }

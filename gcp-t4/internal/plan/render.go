@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -99,6 +100,16 @@ func renderTable(w io.Writer, entries []Entry, notes []string, tab *prices.Table
 		for _, warn := range e.Warnings {
 			fmt.Fprintf(w, "warning: %s %s\n", e.Workload, warn)
 		}
+		keys := make([]string, 0, len(e.Labels))
+		for k := range e.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var kv []string
+		for _, k := range keys {
+			kv = append(kv, k+"="+e.Labels[k])
+		}
+		fmt.Fprintf(w, "labels: %s %s: %s\n", e.Workload, e.Group, strings.Join(kv, " "))
 	}
 	for _, n := range notes {
 		fmt.Fprintf(w, "note: %s\n", n)

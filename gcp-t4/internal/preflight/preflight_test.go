@@ -28,6 +28,7 @@ func baseConfig(fake *gcefake.Server) gcpt4.Config {
 		Subnetwork:        "default",
 		DiskType:          "pd-balanced",
 		RootVolumeSize:    50,
+		ClusterID:         "5e2f3c1a-0000-4000-8000-000000000001",
 		ProvisioningModel: gcpt4.ProvisioningStandard,
 		NetworkTags:       []string{gcpt4.DefaultNetworkTag},
 		Endpoint:          fake.URL(),

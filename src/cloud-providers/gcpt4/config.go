@@ -3,6 +3,7 @@ package gcpt4
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,6 +68,9 @@ type Config struct {
 	NICType string
 	// ProfileImages are per-profile podVM images, profile=image.
 	ProfileImages provider.KeyValueFlag
+	// ClusterID, ClusterName and NodeName are labelled on every podVM
+	// (identity.go): whose cluster and node made it.
+	ClusterID, ClusterName, NodeName string
 }
 
 // NIC types GCE knows (NetworkInterface.nicType).
@@ -218,12 +222,11 @@ func (c *Config) Validate() error {
 		if !labelKeyRE.MatchString(k) || !labelValueRE.MatchString(v) {
 			return fmt.Errorf("GCP_LABELS: label %s=%s is not a GCE label (key: a lowercase letter, then lowercase letters, digits, '_' or '-'; value: the same; at most 63 characters each)", k, v)
 		}
-		switch k {
-		case ManagedByLabel, SandboxLabel, PodLabel, ProfileLabel:
+		if slices.Contains(reservedLabels, k) {
 			return fmt.Errorf("GCP_LABELS: label %s is set by the provider itself; choose another key", k)
 		}
 	}
-	return nil
+	return c.validateIdentity()
 }
 
 // subnetworkRegion is the region of a subnetwork given as a path, or "".

@@ -18,6 +18,7 @@ func validConfig() Config {
 		DiskType:          "pd-balanced",
 		RootVolumeSize:    50,
 		ProvisioningModel: ProvisioningStandard,
+		ClusterID:         "3f1c9d2e-6b7a-4e21-9c55-0a1b2c3d4e5f",
 	}
 }
 

@@ -23,8 +23,24 @@ import (
 var ErrNoCapacity = errors.New("no GPU capacity")
 
 // cleanupTimeout bounds deleting a VM whose create failed; it runs on a
-// context of its own because the create's may be what expired.
+// context of its own because the create's may be what expired. It also
+// bounds every DeleteInstance.
 const cleanupTimeout = 5 * time.Minute
+
+// createTimeout bounds CreateInstance's walk over the offerings, whatever
+// its caller's context: kata's remote hypervisor gives StartVM 600 s by
+// default (remote_hypervisor_timeout, src/runtime/config/
+// configuration-remote.toml.in at kata cf82bb35), and CAA's StartVM runs
+// CreateInstance inside that call, so a longer create serves nobody.
+const createTimeout = 600 * time.Second
+
+// LongestCall is the longest any provider call can run: a create walk cut
+// off at createTimeout, then one clean-up delete bounded by cleanupTimeout
+// (a create abandons at most one VM: only a non-capacity failure after an
+// accepted insert does, and it ends the walk). Teardown waits at most this
+// long, so the adaptor's termination grace must cover it, and a podVM
+// without a PeerPod is only taken for leaked once it is older than this.
+const LongestCall = createTimeout + cleanupTimeout
 
 // createPlan is what a create walks, decided once per create.
 type createPlan struct {
@@ -77,13 +93,19 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 		return nil, err
 	}
 	defer p.inflight.Done()
+	if p.cfg.ClusterID == "" {
+		return nil, errNoClusterID()
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.createTimeout)
+	defer cancel()
 	name := util.GenerateInstanceName(podName, sandboxID, maxInstanceName)
 	log := p.log.With("pod", podName, "instance", name)
 	userData, err := cloudConfig.Generate()
 	if err != nil {
 		return nil, fmt.Errorf("generating the podVM cloud-config: %w", err)
 	}
-	vm := podVM{name: name, podName: podName, sandboxID: sandboxID, userData: base64.StdEncoding.EncodeToString([]byte(userData)), image: spec.Image}
+	vm := podVM{name: name, podName: podName, sandboxID: sandboxID, namespace: podNamespace(cloudConfig),
+		userData: base64.StdEncoding.EncodeToString([]byte(userData)), image: spec.Image}
 
 	plan, err := p.planCreate(ctx, vm, spec)
 	if err != nil {
@@ -404,7 +426,7 @@ func (p *Provider) createInZone(ctx context.Context, log *slog.Logger, vm podVM,
 	if err != nil {
 		return p.abandon(ctx, log, vm, zone, asGCE(err), p.createError(vm, zone, err))
 	}
-	return p.toInstance(ctx, log, zone, inst)
+	return p.toInstance(ctx, log, vm, zone, inst)
 }
 
 // abandon deletes a VM whose create failed after GCE may have accepted it,

@@ -14,6 +14,8 @@ type podVM struct {
 	name      string
 	podName   string
 	sandboxID string
+	// namespace is the pod's, from CAA's cloud-config; "" if unknown.
+	namespace string
 	// userData is CAA's cloud-config, already base64-encoded.
 	userData string
 	// image overrides the configured image (pod image annotation).
@@ -41,29 +43,42 @@ func labelValue(s string) string {
 	return v
 }
 
-// podLabels are the labels that let clean-up find a podVM and its pod.
+// podLabels are the labels that let clean-up find a podVM, its cluster,
+// its node and its pod.
 func (c *Config) podLabels(vm podVM, profile string) map[string]string {
 	labels := map[string]string{}
 	for k, v := range c.Labels {
 		labels[k] = v
 	}
-	labels[ManagedByLabel] = ManagedByValue
+	for k, v := range c.IdentityLabels() {
+		labels[k] = v
+	}
 	labels[SandboxLabel] = labelValue(vm.sandboxID)
 	labels[PodLabel] = labelValue(vm.podName)
+	if vm.namespace != "" {
+		labels[NamespaceLabel] = labelValue(vm.namespace)
+	}
 	if profile != "" {
 		labels[ProfileLabel] = labelValue(profile)
 	}
 	return labels
 }
 
-// podMetadata carries the cloud-config and the full sandbox ID, which a
-// label (63 characters) cannot hold.
-func podMetadata(vm podVM) []*computepb.Items {
-	return []*computepb.Items{
+// podMetadata carries the cloud-config and the full sandbox ID, node and
+// namespace, which a label (63 characters) may not hold.
+func (c *Config) podMetadata(vm podVM) []*computepb.Items {
+	items := []*computepb.Items{
 		{Key: proto.String(UserDataMetadata), Value: proto.String(vm.userData)},
 		{Key: proto.String("user-data-encoding"), Value: proto.String("base64")},
 		{Key: proto.String(SandboxMetadata), Value: proto.String(vm.sandboxID)},
 	}
+	if c.NodeName != "" {
+		items = append(items, &computepb.Items{Key: proto.String(NodeMetadata), Value: proto.String(c.NodeName)})
+	}
+	if vm.namespace != "" {
+		items = append(items, &computepb.Items{Key: proto.String(NamespaceMetadata), Value: proto.String(vm.namespace)})
+	}
+	return items
 }
 
 // imageURL turns PODVM_IMAGE_NAME into a form GCE accepts: a bare name is
@@ -192,7 +207,7 @@ func (c *Config) buildInstance(vm podVM, p Profile, zone, model string, diskSize
 		Name:              proto.String(vm.name),
 		MachineType:       proto.String(fmt.Sprintf("zones/%s/machineTypes/%s", zone, p.MachineType)),
 		Labels:            c.podLabels(vm, p.Name),
-		Metadata:          &computepb.Metadata{Items: podMetadata(vm)},
+		Metadata:          &computepb.Metadata{Items: c.podMetadata(vm)},
 		Disks:             []*computepb.AttachedDisk{boot},
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
 		Scheduling:        scheduling(model, p.gpus > 0 || p.ConfidentialType != ""),
@@ -246,7 +261,7 @@ func (c *Config) buildFromTemplate(vm podVM, props *computepb.InstanceProperties
 	for k, v := range c.podLabels(vm, "template") {
 		labels[k] = v
 	}
-	ours := podMetadata(vm)
+	ours := c.podMetadata(vm)
 	items := append([]*computepb.Items(nil), ours...)
 	for _, it := range props.GetMetadata().GetItems() {
 		overridden := false

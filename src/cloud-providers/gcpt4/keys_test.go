@@ -52,7 +52,9 @@ func TestKeysAreWhatParseCmdRegisters(t *testing.T) {
 		if k.Kind != KindCustom && f.DefValue != k.Default {
 			t.Errorf("key %s: default %q, flag default %q", k.Env, k.Default, f.DefValue)
 		}
-		if !strings.HasPrefix(k.Env, "GCP_") && k.Env != "PODVM_IMAGE_NAME" && k.Env != "ROOT_VOLUME_SIZE" && k.Env != "USE_PUBLIC_IP" {
+		// NODE_NAME is the downward-API variable CAA itself reads
+		// (pkg/adaptor/k8sops/node.go at v0.22.0, 38d0fcf7).
+		if !strings.HasPrefix(k.Env, "GCP_") && k.Env != "PODVM_IMAGE_NAME" && k.Env != "ROOT_VOLUME_SIZE" && k.Env != "USE_PUBLIC_IP" && k.Env != "NODE_NAME" {
 			t.Errorf("key %s: not a name CAA's other GCP settings use", k.Env)
 		}
 	}

@@ -90,6 +90,10 @@ func (c *Config) PlanInsert(catalog *Catalog, spec provider.InstanceTypeSpec, po
 	}, nil
 }
 
+// SetNamespace names the pod's namespace, which CAA passes inside its
+// cloud-config and the provider labels the podVM with.
+func (p *InsertPlan) SetNamespace(ns string) { p.vm.namespace = ns }
+
 // Request is the exact instances.insert request of the chosen profile for
 // one zone and model, requestId included.
 func (p *InsertPlan) Request(zone, model string) *computepb.InsertInstanceRequest {

@@ -49,6 +49,8 @@ type Provider struct {
 
 	// backoff is the pause before retry n (1-based); tests shorten it.
 	backoff func(n int) time.Duration
+	// createTimeout bounds a create's walk (the const; tests shorten it).
+	createTimeout time.Duration
 
 	mu sync.Mutex
 	// imageSizeGB are the images' disk sizes (by the configured name) once
@@ -105,13 +107,14 @@ func NewProvider(ctx context.Context, cfg Config, logger *slog.Logger, extra ...
 		logger = slog.Default()
 	}
 	p := &Provider{
-		cfg:         cfg,
-		catalog:     catalog,
-		log:         logger.With("provider", "gcp-t4"),
-		backoff:     jitteredBackoff,
-		offerings:   newOfferingCache(cfg.UnavailableTTL, time.Now),
-		discovered:  map[string][]string{},
-		imageSizeGB: map[string]int64{},
+		cfg:           cfg,
+		catalog:       catalog,
+		log:           logger.With("provider", "gcp-t4"),
+		backoff:       jitteredBackoff,
+		createTimeout: createTimeout,
+		offerings:     newOfferingCache(cfg.UnavailableTTL, time.Now),
+		discovered:    map[string][]string{},
+		imageSizeGB:   map[string]int64{},
 	}
 	if cfg.MutationsPerSecond > 0 {
 		burst := int(cfg.MutationsPerSecond)
@@ -200,17 +203,18 @@ func (p *Provider) adopt(ctx context.Context, log *slog.Logger, vm podVM, zone s
 		return nil, nil, fmt.Errorf("creating podVM %s in %s: an instance of that name exists and belongs to sandbox %q, not %q; delete it or check for a pod name clash", vm.name, zone, existing.GetLabels()[SandboxLabel], labelValue(vm.sandboxID))
 	}
 	log.Info("podVM already exists for this sandbox, reusing it", "zone", zone)
-	return p.toInstance(ctx, log, zone, existing)
+	return p.toInstance(ctx, log, vm, zone, existing)
 }
 
 // toInstance checks the VM is private and returns its address. A VM with
-// an external IP is deleted: it must never exist, whatever a template says.
-func (p *Provider) toInstance(ctx context.Context, log *slog.Logger, zone string, inst *computepb.Instance) (*provider.Instance, *gceError, error) {
+// an external IP must never exist, whatever a template says: it is
+// abandoned like any other failed create (deleted on a context of its own,
+// and returned for the adaptor to delete if that fails).
+func (p *Provider) toInstance(ctx context.Context, log *slog.Logger, vm podVM, zone string, inst *computepb.Instance) (*provider.Instance, *gceError, error) {
 	id := InstanceID(zone, inst.GetName())
 	for _, nic := range inst.GetNetworkInterfaces() {
 		if len(nic.GetAccessConfigs()) > 0 || len(nic.GetIpv6AccessConfigs()) > 0 {
-			derr := p.deleteInstance(ctx, id)
-			return nil, nil, fmt.Errorf("podVM %s came up with an external IP (check GCP_INSTANCE_TEMPLATE's network interfaces); it was deleted (delete error: %v)", inst.GetName(), derr)
+			return p.abandon(ctx, log, vm, zone, nil, fmt.Errorf("podVM %s came up with an external IP (check GCP_INSTANCE_TEMPLATE's network interfaces); the provider deletes it", inst.GetName()))
 		}
 	}
 	nics := inst.GetNetworkInterfaces()
@@ -317,11 +321,15 @@ func (p *Provider) wait(ctx context.Context, zone string, op *computepb.Operatio
 }
 
 // DeleteInstance deletes a podVM; a VM that is already gone is success.
+// It is bounded by cleanupTimeout whatever its caller's context, so that
+// Teardown never waits longer than LongestCall.
 func (p *Provider) DeleteInstance(ctx context.Context, instanceID string) error {
 	if err := p.enter(); err != nil {
 		return err
 	}
 	defer p.inflight.Done()
+	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
 	return p.deleteInstance(ctx, instanceID)
 }
 
@@ -379,8 +387,10 @@ func (p *Provider) enter() error {
 	return nil
 }
 
-// Teardown refuses new calls, waits for those in flight (each bounded by
-// its own context), then closes the clients.
+// Teardown refuses new calls, waits for those in flight, then closes the
+// clients. Creates and deletes are bounded (LongestCall), so the wait is
+// too; a create is never cut off here, since a VM GCE accepted would then
+// have nobody to hand it to.
 func (p *Provider) Teardown() error {
 	p.mu.Lock()
 	p.closed = true

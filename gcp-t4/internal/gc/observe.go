@@ -1,0 +1,192 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Metrics are the reaper's Prometheus metrics (docs/reaper.md
+// has the alert rules that read them).
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	podVMs         *prometheus.GaugeVec
+	orphansSeen    prometheus.Counter
+	deleted        prometheus.Counter
+	deleteFailures prometheus.Counter
+	released       prometheus.Counter
+	passes         *prometheus.CounterVec
+	lastSuccess    prometheus.Gauge
+	otherClusters  prometheus.Gauge
+
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// NewMetrics registers the reaper's metrics on a registry of their own.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		podVMs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gcp_t4_reaper_podvms",
+			Help: "This cluster's podVMs (and unidentified ones) at the last pass, by verdict."}, []string{"verdict"}),
+		orphansSeen: prometheus.NewCounter(prometheus.CounterOpts{Name: "gcp_t4_reaper_orphans_seen_total",
+			Help: "Distinct podVMs first judged orphans (within the grace period or past it)."}),
+		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "gcp_t4_reaper_deleted_total",
+			Help: "Orphan podVMs deleted."}),
+		deleteFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "gcp_t4_reaper_delete_failures_total",
+			Help: "Deletes of orphan podVMs that failed (retried next pass)."}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{Name: "gcp_t4_reaper_peerpods_released_total",
+			Help: "PeerPod finalizers removed once their podVM was gone."}),
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gcp_t4_reaper_passes_total",
+			Help: "Reaper passes, by result (ok, error: a list failed and nothing was deleted)."}, []string{"result"}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gcp_t4_reaper_last_success_timestamp_seconds",
+			Help: "When the last pass that read every list ended (Unix time)."}),
+		otherClusters: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gcp_t4_reaper_other_cluster_podvms",
+			Help: "PodVMs in the project labelled with another cluster's ID (never touched)."}),
+		seen: map[string]bool{},
+	}
+	m.Registry.MustRegister(m.podVMs, m.orphansSeen, m.deleted, m.deleteFailures, m.released, m.passes, m.lastSuccess, m.otherClusters)
+	for _, v := range []Verdict{InUse, Creating, TooYoung, Orphan, Unowned, Unidentified, Deleted, DeleteErr} {
+		m.podVMs.WithLabelValues(string(v))
+	}
+	m.passes.WithLabelValues("ok")
+	m.passes.WithLabelValues("error")
+	return m
+}
+
+// Record updates the metrics from a pass.
+func (m *Metrics) Record(p Pass, err error, now time.Time) {
+	if err != nil {
+		m.passes.WithLabelValues("error").Inc()
+		return
+	}
+	m.passes.WithLabelValues("ok").Inc()
+	m.lastSuccess.Set(float64(now.Unix()))
+	m.otherClusters.Set(float64(p.OtherClusters))
+	counts := map[Verdict]int{}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	current := map[string]bool{}
+	for _, f := range p.Findings {
+		counts[f.Verdict]++
+		current[f.VM.ID] = true
+		switch f.Verdict {
+		case TooYoung, Orphan, Deleted, DeleteErr:
+			if !m.seen[f.VM.ID] {
+				m.seen[f.VM.ID] = true
+				m.orphansSeen.Inc()
+			}
+		}
+		switch f.Verdict {
+		case Deleted:
+			m.deleted.Inc()
+		case DeleteErr:
+			m.deleteFailures.Inc()
+		}
+	}
+	for id := range m.seen {
+		if !current[id] {
+			delete(m.seen, id)
+		}
+	}
+	m.released.Add(float64(len(p.Released)))
+	for _, v := range []Verdict{InUse, Creating, TooYoung, Orphan, Unowned, Unidentified, Deleted, DeleteErr} {
+		m.podVMs.WithLabelValues(string(v)).Set(float64(counts[v]))
+	}
+}
+
+// Events reports what the reaper did as Kubernetes Events on its own pod
+// (kubectl describe pod, kubectl get events): deletions and their
+// failures every time, and VMs it keeps but cannot account for once per
+// VM and process.
+type Events struct {
+	Client kubernetes.Interface
+	// Pod is the reaper's own pod (the downward API's metadata.name,
+	// metadata.namespace and metadata.uid).
+	Pod corev1.ObjectReference
+	Now func() time.Time
+	Log *slog.Logger
+
+	mu   sync.Mutex
+	told map[string]bool
+	seq  int
+}
+
+// Emit writes the Events of one pass.
+func (e *Events) Emit(ctx context.Context, p Pass) {
+	for _, f := range p.Findings {
+		var typ, reason string
+		once := false
+		switch f.Verdict {
+		case Deleted:
+			typ, reason = corev1.EventTypeNormal, "PodVMReaped"
+		case DeleteErr:
+			typ, reason = corev1.EventTypeWarning, "PodVMReapFailed"
+		case Unowned:
+			typ, reason, once = corev1.EventTypeWarning, "PodVMUnowned", true
+		case Unidentified:
+			typ, reason, once = corev1.EventTypeWarning, "PodVMUnidentified", true
+		case TooYoung:
+			typ, reason, once = corev1.EventTypeNormal, "PodVMOrphanSeen", true
+		default:
+			continue
+		}
+		e.emit(ctx, typ, reason, fmt.Sprintf("podVM %s (pod %s/%s, sandbox %.12s, node %s): %s", f.VM.ID, f.VM.Namespace, f.VM.Pod, f.VM.Sandbox, f.VM.Node, f.Reason), once, f.VM.ID)
+	}
+}
+
+func (e *Events) emit(ctx context.Context, typ, reason, msg string, once bool, key string) {
+	e.mu.Lock()
+	if e.told == nil {
+		e.told = map[string]bool{}
+	}
+	k := reason + "/" + key
+	if once && e.told[k] {
+		e.mu.Unlock()
+		return
+	}
+	e.told[k] = true
+	e.seq++
+	seq := e.seq
+	e.mu.Unlock()
+	now := metav1.NewTime(e.Now())
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x.%d", e.Pod.Name, now.UnixNano(), seq), Namespace: e.Pod.Namespace},
+		InvolvedObject: e.Pod,
+		Reason:         reason,
+		Message:        msg,
+		Type:           typ,
+		Source:         corev1.EventSource{Component: "gcp-t4-reaper"},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
+	if _, err := e.Client.CoreV1().Events(e.Pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		e.Log.Warn("recording an Event failed", "reason", reason, "err", err)
+	}
+}
+
+// Report is the Observer of the reaper Deployment: metrics, then Events.
+type Report struct {
+	Metrics *Metrics
+	Events  *Events
+	Now     func() time.Time
+}
+
+// Pass records one pass.
+func (r Report) Pass(ctx context.Context, p Pass, err error) {
+	if r.Metrics != nil {
+		r.Metrics.Record(p, err, r.Now())
+	}
+	if r.Events != nil && err == nil {
+		r.Events.Emit(ctx, p)
+	}
+}

@@ -1,0 +1,242 @@
+package install
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
+)
+
+// guardOptions is the uninstall guard: uninstalling CAA and the
+// kata-remote RuntimeClass under live peer pods, or with this cluster's
+// podVMs still in the project, leaves VMs billing that nothing will ever
+// delete.
+type guardOptions struct {
+	deletePodVMs    bool
+	force           bool
+	credentialsFile string
+}
+
+func (g *guardOptions) register(fs *flag.FlagSet) {
+	fs.BoolVar(&g.deletePodVMs, "delete-podvms", false, "delete this cluster's podVMs (their pods must be gone) and wait for them before uninstalling")
+	fs.BoolVar(&g.force, "force", false, "uninstall even with kata-remote pods or podVMs left (they keep billing; nothing collects them)")
+	fs.StringVar(&g.credentialsFile, "gcp-credentials-file", "", "service account key for listing and deleting podVMs; default: your Application Default Credentials")
+}
+
+// errGuard marks a refusal: nothing was deleted.
+var errGuard = errors.New("refusing to uninstall; nothing was deleted")
+
+// check runs before uninstall deletes anything. dryRun only reports.
+func (g guardOptions) check(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, ns string, dryRun bool, stdout io.Writer) error {
+	pods, err := liveKataPods(ctx, cs)
+	if err != nil {
+		return err
+	}
+	vms, prov, err := g.podVMs(ctx, cs, ns)
+	if prov != nil {
+		defer prov.Teardown()
+	}
+	if err != nil {
+		if g.force {
+			fmt.Fprintf(stdout, "warning: --force: could not list podVMs (%v); any left keep billing\n", err)
+			return nil
+		}
+		return fmt.Errorf("%w: cannot list this cluster's podVMs to check none is left (%v); fix the credentials (--gcp-credentials-file, or gcloud auth application-default login), or pass --force", errGuard, err)
+	}
+	var ours, unidentified []gcpt4.ManagedVM
+	for _, vm := range vms {
+		if vm.Unidentified() {
+			unidentified = append(unidentified, vm)
+		} else {
+			ours = append(ours, vm)
+		}
+	}
+	for _, vm := range unidentified {
+		fmt.Fprintf(stdout, "note: podVM %s has no cluster label (an older install's, or another cluster's): not counted; check it by hand\n", vm.ID)
+	}
+	list := func() string {
+		var lines []string
+		for _, p := range pods {
+			lines = append(lines, "  pod "+p)
+		}
+		for _, vm := range ours {
+			lines = append(lines, fmt.Sprintf("  podVM %s (pod %s/%s, node %s)", vm.ID, vm.Namespace, vm.Pod, vm.Node))
+		}
+		return strings.Join(lines, "\n")
+	}
+	switch {
+	case len(pods) == 0 && len(ours) == 0:
+		return releaseAll(ctx, dyn, dryRun, stdout)
+	case g.force:
+		fmt.Fprintf(stdout, "warning: --force: uninstalling with these left; the podVMs keep billing and nothing will collect them:\n%s\n", list())
+		return nil
+	case len(pods) > 0:
+		return fmt.Errorf("%w: %d kata-remote pod(s) are running and %d podVM(s) of this cluster exist:\n%s\ndelete the pods first (their VMs go with them), then uninstall; --force uninstalls anyway", errGuard, len(pods), len(ours), list())
+	case !g.deletePodVMs:
+		return fmt.Errorf("%w: %d podVM(s) of this cluster are left with no pod using them:\n%s\nrerun with --delete-podvms to delete them and wait, or --force to leave them billing", errGuard, len(ours), list())
+	case dryRun:
+		fmt.Fprintf(stdout, "would delete %d podVM(s) of this cluster and wait:\n%s\n", len(ours), list())
+		return nil
+	}
+	for _, vm := range ours {
+		if err := prov.DeleteInstance(ctx, vm.ID); err != nil {
+			return fmt.Errorf("deleting podVM %s (nothing uninstalled): %w", vm.ID, err)
+		}
+		fmt.Fprintf(stdout, "deleted podVM %s\n", vm.ID)
+	}
+	// Each delete waited for GCE's operation; the list must now be empty.
+	left, err := prov.ListManaged(ctx)
+	if err != nil {
+		return fmt.Errorf("listing podVMs after deleting them (nothing uninstalled): %w", err)
+	}
+	for _, vm := range left {
+		if !vm.Unidentified() {
+			return fmt.Errorf("podVM %s is still listed after its delete finished (nothing uninstalled); rerun", vm.ID)
+		}
+	}
+	return releaseAll(ctx, dyn, false, stdout)
+}
+
+// releaseAll removes the finalizer of every gcp-t4 PeerPod once no pod and
+// no podVM is left: otherwise deleting the PeerPod CRD would wait on them.
+func releaseAll(ctx context.Context, dyn dynamic.Interface, dryRun bool, stdout io.Writer) error {
+	c := peerpod.Client{Dynamic: dyn}
+	pps, err := c.List(ctx)
+	if errors.Is(err, peerpod.ErrNoCRD) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, pp := range pps {
+		if !pp.Finalized || pp.CloudProvider != gcpt4.ProviderName {
+			continue
+		}
+		if dryRun {
+			fmt.Fprintf(stdout, "would release PeerPod %s/%s (its podVM is gone)\n", pp.Namespace, pp.Name)
+			continue
+		}
+		if err := c.Release(ctx, pp.Namespace, pp.Name); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "released PeerPod %s/%s (its podVM is gone)\n", pp.Namespace, pp.Name)
+	}
+	return nil
+}
+
+// liveKataPods are the pods of the kata-remote RuntimeClass that have not
+// finished, as namespace/name.
+func liveKataPods(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
+	var out []string
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := cs.CoreV1().Pods("").List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("%w: listing pods to find kata-remote ones: %v", errGuard, err)
+		}
+		for _, p := range list.Items {
+			if p.Spec.RuntimeClassName != nil && *p.Spec.RuntimeClassName == runtimeClassName &&
+				p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				out = append(out, p.Namespace+"/"+p.Name)
+			}
+		}
+		if list.Continue == "" {
+			sort.Strings(out)
+			return out, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// cmFlags maps peer-pods-cm keys to the provider's flags: the guard
+// configures the provider from the installed ConfigMap, as CAA's envFrom
+// does, without touching this process's environment.
+var cmFlags = map[string]string{
+	"GCP_PROJECT_ID": "gcp-project-id", "GCP_ZONE": "zone", "GCP_ZONES": "zones", "PODVM_IMAGE_NAME": "image-name",
+	"GCP_NETWORK": "network", "GCP_SUBNETWORK": "subnetwork", "GCP_DISK_TYPE": "disk-type", "ROOT_VOLUME_SIZE": "root-volume-size",
+	"GCP_INSTANCE_TEMPLATE": "instance-template", "GCP_PROFILES": "profiles", "GCP_PROVISIONING_MODEL": "provisioning-model",
+	"GCP_SPOT_FALLBACK": "spot-fallback", "GCP_SERVICE_ACCOUNT": "service-account", "GCP_LABELS": "labels",
+	"GCP_INSTANCE_TYPES": "machine-types", "GCP_NIC_TYPE": "nic-type", "GCP_PROFILE_IMAGES": "profile-images",
+	"GCP_ENDPOINT": "gcp-endpoint", "GCP_CLUSTER_ID": "cluster-id", "GCP_CLUSTER_NAME": "cluster-name",
+}
+
+// podVMs lists this cluster's podVMs (and the unidentified ones) with the
+// installed configuration. The cluster's ID is its kube-system UID.
+func (g guardOptions) podVMs(ctx context.Context, cs kubernetes.Interface, ns string) ([]gcpt4.ManagedVM, *gcpt4.Provider, error) {
+	data, err := installedConfig(ctx, cs, ns)
+	if err != nil {
+		return nil, nil, err
+	}
+	kubeSystem, err := cs.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading namespace kube-system for the cluster's ID: %w", err)
+	}
+	fs := flag.NewFlagSet("peer-pods-cm", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	m := &gcpt4.Manager{}
+	m.ParseCmd(fs)
+	keys := make([]string, 0, len(data))
+	for k := range data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if f := cmFlags[k]; f != "" && data[k] != "" {
+			if err := fs.Set(f, data[k]); err != nil {
+				return nil, nil, fmt.Errorf("%s %s=%q: %w", ConfigMapName, k, data[k], err)
+			}
+		}
+	}
+	cfg := *m.GetConfig()
+	cfg.ClusterID = string(kubeSystem.UID)
+	if g.credentialsFile != "" {
+		key, err := os.ReadFile(g.credentialsFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--gcp-credentials-file: %w", err)
+		}
+		cfg.Credentials = string(key)
+	}
+	p, err := gcpt4.NewProvider(ctx, cfg, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the installed %s: %w", ConfigMapName, err)
+	}
+	vms, err := p.ListManaged(ctx)
+	return vms, p, err
+}
+
+// installedConfig is the data of the peer-pods-cm the DaemonSet in ns
+// reads (an older install's name may carry kustomize's hash).
+func installedConfig(ctx context.Context, cs kubernetes.Interface, ns string) (map[string]string, error) {
+	name := ConfigMapName
+	ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, DaemonSetName, metav1.GetOptions{})
+	if err == nil {
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			for _, e := range c.EnvFrom {
+				if e.ConfigMapRef != nil && strings.HasPrefix(e.ConfigMapRef.Name, ConfigMapName) {
+					name = e.ConfigMapRef.Name
+				}
+			}
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading DaemonSet %s/%s: %w", ns, DaemonSetName, err)
+	}
+	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading ConfigMap %s/%s for the podVMs' project: %w", ns, name, err)
+	}
+	return cm.Data, nil
+}

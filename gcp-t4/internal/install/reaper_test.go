@@ -1,0 +1,119 @@
+package install
+
+import (
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+)
+
+func rendered(t *testing.T, s Settings) []*unstructured.Unstructured {
+	t.Helper()
+	m, err := Render(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Objects(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && (o.GetName() == name || strings.HasPrefix(o.GetName(), name+"-")) {
+			return o
+		}
+	}
+	return nil
+}
+
+func asDeployment(t *testing.T, u *unstructured.Unstructured) *appsv1.Deployment {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
+		t.Fatal(err)
+	}
+	return &d
+}
+
+// TestReaperIsAlwaysInstalledWithLeastPrivilege: the overlay always
+// carries the reaper and the PeerPod CRD; the reaper runs as its own
+// ServiceAccount with no host access, reads the same settings as CAA, and
+// the CAA DaemonSet's termination grace covers the provider's longest
+// call.
+func TestReaperIsAlwaysInstalledWithLeastPrivilege(t *testing.T) {
+	objs := rendered(t, Settings{})
+	if find(objs, "CustomResourceDefinition", "peerpods.confidentialcontainers.org") == nil {
+		t.Error("no PeerPod CRD: CAA's OwnPeerPod would fail")
+	}
+	u := find(objs, "Deployment", ReaperName)
+	if u == nil {
+		t.Fatal("no reaper Deployment")
+	}
+	d := asDeployment(t, u)
+	ps := d.Spec.Template.Spec
+	c := ps.Containers[0]
+	if ps.ServiceAccountName != ReaperName || ps.HostNetwork || ps.HostPID || len(ps.Volumes) != 0 {
+		t.Errorf("reaper pod: sa %q hostNetwork %v hostPID %v volumes %v; want its own SA and no host access", ps.ServiceAccountName, ps.HostNetwork, ps.HostPID, ps.Volumes)
+	}
+	sc := c.SecurityContext
+	if ps.SecurityContext == nil || ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot ||
+		sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("reaper security context %+v / %+v: want non-root, read-only root, all capabilities dropped", ps.SecurityContext, sc)
+	}
+	if strings.Join(c.Command, " ") != "/usr/local/bin/gcp-t4 reaper" || c.Image != ImageName+":latest" {
+		t.Errorf("reaper runs %v from %s", c.Command, c.Image)
+	}
+	ds := find(objs, "DaemonSet", DaemonSetName)
+	dsCM, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	cmName := ""
+	for _, e := range dsCM[0].(map[string]any)["envFrom"].([]any) {
+		if ref, ok := e.(map[string]any)["configMapRef"]; ok {
+			cmName = ref.(map[string]any)["name"].(string)
+		}
+	}
+	got := ""
+	for _, e := range c.EnvFrom {
+		if e.ConfigMapRef != nil {
+			got = e.ConfigMapRef.Name
+		}
+	}
+	if got == "" || got != cmName {
+		t.Errorf("reaper reads ConfigMap %q, CAA reads %q: they must share one", got, cmName)
+	}
+	cm := find(objs, "ConfigMap", ConfigMapName)
+	for _, k := range []string{ClusterIDKey, "GCP_CLUSTER_NAME", "REAPER_INTERVAL", "REAPER_GRACE"} {
+		if _, ok, _ := unstructured.NestedString(cm.Object, "data", k); !ok {
+			t.Errorf("peer-pods-cm lacks %s", k)
+		}
+	}
+	grace, _, _ := unstructured.NestedInt64(ds.Object, "spec", "template", "spec", "terminationGracePeriodSeconds")
+	if need := int64(gcpt4.LongestCall.Seconds()); grace < need+30 {
+		t.Errorf("DaemonSet terminationGracePeriodSeconds %d: a create in flight can run %d s (gcpt4.LongestCall); SIGKILL would orphan its VM", grace, need)
+	}
+}
+
+// TestReaperGetsItsOwnWIFToken: with Workload Identity Federation the
+// reaper gets the credential configuration and a token of its own
+// ServiceAccount, so GCE can grant it only list and delete.
+func TestReaperGetsItsOwnWIFToken(t *testing.T) {
+	wif := []byte(`{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k","subject_token_type":"urn:ietf:params:oauth:token-type:jwt","token_url":"https://sts.googleapis.com/v1/token","credential_source":{"file":"` + WIFTokenPath + `"}}`)
+	d := asDeployment(t, find(rendered(t, Settings{WIFCredentialConfig: wif}), "Deployment", ReaperName))
+	ps := d.Spec.Template.Spec
+	if len(ps.Volumes) != 1 || ps.Volumes[0].Projected == nil || ps.Volumes[0].Projected.Sources[0].ServiceAccountToken == nil {
+		t.Fatalf("reaper volumes %+v: want the projected WIF token", ps.Volumes)
+	}
+	env := map[string]string{}
+	for _, e := range ps.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["GOOGLE_APPLICATION_CREDENTIALS"] != wifDir+"/"+wifConfigFile {
+		t.Errorf("reaper env %v: want GOOGLE_APPLICATION_CREDENTIALS at the WIF configuration", env)
+	}
+}
