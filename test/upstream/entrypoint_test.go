@@ -89,13 +89,20 @@ func TestInstallSetsEveryUser(t *testing.T) {
 			if err := dec.Decode(&doc); err != nil {
 				break
 			}
+			// A container inherits runAsUser and runAsNonRoot from the
+			// pod's securityContext (PodSecurityContext, k8s.io/api
+			// core/v1: "the value specified in SecurityContext takes
+			// precedence" only where the container sets it).
+			podSC, _ := podSpecOf(doc)["securityContext"].(map[string]any)
+			_, podUser := podSC["runAsUser"]
+			podNonRoot := podSC["runAsNonRoot"] == true
 			for _, c := range containersOf(doc) {
 				if _, full := c["image"]; !full {
 					continue // a patch of a container defined elsewhere
 				}
 				checked++
 				sc, _ := c["securityContext"].(map[string]any)
-				if _, ok := sc["runAsUser"]; !ok && sc["runAsNonRoot"] != true {
+				if _, ok := sc["runAsUser"]; !ok && sc["runAsNonRoot"] != true && !podUser && !podNonRoot {
 					t.Errorf("%s: container %v sets neither runAsUser nor runAsNonRoot", p, c["name"])
 				}
 			}
@@ -110,11 +117,17 @@ func TestInstallSetsEveryUser(t *testing.T) {
 	}
 }
 
-func containersOf(doc map[string]any) []map[string]any {
+// podSpecOf returns a workload's pod spec (or a Pod's spec).
+func podSpecOf(doc map[string]any) map[string]any {
 	spec, _ := doc["spec"].(map[string]any)
 	if tmpl, ok := spec["template"].(map[string]any); ok {
 		spec, _ = tmpl["spec"].(map[string]any)
 	}
+	return spec
+}
+
+func containersOf(doc map[string]any) []map[string]any {
+	spec := podSpecOf(doc)
 	var out []map[string]any
 	for _, field := range []string{"containers", "initContainers"} {
 		list, _ := spec[field].([]any)
