@@ -42,6 +42,27 @@ mkdir -p "$tools"
 nvbin=$(podvm/scripts/nvidia-tools.sh)
 install -m 0755 "$nvbin/nvidia-ctk" "$nvbin/nvidia-cdi-hook" "$tools/"
 
+# 1b. The UKI's stub: Debian's systemd-boot-efi from bookworm-backports (the
+#     host's, installed by setup-host.sh), not bookworm's 252. The 252 stub
+#     has a section alignment of 0x200, and ukify (254) merges the kernel's
+#     SBAT lines into its .sbat section in place, so .sbat then overlaps
+#     .sdmagic in memory: the stub prints "Overlapping PE sections detected.
+#     Boot may fail due to image memory corruption!". 254's stub aligns its
+#     sections to 4 KiB, which leaves room, and it loads the kernel payload
+#     under Secure Boot without a signature of its own (src/boot/efi/linux.c).
+#     mkosi builds the UKI from the image tree's stub, so it goes in as an
+#     extra tree; the image's RemoveFiles= drops it after the UKI is built.
+stub=/usr/lib/systemd/boot/efi/linuxx64.efi.stub
+stubver=$(dpkg-query -W -f='${Version}' systemd-boot-efi 2>/dev/null || true)
+if [ ! -f "$stub" ] || [ -z "$stubver" ]; then
+	echo "podvm: no $stub (systemd-boot-efi from bookworm-backports; podvm/scripts/setup-host.sh)" >&2
+	exit 1
+fi
+align=$(/usr/bin/python3 -c 'import pefile, sys; print(pefile.PE(sys.argv[1], fast_load=True).OPTIONAL_HEADER.SectionAlignment)' "$stub")
+[ "$align" -ge 4096 ] || { echo "podvm: $stub (systemd-boot-efi $stubver) has a section alignment of $align; the UKI needs >= 4096 (systemd >= 254's stub)" >&2; exit 1; }
+mkdir -p "$gen/tools-tree/usr/lib/systemd/boot/efi"
+install -m 0644 "$stub" "$gen/tools-tree/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
+
 # 2. Guest binaries slots, checked against the input's checksum manifest.
 podvm/scripts/stage-binaries.sh "$binaries" "$gen/binaries-tree"
 
