@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # Builds the podVM disk image with mkosi, or reuses a cached build whose
 # inputs hash to the same key, and prints the directory holding it:
-#   podvm.raw  podvm.manifest  podvm.nvidia-modules.json  build-info.json  SHA256SUMS
+#   podvm.raw  podvm.efi  podvm.roothash  podvm.manifest  podvm.nvidia-modules.json
+#   build-info.json  SHA256SUMS  (signed builds: podvm.db.crt  podvm.db.der)
 # podvm.manifest is mkosi's package list plus, under "caa-gcp-t4", every
-# binary no Debian package installed (name, version, source, sha256, path).
+# binary no Debian package installed (name, version, source, sha256, path),
+# the UKI stub, and whether and with which certificate the image is signed.
 #
 # Inputs of the key: every file under podvm/ that mkosi reads, the generated
 # apt sources, the mkosi version, the gpu-init/nvidia-ctk/nvidia-cdi-hook
-# binaries and the guest binaries. Package versions in the archive are not
-# part of it: pin PODVM_DEBIAN_MIRROR to a snapshot for a fixed universe.
+# binaries, the guest binaries, the UKI stub and the signing certificate.
+# Package versions in the archive are not part of it: pin
+# PODVM_DEBIAN_MIRROR to a snapshot for a fixed universe.
+#
+# Secure Boot: with PODVM_SB_KEY and PODVM_SB_CERT (PEM, RSA) the NVIDIA
+# modules (in mkosi.postinst) and the UKI (sign-uki.sh) are signed with that
+# key, and the certificate is what the VM's db must hold (gce-pack.sh
+# prints the gcloud call). Without them the image is unsigned, which the
+# manifest says: boot it with Secure Boot off.
 #
 # Environment:
 #   PODVM_BINARIES        guest binaries input dir (default podvm/binaries)
@@ -19,6 +28,7 @@
 #   PODVM_FORCE=1         rebuild even if a cached image matches
 #   PODVM_OUT=<dir>       build into this directory instead (no cache, not even
 #                         mkosi's incremental one unless PODVM_INCREMENTAL=1; podvm-verify)
+#   PODVM_SB_KEY, PODVM_SB_CERT  Secure Boot signing key and certificate (PEM)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -32,7 +42,40 @@ flock 9
 binaries=${PODVM_BINARIES:-$repo/podvm/binaries}
 
 gen=$(mktemp -d "$cache/podvm-inputs.XXXXXX")
-trap 'rm -rf "$gen"' EXIT
+# The signing key is copied here for mkosi.postinst's sign-file (mkosi
+# mounts it read-write into the build sandbox as a build source) and
+# removed on exit; only the certificate goes into the inputs and the key.
+sign=""
+cleanup() { rm -rf "$gen" ${sign:+"$sign"} ${out:+"$out"}; }
+out=""
+trap cleanup EXIT
+
+# 0. Secure Boot signing inputs: both or neither, a matching RSA pair.
+sbkey=${PODVM_SB_KEY:-}
+sbcert=${PODVM_SB_CERT:-}
+if [ -n "$sbkey" ] || [ -n "$sbcert" ]; then
+	if [ -z "$sbkey" ] || [ -z "$sbcert" ]; then
+		echo "podvm: set both PODVM_SB_KEY (PEM private key) and PODVM_SB_CERT (PEM certificate), or neither for an unsigned image" >&2
+		exit 1
+	fi
+	[ -r "$sbkey" ] || { echo "podvm: PODVM_SB_KEY=$sbkey is not a readable file" >&2; exit 1; }
+	[ -r "$sbcert" ] || { echo "podvm: PODVM_SB_CERT=$sbcert is not a readable file" >&2; exit 1; }
+	openssl x509 -in "$sbcert" -noout 2>/dev/null || { echo "podvm: PODVM_SB_CERT=$sbcert is not a PEM X.509 certificate" >&2; exit 1; }
+	# RSA: the kernel's module signatures and UEFI's db take RSA-2048 and up,
+	# and an RSA PKCS#1 v1.5 signature is reproducible (ECDSA's is not).
+	openssl rsa -in "$sbkey" -check -noout >/dev/null 2>&1 ||
+		{ echo "podvm: PODVM_SB_KEY=$sbkey is not a PEM RSA private key (the UEFI db and the kernel's module check need RSA; an ECDSA signature would also differ on every build)" >&2; exit 1; }
+	if [ "$(openssl pkey -in "$sbkey" -pubout 2>/dev/null | sha256sum)" != "$(openssl x509 -in "$sbcert" -noout -pubkey | sha256sum)" ]; then
+		echo "podvm: PODVM_SB_KEY and PODVM_SB_CERT are not a pair (the certificate's public key is another key's)" >&2
+		exit 1
+	fi
+	sign=$(mktemp -d "$cache/podvm-signing.XXXXXX")
+	chmod 0700 "$sign"
+	install -m 0600 "$sbkey" "$sign/db.key"
+	openssl x509 -in "$sbcert" -out "$sign/db.crt"
+	mkdir -p "$gen/signing"
+	cp "$sign/db.crt" "$gen/signing/db.crt"
+fi
 
 # 1. Tools that go into the image: gpu-init (static, the GPU init unit; the
 #    only binary of ours in the podVM) and NVIDIA's CDI tools.
@@ -41,6 +84,27 @@ mkdir -p "$tools"
 (cd gcp-t4 && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/gpu-init" ./cmd/gpu-init)
 nvbin=$(podvm/scripts/nvidia-tools.sh)
 install -m 0755 "$nvbin/nvidia-ctk" "$nvbin/nvidia-cdi-hook" "$tools/"
+
+# 1b. The UKI's stub: Debian's systemd-boot-efi from bookworm-backports (the
+#     host's, installed by setup-host.sh), not bookworm's 252. The 252 stub
+#     has a section alignment of 0x200, and ukify (254) merges the kernel's
+#     SBAT lines into its .sbat section in place, so .sbat then overlaps
+#     .sdmagic in memory: the stub prints "Overlapping PE sections detected.
+#     Boot may fail due to image memory corruption!". 254's stub aligns its
+#     sections to 4 KiB, which leaves room, and it loads the kernel payload
+#     under Secure Boot without a signature of its own (src/boot/efi/linux.c).
+#     mkosi builds the UKI from the image tree's stub, so it goes in as an
+#     extra tree; the image's RemoveFiles= drops it after the UKI is built.
+stub=/usr/lib/systemd/boot/efi/linuxx64.efi.stub
+stubver=$(dpkg-query -W -f='${Version}' systemd-boot-efi 2>/dev/null || true)
+if [ ! -f "$stub" ] || [ -z "$stubver" ]; then
+	echo "podvm: no $stub (systemd-boot-efi from bookworm-backports; podvm/scripts/setup-host.sh)" >&2
+	exit 1
+fi
+align=$(/usr/bin/python3 -c 'import pefile, sys; print(pefile.PE(sys.argv[1], fast_load=True).OPTIONAL_HEADER.SectionAlignment)' "$stub")
+[ "$align" -ge 4096 ] || { echo "podvm: $stub (systemd-boot-efi $stubver) has a section alignment of $align; the UKI needs >= 4096 (systemd >= 254's stub)" >&2; exit 1; }
+mkdir -p "$gen/tools-tree/usr/lib/systemd/boot/efi"
+install -m 0644 "$stub" "$gen/tools-tree/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
 
 # 2. Guest binaries slots, checked against the input's checksum manifest.
 podvm/scripts/stage-binaries.sh "$binaries" "$gen/binaries-tree"
@@ -116,7 +180,6 @@ fi
 #    cache keeps the package-installed tree (the DKMS compile) across builds
 #    whose package set is unchanged.
 out=$(mktemp -d "$cache/podvm-build.XXXXXX")
-trap 'rm -rf "$gen" "$out"' EXIT
 mkdir -p "$cache/mkosi-cache" "$cache/mkosi-packages" "$cache/mkosi-workspace"
 start=$(date +%s)
 # ukify runs under this interpreter; a python3 earlier on PATH (pyenv, venv)
@@ -126,25 +189,51 @@ incremental=yes
 if [ -n "${PODVM_OUT:-}" ] && [ "${PODVM_INCREMENTAL:-0}" != 1 ]; then
 	incremental=no
 fi
+signargs=()
+if [ -n "$sign" ]; then
+	# mkosi.postinst finds the key and certificate here (sign-file).
+	signargs=(--build-sources="$sign:caa-gcp-t4-signing")
+fi
 nice mkosi -C podvm \
 	--package-manager-tree="$repo/podvm/pkgmngr,$gen/pkgmngr" \
 	--extra-tree="$gen/tools-tree" \
 	--extra-tree="$gen/binaries-tree" \
+	"${signargs[@]}" \
 	--output-dir="$out" \
 	--workspace-dir="$cache/mkosi-workspace" \
 	--cache-dir="$cache/mkosi-cache" \
 	--package-cache-dir="$cache/mkosi-packages" \
 	--incremental="$incremental" \
 	--force build >&2
+
+# 6. Secure Boot: the UKI signed and put back into the ESP (sign-uki.sh);
+#    the modules were signed in mkosi.postinst.
+if [ -n "$sign" ]; then
+	SOURCE_DATE_EPOCH=1704067200 podvm/scripts/sign-uki.sh "$out" "$sign/db.key" "$sign/db.crt"
+	secure_boot=$(jq -n --arg subject "$(openssl x509 -in "$sign/db.crt" -noout -subject -nameopt RFC2253 | sed 's/^subject=//')" \
+		--arg sha256 "$(openssl x509 -in "$sign/db.crt" -outform DER | sha256sum | cut -c1-64)" \
+		--arg tool "$(osslsigncode --version 2>&1 | head -n 1)" \
+		'{signed: true, certificate: {subject: $subject, sha256_der: $sha256, files: ["podvm.db.crt", "podvm.db.der"]},
+		  uki: "signed (Authenticode, sha256, signing time 2024-01-01T00:00:00Z)", sign_tool: $tool,
+		  nvidia_modules: "signed (kernel sign-file, sha256)",
+		  boot: "Secure Boot on, with this certificate in the db (gce-pack.sh prints the gcloud flags)"}')
+else
+	echo "podvm: no PODVM_SB_KEY/PODVM_SB_CERT: the image is unsigned (UKI and NVIDIA modules); boot it with Secure Boot off" >&2
+	secure_boot='{"signed": false, "uki": "unsigned", "nvidia_modules": "unsigned", "boot": "Secure Boot off: firmware with Secure Boot refuses the UKI, and a kernel in lockdown the modules. Without Secure Boot the firmware passes any command line it is given to the UKI, so the root hash it embeds pins the root only when attestation checks PCR 12 (see docs/podvm-build-guide.md)"}'
+fi
 seconds=$(( $(date +%s) - start ))
 
-# 6. Fold the non-Debian binaries into mkosi's package manifest, check the
-#    result, then record what it is made of and its checksums.
-jq --slurpfile b "$gen/binaries.json" '. + {"caa-gcp-t4": $b[0]}' "$out/podvm.manifest" >"$out/podvm.manifest.tmp"
+# 7. Fold the non-Debian binaries, the UKI stub and the signing state into
+#    mkosi's package manifest, check the result, then record what it is
+#    made of and its checksums.
+stubrec=$(jq -n --arg v "$stubver" --arg sha "$(sha256sum "$stub" | cut -c1-64)" \
+	'{package: "systemd-boot-efi", version: $v, file: "/usr/lib/systemd/boot/efi/linuxx64.efi.stub", sha256: $sha, source: "Debian bookworm-backports, on the build host"}')
+jq --slurpfile b "$gen/binaries.json" --argjson sb "$secure_boot" --argjson stub "$stubrec" \
+	'. + {"caa-gcp-t4": ($b[0] + {secure_boot: $sb, uki_stub: $stub})}' "$out/podvm.manifest" >"$out/podvm.manifest.tmp"
 mv "$out/podvm.manifest.tmp" "$out/podvm.manifest"
 podvm/scripts/check-image.sh "$out" >&2
 cat >"$out/build-info.json" <<INFO
-{"key":"$key","mkosi":"$mkosi_version","build_seconds":$seconds,"incremental":"$incremental","raw_bytes":$(stat -c %s "$out/podvm.raw"),"raw_allocated_bytes":$(( $(stat -c %b "$out/podvm.raw") * $(stat -c %B "$out/podvm.raw") ))}
+{"key":"$key","mkosi":"$mkosi_version","build_seconds":$seconds,"incremental":"$incremental","signed":$(jq .signed <<<"$secure_boot"),"raw_bytes":$(stat -c %s "$out/podvm.raw"),"raw_allocated_bytes":$(( $(stat -c %b "$out/podvm.raw") * $(stat -c %B "$out/podvm.raw") ))}
 INFO
 rm -f "$out"/*.tmp
 files=$(cd "$out" && find . -maxdepth 1 -type f ! -name build-info.json -printf '%P\n' | LC_ALL=C sort)
@@ -158,8 +247,8 @@ fi
 rm -rf "$final.old"
 if [ -e "$final" ]; then mv "$final" "$final.old"; fi
 mv "$out" "$final"
+out=""
 rm -rf "$final.old"
-trap 'rm -rf "$gen"' EXIT
 if [ -z "${PODVM_OUT:-}" ]; then
 	# Keep the three newest images (about 1 GB each): every change to the
 	# Go tools or podvm/ makes a new key.

@@ -42,14 +42,33 @@ bucket=${GCE_BUCKET:-gs://YOUR_BUCKET}
 family=${GCE_IMAGE_FAMILY:-caa-gcp-t4-podvm}
 project=${GCE_PROJECT:+--project=$GCE_PROJECT}
 # UEFI_COMPATIBLE: boots only through UEFI (no BIOS path in the image).
-# GVNIC: the cloud kernel has the gve driver. Secure Boot stays off: the
-# DKMS modules, UKI and systemd-boot are unsigned (see the build guide).
+# GVNIC: the cloud kernel has the gve driver.
 features=UEFI_COMPATIBLE,GVNIC,VIRTIO_SCSI_MULTIQUEUE
+# Secure Boot: a signed build (podvm.db.der next to the image) carries its
+# own signature database in the image: the certificate the UKI and the
+# NVIDIA modules are signed with as PK, KEK and db, and nothing else (GCE's
+# default Microsoft keys would let any Microsoft-signed loader boot), the
+# same variables the boot test enrols. Files in DER, as the flags take them
+# (gcloud compute images create --platform-key-file, --key-exchange-key-file,
+# --signature-database-file). An unsigned build gets GCE's default keys and
+# must boot with Secure Boot off.
+sbflags=()
+signed=$(jq -r '."caa-gcp-t4".secure_boot.signed // false' "$dir/podvm.manifest" 2>/dev/null || echo false)
+if [ "$signed" = true ]; then
+	der=$dir/podvm.db.der
+	[ -f "$der" ] || { echo "gce-pack: the manifest says signed, but there is no $der" >&2; exit 1; }
+	cp "$der" "$out/podvm-db.der"
+	sbflags=(--platform-key-file="$out/podvm-db.der" --key-exchange-key-file="$out/podvm-db.der" --signature-database-file="$out/podvm-db.der")
+	sbnote="signed: create the VMs with Shielded VM Secure Boot on (--shielded-secure-boot); db: $(openssl x509 -inform DER -in "$der" -noout -subject)"
+else
+	sbnote="UNSIGNED image: create the VMs with Secure Boot off (an organisation policy requiring Shielded VM Secure Boot will refuse them); sign with PODVM_SB_KEY/PODVM_SB_CERT (docs/podvm-build-guide.md)"
+fi
 upload=(gcloud storage cp "$out/podvm-gce.tar.gz" "$bucket/$name.tar.gz")
 create=(gcloud compute images create "$name" ${project:+"$project"} --source-uri="$bucket/$name.tar.gz"
 	--family="$family" --architecture=X86_64 --guest-os-features="$features"
-	--labels=caa-gcp-t4-key="$key")
+	"${sbflags[@]}" --labels=caa-gcp-t4-key="$key")
 echo "packed $out/podvm-gce.tar.gz (disk.raw $((rounded / gib)) GiB, sha256 $sha)"
+echo "secure boot: $sbnote"
 echo "${upload[*]}"
 echo "${create[*]}"
 if [ "${GCE_EXECUTE:-0}" = 1 ]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the podVM build and boot-test prerequisites from Debian, idempotently:
 # mkosi (pinned, from bookworm-backports, which also brings the systemd >= 254
-# tools mkosi needs for disk images), QEMU, OVMF and shellcheck.
+# tools mkosi needs for disk images), QEMU, OVMF and shellcheck, and the
+# tools of the verity root, the Secure Boot signing and the measured-boot test.
 #
 # bookworm-backports is not in a fresh machine's sources, so it is added here,
 # derived from the URIs: of the machine's existing Debian stanza (override with
@@ -16,8 +17,17 @@ BACKPORTS_LIST=/etc/apt/sources.list.d/caa-gcp-t4-backports.sources
 # the same 254 version as the systemd mkosi pulls in (ukify ships in
 # systemd), and e2fsprogs 1.47.2: bookworm's 1.47.0 `mke2fs -d` copies the
 # build tree's atimes/ctimes into the image, so no two root filesystems match.
-BACKPORTS_PACKAGES=(systemd-boot systemd-boot-efi e2fsprogs)
-HOST_PACKAGES=(qemu-system-x86 qemu-utils ovmf shellcheck kmod dosfstools mtools fdisk cpio zstd jq xz-utils python3-pefile umoci binutils)
+# systemd-boot-efi also gives the image its UKI stub (build.sh): 254's has
+# 4 KiB section alignment, bookworm's 252 does not (see the build guide).
+# python3-virt-firmware (virt-fw-vars) enrols the boot test's key in OVMF's
+# variable store; it is in backports only.
+BACKPORTS_PACKAGES=(systemd-boot systemd-boot-efi e2fsprogs python3-virt-firmware)
+# squashfs-tools and cryptsetup-bin (veritysetup) build the verity root;
+# osslsigncode signs the UKI with a fixed signing time (sbsign stamps the
+# current time, so two signed builds would differ), sbsigntool's sbverify
+# checks it; swtpm is the boot test's TPM; openssl makes the test key.
+HOST_PACKAGES=(qemu-system-x86 qemu-utils ovmf shellcheck kmod dosfstools mtools fdisk cpio zstd jq xz-utils python3-pefile umoci binutils
+	squashfs-tools cryptsetup-bin osslsigncode sbsigntool swtpm openssl)
 
 have_all() {
 	[ "$(dpkg-query -W -f='${Version}' mkosi 2>/dev/null || true)" = "$MKOSI_VERSION" ] || return 1

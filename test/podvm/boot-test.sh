@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
 # Boots a built podVM under QEMU (UEFI with OVMF, TCG unless told kvm)
-# with the serial console in a file, and checks what a GCE serial-port
-# reader would see on a VM without a GPU:
+# with the serial console in a file, a TPM 2.0 (swtpm) like GCE's Shielded
+# VM vTPM, and, for a signed image (podvm.db.crt next to it), Secure Boot
+# enforcing with only that certificate enrolled (PK, KEK and db: no
+# Microsoft keys, so nothing else could boot). It checks what a GCE
+# serial-port reader would see on a VM without a GPU:
+#   - Secure Boot on (the kernel says so), for a signed image;
+#   - the initdata line: the digest process-user-data wrote is the one
+#     computed here from the served initdata, and PCR 8 holds
+#     SHA-256(32 zero bytes || its first 32 bytes), as upstream extends it;
 #   - the GPU init unit's readiness line, state "no-gpu", with a reason;
 #   - it comes before the guest-binaries line, which the agent slots are
 #     ordered after (Before=kata-agent.service …);
 #   - the boot reaches multi-user.target without stopping at any prompt;
-#   - the root partition and filesystem grow to a larger disk (as on GCE);
-#   - an ACPI power-off (GCE's stop) shuts the VM down cleanly.
+#   - the state partition (/var) and its filesystem grow to a larger disk
+#     (as on GCE); the root partition is not written;
+#   - an ACPI power-off (GCE's stop) shuts the VM down cleanly;
+#   - then a second boot of the same image with one root block changed
+#     (the squashfs superblock, block 0 of the verity data) fails cleanly:
+#     dm-verity reports the block, the initrd prints the boot-failed line
+#     and powers the VM off, with no prompt and no multi-user.target.
 # The VM reaches a GCE-style metadata server at 169.254.169.254
 # (test/podvm/gce-metadata.py through QEMU's guestfwd) that serves the
 # attribute user-data, base64-encoded as CAA's GCP provider stores it.
@@ -16,8 +28,10 @@
 # them; test/podvm/standin), it also checks the peer-pod guest contract
 # from the records they leave on the disk:
 #   - /run/netns/podns exists and the forwarder opened it;
-#   - /run/kata-containers is the root disk's ext4 with the disk's room,
-#     not a tmpfs;
+#   - / is the squashfs on the dm-verity device, read-only; the NVIDIA
+#     module's signature is accepted (Secure Boot's lockdown enforces it);
+#   - /run/kata-containers is the state partition's ext4 with the disk's
+#     room, not a tmpfs;
 #   - the forwarder's command line uses only flags upstream's forwarder
 #     defines (fixtures/agent-protocol-forwarder-flags.txt);
 #   - process-user-data finished before kata-agent started, CDH's socket
@@ -46,9 +60,9 @@ fail() {
 		mkdir -p "$results"
 		tr -d '\r' <"$log" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g' >"$results/console.log"
 		echo "boot-test: console saved in $results/console.log" >&2
-		if [ -n "$standins" ] && [ -f "${work:-}/root.raw" ]; then
+		if [ -n "$standins" ] && [ -f "${work:-}/state.raw" ]; then
 			mkdir -p "$results/standin"
-			debugfs -R "rdump /var/lib/caa-gcp-t4-standin $results/standin" "$work/root.raw" 2>/dev/null || true
+			debugfs -R "rdump /lib/caa-gcp-t4-standin $results/standin" "$work/state.raw" 2>/dev/null || true
 			echo "boot-test: stand-in records and the guest units' journal saved in $results/standin" >&2
 		fi
 	fi
@@ -59,22 +73,58 @@ fail() {
 	exit 1
 }
 [ -f "$dir/podvm.raw" ] || fail "no $dir/podvm.raw"
-code=/usr/share/OVMF/OVMF_CODE_4M.fd
 vars=/usr/share/OVMF/OVMF_VARS_4M.fd
-[ -f "$code" ] || fail "OVMF not installed ($code): run podvm/scripts/setup-host.sh"
+cert=$dir/podvm.db.crt
+secure_boot=no
+if [ -f "$cert" ]; then
+	# OVMF built with Secure Boot, which needs SMM (and so the secure pflash).
+	secure_boot=yes
+	code=/usr/share/OVMF/OVMF_CODE_4M.secboot.fd
+else
+	code=/usr/share/OVMF/OVMF_CODE_4M.fd
+fi
+for f in "$code" "$vars"; do
+	[ -f "$f" ] || fail "OVMF not installed ($f): run podvm/scripts/setup-host.sh"
+done
+for t in swtpm virt-fw-vars qemu-io; do
+	command -v "$t" >/dev/null || fail "no $t: run podvm/scripts/setup-host.sh"
+done
 
 work=$(mktemp -d)
 qpid=""
-cleanup() {
+tpid=""
+stop_vm() {
 	if [ -n "$qpid" ] && kill -0 "$qpid" 2>/dev/null; then
 		kill "$qpid" 2>/dev/null || true
 		wait "$qpid" 2>/dev/null || true
 	fi
+	qpid=""
+	if [ -n "$tpid" ] && kill -0 "$tpid" 2>/dev/null; then
+		kill "$tpid" 2>/dev/null || true
+		wait "$tpid" 2>/dev/null || true
+	fi
+	tpid=""
+}
+cleanup() {
+	stop_vm
 	rm -rf "$work"
 }
 trap cleanup EXIT
 log=$work/console.log
-cp "$vars" "$work/vars.fd"
+# The variable store: for a signed image, Secure Boot on with the image's
+# certificate as PK, KEK and db, and nothing else enrolled.
+fresh_vars() {
+	if [ "$secure_boot" = yes ]; then
+		virt-fw-vars --input "$vars" --output "$work/vars.fd" --no-microsoft --secure-boot \
+			--set-pk "$sb_owner" "$cert" --add-kek "$sb_owner" "$cert" --add-db "$sb_owner" "$cert" >"$work/vars.log" 2>&1 ||
+			{ cat "$work/vars.log" >&2; fail "virt-fw-vars could not enrol $cert"; }
+	else
+		cp "$vars" "$work/vars.fd"
+	fi
+}
+# The signature owner GUID of the enrolled entries (any GUID; this one is the
+# image's Seed= in podvm/mkosi.conf).
+sb_owner=5f1d3c2a-8b4e-4c6d-9e2f-7a1b0c3d4e5f
 disk_bytes=$((4 * 1024 * 1024 * 1024))
 qemu-img create -q -f qcow2 -b "$(realpath "$dir/podvm.raw")" -F raw "$work/disk.qcow2" "$disk_bytes"
 # CAA's GCP provider base64-encodes user-data; process-user-data decodes it.
@@ -84,19 +134,41 @@ base64 -w0 "$user_data" >"$work/user-data.b64"
 # yet never run a guest (nested virtualisation), which would hang the test.
 accel=${PODVM_QEMU_ACCEL:-tcg}
 
+# start_vm DISK CONSOLE: a fresh TPM and variable store, then QEMU.
+start_vm() {
+	rm -rf "$work/tpm"
+	mkdir -p "$work/tpm"
+	swtpm socket --tpm2 --tpmstate dir="$work/tpm" --ctrl type=unixio,path="$work/tpm/swtpm.sock" \
+		--flags startup-clear --terminate </dev/null >"$work/swtpm.out" 2>&1 &
+	tpid=$!
+	for _ in $(seq 1 50); do
+		[ -S "$work/tpm/swtpm.sock" ] && break
+		kill -0 "$tpid" 2>/dev/null || { cat "$work/swtpm.out" >&2; fail "swtpm exited"; }
+		sleep 0.1
+	done
+	fresh_vars
+	local machine=q35 sbargs=()
+	if [ "$secure_boot" = yes ]; then
+		machine=q35,smm=on
+		sbargs=(-global "driver=cfi.pflash01,property=secure,value=on")
+	fi
+	qemu-system-x86_64 \
+		-machine "$machine" -accel "$accel" -cpu max -smp 2 -m 2048 "${sbargs[@]}" \
+		-nographic -monitor "unix:$work/monitor.sock,server=on,wait=off" -serial "file:$2" \
+		-drive if=pflash,format=raw,unit=0,readonly=on,file="$code" \
+		-drive if=pflash,format=raw,unit=1,file="$work/vars.fd" \
+		-drive if=none,id=disk,format=qcow2,file="$1" \
+		-device virtio-scsi-pci,id=scsi -device scsi-hd,drive=disk,bootindex=1 \
+		-chardev socket,id=chrtpm,path="$work/tpm/swtpm.sock" -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-crb,tpmdev=tpm0 \
+		-netdev "user,id=net0,net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,dhcpstart=169.254.169.15,guestfwd=tcp:169.254.169.254:80-cmd:env GCE_METADATA_LOG=$work/metadata.log python3 $here/gce-metadata.py user-data=$work/user-data.b64" \
+		-device virtio-net-pci,netdev=net0 \
+		-device virtio-rng-pci \
+		</dev/null >"$work/qemu.out" 2>&1 &
+	qpid=$!
+}
+
 start=$(date +%s)
-qemu-system-x86_64 \
-	-machine q35 -accel "$accel" -cpu max -smp 2 -m 2048 \
-	-nographic -monitor "unix:$work/monitor.sock,server=on,wait=off" -serial "file:$log" \
-	-drive if=pflash,format=raw,unit=0,readonly=on,file="$code" \
-	-drive if=pflash,format=raw,unit=1,file="$work/vars.fd" \
-	-drive if=none,id=disk,format=qcow2,file="$work/disk.qcow2" \
-	-device virtio-scsi-pci,id=scsi -device scsi-hd,drive=disk,bootindex=1 \
-	-netdev "user,id=net0,net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,dhcpstart=169.254.169.15,guestfwd=tcp:169.254.169.254:80-cmd:env GCE_METADATA_LOG=$work/metadata.log python3 $here/gce-metadata.py user-data=$work/user-data.b64" \
-	-device virtio-net-pci,netdev=net0 \
-	-device virtio-rng-pci \
-	</dev/null >"$work/qemu.out" 2>&1 &
-qpid=$!
+start_vm "$work/disk.qcow2" "$log"
 
 clean() { tr -d '\r' <"$log" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g'; }
 gpu_at="" multi_at="" ready_at=""
@@ -148,6 +220,54 @@ agent_n=$(grep -n -m1 -E 'Kata Containers agent|kata-agent\.service' <<<"$text" 
 if [ -n "$agent_n" ] && [ "$agent_n" -lt "$gpu_n" ]; then
 	fail "the kata agent slot shows up (line $agent_n) before the readiness line (line $gpu_n)"
 fi
+
+# Secure Boot: the kernel reports the firmware's state (arch/x86/kernel/
+# setup.c, "secureboot: Secure boot enabled"); a UKI the firmware would not
+# verify never gets this far.
+if [ "$secure_boot" = yes ]; then
+	grep -q 'secureboot: Secure boot enabled' <<<"$text" || fail "Secure Boot: the kernel did not report 'Secure boot enabled'"
+	sb_state="Secure Boot enforcing (test key in PK/KEK/db only)"
+else
+	sb_state="Secure Boot off (unsigned image)"
+fi
+# systemd-stub 252 warned this loading our UKI (section alignment 0x200);
+# the 254 stub the build uses must not.
+if grep -q 'Overlapping PE sections' <<<"$text"; then
+	fail "the UKI stub reports overlapping PE sections"
+fi
+if grep -q 'module verification failed' <<<"$text"; then
+	fail "a module was loaded without a valid signature: $(grep 'module verification failed' <<<"$text" | head -n 1)"
+fi
+
+# Measured initdata: the digest upstream's process-user-data computes from
+# the served initdata (sha256/384/512 of the decoded TOML, in its algorithm:
+# CAA v0.22.0 pkg/initdata/initdata.go), computed here from the fixture, and
+# PCR 8 after one extend of its first 32 bytes from zero.
+toml=$work/initdata.toml
+enc=$(base64 -d "$work/user-data.b64" | awk '
+	$0 ~ /^  - path: \/run\/peerpod\/initdata$/ {f = 1; next}
+	f && /^    content: \|$/ {c = 1; next}
+	c && /^      / {sub(/^ +/, ""); printf "%s", $0; next}
+	c {exit}')
+if [ -n "$enc" ]; then
+	base64 -d <<<"$enc" | gzip -dc >"$toml" || fail "the served initdata is not base64(gzip)"
+else
+	# Upstream's dummy initdata when the user-data carries none (provision.go).
+	printf '%s' $'algorithm = "sha256"\nversion = "0.1.0"\n\n[data]\n"aa.toml" = \'\'\'\n\'\'\'' >"$toml"
+fi
+alg=$(sed -n 's/^algorithm *= *"\(sha[0-9]*\)" *$/\1/p' "$toml" | head -n 1)
+case "$alg" in sha256 | sha384 | sha512) ;; *) fail "initdata algorithm '$alg'" ;; esac
+want_digest=$("${alg}sum" "$toml" | cut -d' ' -f1)
+want_pcr=$(/usr/bin/python3 -c 'import hashlib, sys; print(hashlib.sha256(bytes(32) + bytes.fromhex(sys.argv[1][:64])).hexdigest())' "$want_digest")
+init_line=$(grep -m1 -o 'CAA-GCP-T4-INITDATA {.*}' <<<"$text") || fail "no CAA-GCP-T4-INITDATA line on the console"
+ij=${init_line#CAA-GCP-T4-INITDATA }
+if grep -qw process-user-data <<<"$standins ${PODVM_BOOT_REAL:-}"; then
+	[ "$(jq -r .state <<<"$ij")" = measured ] || fail "initdata not measured: $init_line"
+	[ "$(jq -r .pcr <<<"$ij")" = 8 ] || fail "initdata measured into PCR $(jq -r .pcr <<<"$ij"), want 8: $init_line"
+	[ "$(jq -r .digest <<<"$ij")" = "$want_digest" ] || fail "initdata digest $(jq -r .digest <<<"$ij"), want $want_digest ($alg of the served initdata)"
+	[ "$(jq -r .pcr_sha256 <<<"$ij")" = "$want_pcr" ] || fail "PCR 8 reads $(jq -r .pcr_sha256 <<<"$ij"), want $want_pcr (one extend of the digest's first 32 bytes)"
+fi
+
 for bad in 'Failed to start' 'FAILED'; do
 	if grep -q "$bad" <<<"$text"; then
 		grep "$bad" <<<"$text" >&2
@@ -195,36 +315,83 @@ wait "$qpid" || true
 qpid=""
 clean | grep -q 'reboot: Power down' || fail "no clean power-down on the console"
 
-# The root partition must have grown to the end of the 4 GiB disk, and its
-# ext4 filesystem with it (systemd-repart, then systemd-growfs).
+# The state partition (the last; /var) must have grown to the end of the
+# 4 GiB disk, and its ext4 filesystem with it (systemd-repart, then
+# systemd-growfs); the root and its hash tree are as built.
 qemu-img convert -O raw "$work/disk.qcow2" "$work/after.raw"
 json=$(sfdisk -J "$work/after.raw")
-read -r pstart psize < <(jq -r '.partitiontable.partitions[] | select(.type == "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709") | "\(.start) \(.size)"' <<<"$json")
+read -r pstart psize < <(jq -r '.partitiontable.partitions[-1] | select(.type == "0FC63DAF-8483-4772-8E79-3D69D8477DE4") | "\(.start) \(.size)"' <<<"$json")
+[ -n "${pstart:-}" ] || fail "the disk's last partition is not the state partition (linux-generic)"
 pend=$(( (pstart + psize) * 512 ))
-[ "$pend" -ge $((disk_bytes - 2 * 1024 * 1024)) ] || fail "root partition ends at $pend bytes, not grown to the ${disk_bytes}-byte disk"
-dd if="$work/after.raw" of="$work/root.raw" bs=512 skip="$pstart" count="$psize" conv=sparse status=none
-sb=$(dumpe2fs -h "$work/root.raw" 2>/dev/null)
+[ "$pend" -ge $((disk_bytes - 2 * 1024 * 1024)) ] || fail "state partition ends at $pend bytes, not grown to the ${disk_bytes}-byte disk"
+dd if="$work/after.raw" of="$work/state.raw" bs=512 skip="$pstart" count="$psize" conv=sparse status=none
+sb=$(dumpe2fs -h "$work/state.raw" 2>/dev/null)
 blocks=$(awk -F': *' '/^Block count/ {print $2}' <<<"$sb")
 bsize=$(awk -F': *' '/^Block size/ {print $2}' <<<"$sb")
 fs_bytes=$((blocks * bsize))
-[ "$fs_bytes" -ge $((psize * 512 - 64 * 1024 * 1024)) ] || fail "root filesystem is $fs_bytes bytes in a $((psize * 512))-byte partition: not grown"
+[ "$fs_bytes" -ge $((psize * 512 - 64 * 1024 * 1024)) ] || fail "state filesystem is $fs_bytes bytes in a $((psize * 512))-byte partition: not grown"
+read -r rstart _ < <(jq -r '.partitiontable.partitions[] | select(.type == "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709") | "\(.start) \(.size)"' <<<"$json")
+read -r vstart vsize < <(jq -r '.partitiontable.partitions[] | select(.type == "2C7357ED-EBD2-46D9-AEC1-23D437EC2BF5") | "\(.start) \(.size)"' <<<"$json")
+cmp -s -n $(((vstart + vsize - rstart) * 512)) -i "$((rstart * 512)):$((rstart * 512))" "$work/after.raw" "$dir/podvm.raw" ||
+	fail "the root or its hash tree changed on the disk during the boot"
+rm -f "$work/after.raw"
 
 guest=""
 if [ -n "$standins" ]; then
-	guest=$("$here/check-guest.sh" "$work/root.raw" "$slots" "$standins" "$((fs_bytes))" "$work/user-data.b64" "${PODVM_BOOT_REAL:-}") || fail "peer-pod guest contract (above)"
+	guest=$("$here/check-guest.sh" "$work/state.raw" "$slots" "$standins" "$((fs_bytes))" "$work/user-data.b64" "${PODVM_BOOT_REAL:-}" "$secure_boot" "$want_digest") || fail "peer-pod guest contract (above)"
 fi
+stop_vm
 
-echo "boot-test: ok ($accel): readiness at ${gpu_at}s, multi-user at ${multi_at}s, boot done at ${ready_at}s; root grown to $((fs_bytes / 1024 / 1024)) MiB; clean power-off"
+# A changed root block: block 0 of the root partition (the squashfs
+# superblock, which the initrd reads to mount /sysroot) overwritten in a
+# fresh overlay. dm-verity refuses it, sysroot.mount fails, and the initrd's
+# emergency unit reports and powers off: no shell, no prompt, no pod.
+qemu-img create -q -f qcow2 -b "$(realpath "$dir/podvm.raw")" -F raw "$work/tamper.qcow2" "$disk_bytes"
+qemu-io -f qcow2 -c "write -P 0x5a $((rstart * 512)) 4096" "$work/tamper.qcow2" >/dev/null
+tlog=$work/tamper.log
+log=$tlog
+tstart=$(date +%s)
+start_vm "$work/tamper.qcow2" "$tlog"
+while kill -0 "$qpid" 2>/dev/null; do
+	if [ $(($(date +%s) - tstart)) -ge "$timeout" ]; then
+		fail "tampered root: the VM did not power off within ${timeout}s"
+	fi
+	if [ -f "$tlog" ]; then
+		ttext=$(tr -d '\r' <"$tlog" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g')
+		# emergency.target ("Emergency Mode") is reached here by design; a
+		# prompt is sulogin's or a getty's.
+		if grep -Eiq 'login: *$|Please enter|Press .* to continue|Give root password|You are in (emergency|rescue) mode|Enter passphrase' <<<"$ttext"; then
+			fail "tampered root: the boot stopped at a prompt"
+		fi
+	fi
+	sleep 2
+done
+wait "$qpid" || true
+qpid=""
+tamper_s=$(($(date +%s) - tstart))
+ttext=$(tr -d '\r' <"$tlog" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g')
+grep -Eq 'device-mapper: verity: .*data block 0 is corrupted' <<<"$ttext" || fail "tampered root: dm-verity did not report data block 0 corrupted"
+fl=$(grep -m1 -o 'CAA-GCP-T4-BOOT-FAILED {.*}' <<<"$ttext") || fail "tampered root: no CAA-GCP-T4-BOOT-FAILED line"
+[ "$(jq -r .stage <<<"${fl#CAA-GCP-T4-BOOT-FAILED }")" = initrd ] || fail "tampered root: failed in stage $(jq -r .stage <<<"${fl#CAA-GCP-T4-BOOT-FAILED }"), want initrd: $fl"
+! grep -q 'Reached target.*Multi-User System' <<<"$ttext" || fail "tampered root: the boot reached multi-user.target"
+! grep -q 'CAA-GCP-T4-GPU {' <<<"$ttext" || fail "tampered root: the image's units ran"
+grep -q 'reboot: Power down' <<<"$ttext" || fail "tampered root: no clean power-down"
+log=$work/console.log
+
+echo "boot-test: ok ($accel): $sb_state; readiness at ${gpu_at}s, multi-user at ${multi_at}s, boot done at ${ready_at}s; state grown to $((fs_bytes / 1024 / 1024)) MiB, root unchanged; clean power-off; a changed root block: verity refused it, boot-failed and powered off after ${tamper_s}s"
 echo "  $gpu_line"
+echo "  $init_line"
 echo "  $slots"
+echo "  $fl"
 [ -z "$guest" ] || echo "$guest"
 if [ -n "$results" ]; then
 	mkdir -p "$results"
 	clean >"$results/console.log"
-	printf '{"accel":"%s","readiness_seconds":%s,"multi_user_seconds":%s,"boot_done_seconds":%s}\n' "$accel" "$gpu_at" "$multi_at" "$ready_at" >"$results/boot-info.json"
+	tr -d '\r' <"$tlog" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g' >"$results/tampered-console.log"
+	printf '{"accel":"%s","secure_boot":"%s","readiness_seconds":%s,"multi_user_seconds":%s,"boot_done_seconds":%s,"tampered_poweroff_seconds":%s}\n' "$accel" "$secure_boot" "$gpu_at" "$multi_at" "$ready_at" "$tamper_s" >"$results/boot-info.json"
 	if [ -n "$standins" ]; then
 		mkdir -p "$results/standin"
-		debugfs -R "rdump /var/lib/caa-gcp-t4-standin $results/standin" "$work/root.raw" 2>/dev/null || true
+		debugfs -R "rdump /lib/caa-gcp-t4-standin $results/standin" "$work/state.raw" 2>/dev/null || true
 	fi
 	cp "$work/metadata.log" "$results/" 2>/dev/null || true
 fi

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The peer-pod guest contract, checked after a boot of an image whose slots
-# hold test/podvm/standin, from the records the stand-ins wrote to
-# /var/lib/caa-gcp-t4-standin on the root filesystem (read with debugfs
-# after the VM powered off). Called by boot-test.sh; prints one summary line.
-#   check-guest.sh <root fs image> <slots line> <stand-in slots> <root fs bytes> <served user-data> [real slots]
+# The peer-pod guest contract and the trust boundary seen from inside,
+# checked after a boot of an image whose slots hold test/podvm/standin, from
+# the records the stand-ins wrote to /var/lib/caa-gcp-t4-standin on the
+# state partition (/var; read with debugfs after the VM powered off).
+# Called by boot-test.sh; prints one summary line.
+#   check-guest.sh <state fs image> <slots line> <stand-in slots> <state fs bytes> <served user-data> [real slots] [secure boot yes|no] [initdata digest]
 # Real slots hold upstream's binaries (a manual run against the real
 # neighbour): their units are checked, their records do not exist.
 set -euo pipefail
@@ -13,9 +14,11 @@ standins=$3
 fs_bytes=$4
 served=$5
 real=${6:-}
+secure_boot=${7:-no}
+want_digest=${8:-}
 here=$(cd "$(dirname "$0")" && pwd)
 fail() { echo "check-guest: FAIL: $*" >&2; exit 1; }
-rec() { debugfs -R "cat /var/lib/caa-gcp-t4-standin/$1.json" "$root" 2>/dev/null; }
+rec() { debugfs -R "cat /lib/caa-gcp-t4-standin/$1.json" "$root" 2>/dev/null; }
 has() { grep -qw -- "$1" <<<"$standins"; }
 filled() { has "$1" || grep -qw -- "$1" <<<"$real"; }
 
@@ -50,21 +53,61 @@ jq -e '.run_netns | index("podns")' <<<"$report" >/dev/null || fail "/run/netns 
 [ "$(unit netns@podns.service ActiveState)" = active ] || fail "netns@podns.service is not active"
 n=$((n + 1))
 
-# /run/kata-containers: the root disk's ext4 (magic 0xef53), with the room
-# the grown disk gives, not a tmpfs (0x1021994).
+# The root: the squashfs on /dev/mapper/root, mounted read-only, a
+# device-mapper device veritysetup made (its uuid CRYPT-VERITY-…), and a
+# write to it fails with EROFS. Under Secure Boot the kernel is locked down
+# and the NVIDIA module's signature is accepted: without a GPU its load
+# fails in the driver's probe ("No such device"), not at the signature
+# check ("Key was rejected by service").
+rm_=$(jq -r '.root_mount // ""' <<<"$report")
+read -r -a mf <<<"$rm_"
+sep=0
+for i in "${!mf[@]}"; do if [ "${mf[$i]}" = - ]; then sep=$i; fi; done
+[ "$sep" -gt 0 ] || fail "no mountinfo line for / in the report: '$rm_'"
+[ "${mf[$((sep + 1))]}" = squashfs ] || fail "/ is ${mf[$((sep + 1))]}, want squashfs: $rm_"
+[ "${mf[$((sep + 2))]}" = /dev/mapper/root ] || fail "/ is mounted from ${mf[$((sep + 2))]}, want /dev/mapper/root (dm-verity): $rm_"
+[[ ",${mf[5]}," == *,ro,* ]] || fail "/ is not mounted read-only (${mf[5]}): $rm_"
+dmuuid=$(jq -r '.dm_devices.root // ""' <<<"$report")
+[[ "$dmuuid" == CRYPT-VERITY-* ]] || fail "/dev/mapper/root is not a dm-verity device (dm uuid '$dmuuid')"
+[ "$(jq -r .root_write <<<"$report")" = "open /etc/caa-gcp-t4-standin-probe: read-only file system" ] ||
+	fail "a write to the root gave '$(jq -r .root_write <<<"$report")', want read-only file system"
+if [ "$secure_boot" = yes ]; then
+	[ "$(jq -r '.secure_boot // ""' <<<"$report")" = 1 ] || fail "SecureBoot EFI variable is '$(jq -r '.secure_boot // ""' <<<"$report")', want 1"
+	grep -q '\[integrity\]\|\[confidentiality\]' <<<"$(jq -r '.lockdown // ""' <<<"$report")" || fail "kernel lockdown is '$(jq -r '.lockdown // ""' <<<"$report")', want integrity (Secure Boot)"
+fi
+mp=$(jq -r '.modprobe_nvidia // ""' <<<"$report")
+if grep -qi 'key was rejected\|required key not available' <<<"$mp"; then fail "the kernel refused the NVIDIA module's signature: $mp"; fi
+case "$mp" in loaded | *"No such device"*) ;; *) fail "modprobe nvidia gave '$mp', want 'No such device' (no GPU) or loaded" ;; esac
+# Taint flag E (8192): a module without a valid signature was loaded.
+taint=$(jq -r '.tainted // 0' <<<"$report")
+[ $((taint & 8192)) -eq 0 ] || fail "the kernel is tainted E ($taint): an unsigned module was loaded"
+n=$((n + 1))
+
+# /run/kata-containers: the state partition's ext4 (magic 0xef53), with the
+# room the grown disk gives, not a tmpfs (0x1021994).
 agent=$(rec kata-agent)
 fstype=$(jq -r '.found.kata_containers_fs_type' <<<"$agent")
 fsz=$(jq -r '.found.kata_containers_bytes' <<<"$agent")
 [ "$fstype" = 0xef53 ] || fail "/run/kata-containers has file system type $fstype, want ext4 (0xef53; 0x1021994 is tmpfs)"
-[ "$fsz" -ge $((fs_bytes * 9 / 10)) ] || fail "/run/kata-containers has $fsz bytes, the root file system $fs_bytes"
-jq -r '.kata_containers_mount' <<<"$report" | grep -q ' /var/lib/kata-containers /run/kata-containers ' ||
-	fail "/run/kata-containers is not the bind mount of /var/lib/kata-containers: $(jq -r .kata_containers_mount <<<"$report")"
+[ "$fsz" -ge $((fs_bytes * 9 / 10)) ] || fail "/run/kata-containers has $fsz bytes, the state file system $fs_bytes"
+# mountinfo's fourth field is the path inside the mounted file system: the
+# state partition is /var, so /var/lib/kata-containers is /lib/… there.
+jq -r '.kata_containers_mount' <<<"$report" | grep -Eq ' /lib/kata-containers /run/kata-containers .* - ext4 ' ||
+	fail "/run/kata-containers is not the bind mount of /var/lib/kata-containers on the state partition: $(jq -r .kata_containers_mount <<<"$report")"
 [ "$(jq -r .found.pause_bundle <<<"$agent")" = true ] || fail "kata-agent found no /pause_bundle/config.json"
 # The default policy, or initdata's when the user-data carries initdata
 # (process-user-data writes its policy.rego over the default).
 allow_all=$(sha256sum <"$here/../../podvm/mkosi.extra/etc/kata-opa/allow-all.rego" | cut -c1-64)
 got_policy=$(jq -r .found.policy_sha256 <<<"$agent")
-if base64 -d "$served" | grep -q 'path: /run/peerpod/initdata'; then
+# initdata's data carries policy.rego: the served initdata, decoded.
+initdata_policy=no
+enc=$(base64 -d "$served" | awk '
+	$0 ~ /^  - path: \/run\/peerpod\/initdata$/ {f = 1; next}
+	f && /^    content: \|$/ {c = 1; next}
+	c && /^      / {sub(/^ +/, ""); printf "%s", $0; next}
+	c {exit}')
+if [ -n "$enc" ] && base64 -d <<<"$enc" | gzip -dc | grep -q '^"policy\.rego" *='; then initdata_policy=yes; fi
+if [ "$initdata_policy" = yes ]; then
 	[ "$got_policy" != "$allow_all" ] || fail "kata-agent read allow-all.rego although the user-data's initdata carries a policy"
 else
 	[ "$got_policy" = "$allow_all" ] || fail "kata-agent read a default policy other than allow-all.rego (no initdata policy was given)"
@@ -85,6 +128,9 @@ if has process-user-data; then
 	[ "$(jq -c .argv <<<"$pud")" = '["provision-files"]' ] || fail "process-user-data argv $(jq -c .argv <<<"$pud")"
 	[ "$(jq -r .found.user_data_status <<<"$pud")" = 200 ] || fail "process-user-data's metadata request got $(jq -r .found.user_data_status <<<"$pud")"
 	[ "$(jq -r .found.user_data_sha256 <<<"$pud")" = "$(sha256sum <"$served" | cut -c1-64)" ] || fail "process-user-data got other user-data than the metadata server serves"
+	if [ -n "$want_digest" ]; then
+		[ "$(jq -r .found.initdata_digest <<<"$pud")" = "$want_digest" ] || fail "process-user-data's initdata digest $(jq -r .found.initdata_digest <<<"$pud"), want $want_digest"
+	fi
 fi
 if has confidential-data-hub; then
 	cdh_up=$(ts confidential-data-hub.service ActiveEnterTimestampMonotonic)
@@ -149,4 +195,4 @@ missing=$(comm -13 <(sort -u <<<"$root_l") <(sort -u <<<"$expect_root") | grep -
 [ "$(sort -u <<<"$pod_l" | grep -v '^$' || true)" = "$expect_pod" ] || fail "the pod namespace listens on '$(tr '\n' ';' <<<"$pod_l")', want '$expect_pod'"
 n=$((n + 1))
 
-echo "  guest contract: ok ($n groups): podns, /run/kata-containers ext4 $((fsz / 1024 / 1024)) MiB, forwarder flags within upstream's, order process-user-data -> CDH -> kata-agent -> forwarder, listening: $(tr '\n' ' ' <<<"$root_l")| podns: $(tr '\n' ' ' <<<"$pod_l")"
+echo "  guest contract: ok ($n groups): / squashfs ro on dm-verity ($dmuuid), writes refused; secure boot ${secure_boot}, lockdown $(jq -r '.lockdown // "none"' <<<"$report" | grep -o '\[[a-z]*\]'); modprobe nvidia: ${mp}; podns, /run/kata-containers ext4 $((fsz / 1024 / 1024)) MiB, forwarder flags within upstream's, order process-user-data -> CDH -> kata-agent -> forwarder, listening: $(tr '\n' ' ' <<<"$root_l")| podns: $(tr '\n' ' ' <<<"$pod_l")"

@@ -2,7 +2,9 @@
 # Shows that podvm/scripts/check-image.sh rejects what it must: runs it on a
 # built image with a doctored package manifest or initrd (the disk shared
 # through a symlink, never modified) or on a sparse copy of the disk with a
-# file planted in its ESP.
+# file planted in its ESP (a boot menu, a random seed), a UKI whose command
+# line mounts the root writable, a changed root block, or a UKI signed with
+# another key or not at all.
 #   check-image-test.sh <podvm dir>
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,9 +21,29 @@ refused() { # name (a directory under $work), expected message fragment
 	grep -q -- "$2" <<<"$out" || { echo "check-image-test: $1: '$out' lacks '$2'" >&2; exit 1; }
 	n=$((n + 1))
 }
+# linked DEST: the image's files linked (the manifest is for the case to write).
+linked() {
+	local f
+	mkdir -p "$1"
+	for f in "$dir"/podvm.*; do
+		case "${f##*/}" in podvm.manifest | podvm.initrd) ;; *) ln -s "$f" "$1/${f##*/}" ;; esac
+	done
+}
+# copied NAME: a sparse copy of the disk, the UKI and the manifest.
+copied() {
+	linked "$work/$1"
+	rm "$work/$1/podvm.raw" "$work/$1/podvm.efi"
+	cp --sparse=always "$dir/podvm.raw" "$work/$1/podvm.raw"
+	cp "$dir/podvm.efi" "$dir/podvm.manifest" "$work/$1/"
+}
+esp_of() { echo "$1@@$(($(sfdisk -J "$1" | jq -r '.partitiontable.partitions[] | select(.type == "C12A7328-F81F-11D2-BA4B-00A0C93EC93B") | .start') * 512))"; }
+# put_uki NAME FILE: FILE becomes the copy's UKI, on its ESP and as podvm.efi.
+put_uki() {
+	MTOOLS_SKIP_CHECK=1 mcopy -o -i "$(esp_of "$work/$1/podvm.raw")" "$2" ::/EFI/BOOT/BOOTX64.EFI
+	cp "$2" "$work/$1/podvm.efi"
+}
 case_() { # name, jq filter, expected message fragment
-	mkdir -p "$work/$1"
-	ln -s "$dir/podvm.raw" "$work/$1/podvm.raw"
+	linked "$work/$1"
 	jq "$2" "$dir/podvm.manifest" >"$work/$1/podvm.manifest"
 	refused "$1" "$3"
 }
@@ -37,18 +59,65 @@ case_ gpu-init-other-sha '(."caa-gcp-t4".binaries[] | select(.name == "gpu-init"
 # An initrd that still carries a build-time log (the real disk, a made-up initrd).
 mkdir -p "$work/initrd/tree/var/log" "$work/initrd/out"
 echo "install dkms" >"$work/initrd/tree/var/log/dpkg.log"
-ln -s "$dir/podvm.raw" "$work/initrd/out/podvm.raw"
+linked "$work/initrd/out"
 cp "$dir/podvm.manifest" "$work/initrd/out/"
 (cd "$work/initrd/tree" && find . | cpio -o -H newc --quiet) | zstd -q >"$work/initrd/out/podvm.initrd"
 refused initrd/out "initrd: build-time files left: var/log/dpkg.log"
 
-# A disk whose ESP carries a random seed again (a sparse copy; the original
-# is never written).
-mkdir -p "$work/seed"
-cp --sparse=always "$dir/podvm.raw" "$work/seed/podvm.raw"
-cp "$dir/podvm.manifest" "$work/seed/"
-estart=$(sfdisk -J "$work/seed/podvm.raw" | jq -r '.partitiontable.partitions[] | select(.type == "C12A7328-F81F-11D2-BA4B-00A0C93EC93B") | .start')
+case_ says-unsigned '."caa-gcp-t4".secure_boot.signed = false' "the manifest says unsigned but the UKI carries a signature"
+
+# Sparse copies of the disk, changed; the original is never written.
+# An ESP with a boot menu (systemd-boot's loader.conf, editable), then one
+# with a random seed again.
+copied menu
+printf 'timeout 5\neditor yes\n' >"$work/loader.conf"
+MTOOLS_SKIP_CHECK=1 mmd -i "$(esp_of "$work/menu/podvm.raw")" ::/loader
+MTOOLS_SKIP_CHECK=1 mcopy -i "$(esp_of "$work/menu/podvm.raw")" "$work/loader.conf" ::/loader/loader.conf
+refused menu "ESP: want only /EFI/BOOT/BOOTX64.EFI (the UKI), found: /EFI/BOOT/BOOTX64.EFI /loader/loader.conf"
+rm -rf "$work/menu"
+copied seed
 head -c 32 /dev/urandom >"$work/random-seed"
-MTOOLS_SKIP_CHECK=1 mcopy -o -i "$work/seed/podvm.raw@@$((estart * 512))" "$work/random-seed" ::/loader/random-seed
-refused seed "random-seed is baked in"
+MTOOLS_SKIP_CHECK=1 mmd -i "$(esp_of "$work/seed/podvm.raw")" ::/loader
+MTOOLS_SKIP_CHECK=1 mcopy -i "$(esp_of "$work/seed/podvm.raw")" "$work/random-seed" ::/loader/random-seed
+refused seed "/loader/random-seed"
+rm -rf "$work/seed"
+
+# A UKI whose command line says rw instead of ro (same length, in place).
+copied rw
+/usr/bin/python3 - "$dir/podvm.efi" "$work/rw.efi" <<'PY'
+import sys, pefile
+pe = pefile.PE(sys.argv[1], fast_load=True)
+data = bytearray(open(sys.argv[1], "rb").read())
+s = next(s for s in pe.sections if s.Name.rstrip(b"\0") == b".cmdline")
+off, n = s.PointerToRawData, s.SizeOfRawData
+cmd = bytes(data[off:off + n])
+assert b" ro " in cmd, cmd
+data[off:off + n] = cmd.replace(b" ro ", b" rw ", 1)
+open(sys.argv[2], "wb").write(data)
+PY
+put_uki rw "$work/rw.efi"
+refused rw "UKI command line: no 'ro'"
+rm -rf "$work/rw"
+
+# One changed byte in the middle of the root partition.
+copied block
+read -r rstart rsize < <(sfdisk -J "$work/block/podvm.raw" | jq -r '.partitiontable.partitions[] | select(.type == "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709") | "\(.start) \(.size)"')
+off=$(((rstart + rsize / 2) * 512 + 100))
+/usr/bin/python3 -c 'import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 1]))' "$work/block/podvm.raw" "$off"
+refused block "root: dm-verity does not verify the root partition"
+rm -rf "$work/block"
+
+# The UKI signed with another key, then with no signature at all.
+openssl req -new -x509 -newkey rsa:2048 -nodes -sha256 -days 1 -subj "/CN=check-image-test other key/" \
+	-keyout "$work/other.key" -out "$work/other.crt" 2>/dev/null
+copied otherkey
+osslsigncode remove-signature -in "$dir/podvm.efi" -out "$work/bare.efi" >/dev/null
+osslsigncode sign -certs "$work/other.crt" -key "$work/other.key" -h sha256 -in "$work/bare.efi" -out "$work/other.efi" >/dev/null
+put_uki otherkey "$work/other.efi"
+refused otherkey "the UKI does not verify against podvm.db.crt"
+put_uki otherkey "$work/bare.efi"
+refused otherkey "the manifest says signed but the UKI on the ESP carries no signature"
+rm -rf "$work/otherkey"
 echo "check-image-test: ok ($n cases)"

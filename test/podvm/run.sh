@@ -28,6 +28,20 @@ rm "$bins/standin"
 # shellcheck disable=SC2086 # slot names
 (cd "$bins" && sha256sum $standin_slots >SHA256SUMS)
 
+# A throwaway Secure Boot key for the test, made once per cache (the image,
+# signed with it, stays cached): the build signs the UKI and the NVIDIA
+# modules with it and the boot test enrols its certificate in OVMF's db.
+keydir=$cache/podvm-test-key
+if [ ! -f "$keydir/db.crt" ] || [ ! -f "$keydir/db.key" ]; then
+	rm -rf "$keydir.tmp"
+	mkdir -m 0700 "$keydir.tmp"
+	openssl req -new -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 \
+		-subj "/CN=caa-gcp-t4 boot test Secure Boot key (throwaway)/" \
+		-keyout "$keydir.tmp/db.key" -out "$keydir.tmp/db.crt" 2>/dev/null
+	rm -rf "$keydir"
+	mv "$keydir.tmp" "$keydir"
+fi
+export PODVM_SB_KEY=$keydir/db.key PODVM_SB_CERT=$keydir/db.crt
 dir=$(PODVM_BINARIES=$bins podvm/scripts/build.sh)
 # Also on a cached image: the manifest and the disk hold what they must.
 podvm/scripts/check-image.sh "$dir"

@@ -10,8 +10,12 @@
 // (CAA v0.22.0 = 38d0fcf7c7b7, kata 4.0.0 = cf82bb35c803, guest-components
 // dcd55ea16ea4):
 //   - process-user-data provision-files: GETs the GCE metadata attribute
-//     user-data with Metadata-Flavor: Google (pkg/userdata/provision.go) and
-//     exits.
+//     user-data with Metadata-Flavor: Google (pkg/userdata/provision.go),
+//     writes the cloud-config's /run/peerpod/initdata (or digests upstream's
+//     dummy initdata when there is none) and the hex digest of the decoded
+//     initdata TOML, in its algorithm, to /run/peerpod/initdata.digest
+//     (provision.go extractInitdataAndHash, pkg/initdata/initdata.go), then
+//     exits. The podVM's unit extends PCR 8 with that digest.
 //   - kata-agent --config F: listens on F's server_addr (a unix socket),
 //     reads /etc/kata-opa/default-policy.rego at start and probes the CDH
 //     socket once (src/agent/src/main.rs).
@@ -27,8 +31,11 @@ package main
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -140,6 +147,11 @@ func processUserData(ctx context.Context, r *record) error {
 			sum := sha256.Sum256(body)
 			r.Found["user_data_status"] = resp.StatusCode
 			r.Found["user_data_sha256"] = hex.EncodeToString(sum[:])
+			d, err := initdataDigest(body)
+			if err != nil {
+				return err
+			}
+			r.Found["initdata_digest"] = d
 			save(r)
 			return nil
 		}
@@ -151,6 +163,80 @@ func processUserData(ctx context.Context, r *record) error {
 		}
 	}
 	return fmt.Errorf("metadata server: %w", last)
+}
+
+// dummyInitdata is upstream's generateDummyInitdata TOML (CAA v0.22.0
+// pkg/userdata/provision.go), digested when the user-data carries none.
+const dummyInitdata = "algorithm = \"sha256\"\nversion = \"0.1.0\"\n\n[data]\n\"aa.toml\" = '''\n'''"
+
+// initdataDigest does what upstream's provision-files does with the
+// initdata: the write_files entry for /run/peerpod/initdata holds it as
+// base64(gzip(TOML)); the digest is of the TOML bytes, in the TOML's
+// algorithm. The cloud-config is read line by line (the test's fixture
+// writes content as a literal block), not with a YAML parser: the stand-in
+// stays stdlib-only.
+func initdataDigest(userData []byte) (string, error) {
+	cc, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(userData)))
+	if err != nil {
+		return "", fmt.Errorf("user-data is not base64: %w", err)
+	}
+	var enc strings.Builder
+	lines := strings.Split(string(cc), "\n")
+	for i := 0; i < len(lines); i++ {
+		if strings.TrimSpace(lines[i]) != "- path: /run/peerpod/initdata" {
+			continue
+		}
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "content: |"; i++ {
+		}
+		for i++; i < len(lines) && strings.HasPrefix(lines[i], "      "); i++ {
+			enc.WriteString(strings.TrimSpace(lines[i]))
+		}
+		break
+	}
+	var toml []byte
+	if enc.Len() == 0 {
+		toml = []byte(dummyInitdata)
+	} else {
+		writeFile("/run/peerpod/initdata", []byte(enc.String()))
+		gz, err := gzip.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(enc.String())))
+		if err != nil {
+			return "", fmt.Errorf("initdata is not base64 gzip: %w", err)
+		}
+		if toml, err = io.ReadAll(gz); err != nil {
+			return "", fmt.Errorf("initdata: %w", err)
+		}
+	}
+	var sum []byte
+	switch alg := tomlString(string(toml), "algorithm"); alg {
+	case "sha256":
+		s := sha256.Sum256(toml)
+		sum = s[:]
+	case "sha384":
+		s := sha512.Sum384(toml)
+		sum = s[:]
+	case "sha512":
+		s := sha512.Sum512(toml)
+		sum = s[:]
+	default:
+		return "", fmt.Errorf("initdata algorithm %q is not sha256, sha384 or sha512", alg)
+	}
+	d := hex.EncodeToString(sum)
+	writeFile("/run/peerpod/initdata.digest", []byte(d))
+	return d, nil
+}
+
+// tomlString finds a top-level key = "value" line (before the first table).
+func tomlString(toml, key string) string {
+	for _, l := range strings.Split(toml, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "[") {
+			break
+		}
+		k, v, ok := strings.Cut(l, "=")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	return ""
 }
 
 func socketPath(config string) (string, error) {
@@ -343,6 +429,7 @@ func report(ctx context.Context) {
 			}
 		}
 	}
+	trust(ctx, rep)
 	for k, args := range map[string][]string{
 		"podns_addresses": {"ip", "-n", "podns", "-br", "address"},
 		"podns_routes":    {"ip", "-n", "podns", "route"},
@@ -358,6 +445,52 @@ func report(ctx context.Context) {
 	b, _ := json.Marshal(rep)
 	writeFile(filepath.Join(recordDir, "report.json"), b)
 	console("CAA-GCP-T4-STANDIN-REPORT " + string(b))
+}
+
+// trust records what the trust boundary looks like from inside: the root's
+// mount and the device-mapper device under it, whether the root can be
+// written, the firmware's Secure Boot state and the kernel's lockdown, and
+// what loading the NVIDIA module (signed at build time) gives: without a
+// GPU it fails in the driver's probe, after the signature check, with "No
+// such device"; a signature the kernel does not trust fails first, with
+// "Key was rejected by service".
+func trust(ctx context.Context, rep map[string]any) {
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && f[4] == "/" {
+				rep["root_mount"] = l
+			}
+		}
+	}
+	dms := map[string]string{}
+	if ds, err := filepath.Glob("/sys/block/dm-*/dm"); err == nil {
+		for _, d := range ds {
+			n, _ := os.ReadFile(filepath.Join(d, "name"))
+			u, _ := os.ReadFile(filepath.Join(d, "uuid"))
+			dms[strings.TrimSpace(string(n))] = strings.TrimSpace(string(u))
+		}
+	}
+	rep["dm_devices"] = dms
+	if err := os.WriteFile("/etc/caa-gcp-t4-standin-probe", []byte("x"), 0o644); err != nil {
+		rep["root_write"] = err.Error()
+	} else {
+		rep["root_write"] = "written"
+	}
+	// SecureBoot-<EFI global variable GUID>: 4 attribute bytes, then 1 or 0.
+	if b, err := os.ReadFile("/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"); err == nil && len(b) == 5 {
+		rep["secure_boot"] = int(b[4])
+	}
+	if b, err := os.ReadFile("/sys/kernel/security/lockdown"); err == nil {
+		rep["lockdown"] = strings.TrimSpace(string(b))
+	}
+	o, err := exec.CommandContext(ctx, "modprobe", "nvidia").CombinedOutput()
+	rep["modprobe_nvidia"] = strings.TrimSpace(string(o))
+	if err == nil {
+		rep["modprobe_nvidia"] = "loaded"
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/tainted"); err == nil {
+		rep["tainted"] = strings.TrimSpace(string(b))
+	}
 }
 
 func parseShow(s string) map[string]map[string]string {
