@@ -2,7 +2,6 @@ package install
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,43 +34,4 @@ func setClusterID(ctx context.Context, cs kubernetes.Interface, s *Settings) err
 	}
 	s.Config[ClusterIDKey] = uid
 	return nil
-}
-
-// reaperWIFPatch gives the reaper the same Workload Identity Federation
-// credential configuration as CAA, with a token of its own
-// ServiceAccount: GCE sees a principal of its own, to be granted only
-// instances.list and instances.delete (docs/reaper.md).
-func reaperWIFPatch(audience string) string {
-	aud, _ := json.Marshal(audience)
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  template:
-    spec:
-      containers:
-        - name: reaper
-          env:
-            - name: GOOGLE_APPLICATION_CREDENTIALS
-              value: %s/%s
-          volumeMounts:
-            - name: gcp-wif
-              mountPath: %s
-              readOnly: true
-      volumes:
-        - name: gcp-wif
-          projected:
-            sources:
-              - serviceAccountToken:
-                  path: token
-                  audience: %s
-                  expirationSeconds: 3600
-              - configMap:
-                  name: %s
-                  items:
-                    - key: %s
-                      path: %s
-`, ReaperName, Namespace, wifDir, wifConfigFile, wifDir, aud, wifConfigMap, wifConfigFile, wifConfigFile)
 }

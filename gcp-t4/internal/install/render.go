@@ -262,23 +262,27 @@ func (t *TLSFiles) describe() string {
 }
 
 // wifPatch mounts the credential configuration and a ServiceAccount token
-// for its audience into the CAA container and points ADC at it. GKE's
-// metadata server cannot tell host-network pods apart, so CAA reads its
-// identity from a file instead.
-func wifPatch(audience string) (string, error) {
+// for its audience into one workload's container and points ADC at it.
+// CAA (the DaemonSet): GKE's metadata server cannot tell host-network pods
+// apart, so CAA reads its identity from a file. The reaper (the
+// Deployment) gets the same configuration with a token of its own
+// ServiceAccount: GCE sees a principal of its own, to be granted only
+// instances.list and instances.delete (docs/reaper.md).
+func wifPatch(kind, name, container, audience string) (string, error) {
 	aud, err := json.Marshal(audience)
 	if err != nil {
 		return "", err
 	}
 	return fmt.Sprintf(`apiVersion: apps/v1
-kind: DaemonSet
+kind: %s
 metadata:
   name: %s
+  namespace: %s
 spec:
   template:
     spec:
       containers:
-        - name: cloud-api-adaptor-con
+        - name: %s
           env:
             - name: GOOGLE_APPLICATION_CREDENTIALS
               value: %s/%s
@@ -299,7 +303,7 @@ spec:
                   items:
                     - key: %s
                       path: %s
-`, DaemonSetName, wifDir, wifConfigFile, wifDir, aud, wifConfigMap, wifConfigFile, wifConfigFile), nil
+`, kind, name, Namespace, container, wifDir, wifConfigFile, wifDir, aud, wifConfigMap, wifConfigFile, wifConfigFile), nil
 }
 
 // parseImage checks ref against the grammar the node's containerd pulls
@@ -377,7 +381,11 @@ func (s Settings) kustomization() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		patch, err := wifPatch(aud)
+		patch, err := wifPatch("DaemonSet", DaemonSetName, "cloud-api-adaptor-con", aud)
+		if err != nil {
+			return nil, err
+		}
+		reaperPatch, err := wifPatch("Deployment", ReaperName, "reaper", aud)
 		if err != nil {
 			return nil, err
 		}
@@ -386,7 +394,7 @@ func (s Settings) kustomization() ([]byte, error) {
 			KvPairSources: types.KvPairSources{FileSources: []string{wifConfigFile}},
 			Options:       &types.GeneratorOptions{DisableNameSuffixHash: true},
 		}})
-		k.Patches = append(k.Patches, types.Patch{Patch: patch}, types.Patch{Patch: reaperWIFPatch(aud)})
+		k.Patches = append(k.Patches, types.Patch{Patch: patch}, types.Patch{Patch: reaperPatch})
 	}
 	out, err := yaml.Marshal(k)
 	if err != nil {
