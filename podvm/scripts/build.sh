@@ -81,7 +81,7 @@ fi
 #    only binary of ours in the podVM) and NVIDIA's CDI tools.
 tools=$gen/tools-tree/usr/bin
 mkdir -p "$tools"
-(cd gcp-t4 && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/gpu-init" ./cmd/gpu-init)
+(cd gcp-t4 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/gpu-init" ./cmd/gpu-init)
 nvbin=$(podvm/scripts/nvidia-tools.sh)
 install -m 0755 "$nvbin/nvidia-ctk" "$nvbin/nvidia-cdi-hook" "$tools/"
 
@@ -194,7 +194,7 @@ if [ -n "$sign" ]; then
 	# mkosi.postinst finds the key and certificate here (sign-file).
 	signargs=(--build-sources="$sign:caa-gcp-t4-signing")
 fi
-nice mkosi -C podvm \
+mkosi -C podvm \
 	--package-manager-tree="$repo/podvm/pkgmngr,$gen/pkgmngr" \
 	--extra-tree="$gen/tools-tree" \
 	--extra-tree="$gen/binaries-tree" \

@@ -29,7 +29,7 @@ tmp=$(mktemp -d "$cache/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 pkg=github.com/NVIDIA/nvidia-container-toolkit
 for cmd in nvidia-ctk nvidia-cdi-hook; do
-	GOBIN="$tmp/bin" GOFLAGS=-trimpath CGO_ENABLED=1 GOWORK=off nice go install \
+	GOBIN="$tmp/bin" GOFLAGS=-trimpath CGO_ENABLED=1 GOWORK=off go install \
 		-ldflags "-s -w -buildid= -X $pkg/internal/info.version=${NVCT_VERSION#v}" \
 		"$pkg/cmd/$cmd@$NVCT_VERSION" >&2
 done

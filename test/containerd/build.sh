@@ -35,7 +35,7 @@ fromModule() {
 		echo "build.sh: $here/$1/go.mod pins $2 $pinned, not $version; change one of them" >&2
 		exit 1
 	fi
-	(cd "$here/$1" && GOWORK=off CGO_ENABLED=0 nice go build -tags tools -o "$tmp/containerd" "$3") >&2
+	(cd "$here/$1" && GOWORK=off CGO_ENABLED=0 go build -tags tools -o "$tmp/containerd" "$3") >&2
 }
 case "$version" in
 v1.7.*)
@@ -45,7 +45,7 @@ v2.0.*)
 	fromModule v2.0 github.com/containerd/containerd/v2 github.com/containerd/containerd/v2/cmd/containerd
 	;;
 v2.*)
-	GOBIN=$tmp GOWORK=off CGO_ENABLED=0 nice go install "github.com/containerd/containerd/v2/cmd/containerd@$version" >&2
+	GOBIN=$tmp GOWORK=off CGO_ENABLED=0 go install "github.com/containerd/containerd/v2/cmd/containerd@$version" >&2
 	;;
 *)
 	echo "build.sh: unsupported containerd version $version (want v1.7.x or v2.x)" >&2

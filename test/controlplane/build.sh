@@ -63,7 +63,7 @@ tmp=$(mktemp "$cache/.$name.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 echo "build.sh: building $pkg ($mod $want) into $cache (cold on 2 cores: kube-apiserver ~15-30 min, etcd and kustomize ~1-3 min)" >&2
 start=$SECONDS
-nice go build -trimpath -ldflags="$ldflags" -o "$tmp" "$pkg"
+go build -trimpath -ldflags="$ldflags" -o "$tmp" "$pkg"
 chmod 0755 "$tmp"
 mv -f "$tmp" "$bin"
 trap - EXIT
