@@ -294,8 +294,8 @@ func TestShutdownFinishesACreateInFlight(t *testing.T) {
 	e.create(t, sid0, gpuPod("mistral-tp-0"))
 	started := make(chan error, 1)
 	go func() { started <- e.shim.StartVM(context.Background(), sid0, 0) }()
-	for e.fake.CountCalls("instances.insert") == 0 {
-		time.Sleep(5 * time.Millisecond)
+	if err := e.fake.AwaitCalls(t.Context(), "instances.insert", 1); err != nil {
+		t.Fatal(err)
 	}
 	if err := e.srv.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop: %v", err)

@@ -26,6 +26,7 @@ const (
 type Server struct {
 	svc      *Service
 	srv      *ttrpc.Server
+	drain    *drain
 	path     string
 	teardown func() error
 
@@ -52,18 +53,19 @@ func Listen(socketPath string, svc *Service) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s (check -socket; unix socket paths are limited to 107 bytes): %w", socketPath, err)
 	}
-	srv, err := ttrpc.NewServer()
+	dr := newDrain()
+	srv, err := ttrpc.NewServer(ttrpc.WithUnaryServerInterceptor(dr.intercept))
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("creating the ttrpc server: %w", err)
 	}
 	hypervisor.RegisterHypervisorService(srv, svc)
-	s := &Server{svc: svc, srv: srv, path: socketPath, served: make(chan struct{})}
+	s := &Server{svc: svc, srv: srv, drain: dr, path: socketPath, served: make(chan struct{})}
 	// Calls run on a context that outlives Stop's, so a StartVM in
 	// flight finishes and hands its VM to its sandbox, as in CAA.
 	go func() {
 		defer close(s.served)
-		s.serveErr = srv.Serve(context.Background(), l)
+		s.serveErr = srv.Serve(context.Background(), dr.listener(l))
 	}()
 	return s, nil
 }
@@ -133,6 +135,11 @@ func (s *Server) stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("provider teardown: %w", err))
 		}
 	}
+	// Every answer on the wire first: ttrpc's Shutdown may take a
+	// connection with a call just answered for idle (drain.go).
+	// A ctx that ends first leaves the rest to Shutdown and Close below,
+	// as ttrpc's own Shutdown deadline does.
+	_ = s.drain.settled(ctx)
 	if err := s.srv.Shutdown(ctx); err != nil {
 		s.srv.Close()
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
