@@ -195,8 +195,8 @@ func TestCreateIsBoundedAndCleansUpOnItsOwnContext(t *testing.T) {
 	}()
 	// The clean-up's delete is issued after the create's context expired;
 	// its operation then finishes when GCE's clock moves on.
-	for fake.CountCalls("instances.delete") == 0 {
-		time.Sleep(5 * time.Millisecond)
+	if err := fake.AwaitCalls(t.Context(), "instances.delete", 1); err != nil {
+		t.Fatal(err)
 	}
 	mu.Lock()
 	clock = clock.Add(2 * time.Hour)
