@@ -209,13 +209,11 @@ func TestProbesTolerateThePeerPodPath(t *testing.T) {
 				t.Errorf("%s: rayStartParams %s moves a port the probes use", p.group, k)
 			}
 		}
-		serve := int32(0)
-		for _, cp := range c.Ports {
-			if cp.Name == utils.ServingPortName {
-				serve = cp.ContainerPort
-			}
-		}
-		wantReady := httpProbe{"/" + utils.RayServeProxyHealthPath, serve}
+		// The worker runs no Serve proxy (Serve starts proxies on the head
+		// and on nodes with a replica; the worker holds only a vLLM
+		// tensor-parallel worker), so its readiness is its raylet's; the
+		// head's is GCS.
+		wantReady := httpProbe{"/" + utils.RayAgentRayletHealthPath, utils.DefaultDashboardAgentListenPort}
 		if p.group == "head" {
 			wantReady = httpProbe{"/" + utils.RayDashboardGCSHealthPath, utils.DefaultDashboardPort}
 		}
