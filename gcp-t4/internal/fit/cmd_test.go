@@ -2,10 +2,12 @@ package fit
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -230,6 +232,41 @@ func TestRunbookShowsCurrentOutput(t *testing.T) {
 		}
 		if !strings.Contains(out, line) {
 			t.Errorf("the runbook shows %q; the command prints:\n%s", line, out)
+		}
+	}
+}
+
+// The runbook's prose quotes `plan serve` for tp 4 over the VPC path and
+// for the one-podVM layout; those figures are the command's.
+func TestRunbookProseMatchesTheCommand(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/runbook-mistral-tp2.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Join(strings.Fields(string(b)), " ")
+	args := []string{"--model", "mistralai/Mistral-Nemo-Instruct-2407", "--max-model-len", "8192", "--gpu-memory-utilization", "0.95",
+		"--enforce-eager", "--max-num-batched-tokens", "2048", "--max-num-seqs", "8"}
+	var r2, r4 Result
+	for tp, dst := range map[string]*Result{"2": &r2, "4": &r4} {
+		cfg, err := ParseArgs(append(slices.Clone(args), "--tp", tp), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *dst, err = Compute(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, _ := ParseArgs(append(slices.Clone(args), "--tp", "2", "--path", "host"), io.Discard)
+	host, _ := Compute(cfg)
+	for _, want := range []string{
+		fmt.Sprintf("(about %.1f against %.1f tokens/s)", r4.Decode.TokensPerSecond, r2.Decode.TokensPerSecond),
+		fmt.Sprintf("decode about %.0f against %.0f tokens/s for one sequence", host.Decode.TokensPerSecond, r2.Decode.TokensPerSecond),
+		fmt.Sprintf("time to first token about %.1f against %.1f s for 2048 tokens", host.Prefill.TTFT.Seconds(), r2.Prefill.TTFT.Seconds()),
+		fmt.Sprintf("a 2048-token prompt's first token takes about %.1f s on two podVMs", r2.Prefill.TTFT.Seconds()),
+		fmt.Sprintf("%d tokens", r2.KVTokens) + "", // the output block
+	} {
+		if !strings.Contains(doc, want) && !strings.Contains(doc, strings.ReplaceAll(want, "25568 tokens", "25,568 tokens")) {
+			t.Errorf("the runbook does not say %q", want)
 		}
 	}
 }
