@@ -314,3 +314,29 @@ func TestNCCLCheckVersionsAndMTU(t *testing.T) {
 		t.Errorf("mtu failure: exit %d, last line %q; want the MTU hint", rc, l)
 	}
 }
+
+// test/device/gpu_figures.py, the driver-only measurement of the figures
+// plan serve assumes, checks its own arithmetic without a GPU, and where
+// there is no driver it says so on one FAIL line and exits 1.
+func TestGPUFiguresScript(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed (apt-get install python3): %v", err)
+	}
+	script := filepath.Join(repoRoot, "test/device/gpu_figures.py")
+	cmd := exec.Command(python, script, "--self-test")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PYTHONDONTWRITEBYTECODE=1"}
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "self-test ok") {
+		t.Fatalf("--self-test: %v\n%s", err, out)
+	}
+	if _, err := os.Stat("/dev/nvidia0"); err == nil {
+		return // a GPU machine: serving-check.sh measures there
+	}
+	cmd = exec.Command(python, script)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PYTHONDONTWRITEBYTECODE=1", "LD_LIBRARY_PATH=/nonexistent"}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.HasPrefix(strings.TrimSpace(string(out)), "GPU-FIGURES FAIL: ") {
+		t.Errorf("without a GPU: %v, %q; want exit 1 and one GPU-FIGURES FAIL line", err, out)
+	}
+}

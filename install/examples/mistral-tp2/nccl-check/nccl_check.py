@@ -212,7 +212,8 @@ def socket_probe(s, mtu):
     import torch.distributed as dist
 
     deadline = s.mtu_timeout_s
-    sizes = (1200, mtu)
+    # An IPv4 datagram is at most 65535 bytes (loopback's MTU is larger).
+    sizes = (1200, min(mtu, 65535))
     result = {"ok": True, "msg": ""}
 
     def server():
