@@ -77,7 +77,7 @@ func Layouts(cfg Config) ([]Layout, error) {
 		Needs: []string{
 			fmt.Sprintf("a zone with %d T4s free for one VM (%s: %s + %d x T4; GCE attaches 1, 2 or 4 T4s to an N1 VM)", cfg.TP, prof.name, prof.machineType, cfg.TP),
 			"the pod asks for nvidia.com/gpu: " + fmt.Sprint(cfg.TP) + "; gpu-init writes a CDI entry for every GPU and CAA asks for nvidia.com/gpu=all, so the container sees all of them",
-			"NCCL connects the GPUs inside the VM: P2P over PCIe when CUDA reports peer access, otherwise SHM through host memory (GCE passes the GPUs through; a T4 has no NVLink); the NCCL check's single-podVM run shows which",
+			"NCCL connects the GPUs inside the VM: P2P over PCIe when CUDA reports peer access, otherwise SHM through host memory (GCE passes the GPUs through; a T4 has no NVLink); with NCCL_DEBUG=INFO the log says which: via P2P/... or via SHM/...",
 			"/dev/shm large enough for NCCL's SHM buffers and Ray's object store (kata mounts it with no size: half the podVM's RAM)",
 		},
 	}
