@@ -107,13 +107,17 @@ func Run(ctx context.Context, args []string, out io.Writer, logger *slog.Logger)
 	fmt.Fprintf(out, "Pod %s is deleted while no adaptor runs: nobody gets its StopVM, and Kubernetes deletes its PeerPod, which its finalizer holds.\n", pods[1].sandbox.Name)
 	cluster.deletePod(pods[1].sandbox.Namespace, pods[1].sandbox.Name)
 
-	fmt.Fprintln(out, "\nThe reaper's pass (gcp-t4 gc -delete, as the caa-gcp-t4-reaper Deployment runs it):")
+	pol := gc.DefaultPolicy()
+	fmt.Fprintf(out, "\nThe reaper's pass %s later, once the VM is past REAPER_GRACE (gcp-t4 gc -delete, as the caa-gcp-t4-reaper Deployment runs it):\n", pol.Grace)
 	reaper, err := gcpt4.NewProvider(ctx, reaperConfig(fake), logger, fake.ClientOptions()...)
 	if err != nil {
 		return err
 	}
 	defer reaper.Teardown()
-	c := &gc.Collector{VMs: reaper, Cluster: cluster, Policy: gc.DefaultPolicy(), Delete: true, Now: time.Now, Log: logger}
+	// The reaper deletes only past the grace period, even with its pod and
+	// PeerPod gone (docs/reaper.md, "The evidence"): its clock runs ahead.
+	later := func() time.Time { return time.Now().Add(pol.Grace + time.Second) }
+	c := &gc.Collector{VMs: reaper, Cluster: cluster, Policy: pol, Delete: true, Now: later, Log: logger}
 	pass, err := c.Run(ctx)
 	if err != nil {
 		return err

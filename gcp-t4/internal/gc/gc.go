@@ -11,23 +11,31 @@
 // (cloud.go CreateVM makes it; nothing deletes it), so it says nothing
 // about whether the sandbox still runs. The rules, per VM:
 //
+// A VM is deleted only on evidence that its sandbox is gone, one of: its
+// pod is gone, its pod has finished, or its pod's sandbox ID changed (the
+// pod owns a newer sandbox); and only once the VM is older than the grace
+// period. A PeerPod's deletion is not such evidence: `kubectl delete
+// peerpod` while the pod runs leaves the sandbox running on the VM.
+//
 //   - A PeerPod names the VM: the VM is in use while its owner pod (by UID)
 //     exists, has not finished (Succeeded/Failed pods have their sandbox
 //     stopped by the kubelet) and owns no newer PeerPod (a newer one is a
 //     retried sandbox: peerpod-ctrl's isOldPeerPod rule,
 //     src/peerpod-ctrl/controllers/peerpod_controller.go). A PeerPod being
-//     deleted with its finalizer is an explicit release: its VM is deleted
-//     and the finalizer removed, which is what peerpod-ctrl would do.
+//     deleted with its finalizer is judged the same way (its pod is gone
+//     when Kubernetes' garbage collector deleted it); its finalizer is
+//     removed once the VM is gone.
 //   - No PeerPod names the VM (CAA died between insert and return, or has
 //     not returned yet): it is an orphan when its pod (namespace and name
 //     from the VM's labels) is gone, finished, or younger than the VM, or
 //     — once the VM is older than the provider's longest create — when the
 //     pod owns a PeerPod made after the VM: the pod's sandbox was retried.
 //     Otherwise it is kept: "creating" while the create may still run,
-//     "unowned" (alerted) after.
-//   - Nothing younger than the grace period is deleted, except on an
-//     explicit release. VMs of other clusters are never listed; VMs
-//     without a cluster label are listed and never deleted.
+//     "unowned" after (an Event on its pod, a metric, an alert; deleted
+//     once its pod ends or its sandbox is retried, docs/reaper.md).
+//   - Nothing younger than the grace period is deleted. VMs of other
+//     clusters are never listed; VMs without a cluster label are listed
+//     and never deleted.
 package gc
 
 import (
@@ -94,6 +102,8 @@ type Finding struct {
 	Reason  string          `json:"reason"`
 	// Release are the PeerPods whose finalizer goes once the VM is gone.
 	Release []peerpod.PeerPod `json:"-"`
+	// Pod is the live pod an unowned VM was made for, told by an Event.
+	Pod *Pod `json:"-"`
 }
 
 // Policy is how cautious the reaper is.
@@ -284,26 +294,23 @@ func (j judge) vm(vm gcpt4.ManagedVM, refs []peerpod.PeerPod) Finding {
 			f.Release = append(f.Release, pp)
 		}
 	}
-	for _, pp := range refs {
-		if pp.Deleting && pp.Finalized {
-			// The pod is gone and Kubernetes deleted its PeerPod: the
-			// release peerpod-ctrl acts on. No grace: nothing is inferred.
-			f.Verdict, f.Reason = Orphan, fmt.Sprintf("PeerPod %s/%s was deleted with its pod %s", pp.Namespace, pp.Name, pp.OwnerName)
-			return f
-		}
-	}
 	var reason string
 	if len(refs) > 0 {
 		reason = j.owned(vm, newest(refs))
 	} else {
-		reason, f.Verdict = j.unrecorded(vm)
+		reason, f.Verdict, f.Pod = j.unrecorded(vm)
 		if f.Verdict != "" {
 			f.Reason = reason
 			return f
 		}
 	}
 	if reason == "" {
-		f.Verdict, f.Reason = InUse, fmt.Sprintf("PeerPod %s/%s is its live pod's newest", refs[0].Namespace, newest(refs).Name)
+		n := newest(refs)
+		f.Verdict, f.Reason = InUse, fmt.Sprintf("PeerPod %s/%s is its live pod's newest", n.Namespace, n.Name)
+		if n.Deleting {
+			// Deleted by hand while its pod runs: the sandbox lives on.
+			f.Reason = fmt.Sprintf("PeerPod %s/%s is being deleted, but its pod %s lives and owns no newer sandbox: its sandbox runs on this VM; kept (the finalizer stays until the pod is gone)", n.Namespace, n.Name, n.OwnerName)
+		}
 		return f
 	}
 	if vm.Created.IsZero() || j.now.Sub(vm.Created) < j.pol.Grace {
@@ -332,8 +339,9 @@ func (j judge) owned(vm gcpt4.ManagedVM, pp peerpod.PeerPod) string {
 }
 
 // unrecorded judges a VM no PeerPod names. It returns the orphan reason,
-// or a final verdict (Creating, Unowned) with its reason.
-func (j judge) unrecorded(vm gcpt4.ManagedVM) (string, Verdict) {
+// or a final verdict (Creating, Unowned) with its reason and, for Unowned,
+// the live pod it was made for.
+func (j judge) unrecorded(vm gcpt4.ManagedVM) (string, Verdict, *Pod) {
 	where := vm.Namespace + "/"
 	if vm.Namespace == "" {
 		where = "(any namespace)/"
@@ -352,9 +360,9 @@ func (j judge) unrecorded(vm gcpt4.ManagedVM) (string, Verdict) {
 	}
 	if len(live) == 0 {
 		if finished > 0 {
-			return fmt.Sprintf("no PeerPod names it and pod %s%s has finished: the kubelet stopped its sandbox", where, vm.Pod), ""
+			return fmt.Sprintf("no PeerPod names it and pod %s%s has finished: the kubelet stopped its sandbox", where, vm.Pod), "", nil
 		}
-		return fmt.Sprintf("no PeerPod names it and no pod %s%s exists", where, vm.Pod), ""
+		return fmt.Sprintf("no PeerPod names it and no pod %s%s exists", where, vm.Pod), "", nil
 	}
 	var older []Pod
 	for _, p := range live {
@@ -363,10 +371,10 @@ func (j judge) unrecorded(vm gcpt4.ManagedVM) (string, Verdict) {
 		}
 	}
 	if len(older) == 0 {
-		return fmt.Sprintf("no PeerPod names it and pod %s%s was created after the VM: the VM was an earlier pod's", where, vm.Pod), ""
+		return fmt.Sprintf("no PeerPod names it and pod %s%s was created after the VM: the VM was an earlier pod's", where, vm.Pod), "", nil
 	}
 	if j.now.Sub(vm.Created) < j.pol.Creating {
-		return fmt.Sprintf("no PeerPod yet: its create may still be running (up to %s)", j.pol.Creating), Creating
+		return fmt.Sprintf("no PeerPod yet: its create may still be running (up to %s)", j.pol.Creating), Creating, nil
 	}
 	if j.havePeerPods && len(older) == 1 {
 		for _, pp := range j.byOwner[older[0].UID] {
@@ -377,7 +385,7 @@ func (j judge) unrecorded(vm gcpt4.ManagedVM) (string, Verdict) {
 				later = t.After(vm.Created)
 			}
 			if later {
-				return fmt.Sprintf("no PeerPod names it and pod %s/%s's sandbox was retried after it: PeerPod %s names %s", older[0].Namespace, older[0].Name, pp.Name, pp.InstanceID), ""
+				return fmt.Sprintf("no PeerPod names it and pod %s/%s's sandbox was retried after it: PeerPod %s names %s", older[0].Namespace, older[0].Name, pp.Name, pp.InstanceID), "", nil
 			}
 		}
 	}
@@ -385,7 +393,11 @@ func (j judge) unrecorded(vm gcpt4.ManagedVM) (string, Verdict) {
 	if !j.havePeerPods {
 		why = "the PeerPod CRD is not installed"
 	}
-	return fmt.Sprintf("%s, its pod %s%s is live and it is older than the longest create: CAA may have failed to record it (its log says \"failed to create PeerPod\"); kept", why, where, vm.Pod), Unowned
+	var pod *Pod
+	if len(older) == 1 {
+		pod = &older[0]
+	}
+	return fmt.Sprintf("%s, its pod %s%s is live and it is older than the longest create: either CAA recorded no PeerPod for a sandbox that runs on it (its log says \"failed to create PeerPod\"), or CAA died inside the create and the pod's next sandbox, which the kubelet retries while the pod is Pending, has not reached CAA yet; kept until the pod ends or its sandbox is retried", why, where, vm.Pod), Unowned, pod
 }
 
 func newest(pps []peerpod.PeerPod) peerpod.PeerPod {

@@ -53,6 +53,8 @@ func TestDecide(t *testing.T) {
 		noCRD   bool
 		want    map[string]Verdict // by sandbox prefix
 		release int
+		// unownedPod is the UID of the pod an unowned VM's Event goes to.
+		unownedPod types.UID
 	}
 	crashVM := vmAt("ml", "train-0", "1111bbbb", t0)
 	otherNS := podAt("research", "train-0", "uid-research", corev1.PodRunning, t0.Add(-time.Hour))
@@ -61,6 +63,9 @@ func TestDecide(t *testing.T) {
 	jobVM := vmAt("batch", "job-0", "4444dddd", t0)
 	gonePP := ppFor(podAt("ml", "gone-0", "uid-gone", corev1.PodRunning, t0), vmAt("ml", "gone-0", "5555eeee", t0), t0)
 	gonePP.Deleting = true
+	// kubectl delete peerpod while its pod runs: the finalizer holds it.
+	handDeleted := ppFor(live, vmLive, t0.Add(11*time.Minute))
+	handDeleted.Deleting = true
 	cases := []tc{
 		{name: "live pod, its PeerPod names the VM",
 			vms: []gcpt4.ManagedVM{vmLive}, pods: []Pod{live}, pps: []peerpod.PeerPod{ppFor(live, vmLive, t0.Add(11*time.Minute))},
@@ -83,15 +88,25 @@ func TestDecide(t *testing.T) {
 		{name: "a StatefulSet pod recreated after the VM does not keep it",
 			vms: []gcpt4.ManagedVM{vmAt("ml", "llm-0", "8888bbbb", t0)}, pods: []Pod{podAt("ml", "llm-0", "uid-new", corev1.PodRunning, t0.Add(time.Hour))},
 			want: map[string]Verdict{"8888bbbb": Orphan}},
-		{name: "the PeerPod was deleted with its pod: released, whatever its age",
-			vms: []gcpt4.ManagedVM{vmAt("ml", "gone-0", "5555eeee", now.Add(-time.Second))}, pps: []peerpod.PeerPod{gonePP},
+		{name: "the PeerPod was deleted with its pod: released once past the grace period",
+			vms: []gcpt4.ManagedVM{vmAt("ml", "gone-0", "5555eeee", t0)}, pps: []peerpod.PeerPod{gonePP},
 			want: map[string]Verdict{"5555eeee": Orphan}, release: 1},
+		{name: "the PeerPod was deleted with its pod moments after the VM: waits for the grace period",
+			vms: []gcpt4.ManagedVM{vmAt("ml", "gone-0", "5555eeee", now.Add(-time.Second))}, pps: []peerpod.PeerPod{gonePP},
+			want: map[string]Verdict{"5555eeee": TooYoung}},
+		{name: "a PeerPod deleted by hand while its pod and sandbox live: in use",
+			vms: []gcpt4.ManagedVM{vmLive}, pods: []Pod{live}, pps: []peerpod.PeerPod{handDeleted},
+			want: map[string]Verdict{"2222aaaa": InUse}},
+		{name: "a PeerPod deleted by hand, then the pod's sandbox retried: the old VM is an orphan",
+			vms: []gcpt4.ManagedVM{vmLive, vmAt("ml", "train-0", "cccc3333", t0.Add(30*time.Minute))}, pods: []Pod{live},
+			pps:  []peerpod.PeerPod{handDeleted, ppFor(live, vmAt("ml", "train-0", "cccc3333", t0.Add(30*time.Minute)), t0.Add(31*time.Minute))},
+			want: map[string]Verdict{"2222aaaa": Orphan, "cccc3333": InUse}, release: 1},
 		{name: "no PeerPod yet, within the longest create: creating",
 			vms: []gcpt4.ManagedVM{vmAt("ml", "train-0", "9999cccc", now.Add(-pol.Creating+time.Minute))}, pods: []Pod{live},
 			want: map[string]Verdict{"9999cccc": Creating}},
 		{name: "no PeerPod after the longest create, live pod, nothing newer: unowned, kept",
 			vms: []gcpt4.ManagedVM{vmAt("ml", "train-0", "9999cccc", t0)}, pods: []Pod{live},
-			want: map[string]Verdict{"9999cccc": Unowned}},
+			want: map[string]Verdict{"9999cccc": Unowned}, unownedPod: "uid-train"},
 		{name: "without the CRD a live pod's VM is kept; a gone pod's collected",
 			vms: []gcpt4.ManagedVM{vmAt("ml", "train-0", "9999cccc", t0), vmAt("ml", "gone-1", "aaaa1111", t0)}, pods: []Pod{live}, noCRD: true,
 			want: map[string]Verdict{"9999cccc": Unowned, "aaaa1111": Orphan}},
@@ -112,6 +127,9 @@ func TestDecide(t *testing.T) {
 				}
 				if f.Verdict == Orphan {
 					release += len(f.Release)
+				}
+				if f.Verdict == Unowned && c.unownedPod != "" && (f.Pod == nil || f.Pod.UID != c.unownedPod) {
+					t.Errorf("%s: unowned VM's pod %+v, want %s", f.VM.Name, f.Pod, c.unownedPod)
 				}
 			}
 			if len(got) != len(c.want) {

@@ -26,6 +26,7 @@ type Metrics struct {
 	passes         *prometheus.CounterVec
 	lastSuccess    prometheus.Gauge
 	otherClusters  prometheus.Gauge
+	unownedAge     prometheus.Gauge
 
 	mu   sync.Mutex
 	seen map[string]bool
@@ -51,9 +52,11 @@ func NewMetrics() *Metrics {
 			Help: "When the last pass that read every list ended (Unix time)."}),
 		otherClusters: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gcp_t4_reaper_other_cluster_podvms",
 			Help: "PodVMs in the project labelled with another cluster's ID (never touched)."}),
+		unownedAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gcp_t4_reaper_unowned_oldest_age_seconds",
+			Help: "Age of the oldest unowned podVM (a live pod's VM that no PeerPod names) at the last pass; 0 when there is none."}),
 		seen: map[string]bool{},
 	}
-	m.Registry.MustRegister(m.podVMs, m.orphansSeen, m.deleted, m.deleteFailures, m.released, m.passes, m.lastSuccess, m.otherClusters)
+	m.Registry.MustRegister(m.podVMs, m.orphansSeen, m.deleted, m.deleteFailures, m.released, m.passes, m.lastSuccess, m.otherClusters, m.unownedAge)
 	for _, v := range []Verdict{InUse, Creating, TooYoung, Orphan, Unowned, Unidentified, Deleted, DeleteErr} {
 		m.podVMs.WithLabelValues(string(v))
 	}
@@ -75,8 +78,12 @@ func (m *Metrics) Record(p Pass, err error, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	current := map[string]bool{}
+	var oldest time.Duration
 	for _, f := range p.Findings {
 		counts[f.Verdict]++
+		if f.Verdict == Unowned && !f.VM.Created.IsZero() {
+			oldest = max(oldest, now.Sub(f.VM.Created))
+		}
 		current[f.VM.ID] = true
 		switch f.Verdict {
 		case TooYoung, Orphan, Deleted, DeleteErr:
@@ -97,6 +104,7 @@ func (m *Metrics) Record(p Pass, err error, now time.Time) {
 			delete(m.seen, id)
 		}
 	}
+	m.unownedAge.Set(oldest.Seconds())
 	m.released.Add(float64(len(p.Released)))
 	for _, v := range []Verdict{InUse, Creating, TooYoung, Orphan, Unowned, Unidentified, Deleted, DeleteErr} {
 		m.podVMs.WithLabelValues(string(v)).Set(float64(counts[v]))
@@ -106,7 +114,8 @@ func (m *Metrics) Record(p Pass, err error, now time.Time) {
 // Events reports what the reaper did as Kubernetes Events on its own pod
 // (kubectl describe pod, kubectl get events): deletions and their
 // failures every time, and VMs it keeps but cannot account for once per
-// VM and process.
+// VM and process. An unowned VM is also told on the pod it was made for,
+// where the pod's author and kubectl describe see it.
 type Events struct {
 	Client kubernetes.Interface
 	// Pod is the reaper's own pod (the downward API's metadata.name,
@@ -139,11 +148,24 @@ func (e *Events) Emit(ctx context.Context, p Pass) {
 		default:
 			continue
 		}
-		e.emit(ctx, typ, reason, fmt.Sprintf("podVM %s (pod %s/%s, sandbox %.12s, node %s): %s", f.VM.ID, f.VM.Namespace, f.VM.Pod, f.VM.Sandbox, f.VM.Node, f.Reason), once, f.VM.ID)
+		e.emit(ctx, e.Pod, typ, reason, fmt.Sprintf("podVM %s (pod %s/%s, sandbox %.12s, node %s): %s", f.VM.ID, f.VM.Namespace, f.VM.Pod, f.VM.Sandbox, f.VM.Node, f.Reason), once, f.VM.ID)
+		if f.Verdict == Unowned && f.Pod != nil {
+			ref := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: f.Pod.Namespace, Name: f.Pod.Name, UID: f.Pod.UID}
+			e.emit(ctx, ref, corev1.EventTypeWarning, reason, UnownedPodMessage(f), true, "pod/"+f.VM.ID)
+		}
 	}
 }
 
-func (e *Events) emit(ctx context.Context, typ, reason, msg string, once bool, key string) {
+// UnownedPodMessage is the Event an unowned VM's pod gets: what the VM is,
+// what keeps it, and what the user can do.
+func UnownedPodMessage(f Finding) string {
+	return fmt.Sprintf("podVM %s (node %s, sandbox %.12s) was created for this pod, but no PeerPod records it. "+
+		"If this pod is Running and `kubectl get peerpods -n %s` shows none for it, its sandbox runs on that VM: leave it, it is deleted when the pod ends. "+
+		"If the pod is stuck ContainerCreating, the adaptor on node %s died inside the create; the kubelet retries the sandbox and the reaper deletes the VM once a newer sandbox is recorded. "+
+		"The VM bills until then; to end it now, delete the pod.", f.VM.ID, f.VM.Node, f.VM.Sandbox, f.Pod.Namespace, f.VM.Node)
+}
+
+func (e *Events) emit(ctx context.Context, obj corev1.ObjectReference, typ, reason, msg string, once bool, key string) {
 	e.mu.Lock()
 	if e.told == nil {
 		e.told = map[string]bool{}
@@ -159,8 +181,8 @@ func (e *Events) emit(ctx context.Context, typ, reason, msg string, once bool, k
 	e.mu.Unlock()
 	now := metav1.NewTime(e.Now())
 	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x.%d", e.Pod.Name, now.UnixNano(), seq), Namespace: e.Pod.Namespace},
-		InvolvedObject: e.Pod,
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x.%d", obj.Name, now.UnixNano(), seq), Namespace: obj.Namespace},
+		InvolvedObject: obj,
 		Reason:         reason,
 		Message:        msg,
 		Type:           typ,
@@ -169,7 +191,7 @@ func (e *Events) emit(ctx context.Context, typ, reason, msg string, once bool, k
 		LastTimestamp:  now,
 		Count:          1,
 	}
-	if _, err := e.Client.CoreV1().Events(e.Pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.CoreV1().Events(obj.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		e.Log.Warn("recording an Event failed", "reason", reason, "err", err)
 	}
 }

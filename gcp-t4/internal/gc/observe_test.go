@@ -73,3 +73,37 @@ func TestEventsOnTheReapersPod(t *testing.T) {
 		t.Errorf("events by reason %v, want 2 PodVMReaped and 1 PodVMUnowned", reasons)
 	}
 }
+
+// TestUnownedIsToldOnItsPod: the pod an unowned VM was made for gets one
+// Warning Event saying what to do; the metric gives the oldest's age.
+func TestUnownedIsToldOnItsPod(t *testing.T) {
+	cs := kubefake.NewClientset()
+	e := &Events{Client: cs, Now: func() time.Time { return t0 }, Log: quiet(),
+		Pod: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Name: "caa-gcp-t4-reaper-x", Namespace: "confidential-containers-system"}}
+	pod := podAt("ml", "p", "uid-p", corev1.PodRunning, t0.Add(-2*time.Hour))
+	p := Pass{Findings: []Finding{{VM: vmAt("ml", "p", "bbbb0000", t0.Add(-90*time.Minute)), Verdict: Unowned, Reason: "because", Pod: &pod}}}
+	for i := 0; i < 3; i++ {
+		e.Emit(context.Background(), p)
+	}
+	evs, err := cs.CoreV1().Events("ml").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Items) != 1 {
+		t.Fatalf("%d Events in the pod's namespace, want 1", len(evs.Items))
+	}
+	ev := evs.Items[0]
+	if ev.InvolvedObject.Name != "p" || ev.InvolvedObject.UID != "uid-p" || ev.Type != corev1.EventTypeWarning || ev.Reason != "PodVMUnowned" ||
+		!strings.Contains(ev.Message, "delete the pod") || !strings.Contains(ev.Message, "kubectl get peerpods -n ml") {
+		t.Errorf("event on the pod: %+v", ev)
+	}
+	m := NewMetrics()
+	m.Record(p, nil, t0)
+	if got := testutil.ToFloat64(m.unownedAge); got != 90*60 {
+		t.Errorf("oldest unowned age = %v s, want 5400", got)
+	}
+	m.Record(Pass{}, nil, t0)
+	if got := testutil.ToFloat64(m.unownedAge); got != 0 {
+		t.Errorf("oldest unowned age with none = %v, want 0", got)
+	}
+}

@@ -322,7 +322,7 @@ func TestReaperRacesSandboxes(t *testing.T) {
 		crashes += s.crashes
 		fake.Close()
 	}
-	t.Logf("reaper race: %d schedules x %d passes: %d sandboxes crashed, %d VMs leaked by failed stops; the reaper deleted %d; live VMs deleted: %d; orphans left: %d",
+	t.Logf("reaper race: %d schedules x %d passes: %d sandboxes crashed, %d VMs leaked by failed stops; the reaper deleted %d; live VMs deleted %d; orphans left %d",
 		seeds, passes, crashes, leaks, deleted, liveDeleted, orphansLeft)
 	// The schedules must have made work for the reaper, or the test
 	// proves nothing.

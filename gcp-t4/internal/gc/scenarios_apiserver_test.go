@@ -211,7 +211,7 @@ func outcome(t *testing.T, name string, fake *gcefake.Server, live, orphans []st
 	if n := len(have) - (len(live) - liveDeleted); n != orphansLeft {
 		t.Errorf("%s: %d VMs are neither live nor the expected orphans", name, n-orphansLeft)
 	}
-	t.Logf("reaper scenario %q: live VMs deleted: %d of %d; orphans left: %d of %d", name, liveDeleted, len(live), orphansLeft, len(orphans))
+	t.Logf("reaper scenario %q: live VMs deleted %d (of %d); orphans left %d (of %d)", name, liveDeleted, len(live), orphansLeft, len(orphans))
 }
 
 const (

@@ -1,6 +1,7 @@
 package install
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -113,7 +114,65 @@ func TestReaperGetsItsOwnWIFToken(t *testing.T) {
 	for _, e := range ps.Containers[0].Env {
 		env[e.Name] = e.Value
 	}
-	if env["GOOGLE_APPLICATION_CREDENTIALS"] != wifDir+"/"+wifConfigFile {
-		t.Errorf("reaper env %v: want GOOGLE_APPLICATION_CREDENTIALS at the WIF configuration", env)
+	if env["GOOGLE_APPLICATION_CREDENTIALS"] != wifDir+"/"+reaperWIFConfigFile {
+		t.Errorf("reaper env %v: want GOOGLE_APPLICATION_CREDENTIALS at the reaper's own WIF configuration", env)
+	}
+}
+
+// TestReaperHasNoAccessToCAAsKey: with a key file, CAA's Secret reaches
+// CAA only; the reaper reads peer-pods-cm and an optional Secret of its
+// own.
+func TestReaperHasNoAccessToCAAsKey(t *testing.T) {
+	objs := rendered(t, Settings{Credentials: testKey()})
+	d := asDeployment(t, find(objs, "Deployment", ReaperName))
+	c := d.Spec.Template.Spec.Containers[0]
+	var secrets []string
+	for _, e := range c.EnvFrom {
+		if e.SecretRef != nil {
+			secrets = append(secrets, e.SecretRef.Name)
+			if e.SecretRef.Optional == nil || !*e.SecretRef.Optional {
+				t.Errorf("the reaper's Secret %s is not optional: without a key the reaper uses its ServiceAccount's principal", e.SecretRef.Name)
+			}
+		}
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			secrets = append(secrets, e.ValueFrom.SecretKeyRef.Name)
+		}
+	}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secrets = append(secrets, v.Secret.SecretName)
+		}
+	}
+	if strings.Join(secrets, ",") != "caa-gcp-t4-reaper-credentials" {
+		t.Errorf("the reaper reads Secrets %v, want only caa-gcp-t4-reaper-credentials (never %s)", secrets, SecretName)
+	}
+}
+
+// TestReaperWIFDoesNotImpersonateCAA: CAA's credential configuration may
+// impersonate CAA's Google service account; the reaper's never does.
+func TestReaperWIFDoesNotImpersonateCAA(t *testing.T) {
+	var caa map[string]any
+	if err := json.Unmarshal(testWIFConfig, &caa); err != nil {
+		t.Fatal(err)
+	}
+	caa["service_account_impersonation_url"] = "https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/caa@p.iam.gserviceaccount.com:generateAccessToken"
+	wif, _ := json.Marshal(caa)
+	cm := find(rendered(t, Settings{WIFCredentialConfig: wif}), "ConfigMap", wifConfigMap)
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	if !strings.Contains(data[wifConfigFile], "caa@p.iam") {
+		t.Errorf("CAA's configuration lost its impersonation: %s", data[wifConfigFile])
+	}
+	var reaper map[string]any
+	if err := json.Unmarshal([]byte(data[reaperWIFConfigFile]), &reaper); err != nil {
+		t.Fatalf("reaper's configuration %q: %v", data[reaperWIFConfigFile], err)
+	}
+	if _, ok := reaper["service_account_impersonation_url"]; ok || reaper["audience"] != caa["audience"] || reaper["credential_source"] == nil {
+		t.Errorf("reaper's configuration %v: want CAA's pool and token source without impersonation", reaper)
+	}
+	p, err := ReaperPrincipal(caa["audience"].(string))
+	if err != nil || p != "principal://iam.googleapis.com/projects/123456789/locations/global/workloadIdentityPools/caa/subject/system:serviceaccount:confidential-containers-system:caa-gcp-t4-reaper" {
+		t.Errorf("ReaperPrincipal = %q, %v", p, err)
 	}
 }

@@ -265,10 +265,10 @@ func (t *TLSFiles) describe() string {
 // for its audience into one workload's container and points ADC at it.
 // CAA (the DaemonSet): GKE's metadata server cannot tell host-network pods
 // apart, so CAA reads its identity from a file. The reaper (the
-// Deployment) gets the same configuration with a token of its own
-// ServiceAccount: GCE sees a principal of its own, to be granted only
-// instances.list and instances.delete (docs/reaper.md).
-func wifPatch(kind, name, container, audience string) (string, error) {
+// Deployment) gets its own configuration (reaperwif.go: no impersonation
+// of CAA's account) with a token of its own ServiceAccount: GCE sees a
+// principal of its own, granted only the reaper's role (docs/reaper.md).
+func wifPatch(kind, name, container, audience, file string) (string, error) {
 	aud, err := json.Marshal(audience)
 	if err != nil {
 		return "", err
@@ -303,7 +303,7 @@ spec:
                   items:
                     - key: %s
                       path: %s
-`, kind, name, Namespace, container, wifDir, wifConfigFile, wifDir, aud, wifConfigMap, wifConfigFile, wifConfigFile), nil
+`, kind, name, Namespace, container, wifDir, file, wifDir, aud, wifConfigMap, file, file), nil
 }
 
 // parseImage checks ref against the grammar the node's containerd pulls
@@ -381,17 +381,17 @@ func (s Settings) kustomization() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		patch, err := wifPatch("DaemonSet", DaemonSetName, "cloud-api-adaptor-con", aud)
+		patch, err := wifPatch("DaemonSet", DaemonSetName, "cloud-api-adaptor-con", aud, wifConfigFile)
 		if err != nil {
 			return nil, err
 		}
-		reaperPatch, err := wifPatch("Deployment", ReaperName, "reaper", aud)
+		reaperPatch, err := wifPatch("Deployment", ReaperName, "reaper", aud, reaperWIFConfigFile)
 		if err != nil {
 			return nil, err
 		}
 		k.ConfigMapGenerator = append(k.ConfigMapGenerator, types.ConfigMapArgs{GeneratorArgs: types.GeneratorArgs{
 			Name: wifConfigMap, Namespace: Namespace,
-			KvPairSources: types.KvPairSources{FileSources: []string{wifConfigFile}},
+			KvPairSources: types.KvPairSources{FileSources: []string{wifConfigFile, reaperWIFConfigFile}},
 			Options:       &types.GeneratorOptions{DisableNameSuffixHash: true},
 		}})
 		k.Patches = append(k.Patches, types.Patch{Patch: patch}, types.Patch{Patch: reaperPatch})
@@ -431,6 +431,11 @@ func (s Settings) files() (map[string][]byte, error) {
 	}
 	if s.WIFCredentialConfig != nil {
 		out[path.Join(userDir, wifConfigFile)] = s.WIFCredentialConfig
+		reaper, err := reaperWIFConfig(s.WIFCredentialConfig)
+		if err != nil {
+			return nil, err
+		}
+		out[path.Join(userDir, reaperWIFConfigFile)] = reaper
 	}
 	if s.TLS != nil {
 		out[path.Join(userDir, tlsCAKey)] = s.TLS.CA

@@ -216,6 +216,8 @@ func (g *GCE) checkPermissions(ctx context.Context) []Result {
 		rs = append(rs, fail(check, roleFix(g.Cfg.ProjectID, g.Member, want, ""),
 			"missing %s; grant the custom role %s (exactly the provider's %d permissions, instance permissions limited to podvm-* instances) rather than roles/compute.instanceAdmin.v1, which also reaches the cluster's node VMs",
 			strings.Join(missing, ", "), RoleID, len(want)))
+		// The same first install that lacks CAA's role lacks the reaper's.
+		rs = append(rs, reaperResult(g.Cfg.ProjectID))
 	}
 	if sa := podVMServiceAccount(g.Cfg, g.template); sa != "" {
 		rs = append(rs, g.checkActAs(ctx, sa))

@@ -3,6 +3,7 @@ package gcpt4
 import (
 	"context"
 	"flag"
+	"fmt"
 	"strings"
 	"time"
 
@@ -74,11 +75,25 @@ func (m *Manager) register(reg *keyRegistrar) {
 func (m *Manager) LoadEnv() {}
 
 // NewProvider builds the provider from the parsed configuration. CAA calls
-// it once at start and exits on its error, so everything that would make
-// every later create fail is refused here: a variable upstream's registrar
-// could not parse (and silently replaced by its default), and credentials
-// the provider cannot use.
+// it once at start and exits on its error (cloud-api-adaptor's main.go
+// Setup, v0.22.0), so everything that would make every later create fail,
+// or make its podVMs another cluster's, is refused here: a variable
+// upstream's registrar could not parse (and silently replaced by its
+// default), credentials the provider cannot use, and a GCP_CLUSTER_ID that
+// is not this cluster's (clusterid.go), checked with the pod's own
+// ServiceAccount. ConfigVerifier would not do: CAA calls it only with
+// CLOUD_CONFIG_VERIFY and keeps running when it fails.
 func (m *Manager) NewProvider() (provider.Provider, error) {
+	p, err := m.Start(context.Background(), func() (ClusterAPI, error) { return InClusterAPI(osLookup, ServiceAccountDir) })
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Start is NewProvider with the cluster's API given by cluster, which is
+// asked only when GCP_CLUSTER_ID is set.
+func (m *Manager) Start(ctx context.Context, cluster func() (ClusterAPI, error)) (*Provider, error) {
 	if err := m.CheckEnv(osLookup); err != nil {
 		return nil, err
 	}
@@ -86,11 +101,20 @@ func (m *Manager) NewProvider() (provider.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := NewProvider(context.Background(), m.cfg, nil)
+	if m.cfg.ClusterID != "" {
+		api, err := cluster()
+		if err != nil {
+			return nil, fmt.Errorf("cannot check GCP_CLUSTER_ID %s against this cluster: %w", m.cfg.ClusterID, err)
+		}
+		if err := CheckClusterID(ctx, m.cfg.ClusterID, api); err != nil {
+			return nil, err
+		}
+	}
+	p, err := NewProvider(ctx, m.cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	p.log.Info("gcp-t4 provider configured", "project", m.cfg.ProjectID, "zones", strings.Join(m.cfg.Zones(), ","), "credentials", info.String())
+	p.log.Info("gcp-t4 provider configured", "project", m.cfg.ProjectID, "zones", strings.Join(m.cfg.Zones(), ","), "credentials", info.String(), "cluster", m.cfg.ClusterID)
 	return p, nil
 }
 

@@ -335,6 +335,14 @@ func (p *Provider) DeleteInstance(ctx context.Context, instanceID string) error 
 
 func (p *Provider) deleteInstance(ctx context.Context, instanceID string) error {
 	zone, name := parseInstanceID(instanceID)
+	if name == "" {
+		// CAA v0.22.0's StopVM deletes sandbox.instanceID, which stays ""
+		// when StartVM failed (pkg/adaptor/cloud/cloud.go). No VM has an empty
+		// name: sending it would be a DELETE per zone, each taking a
+		// rate-limiter token, for nothing.
+		p.log.Debug("DeleteInstance with an empty instance ID: nothing to delete")
+		return nil
+	}
 	zones := []string{zone}
 	if zone == "" {
 		// A bare name (from an older ID form) may be in any zone we use.

@@ -38,6 +38,12 @@ func (p *Provider) verifyConfig() error {
 	if err := p.cfg.Validate(); err != nil {
 		return err
 	}
+	// Validate lets an empty ID pass (peerpod-ctrl and the read-only tools
+	// need none), but an adaptor verifying its configuration is about to
+	// create podVMs, and CreateInstance refuses every one without it.
+	if p.cfg.ClusterID == "" {
+		return errNoClusterID()
+	}
 	// Provisioning models against what GCE sells per machine type; no
 	// API needed (NewProvider checked it too, this names it again for an
 	// adaptor run with CLOUD_CONFIG_VERIFY).
