@@ -158,7 +158,9 @@ func (g *guide) helmInstall(args []string) error {
 	t := g.t
 	t.Helper()
 	name, ref := args[0], args[1]
-	in := action.NewInstall(nil)
+	var namespace string
+	var createNamespace bool
+	var pr postrender.PostRenderer
 	vals := map[string]any{}
 	version := ""
 	for i := 2; i < len(args); i++ {
@@ -168,10 +170,10 @@ func (g *guide) helmInstall(args []string) error {
 		}
 		switch flag {
 		case "--namespace":
-			in.Namespace = val
+			namespace = val
 			i++
 		case "--create-namespace":
-			in.CreateNamespace = true
+			createNamespace = true
 		case "--version":
 			version = val
 			i++
@@ -188,11 +190,10 @@ func (g *guide) helmInstall(args []string) error {
 			}
 			i++
 		case "--post-renderer":
-			pr, err := postrender.NewExec(g.path(val))
-			if err != nil {
+			var err error
+			if pr, err = postrender.NewExec(g.path(val)); err != nil {
 				return err
 			}
-			in.PostRenderer = pr
 			i++
 		default:
 			t.Fatalf("helm install: flag %s is not one the test knows", flag)
@@ -216,9 +217,9 @@ func (g *guide) helmInstall(args []string) error {
 	if version != "" && c.Metadata.Version != version {
 		t.Fatalf("helm install %s --version %s: the tree's chart is %s", ref, version, c.Metadata.Version)
 	}
-	cfg := actionConfig(t, g.cp.Kubeconfig, in.Namespace)
+	cfg := actionConfig(t, g.cp.Kubeconfig, namespace)
 	inst := action.NewInstall(cfg)
-	inst.ReleaseName, inst.Namespace, inst.CreateNamespace, inst.PostRenderer = name, in.Namespace, in.CreateNamespace, in.PostRenderer
+	inst.ReleaseName, inst.Namespace, inst.CreateNamespace, inst.PostRenderer = name, namespace, createNamespace, pr
 	// Hooks wait for Jobs, which a control plane without controllers never
 	// runs.
 	inst.DisableHooks = true
