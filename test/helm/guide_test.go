@@ -19,7 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	apiextensionsv1 "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -260,7 +260,7 @@ func certManagerCRDs(t *testing.T, cp *controlplane.ControlPlane) {
 	dc := dynamic.NewForConfigOrDie(cp.Config())
 	crd := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	for _, k := range []struct{ kind, plural string }{{"Issuer", "issuers"}, {"Certificate", "certificates"}} {
-		u := &apiextensionsv1.Unstructured{Object: map[string]any{
+		u := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
 			"metadata": map[string]any{"name": k.plural + ".cert-manager.io"},
 			"spec": map[string]any{"group": "cert-manager.io", "scope": "Namespaced",
@@ -285,11 +285,11 @@ func waitEstablished(t *testing.T, ri dynamic.ResourceInterface, name string) {
 	}
 	defer w.Stop()
 	for ev := range w.ResultChan() {
-		u, ok := ev.Object.(*apiextensionsv1.Unstructured)
+		u, ok := ev.Object.(*unstructured.Unstructured)
 		if !ok {
 			continue
 		}
-		conds, _, _ := apiextensionsv1.NestedSlice(u.Object, "status", "conditions")
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 		for _, c := range conds {
 			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
 				return
