@@ -82,8 +82,6 @@ func values(t *testing.T, extra string) map[string]any {
 	var user map[string]any
 	if err := yaml.Unmarshal([]byte(`
 image: {name: ghcr.io/example/caa-gcp-t4, tag: v1}
-webhook: {enabled: false}
-kata-deploy: {enabled: false}
 providerConfigs:
   gcp-t4:
     GCP_PROJECT_ID: demo-project

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -58,6 +59,10 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 	reg.DurationWithEnv(&interval, "interval", defInterval, "REAPER_INTERVAL", "run a pass every interval until stopped; 0 runs once")
 	reg.StringWithEnv(&metricsAddr, "metrics-addr", defAddr, "REAPER_METRICS_ADDR", "serve Prometheus metrics on this address (/metrics, /healthz), e.g. :9103")
 	del := fs.Bool("delete", reaper, "delete the orphans (gc's default: only list them)")
+	caaNamespace := ""
+	if !reaper {
+		fs.StringVar(&caaNamespace, "caa-namespace", "", "where CAA's DaemonSet is, whose peer-pods-cm fills the settings no flag or env var gives (default: wherever it is installed)")
+	}
 	output := fs.String("o", "table", "output: table or json")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -73,6 +78,27 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 		fmt.Fprintf(stderr, "%s: -grace (REAPER_GRACE) must not be negative and -interval (REAPER_INTERVAL) must be positive for the reaper (e.g. 1m)\n", name)
 		return 2
 	}
+	kube, dyn, err := kubeClients(*kubeconfigPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	if !reaper {
+		// The reaper's pod has peer-pods-cm in its env; a person running
+		// gc has it in the cluster.
+		filled, source, err := fromCluster(ctx, fs, kube, caaNamespace)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return 2
+		}
+		if len(filled) > 0 {
+			from := ""
+			if source != "" {
+				from = " from " + source
+			}
+			fmt.Fprintf(stderr, "%s: settings%s: %s (a flag or env var overrides)\n", name, from, strings.Join(filled, ", "))
+		}
+	}
 	cfg := pf.Config()
 	prov, err := pf.Provider(ctx, logger)
 	if err != nil {
@@ -80,11 +106,6 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 		return 2
 	}
 	defer prov.Teardown()
-	kube, dyn, err := kubeClients(*kubeconfigPath)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 2
-	}
 	if err := VerifyClusterID(ctx, kube, cfg.ClusterID); err != nil {
 		if *del {
 			fmt.Fprintf(stderr, "%s: refusing to delete: %v\n", name, err)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -222,7 +223,7 @@ func (c Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, o
 		if err != nil {
 			return fmt.Errorf("apply %s: %w", r, err)
 		}
-		if before[i] != nil && before[i].GetResourceVersion() == after.GetResourceVersion() {
+		if before[i] != nil && unchanged(before[i], after, opts.DryRun) {
 			res.Unchanged = append(res.Unchanged, r)
 		} else {
 			res.Changed = append(res.Changed, r)
@@ -319,6 +320,26 @@ func (c Cluster) applyOne(ctx context.Context, ri dynamic.ResourceInterface, o *
 		return nil, fmt.Errorf("%w; another field manager set these fields to other values: rerun with --force-conflicts to take them over", err)
 	}
 	return out, err
+}
+
+// unchanged tells whether applying left the object as it was. A real
+// apply that changes an object changes its resourceVersion; a server-side
+// dry run never does (nothing is persisted), so there the result the API
+// server would store is compared with the live object, without the
+// fields every write bumps (resourceVersion, generation, managedFields'
+// timestamps).
+func unchanged(before, after *unstructured.Unstructured, dryRun bool) bool {
+	if !dryRun {
+		return before.GetResourceVersion() == after.GetResourceVersion()
+	}
+	strip := func(u *unstructured.Unstructured) map[string]any {
+		c := u.DeepCopy()
+		for _, f := range []string{"resourceVersion", "generation", "managedFields"} {
+			unstructured.RemoveNestedField(c.Object, "metadata", f)
+		}
+		return c.Object
+	}
+	return equality.Semantic.DeepEqual(strip(before), strip(after))
 }
 
 func inventoryObject(inv Inventory, ns string) (*unstructured.Unstructured, error) {

@@ -244,6 +244,16 @@ func missingRequired(c map[string]string) []string {
 	return miss
 }
 
+// checkConfig is what install and --render check of the peer-pods-cm the
+// objects carry: the required keys, then every key by CAA's and the
+// provider's rules.
+func checkConfig(objs []*unstructured.Unstructured, tlsMounted bool) error {
+	if miss := missingRequired(configOf(objs)); len(miss) > 0 {
+		return fmt.Errorf("missing %s (the provider refuses to start without them; docs/provider.md)", strings.Join(miss, ", "))
+	}
+	return ValidateConfig(configOf(objs), tlsMounted)
+}
+
 // Main is `gcp-t4 install`. It talks to a person at a terminal (notes,
 // the settings diff and rollout progress on stdout, warnings and errors on
 // stderr), so it writes text rather than structured logs; the manifests
@@ -275,12 +285,18 @@ func renderOffline(o *installOptions, stdout, stderr io.Writer) error {
 	if o.gke == ModeAuto || o.runtimeClass == ModeAuto {
 		fmt.Fprintln(stderr, "gcp-t4 install: --render contacts no cluster: --gke=auto and --runtimeclass=auto render as off; pass =on to include them")
 	}
-	if miss := missingRequired(s.Config); len(miss) > 0 {
-		fmt.Fprintf(stderr, "gcp-t4 install: --render: %s not given; a real install requires them\n", strings.Join(miss, ", "))
-	}
 	objs, err := Build(s)
 	if err != nil {
 		return err
+	}
+	// Exactly install's checks, in install's order, so that what --render
+	// prints for kubectl apply is what install would apply; only the
+	// cluster ID, which install reads from the cluster, must be given.
+	if err := checkConfig(objs, s.TLS != nil); err != nil {
+		return err
+	}
+	if configOf(objs)[ClusterIDKey] == "" {
+		return fmt.Errorf("--render: %s is not set: --render contacts no cluster, so give this cluster's ID, its kube-system namespace's UID: --set %s=$(kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')", ClusterIDKey, ClusterIDKey)
 	}
 	if redactSecrets(objs) {
 		fmt.Fprintln(stderr, "gcp-t4 install: --render: Secret data redacted; `gcp-t4 install` applies the real files")
@@ -358,10 +374,7 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	if miss := missingRequired(configOf(objs)); len(miss) > 0 {
-		return fmt.Errorf("missing %s (the provider refuses to start without them; docs/provider.md)", strings.Join(miss, ", "))
-	}
-	if err := ValidateConfig(configOf(objs), s.TLS != nil); err != nil {
+	if err := checkConfig(objs, s.TLS != nil); err != nil {
 		return err
 	}
 	for _, n := range append(d.Notes, notes...) {
@@ -384,6 +397,9 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 	}
 	if o.dryRun {
 		fmt.Fprintf(stdout, "dry run: the API server accepted %d objects (%d would change); nothing was changed\n", len(res.Changed)+len(res.Unchanged), len(res.Changed))
+		for _, r := range res.Changed {
+			fmt.Fprintf(stdout, "  would configure %s\n", r)
+		}
 		for _, r := range res.Stale {
 			fmt.Fprintf(stdout, "  would prune %s after the rollout\n", r)
 		}
@@ -613,7 +629,7 @@ func foreignObjects(ctx context.Context, cs kubernetes.Interface, ns string) ([]
 		return nil, fmt.Errorf("list pods in %s: %w", ns, err)
 	}
 	for _, x := range pods.Items {
-		if !ownedByOurDaemonSet(x) {
+		if !ownedByOurWorkloads(x) {
 			add("Pod", x.Name)
 		}
 	}
@@ -646,9 +662,16 @@ func foreignObjects(ctx context.Context, cs kubernetes.Interface, ns string) ([]
 	return out, nil
 }
 
-func ownedByOurDaemonSet(p corev1.Pod) bool {
+// ownedByOurWorkloads: the pods of what uninstall just deleted (CAA's and
+// the remediation DaemonSets, the reaper Deployment's ReplicaSets), which
+// terminate with the namespace: a reaper pod still in its grace period
+// must not keep the namespace install created.
+func ownedByOurWorkloads(p corev1.Pod) bool {
 	for _, o := range p.OwnerReferences {
-		if o.Kind == "DaemonSet" && o.Name == DaemonSetName {
+		switch {
+		case o.Kind == "DaemonSet" && (o.Name == DaemonSetName || o.Name == RemediationDaemonSet):
+			return true
+		case o.Kind == "ReplicaSet" && strings.HasPrefix(o.Name, ReaperName+"-") && p.Labels["app"] == ReaperName:
 			return true
 		}
 	}

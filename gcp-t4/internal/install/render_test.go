@@ -489,7 +489,7 @@ func TestRenderNeedsNoCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	code := Main(context.Background(), []string{"--render", "--gke=on", "--zone=us-central1-a", "--credentials-file=" + key}, &stdout, &stderr, nil)
+	code := Main(context.Background(), append([]string{"--render", "--gke=on", "--credentials-file=" + key, "--set=GCP_CLUSTER_ID=5e2f3c1a-0000-4000-8000-000000000001"}, requiredFlags...), &stdout, &stderr, nil)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -502,8 +502,31 @@ func TestRenderNeedsNoCluster(t *testing.T) {
 	if strings.Contains(out, "PRIVATE KEY") || strings.Contains(out, base64.StdEncoding.EncodeToString(testKey())[:40]) {
 		t.Error("--render printed the key")
 	}
-	if !strings.Contains(stderr.String(), "--project") || !strings.Contains(stderr.String(), "redacted") {
-		t.Errorf("stderr %q: want notes that --project is needed and the Secret is redacted", stderr.String())
+	if !strings.Contains(stderr.String(), "redacted") {
+		t.Errorf("stderr %q: want a note that the Secret is redacted", stderr.String())
+	}
+}
+
+// TestRenderValidatesAsInstall: --render refuses what install refuses,
+// with install's message (testValidatedBeforeApply checks install's on
+// the API server), and an empty cluster ID with the command that reads it.
+func TestRenderValidatesAsInstall(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
+	id := "--set=GCP_CLUSTER_ID=5e2f3c1a-0000-4000-8000-000000000001"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--zone=us-central1", id}, "gcp-t4 install: peer-pods-cm would not work:\n  GCP_ZONE: \"us-central1\" is not a zone name"},
+		{[]string{"--set=GCP_SPOT_FALLBACK=ture", id}, `GCP_SPOT_FALLBACK (flag -spot-fallback): "ture" is not a boolean`},
+		{[]string{"--zone="}, "gcp-t4 install: missing --zone (the provider refuses to start without them; docs/provider.md)"},
+		{nil, "GCP_CLUSTER_ID=$(kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Main(context.Background(), append(append([]string{"--render"}, requiredFlags...), c.args...), &stdout, &stderr, nil)
+		if code != 1 || !strings.Contains(stderr.String(), c.want) || stdout.Len() != 0 {
+			t.Errorf("--render %v: exit %d, stdout %d bytes, stderr %q; want exit 1, nothing printed, %q", c.args, code, stdout.Len(), stderr.String(), c.want)
+		}
 	}
 }
 

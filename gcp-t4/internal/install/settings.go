@@ -195,16 +195,20 @@ func relocate(objs []*unstructured.Unstructured, ns string) error {
 	return nil
 }
 
-// stampConfigHash sets ConfigHashAnnotation on the CAA DaemonSet: a
-// digest over the data of every ConfigMap and Secret rendered beside it.
+// stampConfigHash sets ConfigHashAnnotation on the CAA DaemonSet and the
+// reaper's Deployment: a digest over the data of every ConfigMap and
+// Secret rendered beside them. The reaper reads peer-pods-cm
+// (REAPER_GRACE, REAPER_INTERVAL, the provider's keys) and the key as CAA
+// does; without the digest a change would roll CAA and leave the reaper
+// on the old values until something restarted it.
 func stampConfigHash(objs []*unstructured.Unstructured) error {
 	h := sha256.New()
-	var ds *unstructured.Unstructured
+	var stamped []*unstructured.Unstructured
 	var parts []string
 	for _, o := range objs {
 		switch {
-		case o.GetKind() == "DaemonSet" && o.GetName() == DaemonSetName:
-			ds = o
+		case (o.GetKind() == "DaemonSet" && o.GetName() == DaemonSetName) || (o.GetKind() == "Deployment" && o.GetName() == ReaperName):
+			stamped = append(stamped, o)
 		case (o.GetKind() == "ConfigMap" && o.GetName() != InventoryName) || o.GetKind() == "Secret":
 			for _, field := range []string{"data", "stringData"} {
 				d, _, _ := unstructured.NestedMap(o.Object, field)
@@ -219,14 +223,17 @@ func stampConfigHash(objs []*unstructured.Unstructured) error {
 			}
 		}
 	}
-	if ds == nil {
-		return nil
-	}
 	sort.Strings(parts)
 	for _, p := range parts {
 		_, _ = io.WriteString(h, p+"\n")
 	}
-	return unstructured.SetNestedField(ds.Object, hex.EncodeToString(h.Sum(nil))[:16], "spec", "template", "metadata", "annotations", ConfigHashAnnotation)
+	sum := hex.EncodeToString(h.Sum(nil))[:16]
+	for _, o := range stamped {
+		if err := unstructured.SetNestedField(o.Object, sum, "spec", "template", "metadata", "annotations", ConfigHashAnnotation); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // setting is one line of the settings view.

@@ -271,14 +271,19 @@ func TestConfigHashRollsTheDaemonSet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// CAA's DaemonSet and the reaper's Deployment read the same
+		// ConfigMap and Secret: both roll on a change.
+		var got []string
 		for _, o := range objs {
-			if o.GetKind() == "DaemonSet" && o.GetName() == DaemonSetName {
+			if (o.GetKind() == "DaemonSet" && o.GetName() == DaemonSetName) || (o.GetKind() == "Deployment" && o.GetName() == ReaperName) {
 				v, _, _ := unstructured.NestedString(o.Object, "spec", "template", "metadata", "annotations", ConfigHashAnnotation)
-				return v
+				got = append(got, v)
 			}
 		}
-		t.Fatal("no DaemonSet")
-		return ""
+		if len(got) != 2 || got[0] != got[1] {
+			t.Fatalf("config hashes %v: want CAA's DaemonSet's and the reaper's, equal", got)
+		}
+		return got[0]
 	}
 	a := hash(Settings{Config: withRequired()})
 	if a == "" || a != hash(Settings{Config: withRequired()}) {
@@ -286,6 +291,7 @@ func TestConfigHashRollsTheDaemonSet(t *testing.T) {
 	}
 	for name, s := range map[string]Settings{
 		"a key":        {Config: withRequired("GCP_ZONES", "auto")},
+		"reaper grace": {Config: withRequired("REAPER_GRACE", "20m")},
 		"credentials":  {Config: withRequired(), Credentials: testKey()},
 		"certificates": {Config: withRequired(), TLS: testTLS()},
 	} {

@@ -57,6 +57,15 @@ func (e *env) installArgs(t *testing.T, args ...string) (code int, stdout, stder
 	return code, o.String(), errb.String()
 }
 
+func (e *env) kubeSystemUID(t *testing.T) string {
+	t.Helper()
+	ns, err := e.cs.CoreV1().Namespaces().Get(t.Context(), "kube-system", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(ns.UID)
+}
+
 func writeTemp(t *testing.T, name string, data []byte) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
@@ -162,6 +171,13 @@ func (e *env) testValidatedBeforeApply(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d\n%s\n%s", c.args, code, c.code, out, errs)
 		}
 		mustContain(t, "stderr", errs, c.wants...)
+		// --render refuses it with the same message (no cluster, so the
+		// cluster ID is given).
+		var ro, re bytes.Buffer
+		rargs := append(append([]string{"--render", "--set=GCP_CLUSTER_ID=" + e.kubeSystemUID(t)}, requiredFlags...), c.args...)
+		if rcode := Main(t.Context(), rargs, &ro, &re, nil); rcode != c.code || !strings.Contains(re.String(), strings.TrimSpace(errs)) || ro.Len() != 0 {
+			t.Errorf("--render %v: exit %d, stdout %d bytes, stderr %q; want exit %d and install's %q", c.args, rcode, ro.Len(), re.String(), c.code, errs)
+		}
 		if left := e.ours(t); len(left) > 0 {
 			t.Fatalf("%v: a refused install created %v", c.args, left)
 		}

@@ -4,10 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -77,6 +84,44 @@ type walk struct {
 	vars    map[string]string
 	workdir string
 	out     map[string]string // step -> what its commands printed
+	// roles and granted are the IAM grants preflight's fixes made: custom
+	// role -> permissions, member -> the permissions its bindings give.
+	roles, granted map[string][]string
+	// preflightRuns is each preflight command's output, first and last
+	// round.
+	preflightRuns []preflightRun
+}
+
+type preflightRun struct{ first, last string }
+
+// viewerPermissions are what the person walking the guide holds: a
+// project viewer (roles/viewer grants these gets and lists), not an owner,
+// so none of the provider's create, delete or use permissions.
+var viewerPermissions = []string{"compute.firewalls.list", "compute.networks.get", "compute.projects.get", "compute.regions.get",
+	"compute.routers.list", "compute.subnetworks.get", "compute.images.get", "compute.instances.get", "compute.instances.list",
+	"compute.acceleratorTypes.get", "compute.acceleratorTypes.list", "compute.instanceTemplates.get", "compute.zoneOperations.get",
+	"resourcemanager.projects.get"}
+
+// keyFor is a service account key for email, as `gcloud iam
+// service-accounts keys create` writes one, with a key made for the test.
+func keyFor(t *testing.T, email string) []byte {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	project := strings.TrimSuffix(strings.SplitN(email, "@", 2)[1], ".iam.gserviceaccount.com")
+	b, _ := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": project, "private_key_id": "0123456789abcdef",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": email, "client_id": "1",
+		"auth_uri": "https://accounts.google.com/o/oauth2/auth", "token_uri": "https://oauth2.googleapis.com/token",
+	})
+	return b
 }
 
 func (w *walk) expand(cmd string) []string {
@@ -100,7 +145,7 @@ func (w *walk) path(p string) string {
 func (w *walk) fixPaths(args []string) []string {
 	out := append([]string(nil), args...)
 	for i, a := range out {
-		for _, flag := range []string{"--credentials-file", "--wif-credential-config", "-f"} {
+		for _, flag := range []string{"--credentials-file", "-credentials-file", "--wif-credential-config", "-f"} {
 			if a == flag && i+1 < len(out) {
 				out[i+1] = w.path(out[i+1])
 			}
@@ -127,8 +172,22 @@ func (w *walk) run(t *testing.T, step, cmd string) {
 			}
 		}
 		return
-	case args[0] == "make" && args[1] == "podvm", args[0] == "docker":
+	case args[0] == "make" && args[1] == "podvm", args[0] == "docker", strings.Join(args, " ") == "gcloud auth application-default login":
 		t.Logf("%s: not run here: %s", step, cmd)
+		return
+	case len(args) >= 5 && strings.Join(args[:4], " ") == "gcloud iam service-accounts create":
+		// CAA's own account: nothing on the emulator models it beyond the
+		// grants below.
+		t.Logf("%s: service account %s", step, args[4])
+		return
+	case len(args) == 7 && strings.Join(args[:5], " ") == "gcloud iam service-accounts keys create":
+		email, ok := strings.CutPrefix(args[6], "--iam-account=")
+		if !ok || email != w.vars["CAA_SA"] {
+			t.Fatalf("%s: %s: want --iam-account=$CAA_SA", step, cmd)
+		}
+		if err := os.WriteFile(filepath.Join(w.workdir, args[5]), keyFor(t, email), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		return
 	case args[0] == "make" && args[1] == "image":
 		c := exec.Command("make", "-n", "-C", repoRoot, args[1], args[2])
@@ -235,7 +294,7 @@ func (w *walk) kubectl(t *testing.T, verb, file string) {
 	}
 }
 
-var fixRE = regexp.MustCompile(`gcloud compute (firewall-rules create|routers create|routers nats create|networks subnets update) (\S+)((?: --[a-z-]+(?:=\S+)?)*)`)
+var fixRE = regexp.MustCompile(`gcloud compute (firewall-rules create|routers create|routers nats create|networks subnets update|networks update) (\S+)((?: --[a-z-]+(?:=\S+)?)*)`)
 
 // preflightUntilClean runs preflight, applies every fix it prints that
 // the emulator can take (firewall rules, Cloud Router with NAT, Private
@@ -243,11 +302,35 @@ var fixRE = regexp.MustCompile(`gcloud compute (firewall-rules create|routers cr
 // be right, not just printed.
 func (w *walk) preflightUntilClean(t *testing.T, args []string, main func(context.Context, []string, *bytes.Buffer, *bytes.Buffer) int) {
 	t.Helper()
+	// Who runs it: CAA's account with its key (the emulator's caller then
+	// holds what the grants preflight printed gave it), else the person
+	// walking the guide, a project viewer.
+	caller := viewerPermissions
+	for i, a := range args {
+		if a == "-credentials-file" && i+1 < len(args) {
+			var key struct {
+				ClientEmail string `json:"client_email"`
+			}
+			b, err := os.ReadFile(args[i+1])
+			if err != nil || json.Unmarshal(b, &key) != nil {
+				t.Fatalf("preflight -credentials-file %s: %v", args[i+1], err)
+			}
+			caller = append(slices.Clone(viewerPermissions), w.granted["serviceAccount:"+key.ClientEmail]...)
+		}
+	}
+	w.fake.SetPermissions(caller...)
+	var run preflightRun
 	for round := range 3 {
 		var stdout, stderr bytes.Buffer
 		code := main(t.Context(), append(args, "-o", "table"), &stdout, &stderr)
+		if round == 0 {
+			run.first = stdout.String()
+		}
+		run.last = stdout.String()
 		w.out["preflight"] = stdout.String()
+		w.applyGrant(t, stdout.String())
 		if code == 0 {
+			w.preflightRuns = append(w.preflightRuns, run)
 			return
 		}
 		if round == 2 {
@@ -262,6 +345,35 @@ func (w *walk) preflightUntilClean(t *testing.T, args []string, main func(contex
 		}
 	}
 	t.Fatalf("preflight still fails after applying its own fixes:\n%s", w.out["preflight"])
+}
+
+var (
+	roleCreateRE  = regexp.MustCompile(`gcloud iam roles create (\S+) --project=(\S+) --title="[^"]*" --stage=GA --permissions=(\S+)`)
+	roleBindingRE = regexp.MustCompile(`gcloud projects add-iam-policy-binding (\S+) --member=(\S+) --role=projects/(\S+)/roles/(\S+) --condition='expression=([^,]+),title=`)
+)
+
+// applyGrant does what the grant preflight prints does, as IAM would:
+// the custom role with its permissions, bound to the member (with the
+// podvm-* condition, which the emulator's project-level testIamPermissions
+// does not evaluate).
+func (w *walk) applyGrant(t *testing.T, out string) {
+	t.Helper()
+	for _, m := range roleCreateRE.FindAllStringSubmatch(out, -1) {
+		if m[2] != w.fake.Project() {
+			t.Fatalf("grant creates role %s in project %s", m[1], m[2])
+		}
+		w.roles[m[1]] = strings.Split(m[3], ",")
+	}
+	for _, m := range roleBindingRE.FindAllStringSubmatch(out, -1) {
+		perms, ok := w.roles[m[4]]
+		if !ok || m[1] != w.fake.Project() || m[3] != w.fake.Project() {
+			t.Fatalf("grant binds role %s/%s that it did not create", m[3], m[4])
+		}
+		if m[5] != preflight.PodVMCondition {
+			t.Errorf("binding condition %q, want %q", m[5], preflight.PodVMCondition)
+		}
+		w.granted[m[2]] = perms
+	}
 }
 
 func flagsOf(s string) map[string]string {
@@ -311,6 +423,12 @@ func (w *walk) applyFix(t *testing.T, what, name, rest string) {
 		if _, ok := f["enable-private-ip-google-access"]; ok {
 			w.fake.SetPrivateGoogleAccess(f["region"], true)
 		}
+	case "networks update":
+		mtu, err := strconv.Atoi(f["mtu"])
+		if name != "default" || err != nil {
+			t.Fatalf("preflight's MTU fix: network %s --mtu=%s", name, f["mtu"])
+		}
+		w.fake.SetNetworkMTU(int32(mtu))
 	}
 }
 
@@ -376,13 +494,12 @@ func (e *env) testWalkthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := &walk{e: e, fake: fake, workdir: t.TempDir(), out: map[string]string{},
-		vars: map[string]string{"PROJECT": fake.Project(), "IMAGE": "ghcr.io/example/caa-gcp-t4:v1", "BUCKET": "gs://test-bucket"}}
-	if err := os.WriteFile(filepath.Join(w.workdir, "key.json"), testKey(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// The guide's own IMAGE, CAA_SA and the rest; only the project and
+	// bucket are the emulator's.
+	w := &walk{e: e, fake: fake, workdir: t.TempDir(), out: map[string]string{}, roles: map[string][]string{}, granted: map[string][]string{},
+		vars: map[string]string{"PROJECT": fake.Project(), "BUCKET": "gs://test-bucket"}}
 	names, steps := docSteps(t)
-	want := []string{"env", "podvm", "image", "preflight", "install", "gpu-pod", "upgrade", "uninstall"}
+	want := []string{"env", "podvm", "image", "identity", "preflight", "install", "gpu-pod", "upgrade", "uninstall"}
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("docs/install.md steps %v, want %v", names, want)
 	}
@@ -390,18 +507,52 @@ func (e *env) testWalkthrough(t *testing.T) {
 		if len(steps[step]) == 0 {
 			t.Fatalf("step %s has no commands", step)
 		}
+		if step == "uninstall" {
+			w.reaperPodTerminating(t)
+		}
 		for _, cmd := range steps[step] {
 			w.run(t, step, cmd)
 		}
+		member := "serviceAccount:" + w.vars["CAA_SA"]
 		switch step {
+		case "env":
+			if w.vars["IMAGE"] == "" || w.vars["CAA_SA"] != "caa@"+fake.Project()+".iam.gserviceaccount.com" {
+				t.Fatalf("env: IMAGE %q CAA_SA %q", w.vars["IMAGE"], w.vars["CAA_SA"])
+			}
 		case "preflight":
-			mustContain(t, "preflight", w.out[step], "0 failed", "pass  firewall tcp:15150 nodes→podVMs", "allowed by caa-nodes-to-podvms", "image podvm-t4")
+			if len(w.preflightRuns) != 2 {
+				t.Fatalf("preflight ran %d times, want the guide's two commands", len(w.preflightRuns))
+			}
+			// As the person (a viewer): the MTU fails with its fix, and the
+			// grant for CAA's account is printed, never "pass" for it.
+			first, byKey := w.preflightRuns[0], w.preflightRuns[1]
+			mustContain(t, "preflight as the user, first round", first.first, "fail  mtu default", "VPC MTU 1460 is too small for the pod tunnel",
+				"gcloud compute networks update default --project="+fake.Project()+" --mtu=1500",
+				"warn  permissions "+member, "not checked: testIamPermissions answers only for the caller",
+				"gcloud iam roles create caaGcpT4 --project="+fake.Project(), "--member="+member+" --role=projects/"+fake.Project()+"/roles/caaGcpT4")
+			if strings.Contains(first.last, "pass  permissions") {
+				t.Errorf("preflight run by someone else reported CAA's permissions as passing:\n%s", first.last)
+			}
+			mustContain(t, "preflight as the user, after its fixes", first.last, "0 failed", "pass  mtu default", "pass  firewall tcp:15150 nodes→podVMs", "allowed by caa-nodes-to-podvms", "image podvm-t4")
+			if got := w.granted[member]; !slices.Equal(got, preflight.ProviderPermissions(gcpt4.Config{ImageName: "podvm-t4", Subnetwork: "default", NetworkTags: []string{gcpt4.DefaultNetworkTag}}, nil)) {
+				t.Errorf("the printed grant gives %s %v", member, got)
+			}
+			// With CAA's key, after the grant: CAA's own permissions pass.
+			mustContain(t, "preflight with CAA's key", byKey.last, "pass  permissions "+member, member+" (the credentials preflight runs with) holds the", "pass  mtu default", "0 failed")
 		case "install":
-			mustContain(t, "install", w.out[step], "settings (new install):", "service account key for caa@p.iam.gserviceaccount.com", "rollout done")
+			mustContain(t, "install", w.out[step], "settings (new install):", "service account key for "+w.vars["CAA_SA"], "rollout done")
 			ds := e.daemonSet(t)
 			if img := container(ds, "cloud-api-adaptor-con").Image; img != w.vars["IMAGE"] {
 				t.Errorf("image %s", img)
 			}
+			ks, err := e.cs.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id := e.configMap(t, Namespace)[ClusterIDKey]; id == "" || id != string(ks.UID) {
+				t.Errorf("GCP_CLUSTER_ID %q, want kube-system's UID %s", id, ks.UID)
+			}
+			w.vars["_reaperHash"] = w.reaperHash(t)
 		case "gpu-pod":
 			mustContain(t, "plan", w.out[step], "n1-standard-4", "nvidia-tesla-t4")
 			if _, err := e.cs.CoreV1().Pods("default").Get(ctx, "cuda-vectoradd", metav1.GetOptions{}); err != nil {
@@ -409,14 +560,61 @@ func (e *env) testWalkthrough(t *testing.T) {
 			}
 			w.createPlannedPodVM(t)
 		case "upgrade":
-			mustContain(t, "upgrade", w.out[step], `~ GCP_ZONES: "" → "auto"`, "dry run: the API server accepted", "keeping the service account key already installed", "rollout done")
+			mustContain(t, "upgrade", w.out[step], `~ GCP_ZONES: "" → "auto"`, "dry run: the API server accepted", "keeping the service account key already installed", "rollout done",
+				"would configure ConfigMap/"+Namespace+"/peer-pods-cm", "would configure DaemonSet/"+Namespace+"/"+DaemonSetName, "would configure Deployment/"+Namespace+"/"+ReaperName)
+			if strings.Contains(w.out[step], "(0 would change)") {
+				t.Errorf("the dry run reports nothing would change:\n%s", w.out[step])
+			}
+			if h := w.reaperHash(t); h == "" || h == w.vars["_reaperHash"] {
+				t.Errorf("reaper config hash %q → %q: a settings change must roll the reaper", w.vars["_reaperHash"], h)
+			}
 			noKeyIn(t, "upgrade", w.out[step])
 			if cm := e.configMap(t, Namespace); cm["GCP_ZONES"] != "auto" || cm["GCP_PROJECT_ID"] != fake.Project() {
 				t.Errorf("peer-pods-cm after the upgrade %v", cm)
 			}
 		case "uninstall":
 			e.assertNothingLeft(t)
+			mustContain(t, "uninstall", w.out[step], "deleted Namespace/"+Namespace)
+			if _, err := e.cs.CoreV1().Namespaces().Get(ctx, Namespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("namespace %s after uninstall: %v; want it gone", Namespace, err)
+			}
 		}
+		t.Logf("step %s:\n%s", step, strings.TrimSpace(w.out[step]))
+	}
+}
+
+// reaperHash is the reaper Deployment's config hash.
+func (w *walk) reaperHash(t *testing.T) string {
+	t.Helper()
+	d, err := w.e.cs.AppsV1().Deployments(Namespace).Get(t.Context(), ReaperName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Spec.Template.Annotations[ConfigHashAnnotation]
+}
+
+// reaperPodTerminating is the ReplicaSet controller's and the kubelet's
+// part: the reaper Deployment's pod, on a node, deleted and still in its
+// grace period (no kubelet confirms it) when uninstall looks at the
+// namespace.
+func (w *walk) reaperPodTerminating(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	rs := ReaperName + "-5d8f9c7b6"
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: rs + "-x2k4q", Namespace: Namespace, Labels: map[string]string{"app": ReaperName},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs, UID: "0b0b0b0b-0000-4000-8000-000000000003", Controller: new(bool)}}},
+		Spec: corev1.PodSpec{NodeName: "gke-c-peer-1", ServiceAccountName: ReaperName, Containers: []corev1.Container{{Name: "reaper", Image: w.vars["IMAGE"]}}}}
+	*p.OwnerReferences[0].Controller = true
+	if _, err := w.e.cs.CoreV1().Pods(Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	grace := int64(30)
+	if err := w.e.cs.CoreV1().Pods(Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.e.cs.CoreV1().Pods(Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp == nil {
+		t.Fatalf("the reaper's pod is not terminating: %v", err)
 	}
 }
 

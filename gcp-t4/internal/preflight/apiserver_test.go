@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -84,11 +86,14 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 	must(err)
 
 	project := readyProject(t)
+	// CAA's own key: its permissions are the ones testIamPermissions tests.
+	key := filepath.Join(t.TempDir(), "key.json")
+	must(os.WriteFile(key, []byte(caaKey()), 0o600))
 	preflightMain := func() (int, []Result) {
 		var out, errOut bytes.Buffer
 		code := Main(context.Background(), []string{"-kubeconfig", cp.Kubeconfig, "-o", "json",
 			"-gcp-project-id", project.Project(), "-zone", "us-central1-a", "-image-name", "podvm-t4",
-			"-network", "default", "-subnetwork", "default", "-gcp-endpoint", project.URL()}, &out, &errOut, quiet())
+			"-network", "default", "-subnetwork", "default", "-gcp-endpoint", project.URL(), "-credentials-file", key}, &out, &errOut, quiet())
 		var doc struct {
 			Results []Result `json:"results"`
 		}

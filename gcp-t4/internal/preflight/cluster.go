@@ -42,6 +42,9 @@ func (c *Cluster) Run(ctx context.Context) []Result {
 	if r, ok := c.checkRBAC(ctx); ok {
 		rs = append(rs, r)
 	}
+	if r, ok := c.checkClusterID(ctx); ok {
+		rs = append(rs, r)
+	}
 	return rs
 }
 

@@ -33,7 +33,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	nodeCIDRs := fs.String("node-cidrs", "", "worker node address ranges (the node pool's subnet) for the firewall checks, comma separated (default: the subnets holding the nodes' InternalIPs with -kubeconfig, else the podVM subnet)")
 	nodeTags := fs.String("node-tags", "", "the worker nodes' network tags, comma separated, for firewall rules that target or admit them (default: read from the node VMs with -kubeconfig)")
 	crmEndpoint := fs.String("resourcemanager-endpoint", "", "Cloud Resource Manager endpoint for testIamPermissions (default: Google's; GCP_ENDPOINT when that is a local emulator)")
-	member := fs.String("member", "", "IAM member the permission fix grants roles to, e.g. serviceAccount:caa@P.iam.gserviceaccount.com (default: from GCP_CREDENTIALS)")
+	member := fs.String("member", "", "the IAM member CAA runs as, e.g. serviceAccount:caa@P.iam.gserviceaccount.com: its least-privilege grant is printed, and checked when preflight runs with its key (default: the account of -credentials-file / GCP_CREDENTIALS)")
+	credentialsFile := fs.String("credentials-file", "", "a service account key file to run preflight with, as GCP_CREDENTIALS (CAA's own key checks CAA's permissions; gcp-t4 install --credentials-file takes the same file)")
 	runtimeClass := fs.String("runtime-class", "kata-remote", "the peer-pods runtime class and containerd handler")
 	namespace := fs.String("caa-namespace", "confidential-containers-system", "namespace of the CAA DaemonSet")
 	daemonSet := fs.String("caa-daemonset", "cloud-api-adaptor-daemonset", "name of the CAA DaemonSet")
@@ -62,6 +63,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	cfg := pf.Config()
+	if *credentialsFile != "" {
+		if cfg.Credentials != "" {
+			fmt.Fprintf(stderr, "gcp-t4 preflight: -credentials-file and GCP_CREDENTIALS are both set: give one\n")
+			return 2
+		}
+		b, err := os.ReadFile(*credentialsFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "gcp-t4 preflight: -credentials-file: %v\n", err)
+			return 2
+		}
+		cfg.Credentials = string(b)
+	}
 	opts := Options{Cfg: cfg, Member: *member, CRMEndpoint: *crmEndpoint}
 	for _, t := range strings.Split(*nodeTags, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -131,10 +144,18 @@ func Run(ctx context.Context, o Options, logger *slog.Logger) []Result {
 		rs = append(rs, fail("profiles", "fix GCP_PROFILES / GCP_PROFILES_FILE as the message says", "%v", err))
 	} else {
 		g := &GCE{Cfg: o.Cfg, Catalog: catalog, NodeCIDRs: o.NodeCIDRs, NodeTags: o.NodeTags, NodeIPs: nodeIPs, NodeVMs: nodeVMs, Member: o.Member}
+		g.Caller = callerAccount(o.Cfg.Credentials, os.Getenv("GOOGLE_APPLICATION_CREDENTIALS"))
 		if g.Member == "" {
 			g.Member = memberFromCredentials(o.Cfg.Credentials)
 		}
-		opts := append(o.Cfg.ClientOptions(), o.Extra...)
+		// A plain-HTTP endpoint is a local emulator: never send it
+		// credentials (the Compute client refuses them beside
+		// WithoutAuthentication); the key still says who the caller is.
+		ccfg := o.Cfg
+		if strings.HasPrefix(ccfg.Endpoint, "http://") {
+			ccfg.Credentials = ""
+		}
+		opts := append(ccfg.ClientOptions(), o.Extra...)
 		iamEndpoint := ""
 		if strings.HasPrefix(o.CRMEndpoint, "http://") {
 			iamEndpoint = o.CRMEndpoint // a local emulator serves both
@@ -170,6 +191,24 @@ func crmOptions(cfg gcpt4.Config, endpoint string) []option.ClientOption {
 		opts = append(opts, cfg.CredentialsOption())
 	}
 	return opts
+}
+
+// callerAccount is the member preflight's calls run as when a service
+// account key says so: GCP_CREDENTIALS (as the provider uses it), else the
+// key file GOOGLE_APPLICATION_CREDENTIALS names. Anything else (gcloud's
+// user credentials, a metadata server, federation) is unknown here.
+func callerAccount(creds, adcFile string) string {
+	if creds != "" {
+		return memberFromCredentials(creds)
+	}
+	if adcFile == "" {
+		return ""
+	}
+	b, err := os.ReadFile(adcFile)
+	if err != nil {
+		return ""
+	}
+	return memberFromCredentials(string(b))
 }
 
 func memberFromCredentials(creds string) string {

@@ -36,8 +36,13 @@ type GCE struct {
 	// NodeCIDRs are the worker nodes' addresses; empty means the podVM
 	// subnet's range (nodes and podVMs sharing a subnet).
 	NodeCIDRs []netip.Prefix
-	// Member is who the permission fix grants roles to.
+	// Member is the account CAA runs as: who the permission fix grants
+	// roles to, and whose permissions are checked when it is Caller.
 	Member string
+	// Caller is the account preflight's own calls run as, when known
+	// (a service account key's client_email); empty for other
+	// Application Default Credentials.
+	Caller string
 	// NodeTags are the worker nodes' network tags (from -node-tags, or
 	// read from the node VMs); empty when unknown.
 	NodeTags []string

@@ -145,6 +145,7 @@ func (g *GCE) checkNetworking(ctx context.Context) []Result {
 		from = " (from the instance template)"
 	}
 	rs = append(rs, pass("network "+v.network, "exists in project %s%s", v.project, from))
+	rs = append(rs, checkMTU(v.project, net))
 	fws, err := g.listFirewalls(ctx, v.project)
 	if err != nil {
 		rs = append(rs, fail("firewall", "", "listing firewall rules of %s: %v", v.project, err))

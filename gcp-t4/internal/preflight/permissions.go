@@ -197,8 +197,16 @@ func actAsFix(project, member, serviceAccount string) string {
 }
 
 func (g *GCE) checkPermissions(ctx context.Context) []Result {
-	const check = "permissions"
 	want := ProviderPermissions(g.Cfg, g.template)
+	// testIamPermissions answers for the caller only (Resource Manager's
+	// projects.testIamPermissions: "Returns permissions that a caller has
+	// on the specified Project"; IAM's the same for a service account), so
+	// it checks the account CAA runs as only when preflight runs with that
+	// account's credentials. For anyone else the grant is printed instead.
+	if g.Member == "" || g.Member != g.Caller {
+		return []Result{g.grant(want)}
+	}
+	check := "permissions " + g.Member
 	resp, err := g.crm.Projects.TestIamPermissions("projects/"+g.Cfg.ProjectID, &cloudresourcemanager.TestIamPermissionsRequest{Permissions: want}).Context(ctx).Do()
 	if err != nil {
 		return []Result{fail(check, fmt.Sprintf("gcloud services enable cloudresourcemanager.googleapis.com --project=%s", g.Cfg.ProjectID), "testIamPermissions on project %s: %v", g.Cfg.ProjectID, err)}
@@ -211,7 +219,7 @@ func (g *GCE) checkPermissions(ctx context.Context) []Result {
 	}
 	var rs []Result
 	if len(missing) == 0 {
-		rs = append(rs, pass(check, "the caller holds the %d permissions the provider uses (and needs no other): %s", len(want), strings.Join(want, ", ")))
+		rs = append(rs, pass(check, "%s (the credentials preflight runs with) holds the %d permissions the provider uses (and needs no other): %s", g.Member, len(want), strings.Join(want, ", ")))
 	} else {
 		rs = append(rs, fail(check, roleFix(g.Cfg.ProjectID, g.Member, want, ""),
 			"missing %s; grant the custom role %s (exactly the provider's %d permissions, instance permissions limited to podvm-* instances) rather than roles/compute.instanceAdmin.v1, which also reaches the cluster's node VMs",
@@ -240,6 +248,33 @@ func (g *GCE) checkActAs(ctx context.Context, sa string) Result {
 		return fail(check, actAsFix(g.Cfg.ProjectID, orPlaceholder(g.Member), sa), "the caller may not attach %s to podVMs (iam.serviceAccounts.actAs on that account)", sa)
 	}
 	return pass(check, "the caller may attach %s to podVMs", sa)
+}
+
+// grant is the permissions result when preflight cannot test the account
+// CAA runs as: the least-privilege grant for it, as a warning, since
+// nothing has checked that it holds it.
+func (g *GCE) grant(want []string) Result {
+	sa := podVMServiceAccount(g.Cfg, g.template)
+	fix := roleFix(g.Cfg.ProjectID, g.Member, want, sa)
+	if g.Member == "" {
+		return warn("permissions", fix,
+			"the account CAA runs as is unknown: pass -member serviceAccount:EMAIL (or -credentials-file with its key) and preflight prints its grant: the custom role %s, exactly the provider's %d permissions, instance permissions limited to podvm-* instances (not roles/compute.instanceAdmin.v1, which also reaches the cluster's node VMs)", RoleID, len(want))
+	}
+	caller := "your Application Default Credentials"
+	if g.Caller != "" {
+		caller = g.Caller
+	}
+	email := strings.TrimPrefix(g.Member, "serviceAccount:")
+	return warn("permissions "+g.Member, fix,
+		"not checked: testIamPermissions answers only for the caller, and preflight runs as %s. Grant %s the custom role %s with the fix (exactly the provider's %d permissions: %s; instance permissions limited to podvm-* instances, so not the cluster's node VMs%s), then check it by running preflight with that account's key (-credentials-file), or per permission with gcloud policy-intelligence troubleshoot-policy iam //cloudresourcemanager.googleapis.com/projects/%s --principal-email=%s --permission=compute.instances.create",
+		caller, g.Member, RoleID, len(want), strings.Join(want, ", "), actAsNote(sa), g.Cfg.ProjectID, email)
+}
+
+func actAsNote(sa string) string {
+	if sa == "" {
+		return ""
+	}
+	return "; iam.serviceAccounts.actAs on " + sa + " only"
 }
 
 func orPlaceholder(member string) string {

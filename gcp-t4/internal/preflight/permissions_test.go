@@ -186,6 +186,7 @@ func TestPermissionFixIsLeastPrivilege(t *testing.T) {
 	cfg.ServiceAccount = "podvm@demo-project.iam.gserviceaccount.com"
 	fake.AddServiceAccount(cfg.ServiceAccount)
 	fake.RevokePermissions("compute.instances.setMetadata")
+	cfg.Credentials = caaKey()
 	rs := Run(ctx(t), Options{Cfg: cfg, Member: "serviceAccount:caa@demo-project.iam.gserviceaccount.com"}, quiet())
 	r, _ := find(rs, "permissions")
 	for _, want := range []string{"gcloud iam roles create caaGcpT4 --project=demo-project", "compute.instances.setMetadata", "--role=projects/demo-project/roles/caaGcpT4",

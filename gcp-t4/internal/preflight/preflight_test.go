@@ -55,6 +55,7 @@ func readyProject(t *testing.T) *gcefake.Server {
 		t.Fatal(err)
 	}
 	fake.SetPrivateGoogleAccess("us-central1", true)
+	fake.SetNetworkMTU(1500) // the pod tunnel's 1450 + 50 (mtu.go)
 	return fake
 }
 
@@ -89,6 +90,7 @@ func TestReadyProjectPasses(t *testing.T) {
 	fake := readyProject(t)
 	cfg := baseConfig(fake)
 	cfg.FallbackZones = []string{"us-central1-b"}
+	cfg.Credentials = caaKey() // CAA's own key: its permissions are what testIamPermissions tests
 	rs := Run(ctx(t), Options{Cfg: cfg}, quiet())
 	for _, r := range rs {
 		if r.Status != Pass {
@@ -98,7 +100,7 @@ func TestReadyProjectPasses(t *testing.T) {
 	for _, c := range []string{"config", "credentials", "accelerator nvidia-tesla-t4 in us-central1-a", "accelerator nvidia-tesla-t4 in us-central1-b",
 		"quota NVIDIA_T4_GPUS in us-central1", "quota GPUS_ALL_REGIONS", "network default", "subnetwork default in us-central1",
 		"private google access", "cloud nat in us-central1", "firewall tcp:15150 nodes→podVMs", "firewall udp:4789 nodes→podVMs",
-		"firewall udp:4789 podVMs→nodes", "image podvm-t4", "permissions"} {
+		"firewall udp:4789 podVMs→nodes", "image podvm-t4", "permissions serviceAccount:" + caaAccount, "mtu default"} {
 		if _, ok := find(rs, c); !ok {
 			t.Errorf("check %q missing", c)
 		}
@@ -152,7 +154,7 @@ func TestProjectChecksFail(t *testing.T) {
 			c.ServiceAccount = "podvm@demo-project.iam.gserviceaccount.com"
 			f.AddServiceAccount(c.ServiceAccount)
 		}, "actAs podvm@demo-project.iam.gserviceaccount.com", Fail, "may not attach",
-			"gcloud iam service-accounts add-iam-policy-binding podvm@demo-project.iam.gserviceaccount.com --project=demo-project --member=serviceAccount:CAA_SERVICE_ACCOUNT_EMAIL --role=roles/iam.serviceAccountUser"},
+			"gcloud iam service-accounts add-iam-policy-binding podvm@demo-project.iam.gserviceaccount.com --project=demo-project --member=serviceAccount:caa@demo-project.iam.gserviceaccount.com --role=roles/iam.serviceAccountUser"},
 		{"service account missing", func(_ *gcefake.Server, c *gcpt4.Config) {
 			c.ServiceAccount = "podvm@demo-project.iam.gserviceaccount.com"
 		},
@@ -166,6 +168,7 @@ func TestProjectChecksFail(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			fake := readyProject(t)
 			cfg := baseConfig(fake)
+			cfg.Credentials = caaKey() // the permission checks test the caller: CAA's key
 			c.setup(fake, &cfg)
 			expect(t, Run(ctx(t), Options{Cfg: cfg}, quiet()), c.check, c.status, c.detail, c.fix)
 		})

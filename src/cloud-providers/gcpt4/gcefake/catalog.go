@@ -310,7 +310,7 @@ func (s *Server) handleNetworksGet(rc *reqCtx) (proto.Message, error) {
 		SelfLinkWithId:                        proto.String(fmt.Sprintf("%sprojects/%s/global/networks/%d", apiBase, s.vpcProject(), stableID("network/default"))),
 		RoutingConfig:                         &computepb.NetworkRoutingConfig{RoutingMode: proto.String("REGIONAL")},
 		NetworkFirewallPolicyEnforcementOrder: proto.String("AFTER_CLASSIC_FIREWALL"),
-		Mtu:                                   proto.Int32(1460),
+		Mtu:                                   proto.Int32(s.world.infra.networkMTU()),
 	}
 	regions := make([]string, 0, len(s.world.regions))
 	for _, r := range s.world.regions {

@@ -23,6 +23,7 @@ type infra struct {
 	firewalls map[string]*computepb.Firewall // name
 	routers   map[string]*computepb.Router   // region/name
 	granted   map[string]bool                // permissions the caller holds on the project
+	mtu       int32                          // the default network's MTU; 0 is GCE's default
 }
 
 // The default network's pre-populated rules, as GCE creates them.

@@ -1,0 +1,48 @@
+#!/bin/sh
+# A Helm post-renderer for upstream's peerpods chart (CAA v0.22.0) with the
+# gcp-t4 values (docs/install.md, "Helm"):
+#
+#   helm install peerpods CHART -f install/helm/gcp-t4.yaml … \
+#     --post-renderer install/helm/post-render/post-render.sh
+#
+# The chart's DaemonSet template (templates/daemonset.yaml at 38d0fcf7)
+# hard-codes what no value changes: a nodeSelector GKE nodes do not carry
+# (node.kubernetes.io/worker), no tolerations, the default 30 s termination
+# grace, no priority class. This lays kustomization.yaml over the chart's
+# output: our DaemonSet's scheduling and grace (install/base, the GKE
+# remediation component's node selection), the quota system-node-critical
+# needs outside kube-system, CAA's Secrets access narrowed to get, and the
+# podVM reaper (install/components/reaper) with the chart's image and
+# namespace, and CAA's read of kube-system's UID (caa-cluster-id-rbac.yaml). It refuses a release without GCP_CLUSTER_ID.
+#
+# Needs kustomize, or kubectl (kubectl kustomize); KUSTOMIZE=path picks one.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT INT TERM
+
+cat >"$work/chart.yaml"
+
+# The chart writes each providerConfigs value as `  KEY: "VALUE"`
+# (templates/configmap.yaml at 38d0fcf7).
+if ! grep -Eq '^  GCP_CLUSTER_ID: "[^"]+"$' "$work/chart.yaml"; then
+	echo "gcp-t4 post-renderer: providerConfigs.gcp-t4.GCP_CLUSTER_ID is empty: CAA would refuse every peer pod and the reaper would not start." >&2
+	echo "  set it to this cluster's ID: --set providerConfigs.gcp-t4.GCP_CLUSTER_ID=\$(kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')" >&2
+	exit 1
+fi
+
+cp "$here/kustomization.yaml" "$here/daemonset.yaml" "$work/"
+cp "$repo/install/base/resourcequota.yaml" "$work/resourcequota.yaml"
+cp "$repo/install/helm/caa-cluster-id-rbac.yaml" "$work/caa-cluster-id-rbac.yaml"
+for f in peerpod-crd rbac deployment networkpolicy; do
+	cp "$repo/install/components/reaper/$f.yaml" "$work/reaper-$f.yaml"
+done
+
+if [ -n "${KUSTOMIZE:-}" ]; then
+	exec "$KUSTOMIZE" build "$work"
+elif command -v kustomize >/dev/null 2>&1; then
+	kustomize build "$work"
+else
+	kubectl kustomize "$work"
+fi
