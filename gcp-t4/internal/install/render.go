@@ -46,6 +46,7 @@ const (
 	componentGKE    = "components/gke-remediation"
 	componentRC     = "components/runtimeclass"
 	componentTLS    = "components/agent-tls"
+	componentGuard  = "components/cost-guard"
 	credentialsFile = "GCP_CREDENTIALS"
 	// Custom CAA-to-podVM TLS: the Secret, its keys and where the
 	// component mounts it; the names upstream's peerpods chart uses
@@ -89,6 +90,9 @@ type Settings struct {
 	GKERemediation bool
 	// RuntimeClass adds components/runtimeclass.
 	RuntimeClass bool
+	// CostGuard adds components/cost-guard: per-pod GPU limits per
+	// namespace, checked by the API server (docs/provider.md).
+	CostGuard bool
 	// Namespace moves everything from Namespace to another namespace,
 	// ServiceAccount subjects of the bindings included; "" keeps it.
 	Namespace string
@@ -340,6 +344,9 @@ func (s Settings) kustomization() ([]byte, error) {
 	}
 	if s.TLS != nil {
 		k.Components = append(k.Components, "../"+componentTLS)
+	}
+	if s.CostGuard {
+		k.Components = append(k.Components, "../"+componentGuard)
 	}
 	if s.Image != "" {
 		img, err := parseImage(s.Image)

@@ -190,6 +190,13 @@ func relocate(objs []*unstructured.Unstructured, ns string) error {
 			if err := unstructured.SetNestedSlice(o.Object, subjects, "subjects"); err != nil {
 				return err
 			}
+		case "ValidatingAdmissionPolicyBinding":
+			// The cost guard's limits live in the install namespace.
+			if p, _, _ := unstructured.NestedString(o.Object, "spec", "paramRef", "namespace"); p == Namespace {
+				if err := unstructured.SetNestedField(o.Object, ns, "spec", "paramRef", "namespace"); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
@@ -205,7 +212,7 @@ func stampConfigHash(objs []*unstructured.Unstructured) error {
 		switch {
 		case o.GetKind() == "DaemonSet" && o.GetName() == DaemonSetName:
 			ds = o
-		case (o.GetKind() == "ConfigMap" && o.GetName() != InventoryName) || o.GetKind() == "Secret":
+		case (o.GetKind() == "ConfigMap" && o.GetName() != InventoryName && o.GetName() != CostGuardPolicy) || o.GetKind() == "Secret":
 			for _, field := range []string{"data", "stringData"} {
 				d, _, _ := unstructured.NestedMap(o.Object, field)
 				keys := make([]string, 0, len(d))
