@@ -144,10 +144,10 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 	fs.StringVar(&credFile, "credentials-file", "", "service account key JSON for GCP_CREDENTIALS (prefer --wif-credential-config: no key)")
 	fs.StringVar(&wifFile, "wif-credential-config", "", "Workload Identity Federation credential configuration (external_account, credential source file "+WIFTokenPath+"); docs/install.md")
 	fs.BoolVar(&o.req.UseADC, "use-adc", false, "drop an installed key or WIF configuration: CAA uses the pod's Application Default Credentials")
-	fs.StringVar(&tlsCA, "tls-ca", "", "CA certificate (PEM) for CAA-to-podVM TLS; with --tls-cert and --tls-key (Secret "+tlsSecret+")")
-	fs.StringVar(&tlsCert, "tls-cert", "", "client certificate (PEM) CAA presents to the podVM's forwarder")
-	fs.StringVar(&tlsKey, "tls-key", "", "its private key (PEM)")
-	fs.BoolVar(&noTLS, "no-tls-certs", false, "drop installed custom certificates: CAA generates its own")
+	fs.StringVar(&tlsCA, "tls-ca", "", "refused: custom CAA-to-podVM certificates break every peer pod with the gcp-t4 podVM image (docs/install.md); CAA generates its own")
+	fs.StringVar(&tlsCert, "tls-cert", "", "refused, as --tls-ca")
+	fs.StringVar(&tlsKey, "tls-key", "", "refused, as --tls-ca")
+	fs.BoolVar(&noTLS, "no-tls-certs", false, "drop custom certificates an earlier version installed: CAA generates its own")
 	gke := fs.String("gke", "auto", "containerd remediation sidecar (components/gke-remediation): auto (on GKE), on, off")
 	rc := fs.String("runtimeclass", "auto", "kata-remote RuntimeClass (components/runtimeclass): auto (left to kata-deploy), on (created so kata-deploy's chart can adopt it), off")
 	guard := fs.String("cost-guard", "auto", "per-pod GPU limits per namespace checked by the API server (components/cost-guard, docs/provider.md): auto (kept if installed), on, off")
@@ -209,16 +209,7 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 		return nil, err
 	}
 	if tlsCA != "" || tlsCert != "" || tlsKey != "" {
-		t := &TLSFiles{}
-		for _, f := range []struct {
-			flag, path string
-			dst        *[]byte
-		}{{"tls-ca", tlsCA, &t.CA}, {"tls-cert", tlsCert, &t.Cert}, {"tls-key", tlsKey, &t.Key}} {
-			if *f.dst, err = readFile(f.flag, f.path); err != nil {
-				return nil, err
-			}
-		}
-		o.req.TLS = t
+		return nil, errCustomTLS
 	}
 	o.req.NoTLS = noTLS
 	// What the flags say on their own must hold before any cluster is read.

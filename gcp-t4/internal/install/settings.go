@@ -116,8 +116,7 @@ func Merge(live Live, req Request) (Settings, []string, error) {
 		s.TLS = req.TLS
 	case req.NoTLS:
 	case live.TLS != nil:
-		s.TLS = live.TLS
-		notes = append(notes, "keeping the custom CAA-to-podVM certificates already installed (--no-tls-certs removes them)")
+		return s, nil, fmt.Errorf("custom CAA-to-podVM certificates are installed (Secret %s): %w; pass --no-tls-certs to remove them", tlsSecret, errCustomTLS)
 	}
 	return s, notes, nil
 }
