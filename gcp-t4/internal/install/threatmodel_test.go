@@ -10,7 +10,6 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 )
 
-
 // threatRepoRoot is the repository, from this package.
 const threatRepoRoot = "../../.."
 
