@@ -321,10 +321,12 @@ func parseImage(ref string) (types.Image, error) {
 		return types.Image{}, fmt.Errorf("--image %q: %w; want name[:tag][@sha256:digest], e.g. ghcr.io/you/caa-gcp-t4:v1", ref, err)
 	}
 	name, tag, digest := util.SplitImageName(ref)
-	img := types.Image{Name: ImageName, NewName: name, NewTag: tag, Digest: digest}
-	if img.NewTag == "" && img.Digest == "" {
-		img.NewTag = "latest"
+	if digest == "" && (tag == "" || tag == "latest") {
+		// A moving tag lets a registry push change what every node runs
+		// at its next restart, unseen by install's diff.
+		return types.Image{}, fmt.Errorf("--image %q: pin it by version or digest (name:TAG or name@sha256:DIGEST; make image tags caa-gcp-t4:$(git describe)), not by a moving tag such as latest", ref)
 	}
+	img := types.Image{Name: ImageName, NewName: name, NewTag: tag, Digest: digest}
 	return img, nil
 }
 
