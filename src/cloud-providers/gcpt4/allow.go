@@ -250,5 +250,10 @@ func (c *Config) validateAllow() error {
 			return fmt.Errorf("%s: %d is negative; use 0 for the largest allowed profile's, or a positive limit", name, v)
 		}
 	}
+	for name, v := range map[string]int{"GCP_MAX_GPUS_TOTAL": c.MaxGPUsTotal, "GCP_MAX_GPUS_PER_NAMESPACE": c.MaxGPUsPerNamespace} {
+		if v < 0 {
+			return fmt.Errorf("%s: %d is negative; use 0 for no limit", name, v)
+		}
+	}
 	return nil
 }

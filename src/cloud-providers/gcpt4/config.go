@@ -62,6 +62,9 @@ type Config struct {
 	// MaxGPUsPerPod, MaxVCPUsPerPod and MaxMemoryPerPod (MiB) cap every
 	// pod; 0 is the largest allowed profile's.
 	MaxGPUsPerPod, MaxVCPUsPerPod, MaxMemoryPerPod int
+	// MaxGPUsTotal and MaxGPUsPerNamespace cap the GPUs of all of this
+	// cluster's podVMs, and of one namespace's (totals.go); 0: no cap.
+	MaxGPUsTotal, MaxGPUsPerNamespace int
 	UsePublicIP                                    bool
 	Endpoint                                       string
 	// UnavailableTTL is how long a stocked-out offering is skipped.

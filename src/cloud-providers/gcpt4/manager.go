@@ -64,6 +64,8 @@ func (m *Manager) register(reg *keyRegistrar) {
 	reg.CustomTypeWithEnv(&c.AllowedImages, "allowed-images", "", "GCP_ALLOWED_IMAGES", "Images a pod's image annotation may name besides PODVM_IMAGE_NAME and the profiles' images, comma separated; empty allows only those")
 	reg.IntWithEnv(&c.MaxGPUsPerPod, "max-gpus-per-pod", 0, "GCP_MAX_GPUS_PER_POD", "Most GPUs one pod's podVM may have, whatever its annotations; 0 is the largest allowed profile's")
 	reg.IntWithEnv(&c.MaxVCPUsPerPod, "max-vcpus-per-pod", 0, "GCP_MAX_VCPUS_PER_POD", "Most vCPUs one pod's podVM may have, whatever its annotations; 0 is the largest allowed profile's")
+	reg.IntWithEnv(&c.MaxGPUsPerNamespace, "max-gpus-per-namespace", 0, "GCP_MAX_GPUS_PER_NAMESPACE", "Most GPUs the podVMs of one namespace may have together, counted in GCE before each create; 0 for no limit")
+	reg.IntWithEnv(&c.MaxGPUsTotal, "max-gpus-total", 0, "GCP_MAX_GPUS_TOTAL", "Most GPUs this cluster's podVMs may have together, counted in GCE before each create; 0 for no limit")
 	reg.IntWithEnv(&c.MaxMemoryPerPod, "max-memory-per-pod", 0, "GCP_MAX_MEMORY_PER_POD", "Most memory in MiB one pod's podVM may have, whatever its annotations; 0 is the largest allowed profile's")
 	reg.BoolWithEnv(&c.UsePublicIP, "use-public-ip", false, "USE_PUBLIC_IP", "Refused: podVMs never get an external IP")
 	reg.StringWithEnv(&c.NICType, "nic-type", "", "GCP_NIC_TYPE", "PodVM NIC type: GVNIC (Google's recommendation with GPUs; the image needs the GVNIC guest OS feature) or VIRTIO_NET; empty leaves GCE's default. C3 and A3 always get GVNIC")
