@@ -65,8 +65,8 @@ type Config struct {
 	// MaxGPUsTotal and MaxGPUsPerNamespace cap the GPUs of all of this
 	// cluster's podVMs, and of one namespace's (totals.go); 0: no cap.
 	MaxGPUsTotal, MaxGPUsPerNamespace int
-	UsePublicIP                                    bool
-	Endpoint                                       string
+	UsePublicIP                       bool
+	Endpoint                          string
 	// UnavailableTTL is how long a stocked-out offering is skipped.
 	UnavailableTTL time.Duration
 	// SpotFallback lets a Spot create fall back to standard capacity when
