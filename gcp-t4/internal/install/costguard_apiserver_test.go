@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -83,9 +84,16 @@ func applyCostGuard(t *testing.T, ctx context.Context, cs kubernetes.Interface, 
 	// The policy is enforced once the API server's policy informer has it
 	// and has type-checked it; wait on what admission says, with a
 	// server-side dry run that stores nothing.
+	var last error
+	defer func() {
+		if t.Failed() {
+			vap, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, CostGuardPolicy, metav1.GetOptions{})
+			t.Logf("last probe: %v; policy status: %+v (%v)", last, vap.Status, err)
+		}
+	}()
 	untilAdmission(t, ctx, func() bool {
-		_, err := cs.CoreV1().Pods("default").Create(ctx, peerPod("probe", "9", true), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil && strings.Contains(err.Error(), CostGuardPolicy)
+		_, last = cs.CoreV1().Pods("default").Create(ctx, peerPod("probe", "9", true), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), CostGuardPolicy)
 	}, "the cost guard never refused a 9-GPU peer pod")
 }
 
@@ -128,6 +136,11 @@ func TestCostGuardOnAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// kata-deploy's RuntimeClass; the RuntimeClass admission plugin
+	// refuses pods naming one that does not exist.
+	if _, err := cs.NodeV1().RuntimeClasses().Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata-remote"}, Handler: "kata-remote"}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	applyCostGuard(t, ctx, cs, dyn)
 
 	// team-b may have two GPUs per pod; the admin says so in the limits.
@@ -139,6 +152,12 @@ func TestCostGuardOnAPIServer(t *testing.T) {
 	if _, err := cs.CoreV1().ConfigMaps(Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The policy reads its params through an informer: wait until
+	// admission has the new limit.
+	untilAdmission(t, ctx, func() bool {
+		_, err := cs.CoreV1().Pods("team-b").Create(ctx, peerPod("probe", "2", true), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil
+	}, "team-b's limit of 2 never reached admission")
 	// A tenant's ConfigMap of the same name in their namespace is not read.
 	if _, err := cs.CoreV1().ConfigMaps("team-a").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: CostGuardPolicy},
 		Data: map[string]string{"maxGPUsPerPod": "8", "namespace.team-a.maxGPUsPerPod": "8"}}, metav1.CreateOptions{}); err != nil {
@@ -188,6 +207,11 @@ func TestCostGuardOnAPIServer(t *testing.T) {
 	refused("team-a", peerPod("two-mutated", "2", true), actionable...)
 	refused("team-a", peerPod("two-unmutated", "2", false), actionable...)
 	refused("team-a", peerPod("not-a-number", "two", true), "not a whole number")
+	// Init containers' GPUs count, as the webhook counts them.
+	initGPUs := peerPod("init-gpus", "", false)
+	q := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}
+	initGPUs.Spec.InitContainers = []corev1.Container{{Name: "i", Image: "busybox", Resources: corev1.ResourceRequirements{Requests: q, Limits: q}}}
+	refused("team-a", initGPUs, "asks for 2 GPU(s)")
 	// Within it, until the namespace's VM quota is spent.
 	admitted("team-a", peerPod("one-a", "1", true))
 	admitted("team-a", peerPod("cpu-only", "", true))
