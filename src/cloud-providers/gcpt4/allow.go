@@ -147,6 +147,13 @@ func (c *Config) podCaps(catalog *Catalog) caps {
 			consider(name, gpus, s.vcpus, s.memoryMiB)
 		}
 	}
+	if len(c.InstanceTypes) > 0 {
+		// The list decides the largest shape: say so, so that the admin
+		// sees both settings that move the limit.
+		for _, f := range []*string{&lim.fromGPUs, &lim.fromVCPUs, &lim.fromMemory} {
+			*f += ", from GCP_INSTANCE_TYPES"
+		}
+	}
 	if c.MaxGPUsPerPod > 0 {
 		lim.gpus = int64(c.MaxGPUsPerPod)
 	} else {

@@ -79,7 +79,7 @@ func TestShapeAllowListAndCaps(t *testing.T) {
 	// get t4-4.
 	listed := validConfig()
 	listed.InstanceTypes = commaList{"t4-1", "t4-2"}
-	refuses(t, listed, provider.InstanceTypeSpec{GPUs: 4}, "GCP_MAX_GPUS_PER_POD", "4 GPU(s)", "t4-2")
+	refuses(t, listed, provider.InstanceTypeSpec{GPUs: 4}, "GCP_MAX_GPUS_PER_POD", "4 GPU(s)", "(t4-2, from GCP_INSTANCE_TYPES)")
 	listed.MaxGPUsPerPod = 4
 	refuses(t, listed, provider.InstanceTypeSpec{GPUs: 4}, "GCP_INSTANCE_TYPES (t4-1,t4-2)")
 	refuses(t, listed, provider.InstanceTypeSpec{InstanceType: "t4-4", GPUs: 4}, "GCP_INSTANCE_TYPES (t4-1,t4-2)")
@@ -99,7 +99,7 @@ func TestShapeAllowListAndCaps(t *testing.T) {
 	// "auto" lets fit choose automatic shapes under a list, within the
 	// caps (unset, t4-1's 15 GiB).
 	listed.InstanceTypes = commaList{"t4-1", AllowAuto}
-	refuses(t, listed, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, "GCP_MAX_MEMORY_PER_POD", "(t4-1)")
+	refuses(t, listed, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, "GCP_MAX_MEMORY_PER_POD", "(t4-1, from GCP_INSTANCE_TYPES)")
 	listed.MaxVCPUsPerPod, listed.MaxMemoryPerPod = 16, 60*1024
 	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}).Chosen().Profile.Name; got != AutoProfile {
 		t.Errorf("auto listed: %s", got)
