@@ -100,6 +100,7 @@ type installOptions struct {
 	cluster               clusterFlags
 	req                   Request
 	gke, runtimeClass     Mode
+	costGuard             Mode
 	dryRun, render, force bool
 	wait                  bool
 	timeout, pollInterval time.Duration
@@ -143,12 +144,13 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 	fs.StringVar(&credFile, "credentials-file", "", "service account key JSON for GCP_CREDENTIALS (prefer --wif-credential-config: no key)")
 	fs.StringVar(&wifFile, "wif-credential-config", "", "Workload Identity Federation credential configuration (external_account, credential source file "+WIFTokenPath+"); docs/install.md")
 	fs.BoolVar(&o.req.UseADC, "use-adc", false, "drop an installed key or WIF configuration: CAA uses the pod's Application Default Credentials")
-	fs.StringVar(&tlsCA, "tls-ca", "", "CA certificate (PEM) for CAA-to-podVM TLS; with --tls-cert and --tls-key (Secret "+tlsSecret+")")
-	fs.StringVar(&tlsCert, "tls-cert", "", "client certificate (PEM) CAA presents to the podVM's forwarder")
-	fs.StringVar(&tlsKey, "tls-key", "", "its private key (PEM)")
-	fs.BoolVar(&noTLS, "no-tls-certs", false, "drop installed custom certificates: CAA generates its own")
+	fs.StringVar(&tlsCA, "tls-ca", "", "refused: custom CAA-to-podVM certificates break every peer pod with the gcp-t4 podVM image (docs/install.md); CAA generates its own")
+	fs.StringVar(&tlsCert, "tls-cert", "", "refused, as --tls-ca")
+	fs.StringVar(&tlsKey, "tls-key", "", "refused, as --tls-ca")
+	fs.BoolVar(&noTLS, "no-tls-certs", false, "drop custom certificates an earlier version installed: CAA generates its own")
 	gke := fs.String("gke", "auto", "containerd remediation sidecar (components/gke-remediation): auto (on GKE), on, off")
 	rc := fs.String("runtimeclass", "auto", "kata-remote RuntimeClass (components/runtimeclass): auto (left to kata-deploy), on (created so kata-deploy's chart can adopt it), off")
+	guard := fs.String("cost-guard", "auto", "per-pod GPU limits per namespace checked by the API server (components/cost-guard, docs/provider.md): auto (kept if installed), on, off")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "read what is installed, print the settings diff and have the API server validate every object (server-side dry run); change nothing")
 	fs.BoolVar(&o.render, "render", false, "print the manifests the flags alone render, Secret data redacted; contacts no cluster")
 	fs.BoolVar(&o.force, "force-conflicts", false, "take over fields another field manager set to other values")
@@ -166,6 +168,9 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 		return nil, err
 	}
 	if o.runtimeClass, err = ParseMode("runtimeclass", *rc); err != nil {
+		return nil, err
+	}
+	if o.costGuard, err = ParseMode("cost-guard", *guard); err != nil {
 		return nil, err
 	}
 	if o.timeout <= 0 {
@@ -204,16 +209,7 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 		return nil, err
 	}
 	if tlsCA != "" || tlsCert != "" || tlsKey != "" {
-		t := &TLSFiles{}
-		for _, f := range []struct {
-			flag, path string
-			dst        *[]byte
-		}{{"tls-ca", tlsCA, &t.CA}, {"tls-cert", tlsCert, &t.Cert}, {"tls-key", tlsKey, &t.Key}} {
-			if *f.dst, err = readFile(f.flag, f.path); err != nil {
-				return nil, err
-			}
-		}
-		o.req.TLS = t
+		return nil, errCustomTLS
 	}
 	o.req.NoTLS = noTLS
 	// What the flags say on their own must hold before any cluster is read.
@@ -282,6 +278,7 @@ func renderOffline(o *installOptions, stdout, stderr io.Writer) error {
 	}
 	s.GKERemediation = o.gke == ModeOn
 	s.RuntimeClass = o.runtimeClass == ModeOn
+	s.CostGuard = o.costGuard == ModeOn
 	if o.gke == ModeAuto || o.runtimeClass == ModeAuto {
 		fmt.Fprintln(stderr, "gcp-t4 install: --render contacts no cluster: --gke=auto and --runtimeclass=auto render as off; pass =on to include them")
 	}
@@ -367,6 +364,9 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 		return err
 	}
 	s.GKERemediation, s.RuntimeClass = d.GKERemediation, d.RuntimeClass
+	if s.CostGuard, err = costGuardWanted(ctx, c.typed, o.costGuard); err != nil {
+		return err
+	}
 	if err := setClusterID(ctx, c.typed, &s); err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ var caaKeys = []caaKey{
 	{Env: "CACERT_FILE", Flag: "ca-cert-file", Kind: gcpt4.KindString, Usage: "CA certificate file for CAA-to-podVM TLS (" + tlsDir + "/" + tlsCAKey + ")"},
 	{Env: "CERT_FILE", Flag: "cert-file", Kind: gcpt4.KindString, Usage: "client certificate file for CAA-to-podVM TLS (" + tlsDir + "/" + tlsCertKey + ")"},
 	{Env: "CERT_KEY", Flag: "cert-key", Kind: gcpt4.KindString, Usage: "client key file for CAA-to-podVM TLS (" + tlsDir + "/" + tlsKeyKey + ")"},
-	{Env: "TLS_SKIP_VERIFY", Flag: "tls-skip-verify", Kind: gcpt4.KindBool, Default: "false", Usage: "skip TLS certificate verification (testing only)", check: boolean},
+	{Env: "TLS_SKIP_VERIFY", Flag: "tls-skip-verify", Kind: gcpt4.KindBool, Default: "false", Usage: "refused when true: CAA would accept any certificate from whatever answers on a podVM's address", check: noSkipVerify},
 	{Env: "TLS_MIN_VERSION", Flag: "tls-min-version", Kind: gcpt4.KindString, Usage: "VersionTLS12 or VersionTLS13", check: tlsVersion},
 	{Env: "TLS_CIPHER_SUITES", Flag: "tls-cipher-suites", Kind: gcpt4.KindString, Usage: "comma-separated IANA cipher suite names (not with VersionTLS13)", check: cipherSuites},
 	{Env: "PROXY_TIMEOUT", Flag: "proxy-timeout", Kind: gcpt4.KindDuration, Default: "5m0s", Usage: "how long CAA waits for the podVM's forwarder", check: positiveDuration},
@@ -92,6 +92,22 @@ func port(v string) error {
 }
 
 func boolean(v string) error { _, err := gcpt4.ParseBool(v); return err }
+
+// noSkipVerify refuses TLS_SKIP_VERIFY=true: CAA would then take any
+// certificate from whatever answers on a podVM's IP (upstream v0.22.0
+// cmd/cloud-api-adaptor/main.go registers it "use it only for testing"),
+// so another VM of the VPC could stand in for a podVM and receive the
+// pod's containers, secrets and exec sessions.
+func noSkipVerify(v string) error {
+	b, err := gcpt4.ParseBool(v)
+	if err != nil {
+		return err
+	}
+	if b {
+		return fmt.Errorf("%q: CAA would accept any certificate from whatever answers on a podVM's address, so another VM in the VPC could impersonate a podVM; unset it (CAA verifies the certificate it issued each podVM)", v)
+	}
+	return nil
+}
 
 func nonNegativeInt(v string) error {
 	n, err := strconv.Atoi(strings.TrimSpace(v))

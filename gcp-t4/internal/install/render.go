@@ -46,6 +46,7 @@ const (
 	componentGKE    = "components/gke-remediation"
 	componentRC     = "components/runtimeclass"
 	componentTLS    = "components/agent-tls"
+	componentGuard  = "components/cost-guard"
 	credentialsFile = "GCP_CREDENTIALS"
 	// Custom CAA-to-podVM TLS: the Secret, its keys and where the
 	// component mounts it; the names upstream's peerpods chart uses
@@ -89,6 +90,9 @@ type Settings struct {
 	GKERemediation bool
 	// RuntimeClass adds components/runtimeclass.
 	RuntimeClass bool
+	// CostGuard adds components/cost-guard: per-pod GPU limits per
+	// namespace, checked by the API server (docs/provider.md).
+	CostGuard bool
 	// Namespace moves everything from Namespace to another namespace,
 	// ServiceAccount subjects of the bindings included; "" keeps it.
 	Namespace string
@@ -317,10 +321,12 @@ func parseImage(ref string) (types.Image, error) {
 		return types.Image{}, fmt.Errorf("--image %q: %w; want name[:tag][@sha256:digest], e.g. ghcr.io/you/caa-gcp-t4:v1", ref, err)
 	}
 	name, tag, digest := util.SplitImageName(ref)
-	img := types.Image{Name: ImageName, NewName: name, NewTag: tag, Digest: digest}
-	if img.NewTag == "" && img.Digest == "" {
-		img.NewTag = "latest"
+	if digest == "" && (tag == "" || tag == "latest") {
+		// A moving tag lets a registry push change what every node runs
+		// at its next restart, unseen by install's diff.
+		return types.Image{}, fmt.Errorf("--image %q: pin it by version or digest (name:TAG or name@sha256:DIGEST; make image tags caa-gcp-t4:$(git describe)), not by a moving tag such as latest", ref)
 	}
+	img := types.Image{Name: ImageName, NewName: name, NewTag: tag, Digest: digest}
 	return img, nil
 }
 
@@ -340,6 +346,9 @@ func (s Settings) kustomization() ([]byte, error) {
 	}
 	if s.TLS != nil {
 		k.Components = append(k.Components, "../"+componentTLS)
+	}
+	if s.CostGuard {
+		k.Components = append(k.Components, "../"+componentGuard)
 	}
 	if s.Image != "" {
 		img, err := parseImage(s.Image)

@@ -439,8 +439,6 @@ func TestValidateNamesTheField(t *testing.T) {
 
 func TestParseImage(t *testing.T) {
 	for ref, want := range map[string]string{
-		"caa":                                "caa:latest",
-		"localhost:5000/caa-gcp-t4":          "localhost:5000/caa-gcp-t4:latest",
 		"localhost:5000/caa-gcp-t4:v1.2":     "localhost:5000/caa-gcp-t4:v1.2",
 		"ghcr.io/o/caa@sha256:" + hex64():    "ghcr.io/o/caa@sha256:" + hex64(),
 		"ghcr.io/o/caa:v1@sha256:" + hex64(): "ghcr.io/o/caa:v1@sha256:" + hex64(),
@@ -469,6 +467,10 @@ func TestParseImage(t *testing.T) {
 		"ghcr.io/o/caa:":           "invalid reference format",
 		"ghcr.io/o/caa@sha256:abc": "invalid reference format",
 		"ghcr.io/o/caa:v1/x":       "invalid reference format",
+		// A moving tag, or none (which pulls latest), is refused.
+		"caa":                       "pin it by version or digest",
+		"localhost:5000/caa-gcp-t4": "pin it by version or digest",
+		"ghcr.io/o/caa:latest":      "pin it by version or digest",
 	} {
 		_, err := parseImage(ref)
 		if err == nil || !strings.Contains(err.Error(), "--image") || !strings.Contains(err.Error(), why) {
@@ -584,12 +586,11 @@ func TestDecideWithoutSelectedNodes(t *testing.T) {
 // TestParseImageSplitsAsKustomizeEditSetImage: the images entry for
 // --image is the one `kustomize edit set image` (the kustomize CLI built
 // from the module proxy) writes for the same reference, plus the :latest
-// a reference without tag or digest stands for.
+// a reference without tag or digest stands for (which parseImage
+// refuses: TestParseImage).
 func TestParseImageSplitsAsKustomizeEditSetImage(t *testing.T) {
 	bin := kustomizeCLI(t)
 	for _, ref := range []string{
-		"caa",
-		"localhost:5000/caa-gcp-t4",
 		"localhost:5000/caa-gcp-t4:v1.2",
 		"ghcr.io/o/caa@sha256:" + hex64(),
 		"ghcr.io/o/caa:v1@sha256:" + hex64(),

@@ -116,8 +116,7 @@ func Merge(live Live, req Request) (Settings, []string, error) {
 		s.TLS = req.TLS
 	case req.NoTLS:
 	case live.TLS != nil:
-		s.TLS = live.TLS
-		notes = append(notes, "keeping the custom CAA-to-podVM certificates already installed (--no-tls-certs removes them)")
+		return s, nil, fmt.Errorf("custom CAA-to-podVM certificates are installed (Secret %s): %w; pass --no-tls-certs to remove them", tlsSecret, errCustomTLS)
 	}
 	return s, notes, nil
 }
@@ -190,6 +189,13 @@ func relocate(objs []*unstructured.Unstructured, ns string) error {
 			if err := unstructured.SetNestedSlice(o.Object, subjects, "subjects"); err != nil {
 				return err
 			}
+		case "ValidatingAdmissionPolicyBinding":
+			// The cost guard's limits live in the install namespace.
+			if p, _, _ := unstructured.NestedString(o.Object, "spec", "paramRef", "namespace"); p == Namespace {
+				if err := unstructured.SetNestedField(o.Object, ns, "spec", "paramRef", "namespace"); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
@@ -209,7 +215,7 @@ func stampConfigHash(objs []*unstructured.Unstructured) error {
 		switch {
 		case (o.GetKind() == "DaemonSet" && o.GetName() == DaemonSetName) || (o.GetKind() == "Deployment" && o.GetName() == ReaperName):
 			stamped = append(stamped, o)
-		case (o.GetKind() == "ConfigMap" && o.GetName() != InventoryName) || o.GetKind() == "Secret":
+		case (o.GetKind() == "ConfigMap" && o.GetName() != InventoryName && o.GetName() != CostGuardPolicy) || o.GetKind() == "Secret":
 			for _, field := range []string{"data", "stringData"} {
 				d, _, _ := unstructured.NestedMap(o.Object, field)
 				keys := make([]string, 0, len(d))

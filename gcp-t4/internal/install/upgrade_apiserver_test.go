@@ -197,8 +197,8 @@ func (e *env) testValidatedBeforeApply(t *testing.T) {
 	e.assertNothingLeft(t)
 }
 
-// testEveryCAAKey: CAA's own settings reach peer-pods-cm, and custom
-// certificates are mounted where the settings say.
+// testEveryCAAKey: CAA's own settings reach peer-pods-cm; custom
+// certificates and TLS_SKIP_VERIFY=true are refused.
 func (e *env) testEveryCAAKey(t *testing.T) {
 	e.setNodes(t, node("worker-1", map[string]string{labelWorker: ""}, "", "v1.33.1", "Ubuntu 24.04 LTS"))
 	tlsf := testTLS()
@@ -209,7 +209,13 @@ func (e *env) testEveryCAAKey(t *testing.T) {
 		"ENABLE_SCRATCH_SPACE": "true", "PAUSE_IMAGE": "registry.k8s.io/pause:3.10", "PEERPODS_LIMIT_PER_NODE": "4",
 		"PROXY_TIMEOUT": "10m", "EXTERNAL_NETWORK_VIA_PODVM": "false",
 	}
-	args := []string{"--tls-ca=" + writeTemp(t, "ca.crt", tlsf.CA), "--tls-cert=" + writeTemp(t, "client.crt", tlsf.Cert), "--tls-key=" + writeTemp(t, "client.key", tlsf.Key)}
+	// Custom certificates are refused before anything is applied
+	// (tls.go says why).
+	tlsArgs := []string{"--tls-ca=" + writeTemp(t, "ca.crt", tlsf.CA), "--tls-cert=" + writeTemp(t, "client.crt", tlsf.Cert), "--tls-key=" + writeTemp(t, "client.key", tlsf.Key)}
+	if code, out, errs := e.install(t, tlsArgs...); code == 0 || !strings.Contains(errs+out, "not supported") {
+		t.Fatalf("install --tls-ca …: exit %d, want a refusal\n%s\n%s", code, out, errs)
+	}
+	var args []string
 	for k, v := range sets {
 		args = append(args, "--set="+k+"="+v)
 	}
@@ -222,40 +228,15 @@ func (e *env) testEveryCAAKey(t *testing.T) {
 			t.Errorf("peer-pods-cm %s = %q, want %q", k, cm[k], v)
 		}
 	}
-	if cm["CACERT_FILE"] != "/etc/certificates/ca.crt" || cm["CERT_FILE"] != "/etc/certificates/client.crt" || cm["CERT_KEY"] != "/etc/certificates/client.key" {
+	if cm["CACERT_FILE"] != "" || cm["CERT_FILE"] != "" || cm["CERT_KEY"] != "" {
 		t.Errorf("TLS files in peer-pods-cm: %v", cm)
 	}
-	mounted := func() bool {
-		ds := e.daemonSet(t)
-		for _, m := range container(ds, "cloud-api-adaptor-con").VolumeMounts {
-			if m.MountPath == tlsDir && m.ReadOnly {
-				for _, v := range ds.Spec.Template.Spec.Volumes {
-					if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == tlsSecret {
-						return true
-					}
-				}
-			}
-		}
-		return false
+	if _, err := e.cs.CoreV1().Secrets(Namespace).Get(t.Context(), tlsSecret, metav1.GetOptions{}); err == nil {
+		t.Error("certs-for-tls installed")
 	}
-	if !mounted() {
-		t.Error("certs-for-tls not mounted read-only at /etc/certificates")
-	}
-	sec, err := e.cs.CoreV1().Secrets(Namespace).Get(t.Context(), tlsSecret, metav1.GetOptions{})
-	if err != nil || !bytes.Equal(sec.Data[tlsKeyKey], tlsf.Key) || !bytes.Equal(sec.Data[tlsCAKey], tlsf.CA) {
-		t.Fatalf("certs-for-tls: %v", err)
-	}
-	// Kept by an upgrade that does not mention them, removed on request.
-	if code, out, errs := e.installArgs(t, "--set=PEERPODS_LIMIT_PER_NODE=6"); code != 0 || !mounted() || !strings.Contains(out, "keeping the custom CAA-to-podVM certificates") {
-		t.Fatalf("upgrade: exit %d\n%s\n%s", code, out, errs)
-	}
-	code, out, errs := e.installArgs(t, "--no-tls-certs")
-	if code != 0 {
-		t.Fatalf("--no-tls-certs: exit %d\n%s\n%s", code, out, errs)
-	}
-	mustContain(t, "stdout", out, "pruned Secret/"+Namespace+"/"+tlsSecret)
-	if mounted() || e.configMap(t, Namespace)["CACERT_FILE"] != "" {
-		t.Error("certificates still configured after --no-tls-certs")
+	// TLS_SKIP_VERIFY=true is refused.
+	if code, out, errs := e.installArgs(t, "--set=TLS_SKIP_VERIFY=true"); code == 0 || !strings.Contains(errs+out, "TLS_SKIP_VERIFY") {
+		t.Fatalf("--set TLS_SKIP_VERIFY=true: exit %d\n%s\n%s", code, out, errs)
 	}
 	e.uninstall(t)
 	e.assertNothingLeft(t)

@@ -391,7 +391,20 @@ func (w *walk) applyFix(t *testing.T, what, name, rest string) {
 	switch what {
 	case "firewall-rules create":
 		fw := &computepb.Firewall{Name: proto.String(name), Network: proto.String("global/networks/" + f["network"]), Direction: proto.String(f["direction"])}
+		if p, err := strconv.Atoi(f["priority"]); err == nil {
+			fw.Priority = proto.Int32(int32(p))
+		}
+		if f["action"] == "DENY" {
+			// preflight's podVM↔podVM and catch-all denies.
+			for _, a := range strings.Split(f["rules"], ",") {
+				p, port, _ := strings.Cut(a, ":")
+				fw.Denied = append(fw.Denied, &computepb.Denied{IPProtocol: proto.String(p), Ports: []string{port}})
+			}
+		}
 		for _, a := range strings.Split(f["allow"], ",") {
+			if f["action"] == "DENY" {
+				break
+			}
 			p, port, _ := strings.Cut(a, ":")
 			al := &computepb.Allowed{IPProtocol: proto.String(p)}
 			if port != "" {

@@ -23,7 +23,8 @@ const examplePod = "../../../install/examples/gpu-pod/pod.yaml"
 func clearEnv(t *testing.T) {
 	for _, v := range []string{"GCP_PROJECT_ID", "GCP_ZONE", "GCP_ZONES", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_SUBNETWORK",
 		"GCP_PROVISIONING_MODEL", "GCP_SPOT_FALLBACK", "GCP_PROFILES", "GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_INSTANCE_TYPES",
-		"GCP_LABELS", "GCP_ENDPOINT", "GCP_CREDENTIALS", "USE_PUBLIC_IP", "ROOT_VOLUME_SIZE", "GCP_NIC_TYPE", "GCP_PROFILE_IMAGES", "GCP_DISK_TYPE"} {
+		"GCP_LABELS", "GCP_ENDPOINT", "GCP_CREDENTIALS", "USE_PUBLIC_IP", "ROOT_VOLUME_SIZE", "GCP_NIC_TYPE", "GCP_PROFILE_IMAGES", "GCP_DISK_TYPE",
+		"GCP_ALLOWED_IMAGES", "GCP_MAX_GPUS_PER_POD", "GCP_MAX_VCPUS_PER_POD", "GCP_MAX_MEMORY_PER_POD"} {
 		t.Setenv(v, "")
 	}
 }
@@ -132,7 +133,9 @@ func TestPlanDeploymentJSON(t *testing.T) {
 }
 
 func TestPlanRayServiceGroups(t *testing.T) {
-	out, errOut, code := runPlan(t, "-f", "testdata/rayservice.yaml", "-provisioning-model", "SPOT")
+	// The worker names n1-highmem-8, which no profile uses: the admin
+	// lists it (and cpu-2, which the head gets by fit).
+	out, errOut, code := runPlan(t, "-f", "testdata/rayservice.yaml", "-provisioning-model", "SPOT", "-machine-types", "n1-highmem-8,cpu-2")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -185,7 +188,8 @@ func TestPlanFlagsAndErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-gpus", "8"}, "no GPU shape fits 8 GPU"},
+		{[]string{"-gpus", "8"}, "GCP_MAX_GPUS_PER_POD"},
+		{[]string{"-gpus", "8", "-max-gpus-per-pod", "8"}, "no GPU shape fits 8 GPU"},
 		{[]string{"-vcpus", "lots"}, "-vcpus"},
 		{[]string{"-f", examplePod, "-gpus", "1"}, "exclusive"},
 		{[]string{"-o", "yaml"}, "-o"},
@@ -227,7 +231,9 @@ func TestPlanCheapestShapes(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if f := row(out); len(f) < 15 || f[7] != "e2-standard-8" || f[8] != "-" || f[13] != "0.27" || !strings.Contains(out, "e2-highmem-8 (0.36)") {
+	// e2-highmem-8 (64 GB, $0.36/h) is over the default memory cap,
+	// t4-4's 60 GB: the next-cheapest within it is n1-highmem-8.
+	if f := row(out); len(f) < 15 || f[7] != "e2-standard-8" || f[8] != "-" || f[13] != "0.27" || !strings.Contains(out, "n1-highmem-8 (0.47)") {
 		t.Errorf("CPU-only 8 vCPU / 32 GiB row = %q\n%s", f, out)
 	}
 	// -o json carries the offerings a create walks and the alternative.

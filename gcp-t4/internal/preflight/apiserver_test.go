@@ -134,7 +134,9 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 	must(err)
 	code, rs = preflightMain()
 	for _, r := range rs {
-		if r.Status != Pass {
+		// The emulator's default network keeps default-allow-internal,
+		// which preflight warns about (exposure_test.go).
+		if r.Status != Pass && !strings.Contains(r.Check, "others→podVMs") {
 			t.Errorf("%s: %s %s", r.Check, r.Status, r.Detail)
 		}
 	}

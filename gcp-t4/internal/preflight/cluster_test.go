@@ -130,7 +130,7 @@ func TestClusterNodeAddressesFeedFirewallChecks(t *testing.T) {
 	o := Options{Cfg: baseConfig(project), Kube: fake.NewClientset(objs...), Cluster: &Cluster{RuntimeClass: "kata-remote", Namespace: ns, DaemonSet: dsName}}
 	rs := Run(ctx(t), o, quiet())
 	expect(t, rs, "nodes in network default", Fail, "192.168.7.3", "")
-	expect(t, rs, "firewall tcp:15150 nodes→podVMs", Fail, "10.128.0.0/20: no rule (nodes: node subnet default 10.128.0.0/20)", "--source-ranges=10.128.0.0/20 --target-tags=caa-gcp-t4-podvm")
+	expect(t, rs, "firewall tcp:15150 nodes→podVMs", Fail, "10.128.0.0/20: no rule (nodes: node subnet default 10.128.0.0/20)", "--source-tags=NODE_TAG --target-tags=caa-gcp-t4-podvm")
 	for _, r := range rs {
 		if strings.Contains(r.Fix, "/32") {
 			t.Errorf("%s: fix pins node addresses: %s", r.Check, r.Fix)

@@ -224,6 +224,9 @@ type firewallInput struct {
 	podVMSubnet      string
 	// nodesFrom says where the nodes' ranges came from, for the detail.
 	nodesFrom string
+	// nodesAssumed: the nodes' addresses are unknown and the podVM subnet
+	// stands in for them (no kubeconfig, no -node-cidrs).
+	nodesAssumed bool
 }
 
 // podVMTarget is how a fix names the podVMs: their network tag (the
@@ -239,12 +242,30 @@ func (in firewallInput) podVMTarget(flag string) string {
 }
 
 // nodeSource is how a fix names the nodes as a source: their tags, else
-// the node pool's subnet ranges.
+// the node pool's subnet ranges when they hold no podVM; never a range
+// that admits podVMs (podVM-to-podVM is what the fixes keep closed).
 func (in firewallInput) nodeSource() string {
 	if in.nodes.known && len(in.nodes.tags) > 0 {
 		return "--source-tags=" + strings.Join(in.nodes.tags, ",")
 	}
+	overlaps := in.nodesAssumed
+	for _, n := range in.nodes.ranges {
+		for _, p := range in.podVMs.ranges {
+			overlaps = overlaps || n.Overlaps(p)
+		}
+	}
+	if overlaps {
+		return "--source-tags=NODE_TAG"
+	}
 	return "--source-ranges=" + prefixStrings(in.nodes.ranges)
+}
+
+// nodeSourceNote ends a fix whose source is the NODE_TAG placeholder.
+func (in firewallInput) nodeSourceNote() string {
+	if in.nodeSource() != "--source-tags=NODE_TAG" {
+		return ""
+	}
+	return "   # NODE_TAG: the nodes share the podVMs' subnet, so only their network tag tells them apart: gcloud compute instances describe NODE --zone=ZONE --format='value(tags.items)' (GKE: gke-CLUSTER-…-node); or pass -node-tags"
 }
 
 func (in firewallInput) nodeTarget() string {
@@ -256,8 +277,8 @@ func (in firewallInput) nodeTarget() string {
 
 func (g *GCE) checkFirewalls(fws []*computepb.Firewall, in firewallInput) []Result {
 	var rs []Result
-	toPodVMs := fmt.Sprintf("gcloud compute firewall-rules create caa-nodes-to-podvms --project=%s --network=%s --direction=INGRESS --allow=tcp:%d,udp:%d %s %s",
-		in.project, in.network, AgentPort, VXLANPort, in.nodeSource(), in.podVMTarget("target"))
+	toPodVMs := fmt.Sprintf("gcloud compute firewall-rules create caa-nodes-to-podvms --project=%s --network=%s --direction=INGRESS --allow=tcp:%d,udp:%d %s %s%s",
+		in.project, in.network, AgentPort, VXLANPort, in.nodeSource(), in.podVMTarget("target"), in.nodeSourceNote())
 	srcRanges := in.nodes.ranges
 	if len(srcRanges) == 0 && in.nodes.known {
 		// Tags only: any address of a node; the subnet stands in.
@@ -297,6 +318,7 @@ func (g *GCE) checkFirewalls(fws []*computepb.Firewall, in firewallInput) []Resu
 			rs = append(rs, pass(check, "allowed by %s (nodes: %s)", strings.Join(via, ","), in.nodesFrom))
 		}
 	}
+	rs = append(rs, g.checkExposure(fws, in)...)
 	// VXLAN back from the podVMs to the nodes.
 	f := flow{"udp", VXLANPort}
 	check := fmt.Sprintf("firewall udp:%d podVMs→nodes (%s)", VXLANPort, in.podVMSubnet)

@@ -192,7 +192,8 @@ func (g *GCE) checkNetworking(ctx context.Context) []Result {
 		}
 		rs = append(rs, g.checkFirewalls(fws, firewallInput{
 			project: v.project, network: v.network, podVMSubnet: sub.GetName(), nodesFrom: nodesFrom, nodes: nodes,
-			podVMs: endpoint{ranges: []netip.Prefix{podRange}, tags: v.tags, sa: v.sa, known: true},
+			nodesAssumed: len(g.NodeCIDRs) == 0 && len(g.NodeIPs) == 0,
+			podVMs:       endpoint{ranges: []netip.Prefix{podRange}, tags: v.tags, sa: v.sa, known: true},
 		})...)
 	}
 	return rs

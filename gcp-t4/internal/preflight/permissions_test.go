@@ -105,6 +105,9 @@ func TestRoleIsExactlyWhatTheProviderCalls(t *testing.T) {
 			fake.AddServiceAccount(sa)
 			cfg := baseConfig(fake)
 			cfg.Endpoint = ""
+			// The second create names an image by annotation, which the
+			// admin must allow (GCP_ALLOWED_IMAGES).
+			cfg.AllowedImages = []string{"projects/demo-project/global/images/podvm-t4"}
 			templates := map[string]*computepb.InstanceProperties{}
 			if c.tmpl != nil {
 				fake.AddInstanceTemplate(c.region, &computepb.InstanceTemplate{Name: proto.String("t4"), Properties: c.tmpl})

@@ -93,7 +93,9 @@ func TestReadyProjectPasses(t *testing.T) {
 	cfg.Credentials = caaKey() // CAA's own key: its permissions are what testIamPermissions tests
 	rs := Run(ctx(t), Options{Cfg: cfg}, quiet())
 	for _, r := range rs {
-		if r.Status != Pass {
+		// The default network's default-allow-internal admits the whole
+		// VPC to the podVMs' ports: a warning (exposure_test.go).
+		if r.Status != Pass && !strings.Contains(r.Check, "others→podVMs") {
 			t.Errorf("%s: %s %s (fix %s)", r.Check, r.Status, r.Detail, r.Fix)
 		}
 	}
@@ -223,7 +225,9 @@ func TestFirewallChecks(t *testing.T) {
 	t.Run("no rule", func(t *testing.T) {
 		_, cfg := noInternal(t)
 		rs := Run(ctx(t), Options{Cfg: cfg}, quiet())
-		expect(t, rs, "firewall tcp:15150 nodes→podVMs", Fail, "10.128.0.0/20: no rule", "gcloud compute firewall-rules create caa-nodes-to-podvms --project=demo-project --network=default --direction=INGRESS --allow=tcp:15150,udp:4789 --source-ranges=10.128.0.0/20 --target-tags=caa-gcp-t4-podvm")
+		// The nodes are assumed in the podVMs' subnet: a range would admit
+		// podVMs too, so the fix names the nodes by tag.
+		expect(t, rs, "firewall tcp:15150 nodes→podVMs", Fail, "10.128.0.0/20: no rule", "gcloud compute firewall-rules create caa-nodes-to-podvms --project=demo-project --network=default --direction=INGRESS --allow=tcp:15150,udp:4789 --source-tags=NODE_TAG --target-tags=caa-gcp-t4-podvm")
 		expect(t, rs, "firewall udp:4789 podVMs→nodes", Fail, "no rule", "--allow=udp:4789 --source-tags=caa-gcp-t4-podvm --target-tags=NODE_TAG")
 	})
 	t.Run("tagged rules reach only nodes", func(t *testing.T) {

@@ -51,10 +51,22 @@ type Config struct {
 	Labels            provider.KeyValueFlag
 	// NetworkTags go on every podVM (instance and template podVMs
 	// alike), so firewall rules can target podVMs and nothing else.
-	NetworkTags   commaList
+	NetworkTags commaList
+	// InstanceTypes is the shape allow-list (allow.go): profiles and
+	// machine types a pod may name or fit may choose, "auto" for fit's
+	// automatic shapes; empty allows the profiles and automatic shapes.
 	InstanceTypes commaList
-	UsePublicIP   bool
-	Endpoint      string
+	// AllowedImages are images a pod's image annotation may name beyond
+	// the configured ones.
+	AllowedImages commaList
+	// MaxGPUsPerPod, MaxVCPUsPerPod and MaxMemoryPerPod (MiB) cap every
+	// pod; 0 is the largest allowed profile's.
+	MaxGPUsPerPod, MaxVCPUsPerPod, MaxMemoryPerPod int
+	// MaxGPUsTotal and MaxGPUsPerNamespace cap the GPUs of all of this
+	// cluster's podVMs, and of one namespace's (totals.go); 0: no cap.
+	MaxGPUsTotal, MaxGPUsPerNamespace int
+	UsePublicIP                       bool
+	Endpoint                          string
 	// UnavailableTTL is how long a stocked-out offering is skipped.
 	UnavailableTTL time.Duration
 	// SpotFallback lets a Spot create fall back to standard capacity when
@@ -225,6 +237,9 @@ func (c *Config) Validate() error {
 		if slices.Contains(reservedLabels, k) {
 			return fmt.Errorf("GCP_LABELS: label %s is set by the provider itself; choose another key", k)
 		}
+	}
+	if err := c.validateAllow(); err != nil {
+		return err
 	}
 	return c.validateIdentity()
 }

@@ -111,6 +111,11 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 	if err != nil {
 		return nil, err
 	}
+	release, err := p.reserveGPUs(ctx, vm, plan)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	log = log.With("shape", plan.describe)
 	zones, err := p.zonesFor(ctx, plan.accelerator)
 	if err != nil {

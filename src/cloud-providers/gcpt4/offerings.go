@@ -192,23 +192,41 @@ func rankCandidates(cs []Candidate, model string) {
 	})
 }
 
-// Select decides a pod's shape in one pass: the GCP_INSTANCE_TYPES
-// allow-list; a named profile or machine type if the pod names one; else
+// Select decides a pod's shape in one pass: the admin's allow-lists and
+// caps (allow.go: the image, GCP_INSTANCE_TYPES, GCP_MAX_*_PER_POD); a
+// named profile or machine type if the pod names one; else
 // every catalog profile that fits plus every N1 predefined and custom
 // shape with 1, 2 or 4 T4s within GCE's per-count ceilings (for a GPU
 // pod), or every predefined E2 and N1 type (for a CPU-only pod), ranked by
-// price. A CPU-only pod never gets a GPU, and no pod gets an explicit
-// profile (such as h100-cc) unless it names it.
+// price. A pod gets no GPU it does not declare unless the admin listed
+// the shape by name, and no pod gets an explicit profile (such as h100-cc)
+// unless it names it.
 func (c *Config) Select(catalog *Catalog, spec provider.InstanceTypeSpec) (*Selection, error) {
 	r := Request{InstanceType: spec.InstanceType, GPUs: spec.GPUs, VCPUs: spec.VCPUs, MemoryMiB: spec.Memory}
-	if r.InstanceType != "" && len(c.InstanceTypes) > 0 && !slices.Contains(c.InstanceTypes, r.InstanceType) {
-		return nil, fmt.Errorf("machine_type annotation %q is not in GCP_INSTANCE_TYPES (%s); use one of those or extend the list", r.InstanceType, c.InstanceTypes.String())
+	if err := c.checkPodImage(catalog, spec.Image); err != nil {
+		return nil, err
+	}
+	named := r.InstanceType != ""
+	if named {
+		if err := c.nameAllowed(catalog, r.InstanceType); err != nil {
+			return nil, err
+		}
+	}
+	lim := c.podCaps(catalog)
+	if err := lim.checkRequest(r, named); err != nil {
+		return nil, err
 	}
 	prices := catalog.prices
 	sel := &Selection{Request: r}
-	if r.InstanceType != "" {
+	if named {
 		p, err := catalog.named(r)
 		if err != nil {
+			return nil, err
+		}
+		if err := c.checkDeclaredGPUs(p, r); err != nil {
+			return nil, err
+		}
+		if err := lim.checkShape(p, true); err != nil {
 			return nil, err
 		}
 		cand, err := c.candidate(prices, p, spec.Image)
@@ -218,7 +236,7 @@ func (c *Config) Select(catalog *Catalog, spec provider.InstanceTypeSpec) (*Sele
 		sel.Named, sel.Candidates = true, []Candidate{cand}
 		return sel, nil
 	}
-	var refused []string
+	var refused, disallowed, capped []string
 	seen := map[string]bool{}
 	add := func(p Profile) {
 		key := fmt.Sprintf("%s/%s/%d", p.MachineType, p.gpuModel, p.gpus)
@@ -226,6 +244,14 @@ func (c *Config) Select(catalog *Catalog, spec provider.InstanceTypeSpec) (*Sele
 			return
 		}
 		seen[key] = true
+		if why := c.fitAllowed(p); why != "" {
+			disallowed = append(disallowed, why)
+			return
+		}
+		if err := lim.checkShape(p, false); err != nil {
+			capped = append(capped, err.Error())
+			return
+		}
 		cand, err := c.candidate(prices, p, spec.Image)
 		if err != nil {
 			refused = append(refused, err.Error())
@@ -249,6 +275,12 @@ func (c *Config) Select(catalog *Catalog, spec provider.InstanceTypeSpec) (*Sele
 		msg := fmt.Sprintf("no %s shape fits %d GPU(s), %d vCPU(s) and %d MiB (pod annotations default_gpus/default_vcpus/default_memory)", kind, r.GPUs, r.VCPUs, r.MemoryMiB)
 		if len(refused) > 0 {
 			return nil, fmt.Errorf("%s: %s", msg, refused[0])
+		}
+		if len(disallowed) > 0 {
+			return nil, fmt.Errorf("%s among the shapes the cluster admin allows: %s; lower the pod's requests, or ask the admin to extend GCP_INSTANCE_TYPES (or add %q to let fit choose automatic shapes)", msg, disallowed[0], AllowAuto)
+		}
+		if len(capped) > 0 {
+			return nil, fmt.Errorf("%s within the per-pod limits: %s", msg, capped[0])
 		}
 		if r.GPUs > 0 {
 			return nil, fmt.Errorf("%s: GCE attaches at most 4 %s (96 vCPUs, 624 GB) to one N1 VM; lower the pod's requests, or add a profile in GCP_PROFILES_FILE and name it with the machine_type annotation", msg, AcceleratorT4)

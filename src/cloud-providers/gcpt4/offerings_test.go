@@ -54,6 +54,9 @@ func TestSelectCheapestShape(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := validConfig()
 			cfg.ProvisioningModel = tc.model
+			// Fit's whole range, as an admin who raised the per-pod
+			// limits gets it (the defaults stop at t4-4's size).
+			cfg.MaxVCPUsPerPod, cfg.MaxMemoryPerPod = 96, 1<<20
 			sel := selectFor(t, cfg, cat, tc.spec)
 			ch := sel.Chosen()
 			price, known := ch.Price(tc.model)
@@ -94,6 +97,12 @@ func TestSelectNamedAndRefusals(t *testing.T) {
 	cat := mustCatalog(t, "", "")
 	cfg := validConfig()
 	cfg.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
+	// The admin lists the machine types pods may name (an empty list
+	// allows only the profiles and their machine types).
+	cfg.InstanceTypes = commaList{"t4-2", "n1-highmem-8", "n1-standard-16", "custom-6-23040", "e2-standard-16", "h100-cc",
+		"e2-standard-4", "n1-standard-96", "n1-standard-4", "cpu-4", "g1-small", "custom-5-8192"}
+	fit := validConfig()
+	fit.MaxGPUsPerPod, fit.MaxVCPUsPerPod, fit.MaxMemoryPerPod = 8, 1000, 1<<21
 	for _, tc := range []struct {
 		spec  provider.InstanceTypeSpec
 		name  string
@@ -127,7 +136,11 @@ func TestSelectNamedAndRefusals(t *testing.T) {
 		{provider.InstanceTypeSpec{InstanceType: "g1-small", GPUs: 1}, "shared-core"},
 		{provider.InstanceTypeSpec{InstanceType: "custom-5-8192", GPUs: 1}, "even number of vCPUs"},
 	} {
-		if _, err := cfg.Select(cat, tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
+		c := cfg
+		if tc.spec.InstanceType == "" {
+			c = fit
+		}
+		if _, err := c.Select(cat, tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want %q", tc.spec, err, tc.want)
 		}
 	}
@@ -149,7 +162,7 @@ func TestSelectHonoursDiskTypeSeries(t *testing.T) {
 	}
 	cfg.DiskType = "pd-standard"
 	cfg.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
-	if _, err := cfg.Select(cat, provider.InstanceTypeSpec{InstanceType: "h100-cc"}); err == nil || !strings.Contains(err.Error(), "pd-standard does not attach to a3-highgpu-1g") {
+	if _, err := cfg.Select(cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1}); err == nil || !strings.Contains(err.Error(), "pd-standard does not attach to a3-highgpu-1g") {
 		t.Errorf("pd-standard on A3: %v", err)
 	}
 	if sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{GPUs: 1}); sel.Chosen().Profile.Name != "t4-1" {
@@ -166,13 +179,15 @@ func TestConfidentialProfileIsHonest(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "TDX_CAPABLE") || !strings.Contains(err.Error(), "not a TDX image") || !strings.Contains(err.Error(), "GCP_PROFILE_IMAGES=h100-cc=") {
 		t.Fatalf("h100-cc without an image: %v", err)
 	}
-	// A pod's image annotation is the user's choice (GCE checks it).
-	if sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", Image: "projects/p/global/images/tdx"}); sel.Chosen().Profile.Name != "h100-cc" {
+	// A pod's image annotation is refused unless the admin allows the
+	// image (allow_test.go); allowed, it serves the profile.
+	cfg.AllowedImages = commaList{"projects/p/global/images/tdx"}
+	if sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1, Image: "projects/p/global/images/tdx"}); sel.Chosen().Profile.Name != "h100-cc" {
 		t.Fatalf("image annotation: %v", sel.Chosen())
 	}
 	cfg.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
 	cfg.SpotFallback, cfg.ProvisioningModel = true, ProvisioningSpot
-	sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "h100-cc"})
+	sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1})
 	// No standard fallback: GCE does not sell a3-highgpu-1g on demand.
 	if strings.Join(sel.Models(), ",") != ProvisioningSpot {
 		t.Errorf("h100-cc models = %v, want SPOT only", sel.Models())
@@ -216,7 +231,7 @@ func TestStepsAndOfferings(t *testing.T) {
 		t.Errorf("offerings:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// A named shape is the only step per model.
-	named := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "t4-1"})
+	named := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "t4-1", GPUs: 1})
 	if n := len(named.Steps()); n != 2 {
 		t.Errorf("named t4-1 steps = %d, want 2 (SPOT, STANDARD)", n)
 	}

@@ -41,7 +41,7 @@ func TestUserProfiles(t *testing.T) {
 		t.Fatalf("got %+v, want the user's t4-1 on n1-standard-8 (30720 MiB)", p)
 	}
 	cfg := validConfig()
-	sel, err := cfg.Select(c, provider.InstanceTypeSpec{InstanceType: "t4-1"})
+	sel, err := cfg.Select(c, provider.InstanceTypeSpec{InstanceType: "t4-1", GPUs: 1})
 	if err != nil || sel.Chosen().Profile.MachineType != "n1-standard-8" {
 		t.Fatalf("named t4-1: %v, %v", sel, err)
 	}

@@ -52,6 +52,9 @@ type Provider struct {
 	// createTimeout bounds a create's walk (the const; tests shorten it).
 	createTimeout time.Duration
 
+	// gpuTotals enforces GCP_MAX_GPUS_TOTAL and _PER_NAMESPACE (totals.go).
+	gpuTotals gpuTotals
+
 	mu sync.Mutex
 	// imageSizeGB are the images' disk sizes (by the configured name) once
 	// ConfigVerifier looked them up, so creates need no image call.

@@ -1,0 +1,266 @@
+package gcpt4
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// What a pod may choose is the cluster admin's decision, not the pod
+// author's: whoever may create a kata-remote pod must not boot an image of
+// their own inside the VPC with the podVM tag and service account, nor run
+// up a bill the admin did not allow. Upstream's gcp provider takes the
+// image annotation as is and, with an empty GCP_INSTANCE_TYPES, allows
+// only its default type (VerifyCloudInstanceType, src/cloud-providers/
+// util.go at v0.22.0, 38d0fcf7); here the empty list allows the profiles.
+
+// AllowAuto in GCP_INSTANCE_TYPES lets fit choose its automatic shapes
+// (N1 predefined and custom with T4s, E2/N1 for CPU-only pods); an empty
+// list allows them too, within the caps.
+const AllowAuto = "auto"
+
+// Annotation names as a pod author writes them, for error messages.
+const (
+	annotImage       = "io.katacontainers.config.hypervisor.image"
+	annotMachineType = "io.katacontainers.config.hypervisor.machine_type"
+)
+
+// imageKey is an image in one canonical form, so that "podvm-t4",
+// "global/images/podvm-t4" and the https URL compare equal.
+func (c *Config) imageKey(image string) (string, error) {
+	ref, err := c.parseImage(image)
+	if err != nil {
+		return "", err
+	}
+	if ref.family != "" {
+		return "projects/" + ref.project + "/global/images/family/" + ref.family, nil
+	}
+	return "projects/" + ref.project + "/global/images/" + ref.name, nil
+}
+
+// checkPodImage refuses an image annotation that names an image the admin
+// did not configure: PODVM_IMAGE_NAME, GCP_PROFILE_IMAGES, a profile's
+// image: or GCP_ALLOWED_IMAGES.
+func (c *Config) checkPodImage(catalog *Catalog, podImage string) error {
+	if podImage == "" {
+		return nil
+	}
+	want, err := c.imageKey(podImage)
+	if err != nil {
+		return fmt.Errorf("pod annotation %s: %q is not an image name (%w)", annotImage, podImage, err)
+	}
+	allowed := append([]string{c.ImageName}, c.AllowedImages...)
+	for _, img := range c.ProfileImages {
+		allowed = append(allowed, img)
+	}
+	if catalog != nil {
+		for _, p := range catalog.profiles {
+			allowed = append(allowed, p.Image)
+		}
+	}
+	for _, img := range allowed {
+		if img == "" {
+			continue
+		}
+		if k, err := c.imageKey(img); err == nil && k == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("pod annotation %s: image %s is not one the cluster admin allows (PODVM_IMAGE_NAME, GCP_PROFILE_IMAGES, a profile's image); remove the annotation, or ask the admin to add it to GCP_ALLOWED_IMAGES", annotImage, want)
+}
+
+// listed reports whether the admin named this shape in GCP_INSTANCE_TYPES.
+func (c *Config) listed(p Profile) bool {
+	return slices.Contains(c.InstanceTypes, p.Name) || slices.Contains(c.InstanceTypes, p.MachineType)
+}
+
+// nameAllowed is the allow-list for the machine_type annotation: the
+// list's entries, or, with an empty list, the catalog's profile names and
+// the machine types of its non-explicit profiles (so n1-standard-8 with one
+// T4 may be named, a3-highgpu-1g may not).
+func (c *Config) nameAllowed(catalog *Catalog, name string) error {
+	if len(c.InstanceTypes) > 0 {
+		if slices.Contains(c.InstanceTypes, name) {
+			return nil
+		}
+		return fmt.Errorf("pod annotation %s: %q is not in GCP_INSTANCE_TYPES (%s); use one of those, or ask the cluster admin to add it", annotMachineType, name, c.InstanceTypes.String())
+	}
+	var names []string
+	for _, p := range catalog.profiles {
+		names = append(names, p.Name)
+		if p.Name == name || (!p.Explicit && p.MachineType == name) {
+			return nil
+		}
+	}
+	return fmt.Errorf("pod annotation %s: %q is not a profile (%s) or a profile's machine type, which is all an empty GCP_INSTANCE_TYPES allows; name a profile, or ask the cluster admin to list it in GCP_INSTANCE_TYPES", annotMachineType, name, strings.Join(names, ", "))
+}
+
+// fitAllowed says why fit may not choose a shape, or "" if it may.
+func (c *Config) fitAllowed(p Profile) string {
+	if len(c.InstanceTypes) == 0 {
+		return ""
+	}
+	if c.listed(p) || (p.Name == AutoProfile && slices.Contains(c.InstanceTypes, AllowAuto)) {
+		return ""
+	}
+	return fmt.Sprintf("%s (%s) is not in GCP_INSTANCE_TYPES (%s)", p.Name, describeProfile(p), c.InstanceTypes.String())
+}
+
+// caps are the per-pod limits in force.
+type caps struct {
+	gpus, vcpus, memoryMiB int64
+	// derived is set for a limit the admin did not set, taken from the
+	// largest allowed shape (from).
+	derivedGPUs, derivedVCPUs, derivedMemory bool
+	fromGPUs, fromVCPUs, fromMemory          string
+}
+
+// podCaps are GCP_MAX_GPUS_PER_POD, GCP_MAX_VCPUS_PER_POD and
+// GCP_MAX_MEMORY_PER_POD; an unset (0) one is the largest of the shapes the
+// admin allows by name: the allowed non-explicit profiles and listed
+// machine types. A shape the pod names (a profile or listed type) is bound
+// by the set limits only: naming it is what the allow-list permits.
+func (c *Config) podCaps(catalog *Catalog) caps {
+	var lim caps
+	consider := func(name string, gpus, vcpus, mem int64) {
+		if gpus > lim.gpus {
+			lim.gpus, lim.fromGPUs = gpus, name
+		}
+		if vcpus > lim.vcpus {
+			lim.vcpus, lim.fromVCPUs = vcpus, name
+		}
+		if mem > lim.memoryMiB {
+			lim.memoryMiB, lim.fromMemory = mem, name
+		}
+	}
+	for _, p := range catalog.profiles {
+		if !p.Explicit && c.fitAllowed(p) == "" {
+			consider(p.Name, p.gpus, p.VCPUs, p.MemoryMiB)
+		}
+	}
+	for _, name := range c.InstanceTypes {
+		if s, ok := lookupShape(name); ok {
+			gpus := int64(s.bundledCount)
+			if isN1(name) {
+				gpus = int64(t4Counts[len(t4Counts)-1])
+			}
+			consider(name, gpus, s.vcpus, s.memoryMiB)
+		}
+	}
+	if len(c.InstanceTypes) > 0 {
+		// The list decides the largest shape: say so, so that the admin
+		// sees both settings that move the limit.
+		for _, f := range []*string{&lim.fromGPUs, &lim.fromVCPUs, &lim.fromMemory} {
+			*f += ", from GCP_INSTANCE_TYPES"
+		}
+	}
+	if c.MaxGPUsPerPod > 0 {
+		lim.gpus = int64(c.MaxGPUsPerPod)
+	} else {
+		lim.derivedGPUs = true
+	}
+	if c.MaxVCPUsPerPod > 0 {
+		lim.vcpus = int64(c.MaxVCPUsPerPod)
+	} else {
+		lim.derivedVCPUs = true
+	}
+	if c.MaxMemoryPerPod > 0 {
+		lim.memoryMiB = int64(c.MaxMemoryPerPod)
+	} else {
+		lim.derivedMemory = true
+	}
+	return lim
+}
+
+// capError names the setting that refuses n against limit.
+func capError(what string, n, limit int64, unit, setting, annotation string, derived bool, from string) error {
+	how := fmt.Sprintf("the cluster allows at most %d per pod (%s)", limit, setting)
+	if derived {
+		how = fmt.Sprintf("the cluster allows at most %d per pod: %s is unset, so the limit is the largest allowed shape's (%s)", limit, setting, from)
+	}
+	return fmt.Errorf("%s: %d %s; %s; lower the pod's request (%s), or ask the cluster admin to raise %s", what, n, unit, how, annotation, setting)
+}
+
+func (l caps) gpuError(what string, n int64) error {
+	return capError(what, n, l.gpus, "GPU(s)", "GCP_MAX_GPUS_PER_POD", "nvidia.com/gpu or default_gpus", l.derivedGPUs, l.fromGPUs)
+}
+
+func (l caps) vcpuError(what string, n int64) error {
+	return capError(what, n, l.vcpus, "vCPU(s)", "GCP_MAX_VCPUS_PER_POD", "cpu or default_vcpus", l.derivedVCPUs, l.fromVCPUs)
+}
+
+func (l caps) memoryError(what string, n int64) error {
+	return capError(what, n, l.memoryMiB, "MiB", "GCP_MAX_MEMORY_PER_POD", "memory or default_memory", l.derivedMemory, l.fromMemory)
+}
+
+// checkShape refuses a shape over a limit; named shapes (the admin's own,
+// chosen by the pod by name) are bound only by the limits the admin set.
+func (l caps) checkShape(p Profile, named bool) error {
+	what := fmt.Sprintf("shape %s (%s)", p.Name, describeProfile(p))
+	switch {
+	case p.gpus > l.gpus && (!named || !l.derivedGPUs):
+		return l.gpuError(what, p.gpus)
+	case p.VCPUs > l.vcpus && (!named || !l.derivedVCPUs):
+		return l.vcpuError(what, p.VCPUs)
+	case p.MemoryMiB > l.memoryMiB && (!named || !l.derivedMemory):
+		return l.memoryError(what, p.MemoryMiB)
+	}
+	return nil
+}
+
+// checkRequest refuses a request over a limit before any shape is sought,
+// so the error names the pod's own numbers.
+func (l caps) checkRequest(r Request, named bool) error {
+	const what = "pod request"
+	if r.GPUs > l.gpus && (!named || !l.derivedGPUs) {
+		return l.gpuError(what, r.GPUs)
+	}
+	if named {
+		// A named shape is what the pod gets, whatever vCPUs and memory
+		// it asks for; checkShape bounds it.
+		return nil
+	}
+	if r.VCPUs > l.vcpus {
+		return l.vcpuError(what, r.VCPUs)
+	}
+	if r.MemoryMiB > l.memoryMiB {
+		return l.memoryError(what, r.MemoryMiB)
+	}
+	return nil
+}
+
+// checkDeclaredGPUs refuses a named shape with more GPUs than the pod
+// declares (nvidia.com/gpu, which the peer-pods webhook turns into
+// default_gpus, or default_gpus itself): the cost guard counts declared
+// GPUs, so a CPU-only pod naming t4-4 would get four GPUs nobody counted.
+// T4s attach 1, 2 or 4 at a time, so three declared may get four. A shape
+// the admin listed in GCP_INSTANCE_TYPES by name is the admin's decision.
+func (c *Config) checkDeclaredGPUs(p Profile, r Request) error {
+	if p.gpus <= r.GPUs || c.listed(p) {
+		return nil
+	}
+	if n, ok := nextT4Count(r.GPUs); ok && r.GPUs > 0 && p.gpuModel == AcceleratorT4 && int64(n) >= p.gpus {
+		return nil
+	}
+	return fmt.Errorf("pod annotation %s: %q has %d GPU(s) but the pod declares %d: a pod gets only the GPUs it declares, so that the cluster's GPU caps count them; request nvidia.com/gpu: %d (or annotate default_gpus), or ask the cluster admin to list %q in GCP_INSTANCE_TYPES", annotMachineType, r.InstanceType, p.gpus, r.GPUs, p.gpus, r.InstanceType)
+}
+
+// validateAllow checks the allow-list and cap settings.
+func (c *Config) validateAllow() error {
+	for _, img := range c.AllowedImages {
+		if _, err := c.imageKey(img); err != nil {
+			return fmt.Errorf("GCP_ALLOWED_IMAGES: %q: %w", img, err)
+		}
+	}
+	for name, v := range map[string]int{"GCP_MAX_GPUS_PER_POD": c.MaxGPUsPerPod, "GCP_MAX_VCPUS_PER_POD": c.MaxVCPUsPerPod, "GCP_MAX_MEMORY_PER_POD": c.MaxMemoryPerPod} {
+		if v < 0 {
+			return fmt.Errorf("%s: %d is negative; use 0 for the largest allowed profile's, or a positive limit", name, v)
+		}
+	}
+	for name, v := range map[string]int{"GCP_MAX_GPUS_TOTAL": c.MaxGPUsTotal, "GCP_MAX_GPUS_PER_NAMESPACE": c.MaxGPUsPerNamespace} {
+		if v < 0 {
+			return fmt.Errorf("%s: %d is negative; use 0 for no limit", name, v)
+		}
+	}
+	return nil
+}
