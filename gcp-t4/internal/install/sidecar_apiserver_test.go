@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/containerdversions"
+	"github.com/caa-gcp-t4/gcp-t4/internal/nodeevents"
 	"github.com/caa-gcp-t4/gcp-t4/internal/remediate"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -139,7 +140,7 @@ func (e *env) testSidecarIdentity(t *testing.T, node string) {
 	}
 	var restored *corev1.Event
 	for _, ev := range e.nodeEvents(t, node) {
-		if ev.Reason == "KataRemoteConfigRestored" {
+		if ev.Reason == nodeevents.ConfigRestored {
 			restored = &ev
 		}
 	}
@@ -178,9 +179,6 @@ func (e *env) testSidecarIdentity(t *testing.T, node string) {
 // kubelet and the garbage collector (neither runs here): a pod of the
 // DaemonSet on the node, deleted once the DaemonSet is gone.
 func (e *env) testUninstallRestoresNodes(t *testing.T) {
-	if reasonNodeRestored != remediate.ReasonNodeRestored {
-		t.Fatalf("install looks for Event reason %q, the sidecar records %q", reasonNodeRestored, remediate.ReasonNodeRestored)
-	}
 	ctx := t.Context()
 	node := "gke-c-peer-1"
 	e.setNodes(t, gkeNode(node, "peer", "ubuntu", true))

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/nodeevents"
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -194,7 +195,7 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 		}
 	}
 	if why := r.cfg.Host.COSReason(node); why != "" {
-		return r.skip(ctx, "KataRemoteUnsupportedOS", why)
+		return r.skip(ctx, nodeevents.UnsupportedOS, why)
 	}
 	for _, p := range r.kataDeployFiles() {
 		if wait, why := settled(p, r.cfg.Quiet, time.Now()); wait > 0 {
@@ -216,7 +217,7 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 		}
 	}
 	if missing := r.cfg.Host.MissingKata(h); missing != "" {
-		return r.skip(ctx, "KataRemoteShimMissing", fmt.Sprintf("%s is not on the host; not registering %s until kata is installed (a handler without its shim breaks every pod using it)", missing, h.Name))
+		return r.skip(ctx, nodeevents.ShimMissing, fmt.Sprintf("%s is not on the host; not registering %s until kata is installed (a handler without its shim breaks every pod using it)", missing, h.Name))
 	}
 	if why := kd.Installing(node); why != "" {
 		r.setReady(false)
@@ -251,7 +252,7 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 		case errors.Is(err, ErrUnsupported):
 			reason = "ConfigUnsupported"
 		case errors.Is(err, errSkip):
-			return r.skip(ctx, "KataRemoteShimMissing", strings.TrimPrefix(err.Error(), errSkip.Error()+": "))
+			return r.skip(ctx, nodeevents.ShimMissing, strings.TrimPrefix(err.Error(), errSkip.Error()+": "))
 		}
 		return res, r.fail(ctx, reason, err)
 	}
@@ -407,7 +408,7 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 		return res, err
 	}
 	r.lastWrite = &pl
-	r.events.Emit(ctx, false, "KataRemoteConfigRestored", fmt.Sprintf("restored runtime handler %s (settings from %s) in %s (%s, config version %d), checked with containerd %s's own merge",
+	r.events.Emit(ctx, false, nodeevents.ConfigRestored, fmt.Sprintf("restored runtime handler %s (settings from %s) in %s (%s, config version %d), checked with containerd %s's own merge",
 		h.Name, pl.Source, strings.Join(res.Wrote, ", "), pl.Mode, pl.FileVersion, run))
 	return res, nil
 }
