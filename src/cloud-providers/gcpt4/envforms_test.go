@@ -48,8 +48,8 @@ func TestEnvFormsAgainstUpstream(t *testing.T) {
 	}
 
 	// ROOT_VOLUME_SIZE: GiB as a plain integer (upstream's IntWithEnv reads
-	// a leading integer, so "100Gi" is 100 inside upstream's CAA but the
-	// default in this repository's fork: give the plain number). The
+	// a leading integer, so "100Gi" is 100 to the registrar, and refused at
+	// start: rootvolume_test.go). The
 	// default is 50 (upstream 10), and below 10 is refused (GCE's minimum
 	// boot disk).
 	c = parseEnv(t, with("ROOT_VOLUME_SIZE", "100"))
