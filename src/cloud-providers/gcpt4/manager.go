@@ -75,10 +75,12 @@ func (m *Manager) register(reg *keyRegistrar) {
 func (m *Manager) LoadEnv() {}
 
 // NewProvider builds the provider from the parsed configuration. CAA calls
-// it once at start and exits on its error, so everything that would make
-// every later create fail is refused here: a variable upstream's registrar
-// could not parse (and silently replaced by its default), and credentials
-// the provider cannot use.
+// it once at start and exits on its error. Refused here, without calling
+// the API: a variable upstream's registrar could not parse (and silently
+// replaced by its default), a configuration Config.Validate refuses,
+// profiles the catalogue refuses, and credentials the provider cannot use.
+// What needs the API (image, template, accelerator) is ConfigVerifier's.
+// Nothing else is checked at start.
 func (m *Manager) NewProvider() (provider.Provider, error) {
 	if err := m.CheckEnv(osLookup); err != nil {
 		return nil, err
