@@ -23,7 +23,7 @@ include test/containerd/versions.mk
 CONTAINERD_ENV := CONTAINERD17_VERSION=$(CONTAINERD17) CONTAINERD2_VERSIONS="$(CONTAINERD2)"
 
 .PHONY: all help build test test-short demo bench lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz print-containerd-versions
-.PHONY: delivery upstream-patch image
+.PHONY: delivery upstream-patch upstream-lint image
 .PHONY: controlplane controlplane-test kuberay helm-vet helm-check reaper-acceptance
 
 # The test control plane (test/controlplane): kube-apiserver and etcd for the
@@ -206,6 +206,13 @@ bench: tools containerd controlplane
 ##   make dropin-check UPSTREAM=/path/to/cloud-api-adaptor [UPSTREAM_REF=v0.22.0]
 dropin-check: tools
 	test/dropin/check.sh "$(UPSTREAM)" $(UPSTREAM_REF)
+
+## upstream-lint: golangci-lint as upstream's CI pins it (GOLANGCI_LINT_VERSION), with the
+## tree's own .golangci.yaml and -tags gcp_t4, on gcpt4 copied into an upstream checkout
+##   make upstream-lint UPSTREAM=/path/to/cloud-api-adaptor [UPSTREAM_REF=v0.22.0]
+GOLANGCI_LINT_VERSION ?= v2.9.0
+upstream-lint: tools
+	GOLANGCI_LINT_VERSION=$(GOLANGCI_LINT_VERSION) test/dropin/lint.sh "$(UPSTREAM)" $(UPSTREAM_REF)
 
 ## delivery: the patch script on a synthetic upstream tree (incl. refusal), the
 ## provider API check, and the Dockerfile parsed with BuildKit's parser
