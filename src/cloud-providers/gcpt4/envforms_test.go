@@ -113,8 +113,8 @@ func TestEnvFormsAgainstUpstream(t *testing.T) {
 		{with("ROOT_VOLUME_SIZE", "5"), "ROOT_VOLUME_SIZE"},
 		{with("GCP_ZONE", "us-central1"), "GCP_ZONE"},
 	} {
-		c := parseEnv(t, tc.env)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		bad := parseEnv(t, tc.env)
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: Validate() = %v, want %q", tc.env, err, tc.want)
 		}
 	}

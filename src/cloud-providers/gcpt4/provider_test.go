@@ -458,7 +458,7 @@ func TestConfigVerifier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer off.Teardown()
+	defer func() { _ = off.Teardown() }()
 	if err := off.ConfigVerifier(); err != nil {
 		t.Fatalf("unreachable API must not fail the verifier: %v", err)
 	}
