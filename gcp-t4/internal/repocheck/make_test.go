@@ -118,15 +118,15 @@ func TestTestRunsFastChecksFirst(t *testing.T) {
 	}
 	s := string(out)
 	order := []string{"gofmt -l", "go vet", "go test -count=1 -skip", "scripts/lint/setup.sh", "test/podvm/run.sh"}
-	last := -1
+	last, prev := -1, ""
 	for _, step := range order {
 		i := strings.Index(s, step)
 		if i < 0 {
 			t.Fatalf("make -n test does not run %q:\n%s", step, s)
 		}
 		if i < last {
-			t.Errorf("make test runs %q after %q; want the order %v", step, order[0], order)
+			t.Errorf("make test runs %q before %q; want the order %q", step, prev, order)
 		}
-		last = i
+		last, prev = i, step
 	}
 }
