@@ -156,7 +156,7 @@ func TestAPIServerAcceptsTheExample(t *testing.T) {
 	for _, set := range []struct {
 		name string
 		objs []object
-	}{{"nccl-check", ncclCheck(t)}, {"mistral-tp2", example(t)}} {
+	}{{"nccl-check", ncclCheck(t)}, {"mistral-tp2", example(t)}, {"single-podvm", singlePodVM(t)}} {
 		for _, o := range set.objs {
 			if err := apply(ctx, dyn, o.yaml); err != nil {
 				t.Errorf("%s: %v", set.name, err)
@@ -169,6 +169,13 @@ func TestAPIServerAcceptsTheExample(t *testing.T) {
 	}
 	if v, _, _ := unstructured.NestedString(got.Object, "spec", "rayClusterConfig", "headGroupSpec", "rayStartParams", "num-gpus"); v != "1" {
 		t.Errorf("stored head num-gpus %q, want \"1\"", v)
+	}
+	one, err := dyn.Resource(resources["RayService"]).Namespace("mistral-tp2").Get(ctx, "mistral-tp2-1vm", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("read back the one-podVM RayService: %v", err)
+	}
+	if v, _, _ := unstructured.NestedString(one.Object, "spec", "rayClusterConfig", "headGroupSpec", "rayStartParams", "num-gpus"); v != "2" {
+		t.Errorf("stored one-podVM head num-gpus %q, want \"2\"", v)
 	}
 
 	// Built-in kinds too: strict validation names the unknown field rather

@@ -85,7 +85,7 @@ func equalResources(a, b corev1.ResourceRequirements) bool {
 // Every manifest file in the example directories is rendered (so strictly
 // decoded), and every file a kustomization names exists.
 func TestEveryFileIsInTheKustomization(t *testing.T) {
-	for _, dir := range []string{exampleDir, checkDir, monitoringDir} {
+	for _, dir := range []string{exampleDir, checkDir, monitoringDir, singleDir} {
 		b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 		if err != nil {
 			t.Fatal(err)
@@ -237,17 +237,106 @@ func TestNCCLCheckScriptDryRun(t *testing.T) {
 	if !strings.Contains(summary, `plan_flags="--nccl-latency `+fields["allreduce_10240B_p50_us"]+"us --nccl-bandwidth ") {
 		t.Errorf("summary %q does not give the gcp-t4 plan serve flags", summary)
 	}
-	for _, want := range []string{"FlexAttention", "warm-up:", "all_reduce 10240 B x 200:", "network floor: 82 collectives per token", "all_reduce 268435456 B x 5:", "gloo"} {
+	for _, want := range []string{"FlexAttention", "warm-up:", "all_reduce 10240 B x 200:", "network floor: 82 collectives per token", "all_reduce 268435456 B x 5:", "gloo",
+		"driver 570.195.03 supports CUDA 12.8; torch is built for CUDA 12.8: native", "UDP 1450 B echoed", "TCP 4194304 B"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry run output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, step := range []string{"device", "kernel", "flex_attention", "init", "warmup", "latency", "bandwidth", "gloo"} {
+	for _, f := range []string{"driver", "driver_cuda", "torch_cuda", "cuda_compat", "mtu_probe"} {
+		if fields[f] == "" {
+			t.Errorf("summary %q lacks %s=", summary, f)
+		}
+	}
+	for _, step := range []string{"device", "versions", "kernel", "flex_attention", "init", "mtu", "warmup", "latency", "bandwidth", "gloo"} {
 		out, rc := run("--dry-run", "--dry-run-fail", step)
 		last := strings.TrimSpace(out)
 		last = last[strings.LastIndex(last, "\n")+1:]
 		if rc != 1 || !strings.HasPrefix(last, "NCCL-CHECK FAIL rank=1 step="+step+": ") {
 			t.Errorf("failing %s: exit %d, last line %q; want 1 and a FAIL line naming the step", step, rc, last)
 		}
+	}
+}
+
+// The versions step: the driver's CUDA version against the one the image's
+// torch was built for. Same major version, older minor: CUDA minor-version
+// compatibility (Debian bookworm's 535 driver supports CUDA 12.2, the cu128
+// image's torch wants 12.8), reported as such; an older major version, or
+// a driver below the major version's minimum: refused before the GPU is
+// used, with what to change. And a message larger than one MTU that does
+// not cross: the FAIL line carries the MTU hint.
+func TestNCCLCheckVersionsAndMTU(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed (apt-get install python3): %v", err)
+	}
+	script := filepath.Join(checkDir, "nccl_check.py")
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(python, append([]string{script, "--dry-run"}, args...)...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PYTHONDONTWRITEBYTECODE=1", "RANK=1", "WORLD_SIZE=2"}
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return string(out), 0
+		case errors.As(err, &ee):
+			return string(out), ee.ExitCode()
+		}
+		t.Fatalf("running %s: %v", script, err)
+		return "", -1
+	}
+	last := func(out string) string {
+		out = strings.TrimSpace(out)
+		return out[strings.LastIndex(out, "\n")+1:]
+	}
+	for _, tc := range []struct {
+		versions string
+		rc       int
+		want     string
+	}{
+		{"535.247.01:12020:12.8", 0, "driver=535.247.01 driver_cuda=12.2 torch_cuda=12.8 cuda_compat=minor-version"},
+		{"570.195.03:12080:12.8", 0, "cuda_compat=native"},
+		{"580.95.05:13000:12.8", 0, "driver_cuda=13.0 torch_cuda=12.8 cuda_compat=native"},
+		{"535.247.01:12020:13.0", 1, "step=versions: CheckError: driver 535.247.01 supports CUDA 12.2; torch is built for CUDA 13.0: incompatible hint: a CUDA 13.x image needs a driver that supports CUDA 13"},
+		{"520.61.05:12000:12.8", 1, "step=versions: CheckError: driver 520.61.05 supports CUDA 12.0; torch is built for CUDA 12.8: incompatible hint: a CUDA 12.x image needs a driver that supports CUDA 12 (>= 525.60.13)"},
+		{"470.256.02:11040:12.8", 1, "step=versions"},
+	} {
+		out, rc := run("--dry-run-versions", tc.versions)
+		if rc != tc.rc || !strings.Contains(last(out), tc.want) {
+			t.Errorf("versions %s: exit %d, last line %q; want %d and %q", tc.versions, rc, last(out), tc.rc, tc.want)
+		}
+	}
+	if out, rc := run("--dry-run-versions", "535:12.2"); rc != 2 || !strings.Contains(out, "DRIVER:DRIVER_CUDA:TORCH_CUDA") {
+		t.Errorf("malformed --dry-run-versions: exit %d, %s", rc, out)
+	}
+	out, rc := run("--dry-run-fail", "mtu")
+	if l := last(out); rc != 1 || !strings.Contains(l, "step=mtu: ") || !strings.Contains(l, "VXLAN adds 50 bytes") || !strings.Contains(l, "at least 1500") {
+		t.Errorf("mtu failure: exit %d, last line %q; want the MTU hint", rc, l)
+	}
+}
+
+// test/device/gpu_figures.py, the driver-only measurement of the figures
+// plan serve assumes, checks its own arithmetic without a GPU, and where
+// there is no driver it says so on one FAIL line and exits 1.
+func TestGPUFiguresScript(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed (apt-get install python3): %v", err)
+	}
+	script := filepath.Join(repoRoot, "test/device/gpu_figures.py")
+	cmd := exec.Command(python, script, "--self-test")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PYTHONDONTWRITEBYTECODE=1"}
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "self-test ok") {
+		t.Fatalf("--self-test: %v\n%s", err, out)
+	}
+	if _, err := os.Stat("/dev/nvidia0"); err == nil {
+		return // a GPU machine: serving-check.sh measures there
+	}
+	cmd = exec.Command(python, script)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PYTHONDONTWRITEBYTECODE=1", "LD_LIBRARY_PATH=/nonexistent"}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.HasPrefix(strings.TrimSpace(string(out)), "GPU-FIGURES FAIL: ") {
+		t.Errorf("without a GPU: %v, %q; want exit 1 and one GPU-FIGURES FAIL line", err, out)
 	}
 }

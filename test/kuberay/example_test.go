@@ -7,6 +7,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -255,6 +256,7 @@ func TestNetworkEnvAndSharedMemory(t *testing.T) {
 		"NCCL_NSOCKS_PERTHREAD":  "1",
 		"NCCL_DEBUG":             "INFO",
 		"VLLM_ATTENTION_BACKEND": "FLEX_ATTENTION",
+		"RAY_CGRAPH_get_timeout": "1800",
 		"VLLM_HOST_IP":           "field:status.podIP",
 		"HF_TOKEN":               "secret:hf-token/token",
 	}
@@ -304,26 +306,67 @@ func TestInitializingTimeoutCoversPodVMStartUp(t *testing.T) {
 	}
 }
 
-// The OpenAI Service selects the Ray pods' serving port.
-func TestOpenAIServiceSelectsRayPods(t *testing.T) {
+// The OpenAI Service selects the head only, once KubeRay has labelled it
+// ray.io/serve=true (its proxy answers): Serve starts proxies only on the
+// head and on nodes with a replica, and the worker holds none. KubeRay
+// labels workers ray.io/serve=true unconditionally (common/pod.go BuildPod
+// at v1.6.2), so a selector without the node type would send requests to
+// the worker, where nothing listens on 8000.
+func TestOpenAIServiceSelectsTheHead(t *testing.T) {
 	objs := example(t)
 	rs := only[*rayv1.RayService](t, objs)
 	svc := only[*corev1.Service](t, objs)
+	checkOpenAIService(t, rs, svc)
+}
+
+func checkOpenAIService(t *testing.T, rs *rayv1.RayService, svc *corev1.Service) {
+	t.Helper()
 	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.IntValue() != 8000 {
 		t.Fatalf("service ports %+v, want one to 8000 (Ray Serve's HTTP proxy)", svc.Spec.Ports)
 	}
 	for _, p := range rayPods(t, rs) {
 		labels := maps.Clone(p.tpl.Labels)
-		// KubeRay sets ray.io/serve on the pods it creates.
+		// What KubeRay sets on the pods it creates: the node type, and
+		// ray.io/serve (true on workers; on the head once its proxy is
+		// healthy).
 		labels["ray.io/serve"] = "true"
+		labels["ray.io/node-type"] = "worker"
+		if p.group == "head" {
+			labels["ray.io/node-type"] = "head"
+		}
+		selected := true
 		for k, v := range svc.Spec.Selector {
 			if labels[k] != v {
-				t.Errorf("%s pod lacks selector label %s=%s", p.group, k, v)
+				selected = false
 			}
 		}
+		if selected != (p.group == "head") {
+			t.Errorf("%s pod selected by %s: %v; want the head only", p.group, svc.Name, selected)
+		}
 		c := p.tpl.Spec.Containers[0]
-		if !slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.ContainerPort == 8000 && cp.Name == "serve" }) {
+		if p.group == "head" && !slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.ContainerPort == 8000 && cp.Name == "serve" }) {
 			t.Errorf("%s: no container port serve/8000", p.group)
+		}
+	}
+	if svc.Spec.Selector["ray.io/serve"] != "true" {
+		t.Errorf("selector %v lacks ray.io/serve=true: the head would get traffic before its proxy is up", svc.Spec.Selector)
+	}
+}
+
+// The first real request compiles FlexAttention inside vLLM's compiled Ray
+// graph; Ray's compiled-graph get() times out after RAY_CGRAPH_get_timeout
+// (python/ray/dag/context.py: default 10 s; vLLM 0.11 sets 300 with
+// os.environ.setdefault in executor/ray_distributed_executor.py, which a
+// value in the pod's environment overrides). The example allows far more
+// than vLLM's 300 s, on every Ray node.
+func TestCompiledGraphTimeoutCoversTheFirstRequest(t *testing.T) {
+	for _, rs := range []*rayv1.RayService{only[*rayv1.RayService](t, example(t)), only[*rayv1.RayService](t, singlePodVM(t))} {
+		for _, p := range rayPods(t, rs) {
+			v := envMap(t, p.group, p.tpl.Spec.Containers[0])["RAY_CGRAPH_get_timeout"]
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 900 {
+				t.Errorf("%s %s: RAY_CGRAPH_get_timeout %q; want whole seconds, at least 900 (vLLM's own 300 is what the first FlexAttention compile overruns)", rs.Name, p.group, v)
+			}
 		}
 	}
 }

@@ -92,7 +92,9 @@ func TestRunbookCommandsMatchTheExample(t *testing.T) {
 		t.Fatal("head has no HF_TOKEN from a Secret")
 	}
 	names := map[string]bool{} // kind/name
-	for _, o := range append(slices.Clone(objs), check...) {
+	single := singlePodVM(t)
+	singleSvc := only[*corev1.Service](t, single)
+	for _, o := range append(append(slices.Clone(objs), check...), single...) {
 		names[strings.ToLower(o.kind)+"/"+o.name] = true
 	}
 	applied := map[string]bool{}
@@ -150,10 +152,12 @@ func TestRunbookCommandsMatchTheExample(t *testing.T) {
 					}
 				}
 			}
-			if i := slices.Index(fields, "port-forward"); i > 0 && strings.Contains(c, "svc/"+svc.Name) {
-				port := strconv.Itoa(int(svc.Spec.Ports[0].Port))
-				if !strings.HasSuffix(c, ":"+port+" &") && !strings.HasSuffix(c, ":"+port) {
-					t.Errorf("%q: the Service listens on %s", c, port)
+			for _, sv := range []*corev1.Service{svc, singleSvc} {
+				if i := slices.Index(fields, "port-forward"); i > 0 && slices.Contains(fields, "svc/"+sv.Name) {
+					port := strconv.Itoa(int(sv.Spec.Ports[0].Port))
+					if !strings.HasSuffix(c, ":"+port+" &") && !strings.HasSuffix(c, ":"+port) {
+						t.Errorf("%q: the Service listens on %s", c, port)
+					}
 				}
 			}
 		case "gcp-t4":
@@ -185,7 +189,7 @@ func TestRunbookCommandsMatchTheExample(t *testing.T) {
 			}
 		}
 	}
-	for _, dir := range []string{"install/examples/mistral-tp2", "install/examples/mistral-tp2/nccl-check"} {
+	for _, dir := range []string{"install/examples/mistral-tp2", "install/examples/mistral-tp2/nccl-check", "install/examples/mistral-tp2/single-podvm"} {
 		if !applied[dir] {
 			t.Errorf("the runbook never applies or deletes -k %s", dir)
 		}
@@ -252,6 +256,14 @@ func TestRunbookReflectsEverySetting(t *testing.T) {
 		"FlexAttention forward compiled by `torch.compile`", "--nccl-latency",
 		// The calculator's headroom, graphs and decode estimate.
 		"(1 − 0.95) × 14.75 GiB = 0.74 GiB", "captured *after* the KV cache is sized", "Decode estimate",
+		"cos_sin_cache", "min(max_num_seqs × 2, 512)", "Prefill and time to first token", "--path host",
+		// The first request, the worker's readiness, /dev/shm as kata mounts it.
+		"RAY_CGRAPH_get_timeout=" + env["RAY_CGRAPH_get_timeout"], "setdefault", "local_raylet_healthz",
+		"ray.io/node-type: head", "half the podVM's", "handleEphemeralStorage",
+		// The NCCL check's versions and MTU steps.
+		"cuda_compat=minor-version", "step=versions", "step=mtu", "don't fragment",
+		// The one-podVM layout.
+		"install/examples/mistral-tp2/single-podvm", "`t4-2`", "via P2P/", "via SHM/",
 	}
 	for _, w := range want {
 		if !strings.Contains(doc, w) {

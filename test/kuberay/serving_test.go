@@ -190,6 +190,27 @@ func TestKubeRayBuildsThePodsAsIntended(t *testing.T) {
 			}
 		}
 	}
+	// The OpenAI Service against the labels KubeRay really puts on the
+	// pods: the head (once the controller has seen its proxy healthy and
+	// set ray.io/serve=true) is selected, the worker (labelled
+	// ray.io/serve=true by BuildPod, proxy or not) is not.
+	svc := only[*corev1.Service](t, example(t))
+	built := build(false)
+	built[0].Labels["ray.io/serve"] = "true"
+	for i, pod := range built {
+		selected := true
+		for k, v := range svc.Spec.Selector {
+			if pod.Labels[k] != v {
+				selected = false
+			}
+		}
+		if selected != (i == 0) {
+			t.Errorf("%s (labels %v) selected by %s: %v; want the head only", pod.Spec.Containers[0].Name, pod.Labels, svc.Name, selected)
+		}
+	}
+	if built[1].Labels["ray.io/serve"] != "true" {
+		t.Errorf("KubeRay labels the worker ray.io/serve=%q; the head-only selector's reason has changed", built[1].Labels["ray.io/serve"])
+	}
 	worker := build(true)[1].Spec.Containers[0]
 	if p := worker.ReadinessProbe; p == nil || p.Exec == nil || p.TimeoutSeconds != utils.DefaultReadinessProbeTimeoutSeconds || p.FailureThreshold != utils.ServeReadinessProbeFailureThreshold {
 		t.Errorf("KubeRay's own worker readiness probe is %+v; the example's reason for its own probes has changed", p)
@@ -209,13 +230,11 @@ func TestProbesTolerateThePeerPodPath(t *testing.T) {
 				t.Errorf("%s: rayStartParams %s moves a port the probes use", p.group, k)
 			}
 		}
-		serve := int32(0)
-		for _, cp := range c.Ports {
-			if cp.Name == utils.ServingPortName {
-				serve = cp.ContainerPort
-			}
-		}
-		wantReady := httpProbe{"/" + utils.RayServeProxyHealthPath, serve}
+		// The worker runs no Serve proxy (Serve starts proxies on the head
+		// and on nodes with a replica; the worker holds only a vLLM
+		// tensor-parallel worker), so its readiness is its raylet's; the
+		// head's is GCS.
+		wantReady := httpProbe{"/" + utils.RayAgentRayletHealthPath, utils.DefaultDashboardAgentListenPort}
 		if p.group == "head" {
 			wantReady = httpProbe{"/" + utils.RayDashboardGCSHealthPath, utils.DefaultDashboardPort}
 		}

@@ -39,11 +39,13 @@ type hfConfig struct {
 	NumKeyValueHeads  int      `json:"num_key_value_heads"`
 	// HeadDim is absent from older configs (Mistral-7B-v0.3); transformers
 	// then uses hidden_size / num_attention_heads.
-	HeadDim            int    `json:"head_dim"`
-	VocabSize          int    `json:"vocab_size"`
-	TieWordEmbeddings  bool   `json:"tie_word_embeddings"`
-	TorchDtype         string `json:"torch_dtype"`
-	QuantizationConfig *struct {
+	HeadDim           int  `json:"head_dim"`
+	VocabSize         int  `json:"vocab_size"`
+	TieWordEmbeddings bool `json:"tie_word_embeddings"`
+	// MaxPositionEmbeddings sizes vLLM's RoPE cos_sin_cache.
+	MaxPositionEmbeddings int    `json:"max_position_embeddings"`
+	TorchDtype            string `json:"torch_dtype"`
+	QuantizationConfig    *struct {
 		QuantMethod string `json:"quant_method"`
 		Bits        int    `json:"bits"`
 		GroupSize   int    `json:"group_size"`
@@ -87,6 +89,7 @@ func ParseConfigJSON(r io.Reader, name string) (Model, error) {
 		Hidden: c.HiddenSize, Intermediate: c.IntermediateSize, Heads: c.NumAttentionHeads,
 		Layers: c.NumHiddenLayers, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
 		Vocab: c.VocabSize, Tied: c.TieWordEmbeddings, CheckpointDtype: c.TorchDtype,
+		MaxPositions: c.MaxPositionEmbeddings,
 	}
 	if m.HeadDim == 0 {
 		if c.HiddenSize%c.NumAttentionHeads != 0 {
@@ -172,8 +175,14 @@ type GPU struct {
 	// Capability is the CUDA compute capability times ten (7.5 -> 75), the
 	// number vLLM's quantisation methods compare with get_min_capability.
 	Capability int
-	// Bandwidth is the peak memory bandwidth in bytes per second.
-	Bandwidth float64
+	// Bandwidth is the peak memory bandwidth in bytes per second (the
+	// data sheet's), RealisticBandwidth what decode's memory-bound
+	// kernels are assumed to reach.
+	Bandwidth, RealisticBandwidth float64
+	// FP16FLOPS is the peak fp16 tensor-core rate (FLOP/s, the data
+	// sheet's), RealisticFP16FLOPS what prefill's GEMMs are assumed to
+	// sustain.
+	FP16FLOPS, RealisticFP16FLOPS float64
 }
 
 // BF16 reports whether the GPU computes in bfloat16 (compute capability
@@ -183,10 +192,15 @@ func (g GPU) BF16() bool { return g.Capability >= 80 }
 // gpus: a T4 has 16 GiB of GDDR6; with ECC on, as on Compute Engine,
 // PyTorch reports about 14.75 GiB total (nvidia-smi: 15360 MiB, less the
 // driver's reservation); --gpu-memory takes the exact figure. Peak
-// bandwidth 320 GB/s and compute capability 7.5 are NVIDIA's T4 data
-// sheet figures.
+// bandwidth 320 GB/s, 65 TFLOPS of fp16 (tensor cores, mixed precision)
+// and compute capability 7.5 are NVIDIA's T4 data sheet figures. The
+// realistic figures are assumptions until test/device/gpu-check.sh
+// measures them on a T4: 75 % of peak bandwidth (what streaming kernels
+// typically reach on GDDR6) and 25 TFLOPS (a 70 W T4 clocks down under
+// sustained tensor-core load, well below its boost-clock peak).
 var gpus = map[string]GPU{
-	"t4": {Name: "T4", Memory: 14.75 * GiB, Capability: 75, Bandwidth: 320e9},
+	"t4": {Name: "T4", Memory: 14.75 * GiB, Capability: 75, Bandwidth: 320e9, RealisticBandwidth: 240e9,
+		FP16FLOPS: 65e12, RealisticFP16FLOPS: 25e12},
 }
 
 // LookupGPU returns a known GPU by name (case-insensitive).

@@ -33,7 +33,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		return 2
 	}
 	logger.DebugContext(ctx, "fit computed", "model", cfg.Model.Name, "tp", cfg.TP, "verdict", string(r.Verdict))
-	if err := Print(stdout, r); err != nil {
+	layouts, err := Layouts(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 plan serve: %v\n", err)
+		return 1
+	}
+	if err := Print(stdout, r, layouts...); err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 plan serve: writing the report: %v\n", err)
 		return 1
 	}
@@ -50,13 +55,12 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	var (
 		model, configFile, modelSize, params, gpu, gpuMem string
 		quant, nonTorch, context, activation, graphs      string
-		bandwidth, busBandwidth                           string
+		bandwidth, busBandwidth, graphPerSize, path       string
 		groupSize                                         int
 		layers, kvHeads, headDim, heads                   int
 		latency                                           durationFlag
 	)
 	cfg := Config{Decode: DefaultDecode}
-	latency.d = DefaultDecode.NCCLLatency
 	fs.StringVar(&model, "model", "", "a catalogued checkpoint by Hugging Face id ("+strings.Join(ModelNames(), ", ")+")")
 	fs.StringVar(&configFile, "config", "", "a model's config.json (as downloaded from Hugging Face): the shape and quantization_config are read from it")
 	fs.StringVar(&modelSize, "model-size", "", "weights at 16 bits per parameter (an fp16/bf16 checkpoint's size), e.g. 20GB or 18.6GiB")
@@ -79,23 +83,35 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&context, "cuda-context-memory", size(DefaultOverheads.CUDAContext), "assumed CUDA context and NCCL communicators per GPU, held outside vLLM's budget")
 	fs.StringVar(&nonTorch, "non-torch-memory", size(DefaultOverheads.NonTorch), "assumed memory outside PyTorch that appears during vLLM's profiling (cuBLAS workspaces)")
 	fs.StringVar(&activation, "activation-memory", "", "the activation peak vLLM's log reports (replaces the derived one)")
-	fs.StringVar(&graphs, "cuda-graph-memory", size(DefaultOverheads.CUDAGraphs), "assumed CUDA-graph memory per GPU (ignored with --enforce-eager)")
-	fs.Var(&latency, "nccl-latency", "one small all-reduce across the group, e.g. 350us: the p50 the NCCL check prints (default: an assumed "+DefaultDecode.NCCLLatency.String()+")")
-	fs.StringVar(&busBandwidth, "nccl-bandwidth", "", "NCCL bus bandwidth for large messages, e.g. 1.2GB/s: the 16 MiB busbw the NCCL check prints (default: an assumed 1GB/s)")
-	fs.StringVar(&bandwidth, "memory-bandwidth", "", "override the GPU's peak memory bandwidth, e.g. 250GB/s")
+	fs.StringVar(&graphs, "cuda-graph-memory", "", "CUDA-graph memory per GPU from vLLM's \"Graph capturing finished\" line (default: the captured sizes x --cuda-graph-size-memory; ignored with --enforce-eager)")
+	fs.StringVar(&graphPerSize, "cuda-graph-size-memory", size(DefaultOverheads.CUDAGraphPerSize), "assumed CUDA-graph memory per captured batch size")
+	fs.StringVar(&path, "path", string(DefaultDecode.Path), "how the GPUs reach each other: vpc (one T4 per podVM, the two-podVM example) or host (all GPUs in one podVM)")
+	fs.Var(&latency, "nccl-latency", "a measured 2-rank all-reduce of one hidden state, e.g. 350us: the p50 the NCCL check prints (default: the path's assumed ring-step latency)")
+	fs.StringVar(&busBandwidth, "nccl-bandwidth", "", "measured NCCL bus bandwidth for large messages, e.g. 1.2GB/s: the 16 MiB busbw the NCCL check prints (default: the path's assumed figure)")
+	fs.StringVar(&bandwidth, "memory-bandwidth", "", "the memory bandwidth decode reaches, e.g. 250GB/s: what test/device/gpu-check.sh measures (default: an assumed 75 % of the GPU's peak)")
 	fs.IntVar(&cfg.Decode.Context, "decode-context", DefaultDecode.Context, "tokens of context the decode estimate reads from the KV cache per sequence")
+	fs.IntVar(&cfg.Decode.PromptTokens, "prompt-tokens", DefaultDecode.PromptTokens, "prompt length the time to first token is estimated for")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q: all settings are flags (see -h)", fs.Arg(0))
 	}
-	cfg.Decode.NCCLLatency, cfg.Decode.Measured = latency.d, latency.set
-	if latency.d <= 0 {
-		return cfg, fmt.Errorf("--nccl-latency %s: must be positive", latency.d)
+	if latency.set {
+		if latency.d <= 0 {
+			return cfg, fmt.Errorf("--nccl-latency %s: must be positive", latency.d)
+		}
+		cfg.Decode.NCCLLatency = latency.d
 	}
 	if cfg.Decode.Context < 1 {
 		return cfg, fmt.Errorf("--decode-context %d: must be at least 1 token", cfg.Decode.Context)
+	}
+	if cfg.Decode.PromptTokens < 1 {
+		return cfg, fmt.Errorf("--prompt-tokens %d: must be at least 1 token", cfg.Decode.PromptTokens)
+	}
+	cfg.Decode.Path = Path(path)
+	if _, err := linkFor(cfg.Decode.Path, cfg.Decode); err != nil {
+		return cfg, fmt.Errorf("--path: %w", err)
 	}
 
 	given := 0
@@ -184,7 +200,6 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		if cfg.Decode.BusBandwidth, err = parseRate("--nccl-bandwidth", busBandwidth); err != nil {
 			return cfg, err
 		}
-		cfg.Decode.BusBandwidthMeasured = true
 	}
 	for _, o := range []struct {
 		flag, v string
@@ -194,6 +209,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		{"--non-torch-memory", nonTorch, &cfg.Overheads.NonTorch},
 		{"--activation-memory", activation, &cfg.Overheads.Activation},
 		{"--cuda-graph-memory", graphs, &cfg.Overheads.CUDAGraphs},
+		{"--cuda-graph-size-memory", graphPerSize, &cfg.Overheads.CUDAGraphPerSize},
 	} {
 		if o.v == "" {
 			continue
@@ -282,8 +298,10 @@ func size(n int64) string {
 }
 
 // Print writes the report: inputs, the per-GPU arithmetic with every
-// assumption named, the decode estimate, the verdict.
-func Print(w io.Writer, r Result) error {
+// assumption named, the decode and prefill estimates (at assumed
+// realistic figures, the bound at the peaks beside them), the layouts
+// compared, the verdict.
+func Print(w io.Writer, r Result, layouts ...Layout) error {
 	c := r.Config
 	m := c.Model
 	o := c.Overheads
@@ -306,6 +324,10 @@ func Print(w io.Writer, r Result) error {
 	}
 	p("gpus", "%d x %s, %s each as CUDA reports it, compute capability %d.%d", c.TP, c.GPU.Name, gib(c.GPU.Memory), c.GPU.Capability/10, c.GPU.Capability%10)
 	p("weights per GPU", "%s", gib(r.WeightsPerGPU))
+	if r.RoPECache > 0 {
+		p("RoPE cache per GPU", "%s: cos_sin_cache of max_position_embeddings %d x head_dim %d x %d bytes, counted as weights by vLLM",
+			gib(r.RoPECache), m.MaxPositions, m.HeadDim, r.DtypeBytes)
+	}
 	p("vLLM budget per GPU", "%s (gpu_memory_utilization %.2f)", gib(r.Budget), c.GPUMemoryUtilization)
 	p("headroom per GPU", "%s outside the budget: CUDA context and NCCL %s (assumed, --cuda-context-memory), %s left",
 		gib(r.Headroom), gib(o.CUDAContext), gib(r.HeadroomSpare))
@@ -319,11 +341,15 @@ func Print(w io.Writer, r Result) error {
 		p("activation peak", "%s (assumed: the shape is unknown; --activation-memory from vLLM's log replaces it)", gib(r.Activation))
 	}
 	p("non-torch memory", "%s (assumed, --non-torch-memory)", gib(o.NonTorch))
-	if c.EnforceEager {
-		p("CUDA graphs", "none (enforce_eager)")
-	} else {
-		p("CUDA graphs", "%s (assumed, --cuda-graph-memory), captured after the KV cache is sized, from the %s headroom left",
-			gib(o.CUDAGraphs), gib(r.HeadroomSpare))
+	switch {
+	case c.EnforceEager:
+		p("CUDA graphs", "none (enforce_eager, which also turns torch.compile off)")
+	case r.GraphMemoryDerived:
+		p("CUDA graphs", "%s: %d sizes (%s; min(max_num_seqs x 2, 512) = %d) x %s (assumed, --cuda-graph-size-memory), captured after the KV cache is sized, from the %s headroom left",
+			gib(r.GraphMemory), len(r.GraphSizes), sizesList(r.GraphSizes), min(c.MaxNumSeqs*2, 512), mib(o.CUDAGraphPerSize), gib(r.HeadroomSpare))
+	default:
+		p("CUDA graphs", "%s for %d sizes (--cuda-graph-memory), captured after the KV cache is sized, from the %s headroom left",
+			gib(r.GraphMemory), len(r.GraphSizes), gib(r.HeadroomSpare))
 	}
 	p("KV-cache room per GPU", "%s", gib(r.KVRoom))
 	if r.KVBytesPerToken > 0 {
@@ -331,25 +357,13 @@ func Print(w io.Writer, r Result) error {
 		p("KV capacity", "%d tokens (max_model_len %d: %.2f sequences at once)", r.KVTokens, c.MaxModelLen, r.Concurrency)
 	}
 	if d := r.Decode; d != nil {
-		p("decode", "at most %.1f tokens/s for one sequence (%.1f ms per token); at most %.1f tokens/s over %d sequences",
-			d.TokensPerSecond, ms(d.PerToken), d.BatchTokensPerSecond, d.Batch)
-		p("  memory", "%.1f ms: %s of weights and %s of KV cache (%d tokens of context) per GPU at %.0f GB/s (peak)",
-			ms(d.Memory), gib(d.WeightBytes), gib(d.KVBytes), d.Context, d.Bandwidth/1e9)
-		if d.Collectives > 0 {
-			src := "assumed; measure it with the NCCL check and pass --nccl-latency"
-			if d.Measured {
-				src = "--nccl-latency"
-			}
-			bw := "assumed; the NCCL check's 16 MiB busbw, --nccl-bandwidth"
-			if d.BusBandwidthMeasured {
-				bw = "--nccl-bandwidth"
-			}
-			p("  network", "%.1f ms: %d collectives per token (2 x %d layers, embedding all-reduce, logits all-gather) x %s (%s), plus %d KiB at %.2f GB/s bus bandwidth (%s)",
-				ms(d.Network), d.Collectives, m.Layers, fmtLatency(d.Latency), src, d.Payload/1024, d.BusBandwidth/1e9, bw)
-		} else {
-			p("  network", "none (one GPU)")
-		}
-		p("  not counted", "prefill, sampling, kernel launch gaps, Ray's per-step dispatch to the other workers")
+		printDecode(p, r, d)
+	}
+	if e := r.Prefill; e != nil {
+		printPrefill(p, r, e)
+	}
+	for _, l := range layouts {
+		printLayout(p, l)
 	}
 	if r.MinGPUs > 0 {
 		p("fewest GPUs for weights", "%d", r.MinGPUs)
@@ -357,6 +371,91 @@ func Print(w io.Writer, r Result) error {
 	p("verdict", "%s: %s", r.Verdict, r.Reason)
 	return tw.Flush()
 }
+
+func printDecode(p func(string, string, ...any), r Result, d *DecodeEstimate) {
+	c := r.Config
+	p("decode", "about %.1f tokens/s for one sequence (%.1f ms per token), %.1f tokens/s over %d sequences; bound %.1f tokens/s at the peak figures",
+		d.TokensPerSecond, ms(d.PerToken), d.BatchTokensPerSecond, d.Batch, d.BoundTokensPerSecond)
+	bw := "assumed realistic, --memory-bandwidth"
+	if d.BandwidthGiven {
+		bw = "--memory-bandwidth"
+	}
+	p("  memory", "%.1f ms: %s of weights and %s of KV cache (%d tokens of context) per GPU at %.0f GB/s (%s); %.1f ms at the %.0f GB/s peak",
+		ms(d.Memory), gib(d.WeightBytes), gib(d.KVBytes), d.Context, d.Bandwidth/1e9, bw, ms(d.MemoryBound), d.PeakBandwidth/1e9)
+	if d.Collectives() == 0 {
+		p("  network", "none (one GPU)")
+	} else {
+		l := d.Link
+		step := fmt.Sprintf("assumed: %s NCCL + %d hops x %s", fmtLatency(ncclStepSoftware), l.Hops, fmtLatency(vpcHopLatency))
+		if l.Path == PathHost {
+			step = "assumed"
+		}
+		if l.StepMeasured {
+			step = "half the measured --nccl-latency"
+		}
+		busbw := "assumed; the NCCL check's 16 MiB busbw, --nccl-bandwidth"
+		if l.BusMeasured {
+			busbw = "--nccl-bandwidth"
+		}
+		p("  network", "%.1f ms: %d all-reduces x %s and %d all-gather x %s (ring of %d: %d and %d steps of %s, %s), plus %d KiB at %.2f GB/s bus bandwidth (%s; peak %.2f GB/s)",
+			ms(d.Network), d.AllReduces, fmtLatency(l.AllReduce(c.TP)), d.AllGathers, fmtLatency(l.AllGather(c.TP)), c.TP, 2*(c.TP-1), c.TP-1,
+			fmtLatency(l.Step), step, d.Payload/1024, l.BusBandwidth/1e9, busbw, l.PeakBusBandwidth/1e9)
+		p("  path", "%s (--path %s)", l.describe(), l.Path)
+	}
+	p("  not counted", "sampling, kernel launch gaps, Ray's per-step dispatch to the other workers")
+}
+
+func printPrefill(p func(string, string, ...any), r Result, e *PrefillEstimate) {
+	p("prefill", "time to first token about %.2f s for a %d-token prompt (%d chunk(s) of max_num_batched_tokens %d); bound %.2f s at the peak figures",
+		sec(e.TTFT), e.PromptTokens, e.Chunks, e.ChunkTokens, sec(e.TTFTBound))
+	p("  compute", "%.2f s: %.1f TFLOP per GPU at %.0f TFLOPS (assumed realistic fp16; peak %.0f)",
+		sec(e.Compute), e.FLOPs/1e12, e.FLOPS/1e12, e.PeakFLOPS/1e12)
+	if e.Bytes > 0 {
+		perChunk := int64(min(e.ChunkTokens, e.PromptTokens)) * int64(r.Config.Model.Hidden) * int64(r.DtypeBytes)
+		p("  network", "%.2f s: %s of bus traffic (%d all-reduces of %d MiB a chunk) at %.2f GB/s, plus ring latency",
+			sec(e.Network), gib(e.Bytes), 2*r.Config.Model.Layers+1, perChunk>>20, r.Decode.Link.BusBandwidth/1e9)
+	} else {
+		p("  network", "none (one GPU)")
+	}
+	p("  decode stall", "a decode step scheduled beside a full %d-token chunk waits %.2f s", e.ChunkTokens, sec(e.ChunkStep))
+}
+
+func printLayout(p func(string, string, ...any), l Layout) {
+	shape := fmt.Sprintf("%d x (%s + %d T4)", l.VMs, l.MachineType, l.GPUsPerVM)
+	if l.Profile != "" {
+		shape = fmt.Sprintf("%s + %d T4 (profile %s)", l.MachineType, l.GPUsPerVM, l.Profile)
+	}
+	price := "price unknown"
+	if l.PriceKnown {
+		price = fmt.Sprintf("$%.2f/h on demand (price table of %s)", l.Hourly, l.PriceAsOf)
+	}
+	r := l.Result
+	est := "no estimate (shape unknown)"
+	if d, e := r.Decode, r.Prefill; d != nil && e != nil {
+		est = fmt.Sprintf("decode about %.1f tokens/s (%.1f over %d), TTFT about %.2f s for %d tokens",
+			d.TokensPerSecond, d.BatchTokensPerSecond, d.Batch, sec(e.TTFT), e.PromptTokens)
+	}
+	p("layout "+l.Name, "%s, %s: %s; quota %d T4 (NVIDIA_T4_GPUS, GPUS_ALL_REGIONS), %d N1 vCPUs; --path %s",
+		shape, price, est, l.QuotaGPUs, l.QuotaN1VCPUs, l.Path)
+	for _, n := range l.Needs {
+		p("  needs", "%s", n)
+	}
+}
+
+func sizesList(s []int) string {
+	parts := make([]string, len(s))
+	for i, v := range s {
+		parts[i] = strconv.Itoa(v)
+	}
+	if len(parts) > 6 {
+		return strings.Join(parts[:4], ", ") + ", ..., " + parts[len(parts)-1]
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sec(d time.Duration) float64 { return d.Seconds() }
+
+func mib(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 

@@ -2,10 +2,12 @@ package fit
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,18 +37,22 @@ func TestMainExampleCommand(t *testing.T) {
 		"weights per GPU          11.41 GiB",
 		"vLLM budget per GPU      14.01 GiB (gpu_memory_utilization 0.95)",
 		"headroom per GPU         0.74 GiB outside the budget: CUDA context and NCCL 0.50 GiB (assumed, --cuda-context-memory), 0.24 GiB left",
-		"activation peak          0.14 GiB: forward of max_num_batched_tokens 2048 (0.14 GiB), sampler over 8 sequences (0.03 GiB",
+		"RoPE cache per GPU       0.24 GiB: cos_sin_cache of max_position_embeddings 1024000 x head_dim 128 x 2 bytes, counted as weights by vLLM",
+		"activation peak          0.16 GiB: forward of max_num_batched_tokens 2048 (0.16 GiB), sampler over 8 sequences (0.05 GiB",
 		"non-torch memory         0.25 GiB (assumed",
-		"CUDA graphs              none (enforce_eager)",
-		"KV-cache room per GPU    2.21 GiB",
+		"CUDA graphs              none (enforce_eager, which also turns torch.compile off)",
+		"KV-cache room per GPU    1.95 GiB",
 		"KV cache per token       80 KiB per GPU",
-		"KV capacity              29024 tokens (max_model_len 8192: 3.54 sequences at once)",
-		"decode                   at most 12.8 tokens/s for one sequence (78.4 ms per token); at most 92.0 tokens/s over 8 sequences",
-		"  memory                 36.4 ms: 10.78 GiB of weights and 0.08 GiB of KV cache (1024 tokens of context) per GPU at 320 GB/s (peak)",
-		"  network                42.0 ms: 82 collectives per token (2 x 40 layers, embedding all-reduce, logits all-gather) x 500us (assumed;",
-		"plus 938 KiB at 1.00 GB/s bus bandwidth (assumed;",
-		"  not counted            prefill, sampling",
-		"verdict                  FITS: the KV cache holds 29024 tokens",
+		"KV capacity              25568 tokens (max_model_len 8192: 3.12 sequences at once)",
+		"decode                   about 11.1 tokens/s for one sequence (90.3 ms per token), 80.4 tokens/s over 8 sequences; bound 12.9 tokens/s at the peak figures",
+		"  memory                 48.6 ms: 10.78 GiB of weights and 0.08 GiB of KV cache (1024 tokens of context) per GPU at 240 GB/s (assumed realistic, --memory-bandwidth); 36.4 ms at the 320 GB/s peak",
+		"  network                41.7 ms: 81 all-reduces x 500us and 1 all-gather x 250us (ring of 2: 2 and 1 steps of 250us, assumed: 40us NCCL + 3 hops x 70us), plus 938 KiB at 1.00 GB/s bus bandwidth (assumed;",
+		"prefill                  time to first token about 2.66 s for a 2048-token prompt",
+		"  network                1.74 s: 1.58 GiB of bus traffic (81 all-reduces of 20 MiB a chunk) at 1.00 GB/s",
+		"layout 2 podVMs          2 x (n1-standard-8 + 1 T4), $1.46/h on demand",
+		"layout 1 podVM           n1-standard-8 + 2 T4 (profile t4-2), $1.08/h on demand",
+		"decode about 20.0 tokens/s (149.2 over 8), TTFT about 1.21 s for 2048 tokens; quota 2 T4 (NVIDIA_T4_GPUS, GPUS_ALL_REGIONS), 8 N1 vCPUs; --path host",
+		"verdict                  FITS: the KV cache holds 25568 tokens",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -54,17 +60,29 @@ func TestMainExampleCommand(t *testing.T) {
 	}
 }
 
-// The NCCL check's numbers feed the estimate: 82 x 350 us + 938 KiB at
-// 2 GB/s (960,512 / 2e9 = 0.48 ms) = 29.2 ms.
+// The NCCL check's numbers feed the estimate: a 350 us 2-rank all-reduce
+// is 175 us a step, 81 x 350 + 175 = 28.525 ms, plus 938 KiB at 2 GB/s
+// (960,512 / 2e9 = 0.48 ms) = 29.0 ms.
 func TestMainMeasuredNetwork(t *testing.T) {
 	rc, out, stderr := runMain(t, "--model", "mistralai/Mistral-Nemo-Instruct-2407", "--tp", "2",
 		"--gpu-memory-utilization", "0.95", "--enforce-eager", "--max-num-seqs", "8",
-		"--nccl-latency", "350us", "--nccl-bandwidth", "2GB/s")
+		"--nccl-latency", "350us", "--nccl-bandwidth", "2GB/s", "--memory-bandwidth", "250GB/s")
 	if rc != 0 {
 		t.Fatalf("exit %d: %s", rc, stderr)
 	}
-	if want := "  network                29.2 ms: 82 collectives per token (2 x 40 layers, embedding all-reduce, logits all-gather) x 350us (--nccl-latency), plus 938 KiB at 2.00 GB/s bus bandwidth (--nccl-bandwidth)"; !strings.Contains(out, want) {
-		t.Errorf("output lacks %q:\n%s", want, out)
+	for _, want := range []string{
+		"  network                29.0 ms: 81 all-reduces x 350us and 1 all-gather x 175us (ring of 2: 2 and 1 steps of 175us, half the measured --nccl-latency), plus 938 KiB at 2.00 GB/s bus bandwidth (--nccl-bandwidth; peak 2.00 GB/s)",
+		"at 250 GB/s (--memory-bandwidth); 36.4 ms at the 320 GB/s peak",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// --path host: the one-podVM estimate on its own.
+	rc, out, _ = runMain(t, "--model", "mistralai/Mistral-Nemo-Instruct-2407", "--tp", "2", "--path", "host",
+		"--gpu-memory-utilization", "0.95", "--enforce-eager", "--max-num-seqs", "8")
+	if rc != 0 || !strings.Contains(out, "(ring of 2: 2 and 1 steps of 8us, assumed)") || !strings.Contains(out, "one podVM: NCCL P2P over PCIe, or SHM through host memory (--path host)") {
+		t.Errorf("--path host: exit %d:\n%s", rc, out)
 	}
 }
 
@@ -135,6 +153,8 @@ func TestMainBadFlags(t *testing.T) {
 		{[]string{"--model-size", "20GB", "--nccl-bandwidth", "1Gbps"}, "--nccl-bandwidth"},
 		{[]string{"--model-size", "20GB", "--memory-bandwidth", "0GB/s"}, "--memory-bandwidth"},
 		{[]string{"--config", "does-not-exist.json"}, "--config"},
+		{[]string{"--model-size", "20GB", "--path", "ib"}, `--path: path "ib": use vpc`},
+		{[]string{"--model-size", "20GB", "--prompt-tokens", "0"}, "--prompt-tokens 0"},
 	} {
 		rc, _, stderr := runMain(t, tc.args...)
 		if rc != 2 || !strings.Contains(stderr, tc.want) {
@@ -212,6 +232,41 @@ func TestRunbookShowsCurrentOutput(t *testing.T) {
 		}
 		if !strings.Contains(out, line) {
 			t.Errorf("the runbook shows %q; the command prints:\n%s", line, out)
+		}
+	}
+}
+
+// The runbook's prose quotes `plan serve` for tp 4 over the VPC path and
+// for the one-podVM layout; those figures are the command's.
+func TestRunbookProseMatchesTheCommand(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/runbook-mistral-tp2.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Join(strings.Fields(string(b)), " ")
+	args := []string{"--model", "mistralai/Mistral-Nemo-Instruct-2407", "--max-model-len", "8192", "--gpu-memory-utilization", "0.95",
+		"--enforce-eager", "--max-num-batched-tokens", "2048", "--max-num-seqs", "8"}
+	var r2, r4 Result
+	for tp, dst := range map[string]*Result{"2": &r2, "4": &r4} {
+		cfg, err := ParseArgs(append(slices.Clone(args), "--tp", tp), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *dst, err = Compute(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, _ := ParseArgs(append(slices.Clone(args), "--tp", "2", "--path", "host"), io.Discard)
+	host, _ := Compute(cfg)
+	for _, want := range []string{
+		fmt.Sprintf("(about %.1f against %.1f tokens/s)", r4.Decode.TokensPerSecond, r2.Decode.TokensPerSecond),
+		fmt.Sprintf("decode about %.0f against %.0f tokens/s for one sequence", host.Decode.TokensPerSecond, r2.Decode.TokensPerSecond),
+		fmt.Sprintf("time to first token about %.1f against %.1f s for 2048 tokens", host.Prefill.TTFT.Seconds(), r2.Prefill.TTFT.Seconds()),
+		fmt.Sprintf("a 2048-token prompt's first token takes about %.1f s on two podVMs", r2.Prefill.TTFT.Seconds()),
+		fmt.Sprintf("%d tokens", r2.KVTokens) + "", // the output block
+	} {
+		if !strings.Contains(doc, want) && !strings.Contains(doc, strings.ReplaceAll(want, "25568 tokens", "25,568 tokens")) {
+			t.Errorf("the runbook does not say %q", want)
 		}
 	}
 }

@@ -7,20 +7,35 @@
 // The memory model follows vLLM v0.11.0's GPU worker
 // (vllm/v1/worker/gpu_worker.py):
 //
+//   - load_model counts everything the model allocates as weights, the
+//     RoPE cos_sin_cache buffer included: RotaryEmbedding registers one
+//     max_position_embeddings x rotary_dim table at the model dtype
+//     (vllm/model_executor/layers/rotary_embedding/base.py), shared by
+//     every layer (get_rope's cache in rotary_embedding/__init__.py) and
+//     not sharded: 1,024,000 x 128 x 2 bytes = 0.24 GiB per GPU for
+//     Mistral-Nemo.
+//
 //   - init_device initialises NCCL, then takes a memory snapshot and
 //     refuses to start when the free memory is below
 //     gpu_memory_utilization x total ("Free memory on device ... is less
 //     than desired GPU memory utilization"): the CUDA context and the NCCL
 //     communicators must fit in the headroom (1 - utilization) x total.
+//
 //   - determine_available_memory runs one profiling pass
 //     (gpu_model_runner.py profile_run: a forward of max_num_batched_tokens
 //     tokens and a sampler run over min(max_num_seqs, those tokens)
 //     requests) and gives the KV cache utilization x total minus the
 //     weights, the pass's torch peak and the non-torch increase
 //     (vllm/utils memory_profiling).
+//
 //   - compile_or_warm_up_model captures CUDA graphs after the KV cache is
 //     allocated, and that capture's memory is in no budget: it comes out of
-//     whatever the headroom has left.
+//     whatever the headroom has left. The sizes captured are vLLM's
+//     default list (vllm/config/__init__.py VllmConfig._set_cudagraph_sizes,
+//     vllm/config/scheduler.py SchedulerConfig.__post_init__): 1, 2, 4 and
+//     multiples of 8 up to min(max_num_seqs x 2, 512), none above
+//     max_num_batched_tokens, and none at all with enforce_eager (which
+//     also turns torch.compile off: compilation level NO_COMPILATION).
 //
 // What the model alone does not determine (CUDA context, non-torch
 // memory, graph memory) enters as stated assumptions that can be
@@ -78,6 +93,9 @@ type Model struct {
 	Hidden, Intermediate, Vocab int
 	// Tied: the LM head shares the embedding matrix.
 	Tied bool
+	// MaxPositions is config.json's max_position_embeddings: the rows of
+	// vLLM's RoPE cos_sin_cache (0: unknown, not counted).
+	MaxPositions int
 	// CheckpointDtype is config.json's torch_dtype.
 	CheckpointDtype string
 	// Quant is the checkpoint's weight format.
@@ -123,38 +141,46 @@ type Overheads struct {
 	NonTorch int64
 	// Activation, when not zero, replaces the derived activation peak.
 	Activation int64
-	// CUDAGraphs: memory of the captured CUDA graphs; zero with
-	// enforce_eager. Taken from the headroom after the KV cache.
+	// CUDAGraphs, when not zero, is the memory of the captured CUDA graphs
+	// (from vLLM's "Graph capturing finished ... took" line); otherwise it
+	// is CUDAGraphPerSize for each size vLLM captures. Taken from the
+	// headroom after the KV cache; none with enforce_eager.
 	CUDAGraphs int64
+	// CUDAGraphPerSize is the assumed memory of one captured batch size.
+	CUDAGraphPerSize int64
 }
 
 // DefaultOverheads are the assumptions used unless overridden, on the high
 // side of what vLLM's start-up log shows for 7-24B models on one GPU
-// (non-torch 0.1-0.2 GiB, graphs 0.3-0.8 GiB).
-var DefaultOverheads = Overheads{CUDAContext: GiB / 2, NonTorch: GiB / 4, CUDAGraphs: GiB / 2}
+// (non-torch 0.1-0.2 GiB; graph capture 0.3-0.8 GiB for vLLM's default 67
+// sizes, hence 8 MiB a size).
+var DefaultOverheads = Overheads{CUDAContext: GiB / 2, NonTorch: GiB / 4, CUDAGraphPerSize: 8 << 20}
 
-// Decode holds the decode estimate's inputs.
+// Decode holds the decode and prefill estimates' inputs.
 type Decode struct {
-	// NCCLLatency is one small all-reduce across the tensor-parallel
-	// group (the NCCL check's p50); Measured says it came from there.
+	// Path is how the ranks reach each other (PathVPC: one GPU per podVM;
+	// PathHost: all in one podVM).
+	Path Path
+	// NCCLLatency, when not zero, is a measured 2-rank all-reduce of one
+	// hidden state (the NCCL check's p50); it replaces the path's assumed
+	// ring-step latency (half of it per step).
 	NCCLLatency time.Duration
-	Measured    bool
-	// BusBandwidth is NCCL's bus bandwidth for large messages (the NCCL
-	// check's 16 MiB figure), bytes per second; BusBandwidthMeasured says
-	// it came from there.
-	BusBandwidth         float64
-	BusBandwidthMeasured bool
-	// Bandwidth, when not zero, replaces the GPU's peak memory bandwidth
-	// (bytes per second).
+	// BusBandwidth, when not zero, is NCCL's measured bus bandwidth for
+	// large messages (the NCCL check's 16 MiB busbw), bytes per second.
+	BusBandwidth float64
+	// Bandwidth, when not zero, replaces the assumed memory bandwidth
+	// reached (bytes per second); the bound stays at the GPU's peak.
 	Bandwidth float64
 	// Context is the sequence length the KV read is counted for.
 	Context int
+	// PromptTokens is the prompt the time to first token is estimated for.
+	PromptTokens int
 }
 
-// DefaultDecode: 500 us per collective and 1 GB/s of bus bandwidth are
-// assumptions for NCCL over TCP through two VXLAN tunnels and the VPC, to
-// be replaced by what the NCCL check measures.
-var DefaultDecode = Decode{NCCLLatency: 500 * time.Microsecond, BusBandwidth: 1e9, Context: 1024}
+// DefaultDecode: the two-podVM path, 1024 tokens of context, a
+// 2048-token prompt (one full prefill chunk at the example's
+// max_num_batched_tokens).
+var DefaultDecode = Decode{Path: PathVPC, Context: 1024, PromptTokens: 2048}
 
 // Config is one question: this model, on TP GPUs like GPU, with these vLLM
 // engine settings.
@@ -195,6 +221,9 @@ type Result struct {
 	// Weights is the whole model's weights; WeightsPerGPU one GPU's share
 	// as vLLM shards them (replicated norms and KV heads included).
 	Weights, WeightsPerGPU int64
+	// RoPECache is the rotary cos_sin_cache each GPU holds; vLLM counts
+	// it as weights.
+	RoPECache int64
 	// EmbeddingPerGPU is the embedding table's share (read one row per
 	// token, so left out of the decode estimate's weight reads).
 	EmbeddingPerGPU int64
@@ -209,8 +238,15 @@ type Result struct {
 	// Overhead is what the budget holds besides weights and KV cache:
 	// non-torch memory and the activation peak.
 	Overhead int64
-	// KVRoom is Budget - WeightsPerGPU - Overhead; negative when short.
+	// KVRoom is Budget - WeightsPerGPU - RoPECache - Overhead; negative
+	// when short.
 	KVRoom int64
+	// GraphSizes are the batch sizes vLLM captures CUDA graphs for (none
+	// with enforce_eager); GraphMemory their memory, GraphMemoryDerived
+	// whether it is CUDAGraphPerSize x len(GraphSizes).
+	GraphSizes         []int
+	GraphMemory        int64
+	GraphMemoryDerived bool
 	// KVBytesPerToken is per GPU; zero when the architecture is unknown.
 	KVBytesPerToken int64
 	// KVTokens is the KV capacity in tokens, whole blocks only; -1 when
@@ -224,7 +260,10 @@ type Result struct {
 	// heads: a lower bound for --tp at these settings (0: none does).
 	MinGPUs int
 	// Decode is the decode estimate; nil when the inputs are missing.
-	Decode  *DecodeEstimate
+	Decode *DecodeEstimate
+	// Prefill is the prefill and time-to-first-token estimate; nil when
+	// the shape is unknown.
+	Prefill *PrefillEstimate
 	Verdict Verdict
 	// Reason explains the verdict and, when it fails, what to change.
 	Reason string
@@ -295,6 +334,9 @@ func Compute(cfg Config) (Result, error) {
 		}
 		r.WeightsPerGPU = ceilDiv(r.Weights, tp)
 	}
+	if m.MaxPositions > 0 && m.HeadDim > 0 {
+		r.RoPECache = int64(m.MaxPositions) * int64(m.HeadDim) * int64(b)
+	}
 	r.Budget = int64(math.Floor(cfg.GPUMemoryUtilization * float64(cfg.GPU.Memory)))
 	r.Headroom = cfg.GPU.Memory - r.Budget
 	o := cfg.Overheads
@@ -312,8 +354,15 @@ func Compute(cfg Config) (Result, error) {
 		r.Activation = GiB
 	}
 	r.Overhead = o.NonTorch + r.Activation
-	r.KVRoom = r.Budget - r.WeightsPerGPU - r.Overhead
-	r.MinGPUs = minGPUs(r.Weights, r.Budget-r.Overhead, m.Heads)
+	r.KVRoom = r.Budget - r.WeightsPerGPU - r.RoPECache - r.Overhead
+	r.MinGPUs = minGPUs(r.Weights, r.Budget-r.Overhead-r.RoPECache, m.Heads)
+	if !cfg.EnforceEager {
+		r.GraphSizes = cudaGraphSizes(cfg.MaxNumSeqs, cfg.MaxNumBatchedTokens)
+		r.GraphMemory = o.CUDAGraphs
+		if r.GraphMemory == 0 {
+			r.GraphMemory, r.GraphMemoryDerived = int64(len(r.GraphSizes))*o.CUDAGraphPerSize, true
+		}
+	}
 	if m.hasArch() {
 		r.KVBytesPerToken = 2 * int64(m.Layers) * int64(kvHeadsPerGPU(m, cfg.TP)) * int64(m.HeadDim) * int64(b)
 		if r.KVRoom > 0 {
@@ -324,8 +373,34 @@ func Compute(cfg Config) (Result, error) {
 		r.Concurrency = float64(r.KVTokens) / float64(cfg.MaxModelLen)
 	}
 	r.Decode = estimateDecode(r)
+	r.Prefill = estimatePrefill(r)
 	r.Verdict, r.Reason = verdict(r)
 	return r, nil
+}
+
+// cudaGraphSizes is vLLM v0.11.0's default capture list: with
+// cuda_graph_sizes unset, SchedulerConfig takes [min(max_num_seqs x 2,
+// 512)] and VllmConfig._set_cudagraph_sizes expands one value to 1, 2, 4
+// and the multiples of 8 up to it, dropping sizes above
+// max_num_batched_tokens. For 8 sequences: 1, 2, 4, 8, 16.
+func cudaGraphSizes(maxNumSeqs, maxNumBatchedTokens int) []int {
+	top := min(maxNumSeqs*2, 512)
+	var sizes []int
+	for _, s := range []int{1, 2, 4} {
+		if s <= top {
+			sizes = append(sizes, s)
+		}
+	}
+	for s := 8; s <= top; s += 8 {
+		sizes = append(sizes, s)
+	}
+	out := sizes[:0]
+	for _, s := range sizes {
+		if s <= maxNumBatchedTokens {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // kvHeadsPerGPU: vLLM shards KV heads over the tensor-parallel group and
@@ -367,10 +442,18 @@ func weightBytes(m Model, tp, act int) weights {
 }
 
 // activationPeaks derives the profiling pass's torch peak above the
-// weights on one GPU: the largest live set of one decoder layer's forward
-// over tokens rows (residual, normalised input, projection outputs, any
-// dequantised weight), and the sampler run over min(seqs, tokens) rows of
-// the full vocabulary.
+// weights on one GPU, as vLLM v0.11.0's profile_run measures it (torch's
+// peak allocation during one _dummy_run of max_num_batched_tokens tokens,
+// then _dummy_sampler_run; gpu_model_runner.py). With enforce_eager the
+// forward runs eagerly with vLLM's custom ops, so the live set of one
+// decoder layer is what its Python code holds: the residual, the
+// normalised input (held by the caller), every projection output in the
+// block (LlamaMLP keeps gate_up alive until it returns), any dequantised
+// weight, and, at tp > 1, the out-of-place all-reduce's output buffer
+// (pynccl all_reduce allocates torch.empty_like of its input). The
+// profile's attention is skipped (no metadata), so the MLP block sets the
+// peak. The sampler run keeps the forward's hidden states and works on
+// min(seqs, tokens) rows of the full, all-gathered vocabulary.
 func activationPeaks(m Model, tp, act int, tokens, seqs int) (forward, sampler int64) {
 	t := int64(tp)
 	n, b := int64(tokens), int64(act)
@@ -379,13 +462,18 @@ func activationPeaks(m Model, tp, act int, tokens, seqs int) (forward, sampler i
 	kvOut := 2 * int64(kvHeadsPerGPU(m, tp)) * hd
 	inter := int64(m.Intermediate) / t
 	q := m.Quant
+	// The all-reduce's output, after o_proj and after down_proj.
+	var reduced int64
+	if tp > 1 {
+		reduced = h
+	}
 	// Attention: residual, input, qkv output, attention output, o_proj output.
-	attn := n*b*(2*h+qOut+kvOut+qOut+h) + max(q.dequantTemp(h, qOut+kvOut, n), q.dequantTemp(qOut, h, n))
+	attn := n*b*(2*h+qOut+kvOut+qOut+h+reduced) + max(q.dequantTemp(h, qOut+kvOut, n), q.dequantTemp(qOut, h, n))
 	// MLP: residual, input, gate_up output, activation, down_proj output.
-	mlp := n*b*(2*h+2*inter+inter+h) + max(q.dequantTemp(h, 2*inter, n), q.dequantTemp(inter, h, n))
+	mlp := n*b*(2*h+2*inter+inter+h+reduced) + max(q.dequantTemp(h, 2*inter, n), q.dequantTemp(inter, h, n))
 	forward = max(attn, mlp)
 	rows := int64(min(seqs, tokens))
-	sampler = rows * int64(m.Vocab) * samplerBytesPerLogit
+	sampler = n*b*h + rows*int64(m.Vocab)*samplerBytesPerLogit
 	return forward, sampler
 }
 
@@ -393,7 +481,7 @@ func verdict(r Result) (Verdict, string) {
 	c := r.Config
 	o := c.Overheads
 	switch {
-	case r.WeightsPerGPU >= c.GPU.Memory:
+	case r.WeightsPerGPU+r.RoPECache >= c.GPU.Memory:
 		return DoesNotFit, fmt.Sprintf("the weights alone need %s per GPU, more than a %s's %s; %s, or a quantised checkpoint",
 			gib(r.WeightsPerGPU), c.GPU.Name, gib(c.GPU.Memory), tpHint(r.MinGPUs))
 	case r.HeadroomSpare < 0:
@@ -402,10 +490,10 @@ func verdict(r Result) (Verdict, string) {
 			gib(r.Headroom), c.GPUMemoryUtilization, gib(c.GPU.Memory), gib(o.CUDAContext), maxUtil)
 	case r.KVRoom <= 0:
 		return DoesNotFit, fmt.Sprintf("weights %s + overheads %s per GPU exceed the %s budget (%.2f x %s): no room for the KV cache (\"No available memory for the cache blocks\"); raise --gpu-memory-utilization, lower --max-num-seqs or --max-num-batched-tokens, or %s",
-			gib(r.WeightsPerGPU), gib(r.Overhead), gib(r.Budget), c.GPUMemoryUtilization, gib(c.GPU.Memory), tpHint(r.MinGPUs))
-	case !c.EnforceEager && o.CUDAGraphs > r.HeadroomSpare:
-		return DoesNotFit, fmt.Sprintf("CUDA graphs (%s) are captured after the KV cache is sized, from the %s the headroom has left after the CUDA context: the capture runs out of memory; use --enforce-eager, or a --gpu-memory-utilization that leaves %s outside the budget",
-			gib(o.CUDAGraphs), gib(r.HeadroomSpare), gib(o.CUDAContext+o.CUDAGraphs))
+			gib(r.WeightsPerGPU+r.RoPECache), gib(r.Overhead), gib(r.Budget), c.GPUMemoryUtilization, gib(c.GPU.Memory), tpHint(r.MinGPUs))
+	case !c.EnforceEager && r.GraphMemory > r.HeadroomSpare:
+		return DoesNotFit, fmt.Sprintf("CUDA graphs (%s for %d sizes) are captured after the KV cache is sized, from the %s the headroom has left after the CUDA context: the capture runs out of memory; use --enforce-eager, or a --gpu-memory-utilization that leaves %s outside the budget",
+			gib(r.GraphMemory), len(r.GraphSizes), gib(r.HeadroomSpare), gib(o.CUDAContext+r.GraphMemory))
 	case r.KVTokens < 0:
 		return Fits, fmt.Sprintf("%s per GPU left for the KV cache; token capacity against max_model_len %d not checked: give --layers, --kv-heads and --head-dim, or --model",
 			gib(r.KVRoom), c.MaxModelLen)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func TestCatalogueParameterCounts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: base %s: %v", name, m.Base, err)
 		}
-		if m.Quant.Method == None || m.Params != base.Params || m.Hidden != base.Hidden || m.Intermediate != base.Intermediate {
+		if m.Quant.Method == None || m.Params != base.Params || m.Hidden != base.Hidden || m.Intermediate != base.Intermediate || m.MaxPositions != base.MaxPositions {
 			t.Errorf("%s: quant %v, %d parameters; want a quantised copy of %s's %d", name, m.Quant, m.Params, m.Base, base.Params)
 		}
 	}
@@ -69,7 +70,7 @@ func TestParseConfigJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Params != 12_247_782_400 || m.HeadDim != 128 || m.CheckpointDtype != "bfloat16" {
+	if m.Params != 12_247_782_400 || m.HeadDim != 128 || m.CheckpointDtype != "bfloat16" || m.MaxPositions != 1_024_000 {
 		t.Errorf("parsed %+v", m)
 	}
 	// No head_dim: hidden_size / num_attention_heads (Mistral-7B-v0.3's config).
@@ -138,20 +139,26 @@ func checkAll(t *testing.T, cs []check) {
 
 // Mistral-Nemo over two T4s at the example's settings, by hand from
 // config.json (hidden 5120, 40 layers, 32 heads, 8 KV heads, head_dim 128,
-// intermediate 14336, vocab 131072, untied):
+// intermediate 14336, vocab 131072, untied, max_position_embeddings
+// 1,024,000):
 //
 //	per GPU, per layer at 2 bytes: qkv 5120 x (2048 + 1024) = 31,457,280;
 //	o 2048 x 5120 = 20,971,520; gate_up 5120 x 14336 = 146,800,640;
 //	down 7168 x 5120 = 73,400,320: 272,629,760 x 40 = 10,905,190,400.
 //	norms (replicated) 81 x 5120 x 2 = 829,440; embedding and LM head
 //	65536 x 5120 x 2 = 671,088,640 each. Total 12,248,197,120.
+//	RoPE cos_sin_cache (vLLM rotary_embedding/base.py, counted as
+//	weights, not sharded): 1,024,000 x 128 x 2 = 262,144,000.
 //	budget floor(0.95 x 14.75 GiB = 15,837,691,904) = 15,045,807,308;
 //	headroom 791,884,596, less the 0.5 GiB context: 255,013,684.
-//	activation: MLP stage 2048 x 2 x (2x5120 + 14336 + 7168 + 5120)
-//	= 150,994,944; sampler 8 x 131072 x 32 = 33,554,432.
-//	KV room 15,045,807,308 - 12,248,197,120 - (0.25 GiB + 150,994,944)
-//	= 2,378,179,788; per token 2 x 40 x 4 x 128 x 2 = 81,920 bytes;
-//	whole 16-token blocks of 1,310,720: 1814 -> 29,024 tokens.
+//	activation (eager profile run, gpu_model_runner.py profile_run): MLP
+//	block 2048 x 2 x (residual 5120 + input 5120 + gate_up 14336 + act
+//	7168 + down 5120 + the all-reduce's output 5120) = 171,966,464;
+//	sampler: the hidden states 2048 x 5120 x 2 = 20,971,520 plus 8 x
+//	131072 x 32 = 33,554,432: 54,525,952.
+//	KV room 15,045,807,308 - 12,248,197,120 - 262,144,000 - (0.25 GiB +
+//	171,966,464) = 2,095,064,268; per token 2 x 40 x 4 x 128 x 2 = 81,920
+//	bytes; whole 16-token blocks of 1,310,720: 1598 -> 25,568 tokens.
 func TestExampleModelFitsTwoT4s(t *testing.T) {
 	r, err := Compute(exampleConfig(t))
 	if err != nil {
@@ -160,34 +167,82 @@ func TestExampleModelFitsTwoT4s(t *testing.T) {
 	checkAll(t, []check{
 		{"weights", r.Weights, 12_247_782_400 * 2},
 		{"weights per GPU", r.WeightsPerGPU, 12_248_197_120},
+		{"RoPE cache", r.RoPECache, 262_144_000},
 		{"embedding per GPU", r.EmbeddingPerGPU, 671_088_640},
 		{"budget", r.Budget, 15_045_807_308},
 		{"headroom", r.Headroom, 791_884_596},
 		{"headroom spare", r.HeadroomSpare, 255_013_684},
-		{"forward peak", r.ForwardPeak, 150_994_944},
-		{"sampler peak", r.SamplerPeak, 33_554_432},
-		{"activation", r.Activation, 150_994_944},
-		{"KV room", r.KVRoom, 2_378_179_788},
+		{"forward peak", r.ForwardPeak, 171_966_464},
+		{"sampler peak", r.SamplerPeak, 54_525_952},
+		{"activation", r.Activation, 171_966_464},
+		{"KV room", r.KVRoom, 2_095_064_268},
 		{"KV bytes per token", r.KVBytesPerToken, 81_920},
-		{"KV tokens", r.KVTokens, 29_024},
+		{"KV tokens", r.KVTokens, 25_568},
 		{"fewest GPUs", int64(r.MinGPUs), 2},
 	})
-	if r.Verdict != Fits || !strings.Contains(r.Reason, "29024 tokens: 3.54 sequences") {
-		t.Errorf("verdict %s (%s), want %s with 29024 tokens", r.Verdict, r.Reason, Fits)
+	if r.Verdict != Fits || !strings.Contains(r.Reason, "25568 tokens: 3.12 sequences") {
+		t.Errorf("verdict %s (%s), want %s with 25568 tokens", r.Verdict, r.Reason, Fits)
+	}
+	// The bound: at most 26,000 tokens once the RoPE cache counts.
+	if r.KVTokens > 26_000 {
+		t.Errorf("KV tokens %d above 26,000", r.KVTokens)
 	}
 }
 
-// The decode estimate for the same settings:
+// vLLM v0.11.0's capture list (vllm/config/__init__.py
+// _set_cudagraph_sizes, scheduler.py: [min(max_num_seqs x 2, 512)]
+// expanded to 1, 2, 4 and multiples of 8, none above
+// max_num_batched_tokens).
+func TestCUDAGraphSizesAsVLLMCaptures(t *testing.T) {
+	for _, tc := range []struct {
+		seqs, tokens int
+		want         []int
+	}{
+		{8, 2048, []int{1, 2, 4, 8, 16}},
+		{1, 2048, []int{1, 2}},
+		{2, 2048, []int{1, 2, 4}},
+		{20, 2048, []int{1, 2, 4, 8, 16, 24, 32, 40}},
+		{8, 8, []int{1, 2, 4, 8}},
+	} {
+		if got := cudaGraphSizes(tc.seqs, tc.tokens); !slices.Equal(got, tc.want) {
+			t.Errorf("max_num_seqs %d, max_num_batched_tokens %d: %v, want %v", tc.seqs, tc.tokens, got, tc.want)
+		}
+	}
+	// vLLM's default 256 sequences: 512 -> 1, 2, 4 and 64 multiples of 8.
+	if got := cudaGraphSizes(256, 2048); len(got) != 67 || got[66] != 512 {
+		t.Errorf("256 sequences: %d sizes up to %d, want 67 up to 512", len(got), got[len(got)-1])
+	}
+	// None with enforce_eager; 5 x 8 MiB (assumed per size) otherwise.
+	cfg := exampleConfig(t)
+	if r, _ := Compute(cfg); r.GraphSizes != nil || r.GraphMemory != 0 {
+		t.Errorf("eager: sizes %v, memory %d; want none", r.GraphSizes, r.GraphMemory)
+	}
+	cfg.EnforceEager = false
+	if r, _ := Compute(cfg); r.GraphMemory != 5*8<<20 || !r.GraphMemoryDerived {
+		t.Errorf("graphs: %d bytes (derived %v), want 5 x 8 MiB", r.GraphMemory, r.GraphMemoryDerived)
+	}
+	cfg.Overheads.CUDAGraphs = GiB
+	if r, _ := Compute(cfg); r.GraphMemory != GiB || r.GraphMemoryDerived {
+		t.Errorf("--cuda-graph-memory 1GiB: %d bytes (derived %v)", r.GraphMemory, r.GraphMemoryDerived)
+	}
+}
+
+// The decode estimate for the same settings, at the assumed realistic
+// figures and at the peaks:
 //
 //	weights read per token per GPU 12,248,197,120 - 671,088,640 (the
-//	embedding: one row) = 11,577,108,480; KV at 1024 tokens 83,886,080;
-//	/ 320e9 B/s = 36.441 ms.
-//	collectives 2 x 40 + 2 = 82, x 500 us = 41 ms; payload per token
-//	81 x 10,240 x 2(2-1)/2 + 131072 x 2 x (2-1)/2 = 960,512 bytes at 1 GB/s
-//	= 0.961 ms: network 41.961 ms, 78.401 ms per token, 12.75 tokens/s.
-//	8 sequences (29,024 / 1024 = 28 would fit): (11,577,108,480 + 8 x
-//	83,886,080) / 320e9 = 38.276 ms + 41 ms + 8 x 0.961 ms = 86.96 ms per
-//	step: 92.0 tokens/s.
+//	embedding: one row) = 11,577,108,480; KV at 1024 tokens 83,886,080:
+//	11,660,994,560 bytes / 240e9 B/s (assumed) = 48.5875 ms; / 320e9
+//	(peak) = 36.4406 ms.
+//	collectives: 81 all-reduces (2 x 40 + the embedding's) of 2 ring steps
+//	and 1 all-gather of 1 step at tp 2; a step on the VPC path is 40 us +
+//	3 hops x 70 us = 250 us (assumed): 81 x 500 + 250 = 40.75 ms.
+//	payload per token 81 x 10,240 x 2(2-1)/2 + 131072 x 2 x (2-1)/2 =
+//	960,512 bytes at 1 GB/s = 0.9605 ms: network 41.7105 ms, 90.2980 ms
+//	per token, 11.074 tokens/s; bound 36.4406 + 40.75 + 0.4803 = 77.671 ms,
+//	12.875 tokens/s.
+//	8 sequences: (11,577,108,480 + 8 x 83,886,080) / 240e9 = 51.0342 ms +
+//	40.75 ms + 8 x 0.960512 ms = 99.468 ms per step: 80.43 tokens/s.
 func TestExampleDecodeEstimate(t *testing.T) {
 	r, err := Compute(exampleConfig(t))
 	if err != nil {
@@ -200,7 +255,8 @@ func TestExampleDecodeEstimate(t *testing.T) {
 	checkAll(t, []check{
 		{"weight bytes", d.WeightBytes, 11_577_108_480},
 		{"KV bytes", d.KVBytes, 83_886_080},
-		{"collectives", int64(d.Collectives), 82},
+		{"all-reduces", int64(d.AllReduces), 81},
+		{"all-gathers", int64(d.AllGathers), 1},
 		{"payload", d.Payload, 960_512},
 		{"batch", int64(d.Batch), 8},
 	})
@@ -210,24 +266,170 @@ func TestExampleDecodeEstimate(t *testing.T) {
 			t.Errorf("%s = %.4f, want %.4f", name, got, want)
 		}
 	}
-	near("memory ms", ms(d.Memory), 36.4406, 0.001)
-	near("network ms", ms(d.Network), 41.9605, 0.001)
-	near("per token ms", ms(d.PerToken), 78.4011, 0.001)
-	near("tokens/s", d.TokensPerSecond, 12.755, 0.001)
-	near("batch step ms", ms(d.BatchPerStep), 38.2756+41+8*0.960512, 0.001)
-	near("batch tokens/s", d.BatchTokensPerSecond, 8/(38.2756+41+8*0.960512)*1000, 0.01)
+	near("memory ms", ms(d.Memory), 48.5875, 0.001)
+	near("memory bound ms", ms(d.MemoryBound), 36.4406, 0.001)
+	near("latency ms", ms(d.Latency), 40.75, 0.0001)
+	near("network ms", ms(d.Network), 41.7105, 0.001)
+	near("per token ms", ms(d.PerToken), 90.2980, 0.001)
+	near("tokens/s", d.TokensPerSecond, 11.074, 0.001)
+	near("bound tokens/s", d.BoundTokensPerSecond, 1000/77.6709, 0.001)
+	near("batch step ms", ms(d.BatchPerStep), 51.0342+40.75+8*0.960512, 0.001)
+	near("batch tokens/s", d.BatchTokensPerSecond, 8/(51.0342+40.75+8*0.960512)*1000, 0.01)
 
-	// A measured latency replaces the assumed one: 82 x 350 us = 28.7 ms.
+	// A measured 2-rank all-reduce replaces the assumed step: 350 us is
+	// 175 us a step, 81 x 350 + 175 = 28.525 ms.
 	cfg := exampleConfig(t)
-	cfg.Decode.NCCLLatency, cfg.Decode.Measured = 350*time.Microsecond, true
+	cfg.Decode.NCCLLatency = 350 * time.Microsecond
 	r, _ = Compute(cfg)
-	near("network at 350us", ms(r.Decode.Network), 28.7+0.960512, 0.001)
+	near("network at 350us", ms(r.Decode.Network), 28.525+0.960512, 0.001)
+	if !r.Decode.Link.StepMeasured {
+		t.Error("a given --nccl-latency is not marked measured")
+	}
+	// A measured memory bandwidth replaces the assumed one; the bound
+	// stays at the peak.
+	cfg = exampleConfig(t)
+	cfg.Decode.Bandwidth = 200e9
+	r, _ = Compute(cfg)
+	near("memory at 200 GB/s", ms(r.Decode.Memory), 58.305, 0.001)
+	near("bound at 320 GB/s", ms(r.Decode.MemoryBound), 36.4406, 0.001)
 	// One GPU: no collectives at all.
 	cfg.Model = model(t, "casperhansen/mistral-nemo-instruct-2407-awq")
 	cfg.TP = 1
 	r, _ = Compute(cfg)
-	if r.Decode.Collectives != 0 || r.Decode.Network != 0 || r.Decode.Payload != 0 {
-		t.Errorf("tp 1: %d collectives, %s, %d bytes; want none", r.Decode.Collectives, r.Decode.Network, r.Decode.Payload)
+	if r.Decode.Collectives() != 0 || r.Decode.Network != 0 || r.Decode.Payload != 0 {
+		t.Errorf("tp 1: %d collectives, %s, %d bytes; want none", r.Decode.Collectives(), r.Decode.Network, r.Decode.Payload)
+	}
+}
+
+// Collective latency grows with the ring and with the hops: a 4-rank ring
+// needs 6 steps per all-reduce where 2 ranks need 2, so over the VPC path
+// tensor parallelism 4 is slower than 2 even though each GPU reads half
+// the weights; inside one VM (no hops) the network term nearly vanishes.
+func TestRingSizeAndHops(t *testing.T) {
+	cfg := exampleConfig(t)
+	tp2, _ := Compute(cfg)
+	cfg.TP = 4
+	tp4, err := Compute(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := tp4.Decode.Link
+	if l.AllReduce(2) != 500*time.Microsecond || l.AllReduce(4) != 1500*time.Microsecond || l.AllGather(4) != 750*time.Microsecond {
+		t.Errorf("ring latencies %s, %s, %s; want 500us, 1.5ms, 750us", l.AllReduce(2), l.AllReduce(4), l.AllGather(4))
+	}
+	if tp4.Decode.TokensPerSecond >= tp2.Decode.TokensPerSecond || tp4.Decode.BoundTokensPerSecond >= tp2.Decode.BoundTokensPerSecond {
+		t.Errorf("over the VPC path tp 4 decodes %.1f (bound %.1f) tokens/s, tp 2 %.1f (bound %.1f): tp 4 must be no faster",
+			tp4.Decode.TokensPerSecond, tp4.Decode.BoundTokensPerSecond, tp2.Decode.TokensPerSecond, tp2.Decode.BoundTokensPerSecond)
+	}
+	// 81 x 1.5 ms + 0.75 ms = 122.25 ms of latency at tp 4.
+	if tp4.Decode.Latency != 122250*time.Microsecond {
+		t.Errorf("tp 4 latency %s, want 122.25ms", tp4.Decode.Latency)
+	}
+	// One podVM: 8 us a step (assumed), 81 x 16 + 8 = 1.304 ms.
+	cfg = exampleConfig(t)
+	cfg.Decode.Path = PathHost
+	host, _ := Compute(cfg)
+	if host.Decode.Latency != 1304*time.Microsecond || host.Decode.Link.Hops != 0 {
+		t.Errorf("host path latency %s, %d hops; want 1.304ms and none", host.Decode.Latency, host.Decode.Link.Hops)
+	}
+	if host.Decode.TokensPerSecond <= tp2.Decode.TokensPerSecond {
+		t.Errorf("one podVM %.1f tokens/s, two %.1f: the host path must be faster", host.Decode.TokensPerSecond, tp2.Decode.TokensPerSecond)
+	}
+	cfg.Decode.Path = "ib"
+	if r, _ := Compute(cfg); r.Decode != nil {
+		t.Error("an unknown path gave an estimate")
+	}
+}
+
+// Prefill of one 2048-token chunk on the example:
+//
+//	linear weights per GPU 40 x (5120 x 3072 + 2048 x 5120 + 5120 x 14336 +
+//	7168 x 5120) = 5,452,595,200; 2 x that x 2048 = 22,333,829,939,200
+//	FLOPs, plus attention 40 x 4 x 16 heads x 128 x 2048 x 1024.5 =
+//	687,530,311,680: 23,021,360,250,880 at 25 TFLOPS (assumed) = 0.92085 s.
+//	network: 81 all-reduces of 2048 x 5120 x 2 = 20,971,520 bytes (x
+//	2(2-1)/2) and the logits row (131,072 bytes at 1/2): 1,698,824,192
+//	bytes at 1 GB/s = 1.69882 s, plus 40.75 ms of ring latency: 1.73957 s.
+//	time to first token 2.66043 s.
+func TestExamplePrefill(t *testing.T) {
+	r, err := Compute(exampleConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := r.Prefill
+	if e == nil {
+		t.Fatal("no prefill estimate")
+	}
+	if got := linearParamsPerGPU(r.Config.Model, 2); got != 5_452_595_200 {
+		t.Errorf("linear weights per GPU %d, want 5452595200", got)
+	}
+	checkAll(t, []check{
+		{"chunks", int64(e.Chunks), 1},
+		{"FLOPs", int64(e.FLOPs), 23_021_360_250_880},
+		{"bytes", e.Bytes, 1_698_824_192},
+	})
+	if math.Abs(e.Compute.Seconds()-0.920854) > 1e-5 || math.Abs(e.Network.Seconds()-1.739574) > 1e-5 ||
+		math.Abs(e.TTFT.Seconds()-2.660428) > 1e-5 || e.ChunkStep != e.TTFT {
+		t.Errorf("compute %s, network %s, TTFT %s, chunk step %s; want 0.920854s, 1.739574s, 2.660428s and the TTFT",
+			e.Compute, e.Network, e.TTFT, e.ChunkStep)
+	}
+	if e.TTFTBound >= e.TTFT {
+		t.Errorf("bound %s not below the estimate %s", e.TTFTBound, e.TTFT)
+	}
+	// A 5000-token prompt is three chunks (2048, 2048, 904), each later
+	// one attending to the earlier ones.
+	cfg := exampleConfig(t)
+	cfg.Decode.PromptTokens = 5000
+	long, _ := Compute(cfg)
+	if long.Prefill.Chunks != 3 || long.Prefill.TTFT < 2*e.TTFT {
+		t.Errorf("5000 tokens: %d chunks, %s; want 3 and more than twice %s", long.Prefill.Chunks, long.Prefill.TTFT, e.TTFT)
+	}
+}
+
+// The two layouts at the same price class: the one-podVM one decodes
+// faster and reaches its first token sooner, needs half the N1 vCPUs, and
+// both take two T4s of quota.
+func TestLayoutsCompared(t *testing.T) {
+	ls, err := Layouts(exampleConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 2 || ls[0].Path != PathVPC || ls[1].Path != PathHost || ls[1].Profile != "t4-2" {
+		t.Fatalf("layouts %+v", ls)
+	}
+	split, one := ls[0], ls[1]
+	// Provider price table (gcpt4/prices.json): n1-standard-8 + 2 T4 is
+	// the t4-2 profile's $1.08/h; each single-T4 podVM of the example is
+	// n1-standard-8 + 1 T4.
+	if !one.PriceKnown || math.Abs(one.Hourly-1.08) > 0.005 || !split.PriceKnown || split.Hourly <= one.Hourly {
+		t.Errorf("prices: one podVM %.2f (%v), two %.2f (%v)", one.Hourly, one.PriceKnown, split.Hourly, split.PriceKnown)
+	}
+	if split.QuotaGPUs != 2 || one.QuotaGPUs != 2 || split.QuotaN1VCPUs != 16 || one.QuotaN1VCPUs != 8 {
+		t.Errorf("quota: %d/%d GPUs, %d/%d vCPUs", split.QuotaGPUs, one.QuotaGPUs, split.QuotaN1VCPUs, one.QuotaN1VCPUs)
+	}
+	sd, od := split.Result.Decode, one.Result.Decode
+	if od.TokensPerSecond <= sd.TokensPerSecond || one.Result.Prefill.TTFT >= split.Result.Prefill.TTFT {
+		t.Errorf("one podVM %.1f tokens/s, TTFT %s; two %.1f, %s", od.TokensPerSecond, one.Result.Prefill.TTFT, sd.TokensPerSecond, split.Result.Prefill.TTFT)
+	}
+	if split.Result.KVTokens != one.Result.KVTokens {
+		t.Errorf("KV tokens differ by layout: %d, %d", split.Result.KVTokens, one.Result.KVTokens)
+	}
+	for _, l := range ls {
+		if len(l.Needs) < 3 {
+			t.Errorf("%s: needs %v", l.Name, l.Needs)
+		}
+	}
+	// A measured VPC figure is not carried to the host path.
+	cfg := exampleConfig(t)
+	cfg.Decode.NCCLLatency = 350 * time.Microsecond
+	ls, _ = Layouts(cfg)
+	if !ls[0].Result.Decode.Link.StepMeasured || ls[1].Result.Decode.Link.StepMeasured {
+		t.Error("the NCCL check's latency must apply to the two-podVM layout only")
+	}
+	// No multi-T4 profile of 3 or 8 GPUs: no comparison.
+	cfg.TP = 8
+	if ls, err := Layouts(cfg); err != nil || ls != nil {
+		t.Errorf("tp 8: %v, %v", ls, err)
 	}
 }
 
@@ -239,21 +441,25 @@ func TestExampleSettingsAgainstAlternatives(t *testing.T) {
 		verdict Verdict
 		reason  string
 	}{
-		// 14,253,922,713 - 12,248,197,120 - 419,430,400 = 1,586,295,193:
-		// 1210 blocks, 19,360 tokens; headroom 1,583,769,191 - 0.5 GiB
-		// = 1,046,898,279 holds 0.5 GiB of graphs.
-		{"0.90 with CUDA graphs", func(c *Config) { c.GPUMemoryUtilization, c.EnforceEager = 0.90, false }, Fits, "19360 tokens"},
-		// 255,013,684 spare < 0.5 GiB of graphs.
-		{"0.95 with CUDA graphs", func(c *Config) { c.EnforceEager = false }, DoesNotFit, "captured after the KV cache is sized"},
+		// 14,253,922,713 - 12,248,197,120 - 262,144,000 - 440,401,920 =
+		// 1,303,179,673: 994 blocks, 15,904 tokens; headroom 1,583,769,191
+		// - 0.5 GiB = 1,046,898,279 holds the 5 sizes' 40 MiB of graphs.
+		{"0.90 with CUDA graphs", func(c *Config) { c.GPUMemoryUtilization, c.EnforceEager = 0.90, false }, Tight, "15904 tokens: 1.94 sequences"},
+		// 255,013,684 spare holds 5 x 8 MiB: vLLM 0.11 captures 1, 2, 4,
+		// 8, 16 for 8 sequences, not its full list.
+		{"0.95 with CUDA graphs", func(c *Config) { c.EnforceEager = false }, Fits, "25568 tokens"},
+		// 256 sequences: 67 sizes x 8 MiB = 562,036,736 > 255,013,684.
+		{"0.95 with CUDA graphs, 256 sequences", func(c *Config) { c.EnforceEager, c.MaxNumSeqs = false, 256 }, DoesNotFit, "(0.52 GiB for 67 sizes) are captured after the KV cache is sized"},
 		// headroom 15,837,691,904 - 15,521,938,065 = 315,753,839 < 0.5 GiB;
 		// floor((15,837,691,904 - 536,870,912) / 15,837,691,904, 2) = 0.96.
 		{"0.98", func(c *Config) { c.GPUMemoryUtilization = 0.98 }, DoesNotFit, "--gpu-memory-utilization 0.96 or lower"},
-		// vLLM's defaults: 256 sequences make the sampler 256 x 131072 x 32
-		// = 1 GiB: 14,253,922,713 - 12,248,197,120 - 1.25 GiB = 663,548,313,
-		// 506 blocks, 8096 tokens < 8192.
-		{"vLLM defaults", func(c *Config) { c.GPUMemoryUtilization, c.EnforceEager, c.MaxNumSeqs = 0.90, false, 256 }, DoesNotFit, "lower --max-model-len to at most 8096"},
+		// vLLM's defaults: 256 sequences make the sampler 20,971,520 + 256 x
+		// 131072 x 32 = 1,094,713,344: 14,253,922,713 - 12,510,341,120 -
+		// 268,435,456 - 1,094,713,344 = 380,432,793, 290 blocks, 4640
+		// tokens < 8192.
+		{"vLLM defaults", func(c *Config) { c.GPUMemoryUtilization, c.EnforceEager, c.MaxNumSeqs = 0.90, false, 256 }, DoesNotFit, "lower --max-model-len to at most 4640"},
 		{"one T4", func(c *Config) { c.TP = 1 }, DoesNotFit, "the weights alone need 22.81 GiB per GPU"},
-		{"32k context", func(c *Config) { c.MaxModelLen = 32768 }, DoesNotFit, "lower --max-model-len to at most 29024"},
+		{"32k context", func(c *Config) { c.MaxModelLen = 32768 }, DoesNotFit, "lower --max-model-len to at most 25568"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := exampleConfig(t)
@@ -278,9 +484,9 @@ func TestActivationFollowsBatchedTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 4 x 150,994,944.
-	if r.ForwardPeak != 603_979_776 || r.Activation != 603_979_776 {
-		t.Errorf("forward %d, activation %d at 8192 tokens; want 603979776", r.ForwardPeak, r.Activation)
+	// 4 x 171,966,464.
+	if r.ForwardPeak != 687_865_856 || r.Activation != 687_865_856 {
+		t.Errorf("forward %d, activation %d at 8192 tokens; want 687865856", r.ForwardPeak, r.Activation)
 	}
 	// --activation-memory from vLLM's log replaces the derivation.
 	cfg.Overheads.Activation = GiB
@@ -302,9 +508,10 @@ func TestActivationFollowsBatchedTokens(t *testing.T) {
 //	head (fp16) 2 x 1,342,177,280 = 8,350,771,200 (7.78 GiB): one T4.
 //	activation: MLP 4096 x (10240 + 28672 + 14336 + 5120) = 239,075,328
 //	plus gate_up dequantised for 2048 >= 256 tokens 5120 x 28672 x 2 =
-//	293,601,280: 532,676,608. KV room 14,253,922,713 - 8,350,771,200 -
-//	(268,435,456 + 532,676,608) = 5,102,039,449; 163,840 bytes per token,
-//	2,621,440 per block: 1946 blocks, 31,136 tokens.
+//	293,601,280: 532,676,608 (no all-reduce at tp 1). KV room
+//	14,253,922,713 - 8,350,771,200 - 262,144,000 (RoPE cache) -
+//	(268,435,456 + 532,676,608) = 4,839,895,449; 163,840 bytes per token,
+//	2,621,440 per block: 1846 blocks, 29,536 tokens.
 func TestAWQNemoFitsOneT4(t *testing.T) {
 	cfg := exampleConfig(t)
 	cfg.Model = model(t, "casperhansen/mistral-nemo-instruct-2407-awq")
@@ -317,8 +524,8 @@ func TestAWQNemoFitsOneT4(t *testing.T) {
 		{"weights", r.Weights, 8_350_771_200},
 		{"weights per GPU", r.WeightsPerGPU, 8_350_771_200},
 		{"forward peak", r.ForwardPeak, 532_676_608},
-		{"KV room", r.KVRoom, 5_102_039_449},
-		{"KV tokens", r.KVTokens, 31_136},
+		{"KV room", r.KVRoom, 4_839_895_449},
+		{"KV tokens", r.KVTokens, 29_536},
 	})
 	if r.Verdict != Fits {
 		t.Errorf("verdict %s: %s", r.Verdict, r.Reason)
@@ -348,8 +555,12 @@ func TestAWQSmall24BAgainstAMeasurement(t *testing.T) {
 	if r.Weights != 14_234_265_600 {
 		t.Errorf("weights %d, want 14234265600", r.Weights)
 	}
-	if got := float64(r.Weights) / GiB; math.Abs(got-13.31)/13.31 > 0.005 {
-		t.Errorf("weights %.3f GiB, more than 0.5%% from the measured 13.31 GiB", got)
+	// vLLM's figure includes the RoPE cache: 32768 x 128 x 2 = 8,388,608.
+	if r.RoPECache != 8_388_608 {
+		t.Errorf("RoPE cache %d, want 8388608", r.RoPECache)
+	}
+	if got := float64(r.Weights+r.RoPECache) / GiB; math.Abs(got-13.31)/13.31 > 0.005 {
+		t.Errorf("weights and RoPE cache %.3f GiB, more than 0.5%% from the measured 13.31 GiB", got)
 	}
 	// Split over two T4s it fits with room to spare, where the fp16
 	// checkpoint (47.1 GB) does not.

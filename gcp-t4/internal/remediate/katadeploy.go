@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 	corev1 "k8s.io/api/core/v1"
@@ -50,17 +52,38 @@ type KataDeploy struct {
 
 // DetectKataDeploy looks for kata-deploy's files: kataDir is its install
 // directory (/opt/kata), mounted at the same path, and config the main
-// containerd config.
-func DetectKataDeploy(kataDir, config, name string) (KataDeploy, error) {
+// containerd config, run the running containerd.
+func DetectKataDeploy(kataDir, config, name string, run Runtime) (KataDeploy, error) {
 	var kd KataDeploy
 	if exists(filepath.Join(kataDir, kataDeployNydus, "containerd-nydus-grpc")) ||
 		exists(config+".bak") && exists(filepath.Join(kataDir, "bin", "containerd-shim-kata-v2")) {
 		kd.Present = true
 	}
-	for _, p := range []string{
-		filepath.Join(kataDir, "containerd", "config.d", "kata-deploy.toml"),
-		filepath.Join(filepath.Dir(config), "conf.d", "kata-deploy.toml"),
-	} {
+	// Both drop-ins can be on a node: kata-deploy 4.x switched to conf.d on
+	// containerd 2.2+ and leaves an older install's file under kataDir
+	// (it removes only that file's import: runtime/containerd.rs
+	// remove_legacy_drop_in_import at 4.0.0 and 4.1.0). The one containerd
+	// loads now is kata-deploy's current configuration; only when neither
+	// is loaded (GKE's rewrite dropped the import) does the legacy path come
+	// first, as kata-deploy itself uses it unless the main file imports
+	// conf.d (config.rs get_containerd_paths).
+	// In conf.d mode kata-deploy has retired the legacy file: it is not
+	// its configuration, whatever it holds.
+	candidates := []string{legacyDropIn(kataDir), confDDropIn(config)}
+	if files, err := LoadSet(config, nil); err == nil {
+		slices.SortStableFunc(candidates, func(a, b string) int {
+			return cmpBool(loads(files, b), loads(files, a))
+		})
+		if doc, err := tomledit.Decode(stripBOM(files[0].Data)); err == nil {
+			if imports, _ := stringList(doc["imports"]); confDMode(run, config, imports) && !loads(files, legacyDropIn(kataDir)) {
+				if exists(legacyDropIn(kataDir)) {
+					kd.Present = true
+				}
+				candidates = slices.DeleteFunc(candidates, func(p string) bool { return p == legacyDropIn(kataDir) })
+			}
+		}
+	}
+	for _, p := range candidates {
 		data, err := os.ReadFile(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -100,6 +123,50 @@ func (kd KataDeploy) Installing(node *corev1.Node) string {
 		return ""
 	}
 	return fmt.Sprintf("kata-deploy's files are on the node but it lacks %s=true: kata-deploy is installing or removing itself; waiting for it", kataRuntimeLabel)
+}
+
+// legacyDropIn is kata-deploy's drop-in outside conf.d mode:
+// <dest_dir>/containerd/config.d/kata-deploy.toml (config.rs
+// containerd_drop_in_conf_file, 4.0.0 and 4.1.0), imported by literal path.
+func legacyDropIn(kataDir string) string {
+	return filepath.Join(kataDir, "containerd", "config.d", "kata-deploy.toml")
+}
+
+// confDDropIn is kata-deploy's drop-in in conf.d mode:
+// /etc/containerd/conf.d/kata-deploy.toml next to the main file, which
+// imports it by its own glob (config.rs get_containerd_paths, 4.0.0 and
+// 4.1.0).
+func confDDropIn(config string) string {
+	return filepath.Join(filepath.Dir(config), "conf.d", "kata-deploy.toml")
+}
+
+// confDMode reports whether kata-deploy 4.x writes its conf.d drop-in on
+// this node and scrubs the legacy import: containerd 2.2 or newer
+// (runtime/manager.rs containerd_version_is_2_2_or_newer) and a main file
+// whose imports name /etc/containerd/conf.d (config.rs
+// config_has_containerd_confd_import: any entry containing that path; the
+// conf.d directory next to config, which is that path on a node).
+func confDMode(run Runtime, config string, imports []string) bool {
+	if run.Major < 2 || run.Major == 2 && run.Minor < 2 {
+		return false
+	}
+	dir := filepath.Join(filepath.Dir(config), "conf.d")
+	for _, e := range imports {
+		if strings.Contains(e, dir) {
+			return true
+		}
+	}
+	return false
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func exists(p string) bool {

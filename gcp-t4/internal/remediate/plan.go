@@ -305,6 +305,7 @@ type planner struct {
 	t       Target
 	kd      KataDeploy
 	scratch string // where candidates are assembled for `config dump`
+	kataDir string // kata-deploy's install directory
 	// explicit are the handler flags given on the command line, which
 	// nothing learned overrides; source says where h came from.
 	explicit map[string]bool
@@ -494,7 +495,14 @@ func (p *planner) dropIn(ctx context.Context, files []LoadFile, before map[strin
 		base = append(base, e)
 	}
 	o := owned{l: l, h: p.h}
-	if p.kd.DropIn != "" && !loads(files, p.kd.DropIn) {
+	// In conf.d mode kata-deploy 4.x removes the legacy drop-in's import
+	// on every install (runtime/containerd.rs remove_legacy_drop_in_import,
+	// 4.0.0 and 4.1.0); adding it back would start a fight in which the
+	// stale file's settings win containerd's merge in between. The settings
+	// learned from it go into the sidecar's own drop-in instead.
+	restoreImport := p.kd.DropIn != "" && !loads(files, p.kd.DropIn) &&
+		!(p.kd.DropIn == legacyDropIn(p.kataDir) && confDMode(p.run, t.Config, imports))
+	if restoreImport {
 		base = append(base, p.kd.DropIn)
 		for _, r := range p.kd.Runtimes {
 			o.extras = append(o.extras, cat(l.runtimes(), []string{r}), cat(l.platforms(r)))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/nodeevents"
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
+	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -56,12 +57,14 @@ type Remediator struct {
 
 	// beforeRename is only set by the crash test.
 	beforeRename func(tmp string)
+	// step is only set by the interruption tests: called after each step
+	// of a write, restart and rollback that leaves something on disk, it
+	// stops the pass there as a kill of the sidecar would.
+	step func(name string)
 
 	mu        sync.Mutex
 	ready     bool
 	lastEvent string // the last Warning/Normal reported, so a resync does not repeat it
-	// lastWrite is the change this process last wrote, for a rollback.
-	lastWrite *Plan
 	// lastConverged is the last plan that found nothing to write, and
 	// what it was computed from.
 	lastConverged *convergedPlan
@@ -197,6 +200,9 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 	if why := r.cfg.Host.COSReason(node); why != "" {
 		return r.skip(ctx, nodeevents.UnsupportedOS, why)
 	}
+	if res, done, err := r.recoverPending(ctx); done {
+		return res, err
+	}
 	for _, p := range r.kataDeployFiles() {
 		if wait, why := settled(p, r.cfg.Quiet, time.Now()); wait > 0 {
 			r.setReady(false)
@@ -204,7 +210,11 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 			return Result{RetryIn: wait}, nil
 		}
 	}
-	kd, err := DetectKataDeploy(r.cfg.KataDir, r.cfg.Target.Config, r.cfg.Handler.Name)
+	run, err := r.runtime(ctx, node)
+	if err != nil {
+		return Result{}, r.fail(ctx, "RuntimeVersionUnknown", err)
+	}
+	kd, err := DetectKataDeploy(r.cfg.KataDir, r.cfg.Target.Config, r.cfg.Handler.Name, run)
 	if err != nil {
 		return Result{}, r.fail(ctx, "ConfigMalformed", err)
 	}
@@ -216,17 +226,16 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 			source = "kata-deploy's drop-in " + kd.DropIn
 		}
 	}
-	if missing := r.cfg.Host.MissingKata(h); missing != "" {
+	// A handler already in containerd's configuration takes precedence
+	// over the flag defaults (docs/remediation.md): its own paths are what
+	// must exist, checked once the plan has learned them.
+	if missing := r.cfg.Host.MissingKata(h); missing != "" && (kd.Handler != nil || !configDeclares(r.cfg.Target.Config, h.Name)) {
 		return r.skip(ctx, nodeevents.ShimMissing, fmt.Sprintf("%s is not on the host; not registering %s until kata is installed (a handler without its shim breaks every pod using it)", missing, h.Name))
 	}
 	if why := kd.Installing(node); why != "" {
 		r.setReady(false)
 		r.report(ctx, false, "WaitingForKataDeploy", why)
 		return Result{Skipped: why}, nil
-	}
-	run, err := r.runtime(ctx, node)
-	if err != nil {
-		return Result{}, r.fail(ctx, "RuntimeVersionUnknown", err)
 	}
 	if err := r.checkBinary(ctx, run); err != nil {
 		return Result{}, r.fail(ctx, "ConfigCheckUnavailable", err)
@@ -242,8 +251,13 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, r.fail(ctx, "HostLock", err)
 	}
+	// The lock is held through the restart and its verification, as
+	// kata-deploy 4.1.0 holds it through its own (main.rs
+	// install_stage_cri: the guard of acquire_node_mutation_lock lives until
+	// after restart_runtime): neither restarts containerd while the other
+	// is half-way through an edit.
+	defer unlock()
 	res, err := r.converge(ctx, run, h, source, kd)
-	unlock()
 	if err != nil {
 		reason := "WriteFailed"
 		switch {
@@ -267,10 +281,7 @@ var errSkip = errors.New("skip")
 
 // kataDeployFiles are the kata-deploy files read before planning.
 func (r *Remediator) kataDeployFiles() []string {
-	return []string{
-		filepath.Join(r.cfg.KataDir, "containerd", "config.d", "kata-deploy.toml"),
-		filepath.Join(filepath.Dir(r.cfg.Target.Config), "conf.d", "kata-deploy.toml"),
-	}
+	return []string{legacyDropIn(r.cfg.KataDir), confDDropIn(r.cfg.Target.Config)}
 }
 
 func (r *Remediator) runtime(ctx context.Context, node *corev1.Node) (Runtime, error) {
@@ -335,9 +346,12 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 	inputs := inputsID(files, run, h, kd, t.DropIn())
 	if r.lastConverged != nil && r.lastConverged.inputs == inputs {
 		res.Plan = r.lastConverged.plan
+		if missing := r.cfg.Host.MissingKata(res.Plan.Handler); missing != "" {
+			return res, fmt.Errorf("%w: %s is not on the host; not registering %s until kata is installed (a handler without its shim breaks every pod using it)", errSkip, missing, h.Name)
+		}
 		return res, nil
 	}
-	p := &planner{ctr: r.ctr, run: run, h: h, t: t, kd: kd, scratch: r.cfg.Scratch, explicit: r.cfg.Explicit, source: source}
+	p := &planner{ctr: r.ctr, run: run, h: h, t: t, kd: kd, scratch: r.cfg.Scratch, kataDir: r.cfg.KataDir, explicit: r.cfg.Explicit, source: source}
 	pl, err := p.plan(ctx)
 	res.Plan = pl
 	if err != nil {
@@ -348,10 +362,11 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 	} else {
 		r.lastConverged = nil
 	}
-	if !pl.Handler.Equal(h) {
-		if missing := r.cfg.Host.MissingKata(pl.Handler); missing != "" {
+	if missing := r.cfg.Host.MissingKata(pl.Handler); missing != "" {
+		if !pl.Handler.Equal(h) {
 			return res, fmt.Errorf("%w: %s (the handler already configured) is not on the host; not registering it", errSkip, missing)
 		}
+		return res, fmt.Errorf("%w: %s is not on the host; not registering %s until kata is installed (a handler without its shim breaks every pod using it)", errSkip, missing, h.Name)
 	}
 	if pl.Converged() {
 		return res, nil
@@ -373,17 +388,28 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 		res.Diff = b.String()
 		return res, nil
 	}
+	// Every file about to be written must be writable before any is: a
+	// config.toml linked to a read-only target must not leave a drop-in
+	// and a state behind that nothing imports.
+	if err := writable(pl.Changes, t.DropInDir); err != nil {
+		return res, err
+	}
 	if err := os.MkdirAll(t.DropInDir, 0o755); err != nil {
 		return res, fmt.Errorf("create %s: %w", t.DropInDir, err)
 	}
+	if err := probeWrite(r.state.Path); err != nil {
+		return res, fmt.Errorf("%w; nothing was written", err)
+	}
 	// What each file held goes to the state first: a crash after a write
-	// must not lose what uninstall puts back.
+	// must not lose what uninstall puts back, nor what a rollback does.
 	for _, c := range pl.Changes {
 		st.recordWrite(c.Path, c.Old, c.Old != nil, c.New)
 	}
+	st.recordPending(pl.Fingerprint, pl.Changes)
 	if err := r.state.Save(st); err != nil {
 		return res, err
 	}
+	r.at("state saved")
 	for _, c := range pl.Changes {
 		// Compare-and-swap: GKE or an installer may have rewritten the file
 		// since it was read; then the next pass plans again.
@@ -400,6 +426,7 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 		}
 		r.metrics.FilesWritten.Inc()
 		res.Wrote = append(res.Wrote, c.Path)
+		r.at("wrote " + filepath.Base(c.Path))
 		r.log.Info("wrote containerd config", "path", c.Path, "mode", pl.Mode, "version", pl.FileVersion, "handler_from", pl.Source)
 	}
 	// Wall time: it is compared with file times and containerd's start.
@@ -407,7 +434,6 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 	if err := r.state.Save(st); err != nil {
 		return res, err
 	}
-	r.lastWrite = &pl
 	r.events.Emit(ctx, false, nodeevents.ConfigRestored, fmt.Sprintf("restored runtime handler %s (settings from %s) in %s (%s, config version %d), checked with containerd %s's own merge",
 		h.Name, pl.Source, strings.Join(res.Wrote, ", "), pl.Mode, pl.FileVersion, run))
 	return res, nil
@@ -526,6 +552,7 @@ func (r *Remediator) ensureLoaded(ctx context.Context, node *corev1.Node, res Re
 		// files are right, and an installer or operator restarts it.
 		res.Converged = st.Known
 		if res.Converged {
+			r.proven()
 			r.converged()
 		} else {
 			r.setReady(false)
@@ -537,6 +564,7 @@ func (r *Remediator) ensureLoaded(ctx context.Context, node *corev1.Node, res Re
 		// status (runtime, snapshotter, discard_unpacked_layers): what it
 		// runs is known, whatever the files say now.
 		res.Converged = true
+		r.proven()
 		r.converged()
 		return res, nil
 	}
@@ -548,6 +576,7 @@ func (r *Remediator) ensureLoaded(ctx context.Context, node *corev1.Node, res Re
 	loadedFiles := !started.Before(since)
 	if loadedFiles && (!st.Known || probeOK(st, h)) {
 		res.Converged = true
+		r.proven()
 		r.converged()
 		return res, nil
 	}
@@ -575,6 +604,7 @@ func (r *Remediator) ensureLoaded(ctx context.Context, node *corev1.Node, res Re
 	r.metrics.Restarts.Inc()
 	r.log.Info("restarting containerd to load the handler", "handler", h.Name, "started", started, "config_since", since)
 	err = r.restarter.Restart(ctx)
+	r.at("restarted")
 	if err == nil {
 		err = r.waitLoaded(ctx, h, since)
 	}
@@ -583,6 +613,7 @@ func (r *Remediator) ensureLoaded(ctx context.Context, node *corev1.Node, res Re
 		return r.rollback(ctx, res, err)
 	}
 	res.Restarted, res.Converged = true, true
+	r.proven()
 	r.converged()
 	r.events.Emit(ctx, false, "ContainerdRestarted", fmt.Sprintf("restarted containerd to load runtime handler %s", h.Name))
 	return res, nil
@@ -615,47 +646,257 @@ func (r *Remediator) waitLoaded(ctx context.Context, h Handler, since time.Time)
 	}
 }
 
-// rollback puts back the files of the last write after containerd did not
-// come back with them, restarts containerd once more and reports: the node
-// ends at least as healthy as before the change.
+// rollback puts back the files of the pending change (State.Pending)
+// after containerd did not come back with them, restarts containerd once
+// more and reports: the node ends at least as healthy as before the change.
+// The pending change is read from the state on the host, so a change
+// written by an earlier process of the sidecar is undone too.
 func (r *Remediator) rollback(ctx context.Context, res Result, cause error) (Result, error) {
-	pl := r.lastWrite
-	if pl == nil || pl.Fingerprint != res.Plan.Fingerprint {
-		// Not ours to undo (written by an earlier process, or by someone
-		// else): report only.
-		return res, r.fail(ctx, "RestartFailed", fmt.Errorf("restart %d of at most %d consecutive failures: %w", r.budget.Failures(), r.budget.MaxFailures, cause))
-	}
 	st, err := r.state.Load()
 	if err != nil {
 		return res, r.fail(ctx, "RollbackFailed", fmt.Errorf("%v; and reading the state to roll back failed: %w", cause, err))
 	}
-	var restored []string
-	changes := slices.Clone(pl.Changes)
-	slices.Reverse(changes)
-	for _, c := range changes {
+	if st.Pending == nil || !st.Pending.ours() {
+		// Nothing of an unproven change of ours is in place (someone else
+		// rewrote the files, or the change was proven before): report only.
+		return res, r.fail(ctx, "RestartFailed", fmt.Errorf("restart %d of at most %d consecutive failures: %w", r.budget.Failures(), r.budget.MaxFailures, cause))
+	}
+	return r.rollbackPending(ctx, res, st, cause)
+}
+
+// inPlace are the pending changes whose files still hold what was written.
+func (p *PendingRecord) inPlace() []PendingChange {
+	var out []PendingChange
+	for _, c := range p.Changes {
 		cur, err := readOptional(c.Path)
-		if err != nil || !bytes.Equal(cur, c.New) {
-			continue // rewritten since: not ours any more
+		if err == nil && writtenSum(cur) == c.Written && !(c.Existed && bytes.Equal(cur, c.Previous)) {
+			out = append(out, c)
 		}
-		back := FileChange{Path: c.Path, Old: c.New, New: c.Old}
-		if err := r.apply(back); err != nil {
-			return res, r.fail(ctx, "RollbackFailed", fmt.Errorf("%v; and putting back %s failed: %w", cause, c.Path, err))
-		}
-		if rec := st.file(c.Path); rec != nil && rec.Existed == (c.Old != nil) && bytes.Equal(rec.Original, c.Old) {
-			st.Files = slices.DeleteFunc(st.Files, func(f FileRecord) bool { return f.Path == c.Path })
-		}
-		restored = append(restored, c.Path)
 	}
-	st.Rejected, st.Loaded = pl.Candidate, nil
-	if err := r.state.Save(st); err != nil {
-		r.log.Warn("saving state failed", "err", err.Error())
+	return out
+}
+
+// rollbackPending undoes st.Pending in reverse write order, books the
+// candidate as rejected, restarts containerd and clears the pending change.
+// Each step is saved before the next, so that a sidecar stopped anywhere in
+// between finishes the rollback at its next start (recoverPending).
+func (r *Remediator) rollbackPending(ctx context.Context, res Result, st State, cause error) (Result, error) {
+	p := st.Pending
+	var restored []string
+	if !p.Restored {
+		back := p.inPlace()
+		if !p.RollingBack {
+			p.RollingBack = true
+			if err := r.state.Save(st); err != nil {
+				return res, r.fail(ctx, "RollbackFailed", fmt.Errorf("%v; and saving the state before the rollback failed: %w", cause, err))
+			}
+		}
+		slices.Reverse(back)
+		for _, c := range back {
+			cur, _ := readOptional(c.Path)
+			undo := FileChange{Path: c.Path, Old: cur, New: c.Previous}
+			if !c.Existed {
+				undo.New = nil
+			}
+			if err := r.apply(undo); err != nil {
+				return res, r.fail(ctx, "RollbackFailed", fmt.Errorf("%v; and putting back %s failed: %w (the state in %s keeps what is left to put back)", cause, c.Path, err, r.state.Path))
+			}
+			if rec := st.file(c.Path); rec != nil {
+				if rec.Existed == c.Existed && bytes.Equal(rec.Original, c.Previous) {
+					st.Files = slices.DeleteFunc(st.Files, func(f FileRecord) bool { return f.Path == c.Path })
+				} else {
+					rec.Written = sum(c.Previous)
+				}
+			}
+			restored = append(restored, c.Path)
+			r.at("restored " + filepath.Base(c.Path))
+		}
+		st.Rejected, st.Loaded = p.candidate(), nil
+		p.Restored = true
+		if err := r.state.Save(st); err != nil {
+			r.log.Warn("saving state failed", "err", err.Error())
+		}
+		r.at("rollback saved")
 	}
-	r.lastWrite = nil
 	again := "restarted containerd again"
 	if err := r.restarter.Restart(ctx); err != nil {
 		again = fmt.Sprintf("restarting containerd again failed too: %v", err)
 	}
+	r.at("restarted again")
+	st.Pending = nil
+	if err := r.state.Save(st); err != nil {
+		r.log.Warn("saving state failed", "err", err.Error())
+	}
 	res.RolledBack = true
-	return res, r.fail(ctx, "RolledBack", fmt.Errorf("%w; restored %s to their previous content and %s; the change is not written again until the configuration changes",
-		cause, strings.Join(restored, ", "), again))
+	what := "restored " + strings.Join(restored, ", ") + " to their previous content"
+	if len(restored) == 0 {
+		what = "the files were put back already"
+	}
+	return res, r.fail(ctx, "RolledBack", fmt.Errorf("%w; %s and %s; the change is not written again until the configuration changes",
+		cause, what, again))
+}
+
+func (r *Remediator) at(name string) {
+	if r.step != nil {
+		r.step(name)
+	}
+}
+
+// proven clears the pending change once a running containerd has shown
+// it loaded.
+func (r *Remediator) proven() {
+	if r.cfg.DryRun {
+		return
+	}
+	st, err := r.state.Load()
+	if err != nil || st.Pending == nil {
+		return
+	}
+	st.Pending = nil
+	if err := r.state.Save(st); err != nil {
+		r.log.Warn("saving state failed", "err", err.Error())
+	}
+}
+
+// activeReporter is a Restarter that can say whether containerd runs now
+// (restart.Systemd: the unit's ActiveState).
+type activeReporter interface {
+	Active(ctx context.Context) (bool, error)
+}
+
+// down reports whether containerd is known not to run now: systemd says
+// its unit is not active, or (a restarter that cannot say) it has no start
+// time. Not reaching systemd is not knowing: nothing is rolled back then.
+func (r *Remediator) down(ctx context.Context) bool {
+	if a, ok := r.restarter.(activeReporter); ok {
+		up, err := a.Active(ctx)
+		return err == nil && !up
+	}
+	_, err := r.restarter.StartedAt(ctx)
+	return err != nil
+}
+
+// recoverPending finishes what an earlier process of the sidecar left
+// half-done: its change is written but unproven (State.Pending) and
+// containerd is not running. Unless containerd comes up within
+// VerifyTimeout (systemd or GKE may be restarting it), the change is
+// rolled back from the state and containerd restarted. done says the pass
+// ends here.
+func (r *Remediator) recoverPending(ctx context.Context) (Result, bool, error) {
+	if r.cfg.DryRun {
+		return Result{}, false, nil
+	}
+	// A kill at the state's rename leaves its temp file; it never
+	// replaces anything.
+	CleanTemps(r.state.Path)
+	if r.restarter == nil {
+		return Result{}, false, nil
+	}
+	st, err := r.state.Load()
+	if err != nil || st.Pending == nil {
+		return Result{}, false, nil
+	}
+	// A rollback stopped half-way is finished whether or not containerd
+	// runs: it was started because containerd did not come back with the
+	// change.
+	unfinished := st.Pending.RollingBack && !st.Pending.Restored
+	if !unfinished && !r.down(ctx) {
+		if st.Pending.Restored {
+			// The rollback's restart came through: nothing is pending.
+			r.proven()
+		}
+		return Result{}, false, nil
+	}
+	deadline := time.Now().Add(r.cfg.VerifyTimeout)
+	if unfinished {
+		deadline = time.Now()
+	}
+	for r.down(ctx) {
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return Result{}, true, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if !unfinished && !r.down(ctx) {
+		return Result{}, false, nil
+	}
+	lockCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	unlock, err := r.cfg.Lock.Acquire(lockCtx)
+	cancel()
+	if errors.Is(err, errLockBusy) && ctx.Err() == nil {
+		r.setReady(false)
+		r.report(ctx, false, "WaitingForHostLock", err.Error())
+		return Result{RetryIn: 2 * time.Second}, true, nil
+	}
+	if err != nil {
+		return Result{}, true, r.fail(ctx, "HostLock", err)
+	}
+	defer unlock()
+	if st, err = r.state.Load(); err != nil || st.Pending == nil {
+		return Result{}, false, nil
+	}
+	if !st.Pending.ours() {
+		// containerd is down, but not with a change of ours in place.
+		r.proven()
+		return Result{}, false, nil
+	}
+	cause := fmt.Errorf("containerd is not running (for %s) with the change an earlier run of the sidecar wrote and had not seen loaded", r.cfg.VerifyTimeout)
+	if unfinished {
+		cause = errors.New("an earlier run of the sidecar was stopped while it rolled back a change containerd did not come back with")
+	}
+	res, err := r.rollbackPending(ctx, Result{}, st, cause)
+	return res, true, err
+}
+
+// configDeclares reports whether a file containerd loads from config
+// already defines handler name.
+func configDeclares(config, name string) bool {
+	files, err := LoadSet(config, nil)
+	if err != nil {
+		return false
+	}
+	for _, f := range files {
+		doc, err := tomledit.Decode(stripBOM(f.Data))
+		if err != nil {
+			continue
+		}
+		if _, ok := handlerFromDoc(doc, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// writable checks, before anything is written, that every file of a change
+// can be replaced where it lives (the target of a symlink): a temp file is
+// created next to it and removed, which is what the write itself needs.
+// The sidecar's own directory is checked once it exists.
+func writable(changes []FileChange, own string) error {
+	for _, c := range changes {
+		if filepath.Dir(c.Path) == own {
+			continue
+		}
+		if err := probeWrite(c.Path); err != nil {
+			return fmt.Errorf("%w: %v; nothing was written", ErrUnsupported, err)
+		}
+	}
+	return nil
+}
+
+func probeWrite(path string) error {
+	target, err := resolve(path)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("%s cannot be replaced: %w", target, bare(err))
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }

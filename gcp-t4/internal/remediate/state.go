@@ -1,6 +1,7 @@
 package remediate
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -27,6 +29,89 @@ type State struct {
 	// come back with after a restart; it is not written again until the
 	// inputs change.
 	Rejected string `json:"rejected,omitempty"`
+	// Pending is the change written and not yet seen loaded by a running
+	// containerd: what a rollback puts back. It lives here, not in the
+	// process, so that a sidecar restarted between its write and the
+	// restart's outcome (a pod restart, a kill, a node drain) still undoes
+	// a change containerd does not come back with.
+	Pending *PendingRecord `json:"pending,omitempty"`
+}
+
+// PendingRecord is a change awaiting its proof by a restarted containerd.
+type PendingRecord struct {
+	Fingerprint string `json:"fingerprint"`
+	// Changes are in write order; a rollback undoes them in reverse.
+	Changes []PendingChange `json:"changes"`
+	// RollingBack: a rollback has begun; a sidecar stopped during it
+	// finishes it at its next start, even where every file is back.
+	RollingBack bool `json:"rollingBack,omitempty"`
+	// Restored: the files are back, only the restart after the rollback
+	// may be missing (the sidecar was stopped before it returned).
+	Restored bool `json:"restored,omitempty"`
+}
+
+// PendingChange is one file of a pending change: its bytes before the
+// first unproven write (Existed false: it did not exist) and the hash of
+// what is there now ("" for a removal).
+type PendingChange struct {
+	Path     string `json:"path"`
+	Previous []byte `json:"previous"`
+	Existed  bool   `json:"existed"`
+	Written  string `json:"written"`
+}
+
+// ours reports whether the pending change still has something to finish:
+// a rollback under way, or files holding what was written.
+func (p *PendingRecord) ours() bool {
+	return p.RollingBack || p.Restored || len(p.inPlace()) > 0
+}
+
+// candidate identifies the whole pending change, from what containerd
+// last ran with to what was written, as candidateID does a plan's: the
+// same change planned again from the rolled-back files has this ID,
+// however many passes the first write took.
+func (p *PendingRecord) candidate() string {
+	var b bytes.Buffer
+	for _, c := range p.Changes {
+		w := c.Written
+		if w == "" {
+			w = sum(nil)
+		}
+		fmt.Fprintf(&b, "%s\x00%s\x00%s\x00", c.Path, sum(c.Previous), w)
+	}
+	return sum(b.Bytes())
+}
+
+// writtenSum is PendingChange.Written for data (nil: removed).
+func writtenSum(data []byte) string {
+	if data == nil {
+		return ""
+	}
+	return sum(data)
+}
+
+// recordPending books changes about to be written. A file whose current
+// content is the unproven write of an earlier pending change keeps that
+// change's previous bytes: a rollback goes back to what a containerd last
+// ran with, not to another unproven write.
+func (s *State) recordPending(fingerprint string, changes []FileChange) {
+	p := &PendingRecord{Fingerprint: fingerprint}
+	prev := map[string]PendingChange{}
+	if s.Pending != nil && !s.Pending.Restored && !s.Pending.RollingBack {
+		for _, c := range s.Pending.Changes {
+			prev[c.Path] = c
+		}
+		p.Changes = s.Pending.Changes
+	}
+	for _, c := range changes {
+		pc := PendingChange{Path: c.Path, Previous: c.Old, Existed: c.Old != nil, Written: writtenSum(c.New)}
+		if old, ok := prev[c.Path]; ok && old.Written == writtenSum(c.Old) {
+			pc.Previous, pc.Existed = old.Previous, old.Existed
+		}
+		p.Changes = slices.DeleteFunc(p.Changes, func(x PendingChange) bool { return x.Path == c.Path })
+		p.Changes = append(p.Changes, pc)
+	}
+	s.Pending = p
 }
 
 // FileRecord is one file the sidecar replaced.
@@ -96,7 +181,10 @@ func (st StateStore) Load() (State, error) {
 
 // Save writes s, or removes the file when s is empty.
 func (st StateStore) Save(s State) error {
-	if len(s.Files) == 0 && s.Loaded == nil && s.Rejected == "" {
+	// A writer killed between its temp file and the rename leaves the
+	// temp file behind; it never replaces anything, so it goes.
+	CleanTemps(st.Path)
+	if len(s.Files) == 0 && s.Loaded == nil && s.Rejected == "" && s.Pending == nil {
 		if err := os.Remove(st.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove state %s: %w", st.Path, err)
 		}

@@ -172,3 +172,21 @@ func (s Systemd) Restart(ctx context.Context) error {
 		}
 	}
 }
+
+// Active reports whether the unit is active now (ActiveState "active" or
+// "reloading"). ActiveEnterTimestamp alone cannot say it: a unit that
+// failed keeps the time it last entered the active state.
+func (s Systemd) Active(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout())
+	defer cancel()
+	c, err := s.conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	st, err := activeState(ctx, c, s.Unit)
+	if err != nil {
+		return false, err
+	}
+	return st == "active" || st == "reloading", nil
+}

@@ -48,9 +48,19 @@ func TestSystemdRestartFailure(t *testing.T) {
 		return time.Time{}, errors.New("exit status 1")
 	})
 	s := Systemd{Unit: "containerd.service", BusAddress: addr, Timeout: 20 * time.Second}
+	if up, err := s.Active(context.Background()); err != nil || !up {
+		t.Fatalf("Active before the restart = %v (%v), want true", up, err)
+	}
 	err := s.Restart(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "failed") {
 		t.Fatalf("Restart with a failing job: err = %v, want the failure", err)
+	}
+	// A failed unit keeps its ActiveEnterTimestamp; Active tells.
+	if _, err := s.StartedAt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if up, err := s.Active(context.Background()); err != nil || up {
+		t.Fatalf("Active after the failed restart = %v (%v), want false", up, err)
 	}
 }
 

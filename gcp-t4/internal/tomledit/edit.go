@@ -92,25 +92,37 @@ func (d *Document) Set(table []string, key, value string) error {
 		d.splice(st.valStart, st.valEnd, value)
 		return d.rescan()
 	}
-	// Refuse when part of the path is a value (inline table, dotted keys
-	// defining the table, or a scalar) or an array of tables.
-	for _, st := range d.stmts {
+	// Refuse when part of the path is a value (an inline table or a
+	// scalar) or an array of tables.
+	dotted := -1
+	for i, st := range d.stmts {
 		switch st.kind {
 		case stmtKeyValue:
 			p := fullPath(st)
 			if len(p) < len(want) && slices.Equal(p, want[:len(p)]) {
-				return fmt.Errorf("%s: %s is already a value: %w", FormatPath(want), FormatPath(p), ErrUnsupported)
+				what := "a value"
+				if raw := strings.TrimSpace(string(d.src[st.valStart:st.valEnd])); strings.HasPrefix(raw, "{") {
+					what = "an inline table (" + FormatKey(st.key[len(st.key)-1]) + " = {…}), whose keys can only be added by rewriting it whole"
+				}
+				return fmt.Errorf("%s: %s is %s: %w", FormatPath(want), FormatPath(p), what, ErrUnsupported)
 			}
 			// Dotted keys implicitly create the tables along their path;
-			// those cannot get a [header] or new keys from us.
-			if len(st.key) > 1 && commonPrefix(p[:len(p)-1], table) > len(st.table) {
-				return fmt.Errorf("%s: table %s is defined by dotted keys: %w", FormatPath(want), FormatPath(p[:len(p)-1]), ErrUnsupported)
+			// TOML forbids a [header] for those, so a key below one goes
+			// in as a dotted key of the section that defines it.
+			if dotted < 0 && len(st.key) > 1 && commonPrefix(p[:len(p)-1], table) > len(st.table) {
+				if d.arrayTableAt(i) {
+					return fmt.Errorf("%s: table %s is defined by dotted keys inside an array of tables: %w", FormatPath(want), FormatPath(p[:len(p)-1]), ErrUnsupported)
+				}
+				dotted = i
 			}
 		case stmtArrayTable:
 			if len(st.key) <= len(table) && slices.Equal(st.key, table[:len(st.key)]) {
 				return fmt.Errorf("%s: %s is an array of tables: %w", FormatPath(want), FormatPath(st.key), ErrUnsupported)
 			}
 		}
+	}
+	if dotted >= 0 {
+		return d.insertDotted(dotted, want, value)
 	}
 	line := FormatKey(key) + " = " + value + d.nl
 	if len(table) == 0 {
@@ -149,6 +161,27 @@ func (d *Document) Set(table []string, key, value string) error {
 				line = d.nl + line
 			}
 		}
+	}
+	d.splice(at, at, indent+line)
+	return d.rescan()
+}
+
+// insertDotted adds want = value as a dotted key (relative to the table of
+// statement i) after the last key-value of i's section.
+func (d *Document) insertDotted(i int, want []string, value string) error {
+	base := d.stmts[i].table
+	line := FormatPath(want[len(base):]) + " = " + value + d.nl
+	if len(base) == 0 {
+		return d.insertRoot(line)
+	}
+	at, indent := d.stmts[i].end, d.stmts[i].indent
+	for j := i + 1; j < len(d.stmts) && d.stmts[j].kind != stmtTable && d.stmts[j].kind != stmtArrayTable; j++ {
+		if d.stmts[j].kind == stmtKeyValue {
+			at, indent = d.stmts[j].end, d.stmts[j].indent
+		}
+	}
+	if at == len(d.src) && (len(d.src) == 0 || d.src[at-1] != '\n') {
+		line = d.nl + line
 	}
 	d.splice(at, at, indent+line)
 	return d.rescan()
