@@ -1,4 +1,8 @@
-# caa-gcp-t4 entry points. `make demo` and `make test` are the whole set-up.
+# caa-gcp-t4 entry points. `make demo` and `make test` are the whole set-up;
+# `make help` lists every target. Each target builds what it needs first, so
+# any one runs by itself on a fresh clone, and `make -j test` is safe: every
+# cached tool is built by one target that the others depend on, and apt-get
+# runs under one lock.
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
@@ -13,14 +17,13 @@ UPSTREAM_GO ?= go1.25.13
 UPSTREAM_RELEASE ?= v0.22.0
 IMAGE_GO ?= go1.26.8
 
-# containerd releases the `gcp-t4 remediate` tests run for real: 1.7 (GKE <= 1.32),
-# 2.0 (GKE 1.33; config version 3) and the newest 2.x (config version 4); built
-# from the module proxy, cached by version. Any 2.x can be added (e.g. v2.2.1).
-CONTAINERD17 ?= v1.7.29
-CONTAINERD2 ?= v2.0.14 v2.4.2
+# containerd releases the `gcp-t4 remediate` tests run for real (CONTAINERD17,
+# CONTAINERD2): set once, in versions.mk, which the Go tests read too.
+include test/containerd/versions.mk
+CONTAINERD_ENV := CONTAINERD17_VERSION=$(CONTAINERD17) CONTAINERD2_VERSIONS="$(CONTAINERD2)"
 
-.PHONY: all build test demo bench lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz
-.PHONY: delivery upstream-patch image
+.PHONY: all help build test test-short demo bench lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz print-containerd-versions
+.PHONY: delivery upstream-patch upstream-lint image
 .PHONY: controlplane controlplane-test kuberay helm-vet helm-check reaper-acceptance
 
 # The test control plane (test/controlplane): kube-apiserver and etcd for the
@@ -31,11 +34,19 @@ KUBE_VERSION ?= v1.37.2
 ETCD_VERSION ?= v3.6.7
 KUSTOMIZE_VERSION ?= v5.8.2
 TOOL_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/caa-gcp-t4
+# apt-get from two targets at once (make -j) would fail on dpkg's lock.
+APT_LOCK := mkdir -p $(TOOL_CACHE) && flock $(TOOL_CACHE)/.apt.lock
 CONTROLPLANE_ENV := CONTROLPLANE_KUBE_APISERVER=$(TOOL_CACHE)/kube-apiserver-$(KUBE_VERSION)/kube-apiserver \
 	CONTROLPLANE_ETCD=$(TOOL_CACHE)/etcd-$(ETCD_VERSION)/etcd KUSTOMIZE_BIN=$(TOOL_CACHE)/kustomize-$(KUSTOMIZE_VERSION)/kustomize
 
 all: build
 
+## help: this list (each target's `## ` comment)
+help:
+	@awk '/^## [a-zA-Z0-9_.-]+:/ { sub(/^## /, ""); n = index($$0, ":"); printf "  %-26s %s\n", substr($$0, 1, n - 1), substr($$0, n + 2); next } \
+		/^## / { sub(/^## +/, ""); printf "  %-26s %s\n", "", $$0 }' $(firstword $(MAKEFILE_LIST))
+
+## tools: check that Go 1.26 or newer is on PATH (the one prerequisite make does not install)
 tools:
 	@scripts/require-go.sh
 
@@ -48,14 +59,22 @@ build: tools
 demo: build
 	$(BIN)/gcp-t4 demo
 
-## test: everything CI runs
-test: tools lint containerd controlplane controlplane-test unit reaper-acceptance remediate-fuzz upstream-go podvm-test delivery kuberay helm-vet
+## test: everything CI runs, fast checks first: formatting and vet, the unit tests, the
+## harness and delivery checks, fuzzing, then the slow lint (staticcheck cold) and the podVM build
+test: tools fmt-check vet unit reaper-acceptance controlplane-test delivery upstream-go kuberay helm-vet remediate-fuzz lint podvm-test
 
-upstream-go:
+## test-short: go test -short over go.work's modules: no real containerd, API server or CLI (about a minute)
+test-short: tools
+	$(GO) test -short -count=1 $(MODULES)
+
+## upstream-go: vet the fork module with the Go upstream CAA's go.mod names (UPSTREAM_GO)
+upstream-go: tools
 	cd src/cloud-providers && GOWORK=off GOTOOLCHAIN=$(UPSTREAM_GO) $(GO) vet ./...
 
-unit:
-	$(CONTROLPLANE_ENV) CONTAINERD17_VERSION=$(CONTAINERD17) CONTAINERD2_VERSIONS="$(CONTAINERD2)" $(GO) test -count=1 -skip '$(REAPER_ACCEPTANCE)' $(MODULES)
+## unit: every Go test of go.work's modules, against real containerd, kube-apiserver + etcd and
+## kustomize (built first, cached), except the reaper-acceptance scenarios
+unit: tools containerd controlplane
+	$(CONTROLPLANE_ENV) $(CONTAINERD_ENV) $(GO) test -count=1 -skip '$(REAPER_ACCEPTANCE)' $(MODULES)
 
 ## reaper-acceptance: the leak/no-wrong-delete scenarios (two clusters in one project, an adaptor
 ## SIGKILLed between insert and return, the same pod name in two namespaces, a completed Job pod,
@@ -68,7 +87,7 @@ reaper-acceptance: controlplane
 
 ## containerd: build containerd 1.7 and 2.x for the remediate tests (cached outside the repo)
 containerd: tools
-	test/containerd/deps.sh
+	$(APT_LOCK) test/containerd/deps.sh
 	for v in $(CONTAINERD17) $(CONTAINERD2); do test/containerd/build.sh $$v >/dev/null || exit 1; done
 
 ## controlplane: build (or reuse) kube-apiserver, etcd and kustomize for the API-server tests; prints the env to export
@@ -77,6 +96,11 @@ controlplane: tools
 	test/controlplane/build.sh etcd $(ETCD_VERSION) >/dev/null
 	test/controlplane/build.sh kustomize $(KUSTOMIZE_VERSION) >/dev/null
 	@echo "export $(CONTROLPLANE_ENV)"
+
+## print-containerd-versions: the containerd releases the tests run (from test/containerd/versions.mk)
+print-containerd-versions:
+	@echo "CONTAINERD17=$(CONTAINERD17)"
+	@echo "CONTAINERD2=$(CONTAINERD2)"
 
 ## controlplane-test: vet and test the control-plane harness module itself
 controlplane-test: controlplane
@@ -88,7 +112,7 @@ kuberay: controlplane
 	cd test/kuberay && GOWORK=off $(GO) vet ./... && GOWORK=off $(CONTROLPLANE_ENV) $(GO) test -count=1 ./...
 
 ## helm-vet: compile and vet the Helm checks (they need upstream trees to run: helm-check)
-helm-vet:
+helm-vet: tools
 	cd test/helm && GOWORK=off $(GO) vet ./...
 
 ## helm-check: upstream's peerpods chart (CAA v0.22.0) with install/helm/gcp-t4.yaml installed by
@@ -130,15 +154,18 @@ lint: tools lint-setup fmt-check vet tidy-check staticcheck shellcheck generated
 
 ## lint-setup: shellcheck and protoc (apt-get), staticcheck and the protoc plugins (cached by version)
 lint-setup: tools
-	STATICCHECK_VERSION=$(STATICCHECK_VERSION) scripts/lint/setup.sh
+	$(APT_LOCK) env STATICCHECK_VERSION=$(STATICCHECK_VERSION) scripts/lint/setup.sh
 
+## tidy-check: every go.mod and go.sum is what go mod tidy writes
 tidy-check: tools
 	scripts/lint/tidy.sh
 
+## staticcheck: staticcheck (STATICCHECK_VERSION) on go.work's modules and the test modules
 staticcheck: lint-setup
 	$(STATICCHECK) $(MODULES)
 	for d in $(TEST_MODULES); do (cd $$d && GOWORK=off $(STATICCHECK) ./...) || exit 1; done
 
+## shellcheck: every shell script
 shellcheck: lint-setup
 	scripts/lint/shellcheck.sh
 
@@ -146,10 +173,12 @@ shellcheck: lint-setup
 generated-check: lint-setup
 	scripts/lint/check-generated.sh
 
-fmt-check:
+## fmt-check: gofmt -l is empty
+fmt-check: tools
 	@out=$$(gofmt -l src gcp-t4 test 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-vet:
+## vet: go vet on go.work's modules
+vet: tools
 	$(GO) vet $(MODULES)
 
 ## podvm: build the podVM disk image (cached by a hash of its inputs); docs/podvm-build-guide.md
@@ -170,17 +199,24 @@ podvm-test: tools
 	test/podvm/run.sh
 
 ## bench: benchmarks recorded in docs/benchmarks.md
-bench: tools
-	$(GO) test -run '^$$' -bench . -benchmem $(MODULES)
+bench: tools containerd controlplane
+	$(CONTROLPLANE_ENV) $(CONTAINERD_ENV) $(GO) test -run '^$$' -bench . -benchmem $(MODULES)
 
 ## dropin-check: copy gcpt4 into an upstream CAA checkout and build and test it there
 ##   make dropin-check UPSTREAM=/path/to/cloud-api-adaptor [UPSTREAM_REF=v0.22.0]
 dropin-check: tools
 	test/dropin/check.sh "$(UPSTREAM)" $(UPSTREAM_REF)
 
+## upstream-lint: golangci-lint as upstream's CI pins it (GOLANGCI_LINT_VERSION), with the
+## tree's own .golangci.yaml and -tags gcp_t4, on gcpt4 copied into an upstream checkout
+##   make upstream-lint UPSTREAM=/path/to/cloud-api-adaptor [UPSTREAM_REF=v0.22.0]
+GOLANGCI_LINT_VERSION ?= v2.9.0
+upstream-lint: tools
+	GOLANGCI_LINT_VERSION=$(GOLANGCI_LINT_VERSION) test/dropin/lint.sh "$(UPSTREAM)" $(UPSTREAM_REF)
+
 ## delivery: the patch script on a synthetic upstream tree (incl. refusal), the
 ## provider API check, and the Dockerfile parsed with BuildKit's parser
-delivery:
+delivery: tools
 	cd test/upstream && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -count=1 ./...
 
 ## upstream-patch: the gcp-t4 contribution series (git format-patch) for review
@@ -189,12 +225,13 @@ PATCH_OUT ?= $(BIN)/upstream-patches
 upstream-patch: tools
 	scripts/upstream-patch/patch.sh -r "$(or $(UPSTREAM_REF),HEAD)" -o "$(PATCH_OUT)" "$(UPSTREAM)"
 
-## image: CAA $(UPSTREAM_RELEASE) with gcp-t4 plus the gcp-t4 binary (needs Docker with BuildKit)
+## image: CAA at UPSTREAM_RELEASE with gcp-t4 plus the gcp-t4 binary (needs Docker with BuildKit)
 IMAGE ?= caa-gcp-t4:$(VERSION)
-image:
+image: tools
 	scripts/upstream-patch/image.sh "$(IMAGE)" --build-arg UPSTREAM_RELEASE=$(UPSTREAM_RELEASE) \
 		--build-arg UPSTREAM_GO_VERSION=$(UPSTREAM_GO:go%=%) --build-arg GO_VERSION=$(IMAGE_GO:go%=%) \
 		--build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown)
 
+## clean: remove bin/ (the tool cache outside the repo stays)
 clean:
 	rm -rf $(BIN)

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -53,11 +54,15 @@ func (r *FlagRegistrar) StringWithEnv(field *string, flagName, hardcodedDefault,
 	r.flags.StringVar(field, flagName, def, usage)
 }
 
-// IntWithEnv registers an int flag; an unparsable env value is ignored.
+// IntWithEnv registers an int flag. The env value is read as upstream reads
+// it, with fmt's %d verb: leading space is skipped and a leading decimal
+// integer is taken, whatever follows it ("12abc" is 12); a value with no
+// leading integer is ignored (parity_test.go).
 func (r *FlagRegistrar) IntWithEnv(field *int, flagName string, hardcodedDefault int, envVarName, usage string, opts ...FlagOption) {
 	def := hardcodedDefault
 	if v, ok := envValue(envVarName); ok {
-		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+		var n int
+		if _, err := fmt.Sscanf(v, "%d", &n); err == nil {
 			def = n
 		}
 	}

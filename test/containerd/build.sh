@@ -9,7 +9,7 @@
 # Most 2.x releases install directly. 1.7 and 2.0 carry `exclude`
 # directives in their go.mod, which `go install pkg@version` refuses, so
 # they build from the tool modules v1.7/ and v2.0/, whose go.mod pins the
-# version: keep CONTAINERD17 / CONTAINERD2 in the Makefile and those go.mod
+# version: keep CONTAINERD17 / CONTAINERD2 in versions.mk and those go.mod
 # files in step.
 set -euo pipefail
 version=${1:?usage: build.sh <containerd version, e.g. v2.2.1 or v1.7.29>}

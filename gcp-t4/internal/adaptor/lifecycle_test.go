@@ -73,6 +73,12 @@ func startAdaptor(t testing.TB, extra ...string) *testEnv {
 	t.Helper()
 	fake := gcefake.New()
 	t.Cleanup(fake.Close)
+	return startAdaptorOn(t, fake, quietLogger(), extra...)
+}
+
+// startAdaptorOn is startAdaptor on a given fake, logging to logger.
+func startAdaptorOn(t testing.TB, fake *gcefake.Server, logger *slog.Logger, extra ...string) *testEnv {
+	t.Helper()
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "hypervisor.sock")
 	pods := filepath.Join(dir, "pods")
@@ -88,7 +94,7 @@ func startAdaptor(t testing.TB, extra ...string) *testEnv {
 		"-cluster-id", testClusterID,
 	}, extra...)
 	var stderr bytes.Buffer
-	srv, err := Start(args, "v-test", &stderr, quietLogger())
+	srv, err := Start(args, "v-test", &stderr, logger)
 	if err != nil {
 		t.Fatalf("Start: %v\n%s", err, stderr.String())
 	}
@@ -496,29 +502,115 @@ func createReq(sid string, annotations map[string]string) *hypervisor.CreateVMRe
 	return &hypervisor.CreateVMRequest{Id: sid, Annotations: annotations}
 }
 
-// TestStopVMDuringStartVMLeavesNoVM races StopVM against a slow StartVM.
-// Whichever takes the sandbox first, no VM may survive both.
+// TestStopVMDuringStartVMLeavesNoVM: a StopVM that arrives while StartVM
+// is creating the VM waits for it and deletes the VM; one that arrives
+// after StartVM returned deletes it too. Each order is made, not raced: the
+// fake's clock holds the insert's operation RUNNING until the test advances
+// it, and the test advances it only once the adaptor says StopVM is
+// waiting.
 func TestStopVMDuringStartVMLeavesNoVM(t *testing.T) {
-	e := startAdaptor(t)
-	e.fake.SetOperationLatency(200 * time.Millisecond)
-	ctx := context.Background()
-	e.create(t, sid0, gpuPod("mistral-tp-0"))
-	started := make(chan error, 1)
-	go func() { started <- e.shim.StartVM(ctx, sid0, 0) }()
-	// StopVM may run before or after the create, never beside it.
-	if err := e.shim.StopVM(ctx, sid0); err != nil {
-		t.Fatalf("StopVM: %v", err)
-	}
-	if err := <-started; err != nil && status.Code(err) != codes.NotFound {
-		t.Fatalf("StartVM: %v", err)
-	}
-	if left := e.fake.Instances(); len(left) != 0 {
-		t.Errorf("%d VMs survived StopVM racing StartVM", len(left))
-	}
-	if ids := e.srv.Service().Sandboxes(); len(ids) != 0 {
-		t.Errorf("sandboxes left: %v", ids)
-	}
+	t.Run("stop while the create is in flight", func(t *testing.T) {
+		clk := &fakeClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+		fake := gcefake.New(gcefake.WithClock(clk.Now))
+		t.Cleanup(fake.Close)
+		fake.SetOperationLatency(time.Minute)
+		waiting := make(chan struct{}, 1)
+		e := startAdaptorOn(t, fake, slog.New(&signalHandler{msg: "StopVM waits for the sandbox's StartVM in flight", ch: waiting}))
+		ctx := t.Context()
+		e.create(t, sid0, gpuPod("mistral-tp-0"))
+		started := make(chan error, 1)
+		go func() { started <- e.shim.StartVM(ctx, sid0, 0) }()
+		// The insert is sent and its operation is RUNNING: StartVM holds
+		// the sandbox until the clock moves.
+		if err := fake.AwaitCalls(ctx, "instances.insert", 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := fake.AwaitLongPolls(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		// Later operations (the delete's) complete at once; the insert's
+		// keeps the completion time it was given.
+		fake.SetOperationLatency(0)
+		stopped := make(chan error, 1)
+		go func() { stopped <- e.shim.StopVM(ctx, sid0) }()
+		select {
+		case <-waiting:
+		case err := <-stopped:
+			t.Fatalf("StopVM returned (%v) while the create was in flight; it must wait for it", err)
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+		clk.Advance(time.Minute)
+		if err := <-started; err != nil {
+			t.Fatalf("StartVM: %v", err)
+		}
+		if err := <-stopped; err != nil {
+			t.Fatalf("StopVM: %v", err)
+		}
+		if n := fake.CountCalls("instances.delete"); n != 1 {
+			t.Errorf("%d deletes, want 1: StopVM must delete the VM the create made", n)
+		}
+		if left := fake.Instances(); len(left) != 0 {
+			t.Errorf("%d VMs survived StopVM during StartVM", len(left))
+		}
+		if ids := e.srv.Service().Sandboxes(); len(ids) != 0 {
+			t.Errorf("sandboxes left: %v", ids)
+		}
+	})
+	t.Run("stop after start returned", func(t *testing.T) {
+		e := startAdaptor(t)
+		ctx := t.Context()
+		e.create(t, sid0, gpuPod("mistral-tp-0"))
+		e.start(t, sid0)
+		if err := e.shim.StopVM(ctx, sid0); err != nil {
+			t.Fatalf("StopVM: %v", err)
+		}
+		if left := e.fake.Instances(); len(left) != 0 {
+			t.Errorf("%d VMs survived StopVM", len(left))
+		}
+		if err := e.shim.StartVM(ctx, sid0, 0); status.Code(err) != codes.NotFound {
+			t.Errorf("StartVM after StopVM: %v, want NotFound", err)
+		}
+	})
 }
+
+// fakeClock drives the fake's operations: only Advance moves it.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// signalHandler is a slog.Handler that discards records and signals ch
+// (without blocking) on each record whose message is msg.
+type signalHandler struct {
+	msg string
+	ch  chan struct{}
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		select {
+		case h.ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *signalHandler) WithGroup(string) slog.Handler      { return h }
 
 // memRecorder records PeerPods in memory; failOwn makes Own fail.
 type memRecorder struct {

@@ -229,7 +229,12 @@ func (s *Service) StopVM(ctx context.Context, req *hypervisor.StopVMRequest) (*h
 
 // stop deletes sb's VM, if any, and removes sb from the table.
 func (s *Service) stop(ctx context.Context, sb *sandbox) error {
-	sb.op.Lock()
+	if !sb.op.TryLock() {
+		// Said once, before waiting: a StopVM that seems slow is waiting
+		// for the StartVM in flight, whose VM it then deletes.
+		s.log.Info("StopVM waits for the sandbox's StartVM in flight", "sandbox", sb.id)
+		sb.op.Lock()
+	}
 	defer sb.op.Unlock()
 	if sb.removed {
 		return nil

@@ -52,7 +52,7 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 	var metricsAddr string
 	defInterval, defAddr := time.Duration(0), ""
 	if reaper {
-		defInterval, defAddr = time.Minute, ":9103"
+		defInterval, defAddr = DefaultReaperInterval, DefaultReaperMetricsAddr
 	}
 	kubeconfigPath := fs.String("kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account, then $KUBECONFIG")
 	reg.DurationWithEnv(&pol.Grace, "grace", pol.Grace, "REAPER_GRACE", "leave orphans younger than this alone")

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	toml "github.com/pelletier/go-toml/v2"
 )
@@ -203,9 +204,9 @@ type KeyInfo struct {
 // reaperKeys are the peer-pods-cm keys `gcp-t4 reaper` reads (its
 // reg.XxxWithEnv flags in internal/gc/cmd.go, with the reaper's defaults).
 var reaperKeys = []caaKey{
-	{Env: "REAPER_INTERVAL", Flag: "interval", Kind: gcpt4.KindDuration, Default: "1m0s", Usage: "reaper: a pass every interval", check: positiveDuration},
-	{Env: "REAPER_GRACE", Flag: "grace", Kind: gcpt4.KindDuration, Default: "10m0s", Usage: "reaper: leave orphans younger than this alone", check: nonNegativeDuration},
-	{Env: "REAPER_METRICS_ADDR", Flag: "metrics-addr", Kind: gcpt4.KindString, Default: ":9103", Usage: "reaper: Prometheus metrics address (/metrics, /healthz)"},
+	{Env: "REAPER_INTERVAL", Flag: "interval", Kind: gcpt4.KindDuration, Default: gc.DefaultReaperInterval.String(), Usage: "reaper: a pass every interval", check: positiveDuration},
+	{Env: "REAPER_GRACE", Flag: "grace", Kind: gcpt4.KindDuration, Default: gc.DefaultPolicy().Grace.String(), Usage: "reaper: leave orphans younger than this alone", check: nonNegativeDuration},
+	{Env: "REAPER_METRICS_ADDR", Flag: "metrics-addr", Kind: gcpt4.KindString, Default: gc.DefaultReaperMetricsAddr, Usage: "reaper: Prometheus metrics address (/metrics, /healthz)"},
 }
 
 func nonNegativeDuration(v string) error {

@@ -3,14 +3,18 @@ package install
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"math/big"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -61,17 +65,77 @@ func withRequired(kv ...string) map[string]string {
 	return m
 }
 
-// TestEveryKeyCAAReadsIsAccepted: the table is upstream's main.go at
-// v0.22.0 (CAACommit) plus the provider's flags; --set takes each, and the
-// manifests set none that is not in it.
+// caaSharedFlags are the flags CAA v0.22.0 itself registers, as upstream's
+// own config-extractor lists them (testdata/caa-v0.22.0-shared-flags.json:
+// its output on the release's main.go, not a hand list). The extractor
+// reads a default only when it is a literal there, so "" means unknown.
+func caaSharedFlags(t *testing.T) []struct {
+	Flag    string `json:"flag_name"`
+	Type    string `json:"type"`
+	Default string `json:"default"`
+	Env     string `json:"env_var"`
+} {
+	t.Helper()
+	data, err := os.ReadFile("testdata/caa-v0.22.0-shared-flags.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Flags []struct {
+			Flag    string `json:"flag_name"`
+			Type    string `json:"type"`
+			Default string `json:"default"`
+			Env     string `json:"env_var"`
+		} `json:"flags"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Flags) == 0 {
+		t.Fatal("no flags in testdata/caa-v0.22.0-shared-flags.json")
+	}
+	return doc.Flags
+}
+
+// TestCAAKeysAreUpstreams: caaKeys is CAA's flag table as upstream's
+// config-extractor reads it at v0.22.0, key for key: the same env names,
+// flags and kinds, the same defaults wherever the extractor can read
+// one, plus CLOUD_PROVIDER (entrypoint.sh's).
+func TestCAAKeysAreUpstreams(t *testing.T) {
+	up := map[string]int{}
+	flags := caaSharedFlags(t)
+	for i, f := range flags {
+		up[f.Env] = i
+	}
+	for _, k := range caaKeys {
+		if k.Env == "CLOUD_PROVIDER" {
+			continue
+		}
+		i, ok := up[k.Env]
+		if !ok {
+			t.Errorf("caaKeys has %s, which CAA %s does not read", k.Env, UpstreamRelease)
+			continue
+		}
+		delete(up, k.Env)
+		f := flags[i]
+		if k.Flag != f.Flag || k.Kind != f.Type {
+			t.Errorf("%s: flag -%s (%s) here, -%s (%s) upstream", k.Env, k.Flag, k.Kind, f.Flag, f.Type)
+		}
+		if f.Default != "" && k.Default != f.Default {
+			t.Errorf("%s: default %q here, %q upstream", k.Env, k.Default, f.Default)
+		}
+	}
+	for env := range up {
+		t.Errorf("CAA %s reads %s; caaKeys lacks it", UpstreamRelease, env)
+	}
+}
+
+// TestEveryKeyCAAReadsIsAccepted: --set takes every key CAA v0.22.0 and
+// the provider read, and the manifests set none that is not among them.
 func TestEveryKeyCAAReadsIsAccepted(t *testing.T) {
-	upstream := []string{
-		// cmd/cloud-api-adaptor/main.go reg.XxxWithEnv calls at 38d0fcf7.
-		"REMOTE_HYPERVISOR_ENDPOINT", "PODS_DIR", "PAUSE_IMAGE", "FORWARDER_PORT", "CACERT_FILE", "CERT_FILE", "CERT_KEY",
-		"TLS_SKIP_VERIFY", "TLS_MIN_VERSION", "TLS_CIPHER_SUITES", "PROXY_TIMEOUT", "TUNNEL_TYPE", "VXLAN_PORT", "INITDATA",
-		"CLOUD_CONFIG_VERIFY", "PEERPODS_LIMIT_PER_NODE", "ENABLE_SCRATCH_SPACE", "EXTERNAL_NETWORK_VIA_PODVM", "POD_SUBNET_CIDRS",
-		// entrypoint.sh dispatches on it.
-		"CLOUD_PROVIDER",
+	upstream := []string{"CLOUD_PROVIDER"} // entrypoint.sh dispatches on it
+	for _, f := range caaSharedFlags(t) {
+		upstream = append(upstream, f.Env)
 	}
 	for _, k := range append(upstream, gcpt4.KeyNames()...) {
 		if k == credentialsFile || k == "NODE_NAME" {
@@ -334,17 +398,27 @@ func TestAgentTLSComponent(t *testing.T) {
 	}
 }
 
-// The reaper keys' defaults are the reaper's own (internal/gc).
+// The reaper keys' defaults are what `gcp-t4 reaper` itself registers:
+// read from its own -h output (the flag package prints each default), so a
+// default changed in internal/gc's flags and not here fails.
 func TestReaperKeysMatchTheReaper(t *testing.T) {
-	want := map[string]string{"REAPER_GRACE": gc.DefaultPolicy().Grace.String(), "REAPER_INTERVAL": time.Minute.String(), "REAPER_METRICS_ADDR": ":9103"}
 	for _, k := range reaperKeys {
-		if want[k.Env] != k.Default {
-			t.Errorf("%s: default %q here, %q in the reaper", k.Env, k.Default, want[k.Env])
-		}
-		delete(want, k.Env)
+		t.Setenv(k.Env, "")
 	}
-	if len(want) > 0 {
-		t.Errorf("reaper keys missing here: %v", want)
+	var stdout, stderr bytes.Buffer
+	if code := gc.MainReaper(context.Background(), []string{"-h"}, &stdout, &stderr, nil); code != 0 {
+		t.Fatalf("gcp-t4 reaper -h: exit %d\n%s", code, stderr.String())
+	}
+	usage := stderr.String()
+	for _, k := range reaperKeys {
+		m := regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(k.Flag) + `( \w+)?\n(?:\s+.*\n)*?\s+.*\(default "?([^")]*)"?\)`).FindStringSubmatch(usage)
+		if m == nil {
+			t.Errorf("%s: the reaper has no -%s flag with a default:\n%s", k.Env, k.Flag, usage)
+			continue
+		}
+		if m[2] != k.Default {
+			t.Errorf("%s: default %q here, %q in the reaper (-%s)", k.Env, k.Default, m[2], k.Flag)
+		}
 	}
 	if err := ValidateConfig(map[string]string{"REAPER_INTERVAL": "0s"}, false); err == nil || !strings.Contains(err.Error(), "REAPER_INTERVAL") {
 		t.Errorf("REAPER_INTERVAL=0s: %v, want a refusal naming the key", err)

@@ -14,18 +14,19 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/nodeevents"
 )
 
 // RemediationDaemonSet is the `gcp-t4-node remediate` DaemonSet of
 // components/gke-remediation.
 const RemediationDaemonSet = "gcp-t4-remediate"
 
-// Events the sidecar records on its Node when its uninstall pass ran
-// (remediate.ReasonNodeRestored; the remediate package is the node
-// binary's, not linked here, so a test checks the two agree) or failed.
+// Events the sidecar records on its Node when its uninstall pass ran or
+// failed (named in nodeevents, which the node binary uses too).
 const (
-	reasonNodeRestored = "KataRemoteConfigRemoved"
-	reasonCleanupFail  = "CleanupFailed"
+	reasonNodeRestored = nodeevents.ConfigRemoved
+	reasonCleanupFail  = nodeevents.CleanupFailed
 )
 
 // restoreNodes is the per-node uninstall of the remediation sidecar, run

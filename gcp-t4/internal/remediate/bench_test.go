@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -15,7 +16,10 @@ import (
 // containerd (`config dump` of the current and the candidate files), state,
 // temp + fsync + rename. Reported as p50-ms and p99-ms over b.N resets.
 func BenchmarkConfigResetRestored(b *testing.B) {
-	for _, tc := range []struct{ name, version, binary string }{{"containerd-1.7", "1.7.29", "v1.7.29"}, {"containerd-2.x", "2.4.2", "v2.4.2"}} {
+	for _, tc := range []struct{ name, version, binary string }{
+		{"containerd-1.7", strings.TrimPrefix(containerd17(), "v"), containerd17()},
+		{"containerd-2.x", strings.TrimPrefix(containerdNewest(), "v"), containerdNewest()},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			f2 := newFixture(b, "")
 			f2.cfg.Quiet = 500 * time.Millisecond

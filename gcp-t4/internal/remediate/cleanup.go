@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/nodeevents"
 )
 
 // CleanupResult says what an uninstall pass did on this node.
@@ -29,12 +31,12 @@ func (r *Remediator) Cleanup(ctx context.Context) (CleanupResult, error) {
 	var out CleanupResult
 	unlock, err := r.cfg.Lock.Acquire(ctx)
 	if err != nil {
-		return out, r.fail(ctx, "CleanupFailed", err)
+		return out, r.fail(ctx, nodeevents.CleanupFailed, err)
 	}
 	defer unlock()
 	st, err := r.state.Load()
 	if err != nil {
-		return out, r.fail(ctx, "CleanupFailed", err)
+		return out, r.fail(ctx, nodeevents.CleanupFailed, err)
 	}
 	// Files that existed before go first: the main file's import of the
 	// drop-in is gone before the drop-in is.
@@ -82,10 +84,10 @@ func (r *Remediator) Cleanup(ctx context.Context) (CleanupResult, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return out, r.fail(ctx, "CleanupFailed", fmt.Errorf("uninstall on this node: %s; the state in %s keeps what is left to restore", strings.Join(errs, "; "), r.state.Path))
+		return out, r.fail(ctx, nodeevents.CleanupFailed, fmt.Errorf("uninstall on this node: %s; the state in %s keeps what is left to restore", strings.Join(errs, "; "), r.state.Path))
 	}
 	if err := r.state.Save(State{}); err != nil {
-		return out, r.fail(ctx, "CleanupFailed", err)
+		return out, r.fail(ctx, nodeevents.CleanupFailed, err)
 	}
 	os.Remove(r.cfg.Target.DropInDir) // only when empty
 	changed := len(out.Restored)+len(out.Removed) > 0
@@ -95,7 +97,7 @@ func (r *Remediator) Cleanup(ctx context.Context) (CleanupResult, error) {
 			err := r.restarter.Restart(rctx)
 			cancel()
 			if err != nil {
-				return out, r.fail(ctx, "CleanupFailed", fmt.Errorf("restored %s, but restarting containerd failed: %w", strings.Join(append(out.Restored, out.Removed...), ", "), err))
+				return out, r.fail(ctx, nodeevents.CleanupFailed, fmt.Errorf("restored %s, but restarting containerd failed: %w", strings.Join(append(out.Restored, out.Removed...), ", "), err))
 			}
 			out.Restarted = true
 		}
@@ -114,7 +116,7 @@ func (r *Remediator) Cleanup(ctx context.Context) (CleanupResult, error) {
 
 // ReasonNodeRestored is the Event an uninstall pass records on its Node;
 // `gcp-t4 uninstall` looks for it.
-const ReasonNodeRestored = "KataRemoteConfigRemoved"
+const ReasonNodeRestored = nodeevents.ConfigRemoved
 
 func orNone(s []string) string {
 	if len(s) == 0 {

@@ -23,6 +23,9 @@ func TestKillBetweenTempAndRename(t *testing.T) {
 		crashHelper(t, dir)
 		return
 	}
+	// The child checks with a real containerd; build it here, in the
+	// parent, which knows -short (the child is not passed it).
+	checker(t, containerd17())
 	f := newFixture(t, gkeFixture(t))
 	orig, _ := os.ReadFile(f.cfg.Target.Config)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKillBetweenTempAndRename$", "-test.count=1")
@@ -79,8 +82,8 @@ func TestKillBetweenTempAndRename(t *testing.T) {
 }
 
 func crashHelper(t *testing.T, dir string) {
-	probe := &fakeProbe{version: "1.7.29", state: HandlerState{Known: true}}
-	r, err := New(fixtureConfig(dir), Deps{Probe: probe, Restarter: &fakeRestarter{}, Containerd: checker(t, "v1.7.29")})
+	probe := &fakeProbe{version: strings.TrimPrefix(containerd17(), "v"), state: HandlerState{Known: true}}
+	r, err := New(fixtureConfig(dir), Deps{Probe: probe, Restarter: &fakeRestarter{}, Containerd: checker(t, containerd17())})
 	if err != nil {
 		t.Fatal(err)
 	}

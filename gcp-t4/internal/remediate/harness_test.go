@@ -15,23 +15,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/containerdversions"
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // containerd releases the real-daemon tests run: the 1.7 line GKE ≤ 1.32
 // ships and 2.x releases, the first of them 2.0 as on GKE 1.33 (config
-// version 3), the last the newest (config version 4). The Makefile passes
-// the versions it built; these defaults match it.
+// version 3), the last the newest (config version 4). They are set once, in
+// test/containerd/versions.mk (the Makefile includes it; its env wins).
 func containerdVersions() (v17 string, v2s []string) {
-	v17, v2s = "v1.7.29", []string{"v2.0.14", "v2.4.2"}
-	if v := os.Getenv("CONTAINERD17_VERSION"); v != "" {
-		v17 = v
-	}
-	if v := strings.Fields(os.Getenv("CONTAINERD2_VERSIONS")); len(v) > 0 {
-		v2s = v
+	v17, v2s, err := containerdversions.Pinned()
+	if err != nil {
+		panic(err)
 	}
 	return v17, v2s
+}
+
+// containerd17, containerd20 and containerdNewest name one release each of
+// containerdVersions, for the tests that need one of a kind.
+func containerd17() string { v17, _ := containerdVersions(); return v17 }
+func containerd20() string { _, v2s := containerdVersions(); return v2s[0] }
+func containerdNewest() string {
+	_, v2s := containerdVersions()
+	return v2s[len(v2s)-1]
 }
 
 func allVersions() []string {
@@ -46,6 +53,9 @@ var binMu sync.Mutex
 // daemon, so this needs no root; starting a daemon does (requireRoot).
 func ctrBinary(t testing.TB, version string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs a real containerd (built from the module proxy when not cached); skipped with -short")
+	}
 	binMu.Lock()
 	defer binMu.Unlock()
 	script, err := filepath.Abs("../../../test/containerd/build.sh")

@@ -99,7 +99,7 @@ type fixture struct {
 func newFixture(t testing.TB, main string) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	f := &fixture{dir: dir, probe: &fakeProbe{version: "1.7.29"}, rs: &fakeRestarter{started: time.Now().Add(-time.Hour)}}
+	f := &fixture{dir: dir, probe: &fakeProbe{version: strings.TrimPrefix(containerd17(), "v")}, rs: &fakeRestarter{started: time.Now().Add(-time.Hour)}}
 	f.cfg = fixtureConfig(dir)
 	testKataHost(t, f.cfg.Host.Root)
 	os.MkdirAll(filepath.Dir(f.cfg.Target.Config), 0o755)
@@ -144,9 +144,9 @@ func (f *fixture) remediator(t testing.TB, d Deps) *Remediator {
 		d.Events = Events{Client: f.core, NodeName: "gke-pool-1-abc"}
 	}
 	if d.Containerd.Binary == "" {
-		v := "v1.7.29"
+		v := containerd17()
 		if run, err := ParseRuntimeVersion(f.probe.version); err == nil && run.Major == 2 {
-			v = "v2.0.14"
+			v = containerd20()
 		}
 		d.Containerd = checker(t, v)
 	}
@@ -308,9 +308,9 @@ func TestSkipsWithoutKataOrOnCOS(t *testing.T) {
 func TestDryRunPrintsDiffWritesNothing(t *testing.T) {
 	f := newFixture(t, gkeFixture(t))
 	var out, errb bytes.Buffer
-	hostContainerd(t, f.cfg.Host.Root, "v1.7.29")
+	hostContainerd(t, f.cfg.Host.Root, containerd17())
 	code := Main(context.Background(), []string{"--dry-run", "--config", f.cfg.Target.Config, "--host-root", f.cfg.Host.Root, "--kata-dir", f.cfg.KataDir,
-		"--lock", f.cfg.Lock.Path, "--containerd-version", "1.7.29", "--cri-socket", "", "--restart", "none", "--quiet", "0s"}, &out, &errb, nil)
+		"--lock", f.cfg.Lock.Path, "--containerd-version", strings.TrimPrefix(containerd17(), "v"), "--cri-socket", "", "--restart", "none", "--quiet", "0s"}, &out, &errb, nil)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -610,7 +610,7 @@ func loadedState() HandlerState {
 func TestIdlePassesSkipTheCheck(t *testing.T) {
 	f := newFixture(t, gkeFixture(t))
 	f.probe.state = loadedState()
-	ctr := checker(t, "v1.7.29")
+	ctr := checker(t, containerd17())
 	counted := filepath.Join(f.dir, "containerd")
 	script := "#!/bin/sh\necho run >> " + filepath.Join(f.dir, "runs") + "\nexec " + ctr.Binary + " \"$@\"\n"
 	if err := os.WriteFile(counted, []byte(script), 0o755); err != nil {

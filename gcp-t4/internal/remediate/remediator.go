@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/nodeevents"
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
 	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 	corev1 "k8s.io/api/core/v1"
@@ -197,7 +198,7 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 		}
 	}
 	if why := r.cfg.Host.COSReason(node); why != "" {
-		return r.skip(ctx, "KataRemoteUnsupportedOS", why)
+		return r.skip(ctx, nodeevents.UnsupportedOS, why)
 	}
 	if res, done, err := r.recoverPending(ctx); done {
 		return res, err
@@ -229,7 +230,7 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 	// over the flag defaults (docs/remediation.md): its own paths are what
 	// must exist, checked once the plan has learned them.
 	if missing := r.cfg.Host.MissingKata(h); missing != "" && (kd.Handler != nil || !configDeclares(r.cfg.Target.Config, h.Name)) {
-		return r.skip(ctx, "KataRemoteShimMissing", fmt.Sprintf("%s is not on the host; not registering %s until kata is installed (a handler without its shim breaks every pod using it)", missing, h.Name))
+		return r.skip(ctx, nodeevents.ShimMissing, fmt.Sprintf("%s is not on the host; not registering %s until kata is installed (a handler without its shim breaks every pod using it)", missing, h.Name))
 	}
 	if why := kd.Installing(node); why != "" {
 		r.setReady(false)
@@ -265,7 +266,7 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 		case errors.Is(err, ErrUnsupported):
 			reason = "ConfigUnsupported"
 		case errors.Is(err, errSkip):
-			return r.skip(ctx, "KataRemoteShimMissing", strings.TrimPrefix(err.Error(), errSkip.Error()+": "))
+			return r.skip(ctx, nodeevents.ShimMissing, strings.TrimPrefix(err.Error(), errSkip.Error()+": "))
 		}
 		return res, r.fail(ctx, reason, err)
 	}
@@ -433,7 +434,7 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 	if err := r.state.Save(st); err != nil {
 		return res, err
 	}
-	r.events.Emit(ctx, false, "KataRemoteConfigRestored", fmt.Sprintf("restored runtime handler %s (settings from %s) in %s (%s, config version %d), checked with containerd %s's own merge",
+	r.events.Emit(ctx, false, nodeevents.ConfigRestored, fmt.Sprintf("restored runtime handler %s (settings from %s) in %s (%s, config version %d), checked with containerd %s's own merge",
 		h.Name, pl.Source, strings.Join(res.Wrote, ", "), pl.Mode, pl.FileVersion, run))
 	return res, nil
 }

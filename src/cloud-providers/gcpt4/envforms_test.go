@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcpt4
 
 import (
@@ -48,8 +51,8 @@ func TestEnvFormsAgainstUpstream(t *testing.T) {
 	}
 
 	// ROOT_VOLUME_SIZE: GiB as a plain integer (upstream's IntWithEnv reads
-	// a leading integer, so "100Gi" is 100 inside upstream's CAA but the
-	// default in this repository's fork: give the plain number). The
+	// a leading integer, so "100Gi" is 100 to the registrar, and refused at
+	// start: rootvolume_test.go). The
 	// default is 50 (upstream 10), and below 10 is refused (GCE's minimum
 	// boot disk).
 	c = parseEnv(t, with("ROOT_VOLUME_SIZE", "100"))
@@ -110,8 +113,8 @@ func TestEnvFormsAgainstUpstream(t *testing.T) {
 		{with("ROOT_VOLUME_SIZE", "5"), "ROOT_VOLUME_SIZE"},
 		{with("GCP_ZONE", "us-central1"), "GCP_ZONE"},
 	} {
-		c := parseEnv(t, tc.env)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		bad := parseEnv(t, tc.env)
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: Validate() = %v, want %q", tc.env, err, tc.want)
 		}
 	}

@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcpt4
 
 import (
@@ -355,9 +358,38 @@ func TestZonesAutoDiscovery(t *testing.T) {
 	}
 }
 
+// TestMutationRateLimit measures the pacing by what GCE receives, with no
+// wall-clock bound: at one mutation per 10^6 s (burst 1) the first create
+// is sent; a second create and a delete, whose deadline comes long before
+// the next token, are refused by the limiter at once (rate.Limiter.Wait
+// fails when the wait would pass the deadline) and never reach GCE. So each
+// insert and each delete takes a token before its request is sent, and the
+// next token is 1/rate after the last.
 func TestMutationRateLimit(t *testing.T) {
+	slow, fake := newTestProvider(t, func(c *Config) { c.MutationsPerSecond = 1e-6 })
+	ctx := testContext(t)
+	inst, err := slow.CreateInstance(ctx, "llm-0", sandbox, cloudConfig("llm-0"), oneT4)
+	if err != nil {
+		t.Fatalf("first create, within the burst: %v", err)
+	}
+	if _, err := slow.CreateInstance(ctx, "llm-1", "fedcba9876543210"+sandbox[16:], cloudConfig("llm-1"), oneT4); err == nil || !strings.Contains(err.Error(), "mutation rate limit") {
+		t.Fatalf("second create with no token left: want the rate-limit error, got %v", err)
+	}
+	if err := slow.DeleteInstance(ctx, inst.ID); err == nil || !strings.Contains(err.Error(), "mutation rate limit") {
+		t.Fatalf("delete with no token left: want the rate-limit error, got %v", err)
+	}
+	if n, d := fake.CountCalls("instances.insert"), fake.CountCalls("instances.delete"); n != 1 || d != 0 {
+		t.Fatalf("GCE got %d inserts and %d deletes; want 1 and 0: a mutation was sent without a token", n, d)
+	}
+	// The limiter's own account: the next token is 1/rate after the first.
+	r := slow.limiter.Reserve()
+	defer r.Cancel()
+	if d := r.Delay(); d < 999_000*time.Second {
+		t.Fatalf("the next mutation may go in %v, want about 10^6 s", d)
+	}
+
 	p, _ := newTestProvider(t, func(c *Config) { c.MutationsPerSecond = 20 })
-	if p.limiter == nil || p.limiter.Limit() != 20 {
+	if p.limiter == nil || p.limiter.Limit() != 20 || p.limiter.Burst() != 20 {
 		t.Fatalf("limiter = %v", p.limiter)
 	}
 	p0, _ := newTestProvider(t, func(c *Config) { c.MutationsPerSecond = 0 })

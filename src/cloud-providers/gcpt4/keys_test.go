@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcpt4
 
 import (
@@ -242,7 +245,7 @@ func TestConfigVerifierLogsItsOwnFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Teardown()
+	defer func() { _ = p.Teardown() }()
 	if err := p.ConfigVerifier(); err == nil {
 		t.Fatal("want a failure")
 	}

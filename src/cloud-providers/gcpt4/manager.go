@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcpt4
 
 import (
@@ -55,7 +58,7 @@ func (m *Manager) register(reg *keyRegistrar) {
 	reg.StringWithEnv(&c.ProfilesFile, "profiles-file", "", "GCP_PROFILES_FILE", "YAML file with extra podVM profiles")
 	reg.StringWithEnv(&c.Profiles, "profiles", "", "GCP_PROFILES", "YAML document with extra podVM profiles")
 	reg.StringWithEnv(&c.ProvisioningModel, "provisioning-model", ProvisioningStandard, "GCP_PROVISIONING_MODEL", "STANDARD or SPOT")
-	reg.DurationWithEnv(&c.UnavailableTTL, "unavailable-offering-ttl", 3*time.Minute, "GCP_UNAVAILABLE_OFFERING_TTL", "How long a stocked-out offering (model, machine type, accelerator, zone) is skipped; 0 disables")
+	reg.DurationWithEnv(&c.UnavailableTTL, "unavailable-offering-ttl", durationDefault("3m"), "GCP_UNAVAILABLE_OFFERING_TTL", "How long a stocked-out offering (model, machine type, accelerator, zone) is skipped; 0 disables")
 	reg.BoolWithEnv(&c.SpotFallback, "spot-fallback", false, "GCP_SPOT_FALLBACK", "With SPOT, fall back to standard capacity when Spot capacity or quota is exhausted everywhere")
 	reg.Float64WithEnv(&c.MutationsPerSecond, "mutations-per-second", 10, "GCP_MUTATIONS_PER_SECOND", "Client-side limit on instance inserts and deletes per second; 0 for none")
 	reg.StringWithEnv(&c.ServiceAccount, "service-account", "", "GCP_SERVICE_ACCOUNT", "Service account email attached to podVMs; empty attaches none")
@@ -82,13 +85,13 @@ func (m *Manager) LoadEnv() {}
 
 // NewProvider builds the provider from the parsed configuration. CAA calls
 // it once at start and exits on its error (cloud-api-adaptor's main.go
-// Setup, v0.22.0), so everything that would make every later create fail,
-// or make its podVMs another cluster's, is refused here: a variable
-// upstream's registrar could not parse (and silently replaced by its
-// default), credentials the provider cannot use, and a GCP_CLUSTER_ID that
-// is not this cluster's (clusterid.go), checked with the pod's own
-// ServiceAccount. ConfigVerifier would not do: CAA calls it only with
-// CLOUD_CONFIG_VERIFY and keeps running when it fails.
+// Setup, v0.22.0). Refused here: a variable upstream's registrar could not
+// parse (and silently replaced by its default), a configuration
+// Config.Validate refuses, profiles the catalogue refuses, credentials the
+// provider cannot use, and a GCP_CLUSTER_ID that is not this cluster's
+// (clusterid.go), checked with the pod's own ServiceAccount. What needs the
+// Compute API (image, template, accelerator) is ConfigVerifier's: CAA calls
+// it only with CLOUD_CONFIG_VERIFY and keeps running when it fails.
 func (m *Manager) NewProvider() (provider.Provider, error) {
 	p, err := m.Start(context.Background(), func() (ClusterAPI, error) { return InClusterAPI(osLookup, ServiceAccountDir) })
 	if err != nil {
@@ -127,4 +130,18 @@ func (m *Manager) Start(ctx context.Context, cluster func() (ClusterAPI, error))
 // GetConfig returns the parsed configuration.
 func (m *Manager) GetConfig() *Config {
 	return &m.cfg
+}
+
+// durationDefault is a duration default written as its env var takes it
+// ("3m"). Upstream's config-extractor reads a default only from a literal,
+// a constant or a one-argument call of one (exprToString in
+// src/cloud-providers/cmd/config-extractor/main.go at CAA v0.22.0): an
+// expression such as 3*time.Minute comes out "". The argument is a literal
+// in this file, so a bad one fails every test that registers the flags.
+func durationDefault(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(fmt.Sprintf("gcpt4: duration default %q: %v", s, err))
+	}
+	return d
 }

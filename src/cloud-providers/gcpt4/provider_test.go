@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcpt4
 
 import (
@@ -455,7 +458,7 @@ func TestConfigVerifier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer off.Teardown()
+	defer func() { _ = off.Teardown() }()
 	if err := off.ConfigVerifier(); err != nil {
 		t.Fatalf("unreachable API must not fail the verifier: %v", err)
 	}

@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gcefake is an in-process fake of the subset of the Compute Engine v1
 // REST API that the gcpt4 provider drives through cloud.google.com/go/compute/apiv1.
 //

@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcefake
 
 import (
@@ -187,7 +190,7 @@ func (p *filterParser) parseTerm() (filterExpr, error) {
 
 func isIdent(t string) bool {
 	for i, r := range t {
-		if !(unicode.IsLetter(r) || r == '_' || r == '.' || r == '-' || (i > 0 && unicode.IsDigit(r))) {
+		if !unicode.IsLetter(r) && r != '_' && r != '.' && r != '-' && (i == 0 || !unicode.IsDigit(r)) {
 			return false
 		}
 	}
@@ -198,20 +201,20 @@ func tokenizeFilter(s string) ([]string, error) {
 	var toks []string
 	for i := 0; i < len(s); {
 		c := s[i]
-		switch {
-		case c == ' ' || c == '\t' || c == '\n':
+		switch c {
+		case ' ', '\t', '\n':
 			i++
-		case c == '(' || c == ')' || c == '=' || c == ':':
+		case '(', ')', '=', ':':
 			toks = append(toks, string(c))
 			i++
-		case c == '!':
+		case '!':
 			if i+1 < len(s) && s[i+1] == '=' {
 				toks = append(toks, "!=")
 				i += 2
 				continue
 			}
 			return nil, fmt.Errorf("unexpected '!' at %d", i)
-		case c == '"':
+		case '"':
 			j := i + 1
 			for j < len(s) && s[j] != '"' {
 				if s[j] == '\\' {

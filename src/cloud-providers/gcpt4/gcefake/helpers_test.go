@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcefake
 
 import (
@@ -149,4 +152,16 @@ func insertErr(t *testing.T, s *Server, zone string, inst *computepb.Instance, c
 	t.Helper()
 	_, err := instancesClient(t, s).Insert(testCtx(t), insertReq(zone, inst))
 	return syncErr(t, err, code, reason)
+}
+
+// wantSyncErr is syncErr for a caller that needs only the assertion.
+func wantSyncErr(t *testing.T, err error, code int, reason string) {
+	t.Helper()
+	_ = syncErr(t, err, code, reason)
+}
+
+// wantInsertErr is insertErr for a caller that needs only the assertion.
+func wantInsertErr(t *testing.T, s *Server, zone string, inst *computepb.Instance, code int, reason string) {
+	t.Helper()
+	_ = insertErr(t, s, zone, inst, code, reason)
 }

@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcefake
 
 import (
@@ -312,10 +315,10 @@ func TestMachineTypeValidation(t *testing.T) {
 	inst := t4Instance("a3", "us-central1-b", 1)
 	inst.GuestAccelerators = nil
 	inst.MachineType = proto.String("zones/us-central1-b/machineTypes/a3-highgpu-1g")
-	insertErr(t, s, "us-central1-b", inst, 400, "invalid")
+	wantInsertErr(t, s, "us-central1-b", inst, 400, "invalid")
 	// Unknown zone and wrong project are 404s.
 	_, err := instancesClient(t, s).Insert(testCtx(t), insertReq("us-central1-z", t4Instance("x", zoneA, 1)))
-	syncErr(t, err, 404, "notFound")
+	wantSyncErr(t, err, 404, "notFound")
 	req := insertReq(zoneA, t4Instance("x", zoneA, 1))
 	req.Project = "other-project"
 	_, err = instancesClient(t, s).Insert(testCtx(t), req)
@@ -328,7 +331,7 @@ func TestNameAndDuplicate(t *testing.T) {
 	s := newFake(t)
 	c := instancesClient(t, s)
 	for _, bad := range []string{"", "Upper", "1starts-with-digit", "ends-with-", strings.Repeat("a", 64), "under_score"} {
-		insertErr(t, s, zoneA, t4Instance(bad, zoneA, 1), 400, "invalid")
+		wantInsertErr(t, s, zoneA, t4Instance(bad, zoneA, 1), 400, "invalid")
 	}
 	mustInsert(t, c, zoneA, t4Instance("dup", zoneA, 1))
 	_, err := c.Insert(testCtx(t), insertReq(zoneA, t4Instance("dup", zoneA, 1)))
@@ -368,7 +371,7 @@ func TestRequestIDIdempotency(t *testing.T) {
 	// A new requestId with the same name is a real conflict.
 	req.RequestId = proto.String("7f1a2b3c-4d5e-4f60-8a7b-9c0d1e2f3a4b")
 	_, err = c.Insert(ctx, req)
-	syncErr(t, err, 409, "alreadyExists")
+	wantSyncErr(t, err, 409, "alreadyExists")
 
 	// Delete is idempotent the same way, even once the instance is gone.
 	del := &computepb.DeleteInstanceRequest{Project: testProject, Zone: zoneA, Instance: "idem", RequestId: proto.String("8f1a2b3c-4d5e-4f60-8a7b-9c0d1e2f3a4b")}
@@ -407,7 +410,7 @@ func TestDelete(t *testing.T) {
 		t.Fatalf("wait: %v %v", err, op.Proto())
 	}
 	_, err = c.Get(ctx, &computepb.GetInstanceRequest{Project: testProject, Zone: zoneA, Instance: "victim"})
-	syncErr(t, err, 404, "notFound")
+	wantSyncErr(t, err, 404, "notFound")
 	// The name is free again.
 	mustInsert(t, c, zoneA, t4Instance("victim", zoneA, 1))
 }
@@ -529,7 +532,7 @@ func TestNetworkValidation(t *testing.T) {
 	}
 	dupIP := t4Instance("dup-ip", zoneA, 1)
 	dupIP.NetworkInterfaces[0].NetworkIP = proto.String("10.128.0.77")
-	insertErr(t, s, zoneA, dupIP, 400, "invalid")
+	wantInsertErr(t, s, zoneA, dupIP, 400, "invalid")
 }
 
 func TestLabelValidation(t *testing.T) {
@@ -557,7 +560,7 @@ func TestLabelValidation(t *testing.T) {
 	}
 	inst := t4Instance("labels", zoneA, 1)
 	inst.Labels = many
-	insertErr(t, s, zoneA, inst, 400, "invalid")
+	wantInsertErr(t, s, zoneA, inst, 400, "invalid")
 	// 64 labels, an empty value and a 63-char key are fine.
 	delete(many, "k64")
 	many[strings.Repeat("k", 63)] = ""
@@ -654,7 +657,7 @@ func TestConfidentialValidation(t *testing.T) {
 	// enableConfidentialCompute alone means SEV, which N1 lacks too.
 	sevN1 := t4Instance("sev-n1", zoneA, 1)
 	sevN1.ConfidentialInstanceConfig = &computepb.ConfidentialInstanceConfig{EnableConfidentialCompute: proto.Bool(true)}
-	insertErr(t, s, zoneA, sevN1, 400, "invalid")
+	wantInsertErr(t, s, zoneA, sevN1, 400, "invalid")
 
 	// A TDX image: UEFI, TDX_CAPABLE, and GVNIC, which A3 networks through
 	// (see rules_test.go for each missing piece).
@@ -684,7 +687,7 @@ func TestConfidentialValidation(t *testing.T) {
 	withGA.GuestAccelerators = []*computepb.AcceleratorConfig{{
 		AcceleratorType: proto.String("zones/us-central1-a/acceleratorTypes/nvidia-h100-80gb"), AcceleratorCount: proto.Int32(1),
 	}}
-	insertErr(t, s, zoneA, withGA, 400, "invalid")
+	wantInsertErr(t, s, zoneA, withGA, 400, "invalid")
 	// SEV_SNP is n2d-only; TDX on n2d is refused.
 	n2d := func(typ string, ohm string) *computepb.Instance {
 		inst := t4Instance("n2d-"+strings.ToLower(strings.ReplaceAll(typ, "_", "-"))+"-"+strings.ToLower(ohm), zoneA, 1)
@@ -696,10 +699,10 @@ func TestConfidentialValidation(t *testing.T) {
 		inst.Scheduling = &computepb.Scheduling{OnHostMaintenance: proto.String(ohm)}
 		return inst
 	}
-	insertErr(t, s, zoneA, n2d("TDX", "TERMINATE"), 400, "invalid")
+	wantInsertErr(t, s, zoneA, n2d("TDX", "TERMINATE"), 400, "invalid")
 	// SEV on N2D may live-migrate; SEV_SNP may not.
 	mustInsert(t, c, zoneA, n2d("SEV", "MIGRATE"))
-	insertErr(t, s, zoneA, n2d("SEV_SNP", "MIGRATE"), 400, "invalid")
+	wantInsertErr(t, s, zoneA, n2d("SEV_SNP", "MIGRATE"), 400, "invalid")
 	mustInsert(t, c, zoneA, n2d("SEV_SNP", "TERMINATE"))
 	// TDX on c3 needs TERMINATE.
 	c3 := n2d("TDX", "MIGRATE")

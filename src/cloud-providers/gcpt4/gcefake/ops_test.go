@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcefake
 
 import (
@@ -173,7 +176,7 @@ func TestFailNext(t *testing.T) {
 	ctx := testCtx(t)
 	s.FailNext(http.MethodPost, "instances.insert", http.StatusServiceUnavailable, 1)
 	_, err := c.Insert(ctx, insertReq(zoneA, t4Instance("fn", zoneA, 1)))
-	syncErr(t, err, 503, "backendError")
+	wantSyncErr(t, err, 503, "backendError")
 	if n := s.CountCalls("instances.insert"); n != 1 {
 		t.Fatalf("Insert is not retried by the client: want 1 call, got %d", n)
 	}
@@ -198,13 +201,13 @@ func TestFailNext(t *testing.T) {
 	}
 	s.FailNext(http.MethodGet, "instances.get", http.StatusTooManyRequests, 1)
 	_, err = c.Get(ctx, &computepb.GetInstanceRequest{Project: testProject, Zone: zoneA, Instance: "fn"})
-	syncErr(t, err, 429, "rateLimitExceeded")
+	wantSyncErr(t, err, 429, "rateLimitExceeded")
 	s.FailNextReason(http.MethodDelete, "instances.delete", 403, "rateLimitExceeded", 1)
 	_, err = c.Delete(ctx, &computepb.DeleteInstanceRequest{Project: testProject, Zone: zoneA, Instance: "fn"})
-	syncErr(t, err, 403, "rateLimitExceeded")
+	wantSyncErr(t, err, 403, "rateLimitExceeded")
 	s.FailNext(http.MethodDelete, "instances.delete", 400, 1)
 	_, err = c.Delete(ctx, &computepb.DeleteInstanceRequest{Project: testProject, Zone: zoneA, Instance: "fn"})
-	syncErr(t, err, 400, "invalid")
+	wantSyncErr(t, err, 400, "invalid")
 	if len(s.Instances()) != 1 {
 		t.Fatal("injected delete failures removed the instance")
 	}
@@ -303,10 +306,10 @@ func TestLongPollLimit(t *testing.T) {
 		t.Fatalf("Wait = %v, %v; want RUNNING after the long-poll limit", got.GetStatus(), err)
 	}
 	_, err = ops.Wait(ctx, &computepb.WaitZoneOperationRequest{Project: testProject, Zone: zoneA, Operation: "operation-nope"})
-	syncErr(t, err, 404, "notFound")
+	wantSyncErr(t, err, 404, "notFound")
 	// Operations are zonal: the right name in the wrong zone is not found.
 	_, err = ops.Get(ctx, &computepb.GetZoneOperationRequest{Project: testProject, Zone: "us-central1-b", Operation: op.Name()})
-	syncErr(t, err, 404, "notFound")
+	wantSyncErr(t, err, 404, "notFound")
 }
 
 func TestOperationLatencyRealClock(t *testing.T) {

@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcefake
 
 import (
@@ -85,7 +88,7 @@ func TestLabelsInternational(t *testing.T) {
 	} {
 		b := t4Instance("intl-bad", zoneA, 1)
 		b.Labels = bad
-		insertErr(t, s, zoneA, b, 400, "invalid")
+		wantInsertErr(t, s, zoneA, b, 400, "invalid")
 	}
 }
 
@@ -118,7 +121,7 @@ func TestSchedulingDefaults(t *testing.T) {
 	// and the fake keeps answering.
 	gpu := t4Instance("gpu-nosched", zoneA, 1)
 	gpu.Scheduling = nil
-	insertErr(t, s, zoneA, gpu, 400, "badRequest")
+	wantInsertErr(t, s, zoneA, gpu, 400, "badRequest")
 	mustInsert(t, c, zoneA, t4Instance("after", zoneA, 1))
 }
 

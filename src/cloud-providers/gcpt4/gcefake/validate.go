@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcefake
 
 import (
@@ -466,7 +469,7 @@ func validateConfidential(m *machineSpec, inst *computepb.Instance) error {
 		return invalidField("resource.confidentialInstanceConfig", typ,
 			fmt.Sprintf("Confidential Computing type %s is not supported for machine type '%s'.", typ, m.name))
 	}
-	if !(typ == "SEV" && m.family() == "n2d") && onHostMaintenance(inst.GetScheduling()) != "TERMINATE" {
+	if (typ != "SEV" || m.family() != "n2d") && onHostMaintenance(inst.GetScheduling()) != "TERMINATE" {
 		return invalidField("resource.scheduling.onHostMaintenance", onHostMaintenance(inst.GetScheduling()),
 			fmt.Sprintf("Confidential VMs of type %s on machine type '%s' do not support live migration; onHostMaintenance must be TERMINATE.", typ, m.name))
 	}

@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcefake
 
 import (
@@ -26,7 +29,7 @@ func TestCatalog(t *testing.T) {
 		t.Fatalf("accelerator type: %v %v", a, err)
 	}
 	_, err = at.Get(ctx, &computepb.GetAcceleratorTypeRequest{Project: testProject, Zone: "us-central1-c", AcceleratorType: "nvidia-tesla-t4"})
-	syncErr(t, err, 404, "notFound")
+	wantSyncErr(t, err, 404, "notFound")
 	it := at.List(ctx, &computepb.ListAcceleratorTypesRequest{Project: testProject, Zone: zoneA, Filter: proto.String(`name = "nvidia-l4"`)})
 	if names := collect(t, it.Next, (*computepb.AcceleratorType).GetName); strings.Join(names, ",") != "nvidia-l4" {
 		t.Fatalf("filtered list = %v", names)
@@ -69,7 +72,7 @@ func TestCatalog(t *testing.T) {
 		t.Fatalf("e2-medium: %v %v", m, err)
 	}
 	_, err = mt.Get(ctx, &computepb.GetMachineTypeRequest{Project: testProject, Zone: "us-east1-b", MachineType: "a3-highgpu-1g"})
-	syncErr(t, err, 404, "notFound")
+	wantSyncErr(t, err, 404, "notFound")
 	all := collect(t, mt.List(ctx, &computepb.ListMachineTypesRequest{Project: testProject, Zone: "us-east1-b"}).Next, (*computepb.MachineType).GetName)
 	// 22 N1, 16 E2, f1-micro and g1-small, c3-standard-4, n2d-standard-4.
 	if len(all) != 43 {
@@ -106,7 +109,7 @@ func TestCatalog(t *testing.T) {
 		t.Fatalf("subnetwork: %v %v", sn, err)
 	}
 	_, err = sc.Get(ctx, &computepb.GetSubnetworkRequest{Project: testProject, Region: "europe-west4", Subnetwork: "other"})
-	syncErr(t, err, 404, "notFound")
+	wantSyncErr(t, err, 404, "notFound")
 }
 
 // collect drains an apiv1 iterator.
@@ -150,7 +153,7 @@ func TestImages(t *testing.T) {
 		t.Fatalf("public image project: %v %v", pub, err)
 	}
 	_, err = ic.GetFromFamily(ctx, &computepb.GetFromFamilyImageRequest{Project: testProject, Family: "nope"})
-	syncErr(t, err, 404, "notFound")
+	wantSyncErr(t, err, 404, "notFound")
 
 	// The family form on insert picks the same image: its size is the floor.
 	c := instancesClient(t, s)
@@ -272,10 +275,10 @@ func TestInstanceTemplates(t *testing.T) {
 	if _, err := insert("us-east1-c", "tpl-east", "regions/us-central1/instanceTemplates/podvm-regional", nil); err == nil {
 		t.Fatal("regional template accepted outside its region")
 	} else {
-		syncErr(t, err, 400, "invalid")
+		wantSyncErr(t, err, 400, "invalid")
 	}
 	_, err = insert(zoneA, "tpl-missing", "global/instanceTemplates/nope", nil)
-	syncErr(t, err, 404, "notFound")
+	wantSyncErr(t, err, 404, "notFound")
 	// The template's T4 does not exist in us-central1-c.
 	_, err = insert("us-central1-c", "tpl-c", "global/instanceTemplates/podvm-global", nil)
 	if gerr := syncErr(t, err, 400, "invalid"); !strings.Contains(gerr.Message, "does not exist in zone 'us-central1-c'") {
@@ -338,7 +341,7 @@ func TestListFilters(t *testing.T) {
 		t.Fatalf("paged = %v", paged)
 	}
 	_, err := c.List(ctx, &computepb.ListInstancesRequest{Project: testProject, Zone: zoneA, MaxResults: proto.Uint32(501)}).Next()
-	syncErr(t, err, 400, "invalid")
+	wantSyncErr(t, err, 400, "invalid")
 
 	// Aggregated list: every zone appears; empty ones carry a warning.
 	agg := c.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{Project: testProject, Filter: proto.String(`labels.managed-by = "caa"`)})
@@ -472,7 +475,7 @@ func TestAddInstanceOrphan(t *testing.T) {
 	}
 	// It blocks its name like any instance, and can be deleted.
 	_, err = c.Insert(ctx, insertReq(zoneA, t4Instance("podvm-orphan", zoneA, 1)))
-	syncErr(t, err, 409, "alreadyExists")
+	wantSyncErr(t, err, 409, "alreadyExists")
 	op, err := c.Delete(ctx, &computepb.DeleteInstanceRequest{Project: testProject, Zone: zoneA, Instance: "podvm-orphan"})
 	if err != nil || op.Wait(ctx) != nil || len(s.Instances()) != 0 {
 		t.Fatalf("delete orphan: %v", err)
@@ -498,9 +501,9 @@ func TestSerialPortOutput(t *testing.T) {
 		t.Fatalf("serial past end: %v %v", out, err)
 	}
 	_, err = c.GetSerialPortOutput(ctx, &computepb.GetSerialPortOutputInstanceRequest{Project: testProject, Zone: zoneA, Instance: "serial", Port: proto.Int32(7)})
-	syncErr(t, err, 400, "invalid")
+	wantSyncErr(t, err, 400, "invalid")
 	_, err = c.GetSerialPortOutput(ctx, &computepb.GetSerialPortOutputInstanceRequest{Project: testProject, Zone: zoneA, Instance: "nope"})
-	syncErr(t, err, 404, "notFound")
+	wantSyncErr(t, err, 404, "notFound")
 }
 
 func TestRoutingAndCalls(t *testing.T) {

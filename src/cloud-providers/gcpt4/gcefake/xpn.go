@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcefake
 
 import (
@@ -43,7 +46,7 @@ func (s *Server) projectGate(rt *route, project, path string) *apiError {
 		}
 		return notFoundf("The resource 'projects/%s' was not found", project)
 	}
-	if project != s.project && !(rt.anyProject && s.world.hasImageProject(project)) {
+	if project != s.project && (!rt.anyProject || !s.world.hasImageProject(project)) {
 		return notFoundf("The resource 'projects/%s' was not found", project)
 	}
 	return nil
