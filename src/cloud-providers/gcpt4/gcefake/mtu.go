@@ -1,3 +1,6 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
 package gcefake
 
 // defaultMTU is the MTU GCE gives a VPC network created without one
