@@ -213,6 +213,23 @@ for f in $(ls_root /usr/local/bin); do
 		fail "root fs: /usr/local/bin/$f is not in the manifest's caa-gcp-t4 binaries"
 done
 
+# The image's kind, in the three places it is recorded, agreeing; a
+# production image has the four programs a pod needs (build.sh refuses
+# one without them, stage-binaries.sh).
+kind=$(jq -r '."caa-gcp-t4".image_kind // "absent"' "$manifest")
+case "$kind" in production | test) ;; *) fail "manifest: caa-gcp-t4.image_kind is '$kind', want production or test" ;; esac
+[ "$(cat_root /usr/lib/caa-gcp-t4/image-kind)" = "$kind" ] || fail "root fs: /usr/lib/caa-gcp-t4/image-kind is '$(cat_root /usr/lib/caa-gcp-t4/image-kind)', the manifest says $kind"
+variant=$(cat_root /usr/lib/os-release | sed -n 's/^VARIANT_ID=//p')
+want_variant=caa-gcp-t4-podvm
+[ "$kind" = production ] || want_variant=caa-gcp-t4-podvm-test
+[ "$variant" = "$want_variant" ] || fail "root fs: os-release VARIANT_ID is '$variant', want $want_variant for a $kind image"
+if [ "$kind" = production ]; then
+	for n in kata-agent agent-protocol-forwarder process-user-data confidential-data-hub; do
+		jq -e --arg p "/usr/local/bin/$n" '."caa-gcp-t4".binaries[] | select(.path == $p)' "$manifest" >/dev/null ||
+			fail "manifest: a production image without $n"
+	done
+fi
+
 # The guest contract: the pause bundle, the agent's default policy (a
 # symlink into /run/peerpod, replaced by initdata).
 for f in config.json rootfs/pause; do
@@ -286,4 +303,4 @@ if [ -f "$dir/podvm.initrd" ]; then
 		grep -qx "$f" "$work/initrd.list" || fail "initrd: $f missing (a failed boot would stop at a shell prompt)"
 	done
 fi
-echo "check-image: ok: kernel $kver, NVIDIA $driver, persistenced $persistenced, $nb non-Debian binaries with versions and sha256, pause bundle, agent policy, modules $(echo "$mods" | grep -c '\.ko') in updates/dkms, GSP firmware, headers removed; ESP with the UKI only, no menu; command line ro root=/dev/mapper/root roothash=${roothash:0:12}…; squashfs root verified by dm-verity; state partition last; $sigstate" >&2
+echo "check-image: ok: kernel $kver, NVIDIA $driver, persistenced $persistenced, $kind image, $nb non-Debian binaries with versions and sha256, pause bundle, agent policy, modules $(echo "$mods" | grep -c '\.ko') in updates/dkms, GSP firmware, headers removed; ESP with the UKI only, no menu; command line ro root=/dev/mapper/root roothash=${roothash:0:12}…; squashfs root verified by dm-verity; state partition last; $sigstate" >&2

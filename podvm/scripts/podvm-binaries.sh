@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # make podvm-binaries: fills the guest-binary slots (podvm/binaries) from the
-# artefacts upstream publishes for the pinned release (podvm/guest-artefacts.pins).
+# artefacts upstream publishes for the pinned release (podvm/guest-artefacts.pins)
+# and, for the pin file's "source" slots (agent-protocol-forwarder,
+# process-user-data: upstream publishes no binaries of them for v0.22.0),
+# by building them from upstream CAA's source at the pinned commit
+# (podvm/scripts/build-caa-programs.sh; CAA_SRC/KATA_SRC name checkouts).
 #
 # For each pinned slot it
 #   1. finds the artefact in a local OCI image layout under PODVM_ARTEFACTS
@@ -75,9 +79,16 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 missing=()
 staged=()
+sources=()
 while read -r slot ref kind title member digest; do
 	case "$slot" in "" | \#*) continue ;; esac
 	if [ -n "${PODVM_SLOTS:-}" ] && ! grep -qw -- "$slot" <<<"$PODVM_SLOTS"; then continue; fi
+	if [ "$kind" = source ]; then
+		# Built from upstream's source at the pinned commit, after the
+		# pulled artefacts (build-caa-programs.sh).
+		sources+=("$slot")
+		continue
+	fi
 	var=PODVM_ARTEFACT_REF_$(tr 'a-z-' 'A-Z_' <<<"$slot")
 	if [ -n "${!var:-}" ] && [ "${!var}" != "$ref" ]; then
 		fail "$var=${!var} does not match the pin for $slot ($ref in $pins): the image takes only the pinned release's artefacts; change the pin, with its upstream source, to use another"
@@ -147,7 +158,7 @@ while read -r slot ref kind title member digest; do
 		[ -n "$found" ] || fail "$slot: no layer of $ref holds $member"
 		what="layer $found"
 		;;
-	*) fail "$pins: $slot has kind '$kind', want file or image" ;;
+	*) fail "$pins: $slot has kind '$kind', want file, image or source" ;;
 	esac
 	[ -s "$dest" ] || fail "$slot: $member from $ref is empty"
 	chmod 0755 "$dest"
@@ -169,6 +180,12 @@ if [ "${#staged[@]}" -gt 0 ]; then
 		mv "$stage/versions" "$out/VERSIONS"
 		echo "podvm-binaries: staged $s: $(cut -d' ' -f2- "$stage/$s.version"), sha256 $sum" >&2
 	done
+fi
+if [ "${#sources[@]}" -gt 0 ]; then
+	if ! PODVM_BINARIES=$out PODVM_PINS=$pins PODVM_SLOTS="${sources[*]}" podvm/scripts/build-caa-programs.sh; then
+		echo "podvm-binaries: ${sources[*]} not built (above): they come from upstream CAA's source at the pinned commit; on a machine without network name checkouts: make podvm-binaries CAA_SRC=<cloud-api-adaptor checkout> KATA_SRC=<kata-containers checkout> (docs/podvm-build-guide.md#guest-binaries)" >&2
+		exit 1
+	fi
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
 	{

@@ -23,6 +23,8 @@ has() { grep -qw -- "$1" <<<"$standins"; }
 filled() { has "$1" || grep -qw -- "$1" <<<"$real"; }
 
 slots=$(jq -c . <<<"${slots_line#CAA-GCP-T4-SLOTS }") || fail "slot line is not JSON: $slots_line"
+# An image with stand-ins is a test image, and says so on the console.
+[ "$(jq -r .image <<<"$slots")" = test ] || fail "slot line says image '$(jq -r .image <<<"$slots")', want test (stand-ins): $slots_line"
 report=$(rec report) || true
 if [ -z "$report" ] || ! jq -e . <<<"$report" >/dev/null; then
 	fail "no stand-in report (the kata-agent stand-in writes it once the boot is over)"
