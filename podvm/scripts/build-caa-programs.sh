@@ -37,13 +37,13 @@ for t in git go jq sha256sum; do command -v "$t" >/dev/null || fail "$t is missi
 
 # The pin file's build lines: "#@ <key> <value>".
 pin() { awk -v k="$1" '$1 == "#@" && $2 == k {print $3; exit}' "$pins"; }
+for k in caa-commit caa-version kata-commit go; do
+	[ -n "$(pin "$k")" ] || fail "$pins has no '#@ $k <value>' line"
+done
 caa_commit=$(pin caa-commit)
 caa_version=$(pin caa-version)
 kata_commit=$(pin kata-commit)
 go_version=$(pin go)
-for v in caa_commit caa_version kata_commit go_version; do
-	[ -n "${!v}" ] || fail "$pins has no '#@ ${v//_/-} <value>' line"
-done
 [[ "$caa_commit" =~ ^[0-9a-f]{40}$ ]] || fail "$pins: caa-commit $caa_commit is not a full commit id"
 [[ "$kata_commit" =~ ^[0-9a-f]{40}$ ]] || fail "$pins: kata-commit $kata_commit is not a full commit id"
 
@@ -83,7 +83,7 @@ caa=$(checkout CAA_SRC "${CAA_SRC:-}" "$caa_commit" "${CAA_GIT_URL:-https://gith
 kata=$(checkout KATA_SRC "${KATA_SRC:-}" "$kata_commit" "${KATA_GIT_URL:-https://github.com/kata-containers/kata-containers}")
 # CAA's go.mod names the kata runtime by a pseudo-version ending in the
 # commit's first 12 digits: the kata tree must be that commit.
-want=$(awk '$1 == "github.com/kata-containers/kata-containers/src/runtime" {print $2; exit}' "$caa/src/cloud-api-adaptor/go.mod")
+want=$(awk '{for (i = 1; i < NF; i++) if ($i == "github.com/kata-containers/kata-containers/src/runtime") {print $(i + 1); exit}}' "$caa/src/cloud-api-adaptor/go.mod")
 [ "${want##*-}" = "${kata_commit:0:12}" ] || fail "$caa/src/cloud-api-adaptor/go.mod requires kata runtime $want, the pin's kata-commit is $kata_commit: fix the pin"
 [ -f "$kata/src/runtime/go.mod" ] || fail "KATA_SRC=$kata has no src/runtime/go.mod"
 

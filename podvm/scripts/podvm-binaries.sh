@@ -27,6 +27,9 @@
 #   PODVM_PINS       pin file (default podvm/guest-artefacts.pins)
 #   PODVM_SLOTS      only these slots (default: every pinned slot)
 #   PODVM_OFFLINE=1  never contact a registry
+#   PODVM_RECORD_DIGESTS=1  write the digest of each artefact whose pin has
+#                    none into the pin file (without it such an artefact is
+#                    refused: a tag alone is trust on first use)
 #   PODVM_FETCH_TIMEOUT  seconds per registry copy (default 600)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -80,6 +83,8 @@ trap 'rm -rf "$stage"' EXIT
 missing=()
 staged=()
 sources=()
+record=()
+unpinned=()
 while read -r slot ref kind title member digest; do
 	case "$slot" in "" | \#*) continue ;; esac
 	if [ -n "${PODVM_SLOTS:-}" ] && ! grep -qw -- "$slot" <<<"$PODVM_SLOTS"; then continue; fi
@@ -118,6 +123,18 @@ while read -r slot ref kind title member digest; do
 	mdigest=$(jq -r .digest <<<"$mdesc")
 	if [ "$digest" != - ] && [ "$mdigest" != "$digest" ]; then
 		fail "$ref in $layout is $mdigest, the pin says $digest: refusing it"
+	fi
+	# A tag can be moved; a digest cannot. Without a digest in the pin the
+	# artefact is refused (fail closed) unless PODVM_RECORD_DIGESTS=1 asks
+	# to write the digest seen now into the pin file, to be reviewed and
+	# committed like any pin change; every later run then checks it.
+	if [ "$digest" = - ]; then
+		if [ "${PODVM_RECORD_DIGESTS:-0}" = 1 ]; then
+			record+=("$slot $mdigest")
+		else
+			unpinned+=("$slot $ref $mdigest")
+			continue
+		fi
 	fi
 	m=$(blob "$layout" "$mdesc") || fail "$slot: manifest of $ref unusable (above)"
 	mt=$(jq -r '.mediaType // ""' "$m")
@@ -165,6 +182,28 @@ while read -r slot ref kind title member digest; do
 	printf '%s %s %s@%s (%s, %s)\n' "$slot" "$tag" "$repo" "$mdigest" "$what" "$member" >"$stage/$slot.version"
 	staged+=("$slot")
 done <"$pins"
+
+if [ "${#unpinned[@]}" -gt 0 ]; then
+	{
+		echo "podvm-binaries: ${#unpinned[@]} artefact(s) have no digest in $pins, only a tag, which a registry can move: refusing them, nothing staged."
+		for x in "${unpinned[@]}"; do
+			read -r slot ref d <<<"$x"
+			echo "  $slot: $ref is $d here"
+		done
+		echo "  Check each digest against upstream's record of the release (for kata-agent, the agent-sha256sum file kata-deploy pushes"
+		echo "  beside the tarball), then record them: PODVM_RECORD_DIGESTS=1 make podvm-binaries writes them into $pins's digest"
+		echo "  column; commit that change. Later runs refuse anything else."
+	} >&2
+	exit 1
+fi
+if [ "${#record[@]}" -gt 0 ]; then
+	for x in "${record[@]}"; do
+		read -r slot d <<<"$x"
+		awk -v s="$slot" -v d="$d" '$1 == s && $NF == "-" && $3 != "source" {sub(/-[ \t]*$/, d)} {print}' "$pins" >"$stage/pins"
+		cat "$stage/pins" >"$pins"
+		echo "podvm-binaries: recorded $slot's digest $d in $pins (review and commit it)" >&2
+	done
+fi
 
 if [ "${#staged[@]}" -gt 0 ]; then
 	mkdir -p "$out"

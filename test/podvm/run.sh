@@ -15,6 +15,7 @@ podvm/scripts/lint.sh
 test/podvm/stage-binaries-test.sh
 test/podvm/podvm-binaries-test.sh
 test/podvm/refusal-test.sh
+test/podvm/build-caa-programs-test.sh
 
 cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4}
 mkdir -p "$cache"
