@@ -181,7 +181,9 @@ fi
 mkosi_version=$(mkosi --version | awk '{print $2}')
 key=$( {
 	echo "mkosi $mkosi_version"
-	find podvm -path podvm/binaries -prune -o -type f ! -name '*.md' ! -name '*.pins' ! -name podvm-binaries.sh -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+	find podvm -path podvm/binaries -prune -o -type f ! -name '*.md' ! -name '*.pins' ! -name podvm-binaries.sh ! -name build-caa-programs.sh -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+	# Links (the masks in the initrd's extra tree) by their targets.
+	find podvm -path podvm/binaries -prune -o -type l -printf '%p -> %l\n' | LC_ALL=C sort
 	(cd "$gen" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
 } | sha256sum | cut -c1-16)
 

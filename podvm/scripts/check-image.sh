@@ -176,9 +176,15 @@ for f in gpu-init nvidia-ctk nvidia-cdi-hook tpm2_pcrextend tpm2_pcrread; do
 done
 wants=$(ls_root /etc/systemd/system/multi-user.target.wants)
 for u in caa-gcp-t4-gpu-init.service caa-gcp-t4-slots.service 'netns@podns.service' 'run-kata\x2dcontainers.mount' \
-	process-user-data.service attestation-agent.service confidential-data-hub.service kata-agent.service \
-	agent-protocol-forwarder.path api-server-rest.service; do
+	process-user-data.service attestation-agent.service confidential-data-hub.service kata-agent.path \
+	caa-gcp-t4-cdh-check.service agent-protocol-forwarder.path api-server-rest.service; do
 	grep -qxF "$u" <<<"$wants" || fail "root fs: $u not enabled"
+done
+# kata-agent is started by kata-agent.path on CDH's socket, never by the boot.
+! grep -qxF kata-agent.service <<<"$wants" || fail "root fs: kata-agent.service is enabled; only kata-agent.path (on CDH's socket) may start it"
+pcr_units="systemd-pcrmachine.service systemd-pcrfs-root.service systemd-pcrfs@.service systemd-pcrphase@.service systemd-pcrphase-initrd.service systemd-pcrphase-sysinit.service systemd-pcrphase.service"
+for u in $pcr_units; do
+	[ "$(link_root "/etc/systemd/system/$u")" = /dev/null ] || fail "root fs: $u is not masked (upstream masks systemd's PCR units)"
 done
 # No shell and nothing around dm-verity: gettys, debug-shell and sysext
 # masked; the emergency and rescue units report and power off instead.
@@ -301,6 +307,11 @@ if [ -f "$dir/podvm.initrd" ]; then
 	[ -z "$left" ] || fail "initrd: build-time files left: $(echo "$left" | tr '\n' ' ')"
 	for f in usr/lib/systemd/system/emergency.service.d/caa-gcp-t4.conf usr/lib/systemd/system/rescue.service.d/caa-gcp-t4.conf usr/lib/caa-gcp-t4/boot-failed; do
 		grep -qx "$f" "$work/initrd.list" || fail "initrd: $f missing (a failed boot would stop at a shell prompt)"
+	done
+	grep -qx usr/lib/udev/rules.d/99-zz-caa-gcp-t4-verity-root.rules "$work/initrd.list" ||
+		fail "initrd: no verity-root udev rule (a corrupted root would wait out the 90 s device timeout)"
+	for u in $pcr_units; do
+		grep -qx "etc/systemd/system/$u" "$work/initrd.list" || fail "initrd: $u is not masked (upstream masks systemd's PCR units in the initrd too)"
 	done
 fi
 echo "check-image: ok: kernel $kver, NVIDIA $driver, persistenced $persistenced, $kind image, $nb non-Debian binaries with versions and sha256, pause bundle, agent policy, modules $(echo "$mods" | grep -c '\.ko') in updates/dkms, GSP firmware, headers removed; ESP with the UKI only, no menu; command line ro root=/dev/mapper/root roothash=${roothash:0:12}…; squashfs root verified by dm-verity; state partition last; $sigstate" >&2

@@ -139,6 +139,13 @@ if has confidential-data-hub; then
 	[ "$cdh_up" -le "$agent_start" ] || fail "CDH active at $cdh_up µs, after kata-agent started ($agent_start µs)"
 	[ "$(jq -r .found.cdh_socket_at_start <<<"$agent")" = true ] || fail "kata-agent started before CDH's socket existed"
 	cdh=$(rec confidential-data-hub)
+	# The stand-in listens late on purpose: the agent waited for the socket
+	# (kata-agent.path), it did not just happen to start after it.
+	[ "$(unit kata-agent.path ActiveState)" = active ] || fail "kata-agent.path is '$(unit kata-agent.path ActiveState)', want active"
+	listen=$(jq -r '.found.listen_uptime // ""' <<<"$cdh")
+	[ -n "$listen" ] || fail "the CDH stand-in recorded no listen time: $cdh"
+	awk -v a="$(jq -r .uptime <<<"$agent")" -v l="$listen" 'BEGIN {exit !(a + 0 >= l + 0)}' ||
+		fail "kata-agent started at uptime $(jq -r .uptime <<<"$agent") s, before CDH listened at $listen s"
 	[ "$(jq -r .env.OCICRYPT_KEYPROVIDER_CONFIG <<<"$cdh")" = /etc/ocicrypt_config.json ] || fail "CDH env: $(jq -c .env <<<"$cdh")"
 	[ "$(jq -r .env.CDH_DEFAULT_IMAGE_AUTHENTICATED_REGISTRY_CREDENTIALS <<<"$cdh")" = file:///run/peerpod/auth.json ] || fail "CDH env: $(jq -c .env <<<"$cdh")"
 fi

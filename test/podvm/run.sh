@@ -53,10 +53,7 @@ podvm/scripts/check-image.sh "$dir"
 # The boot test runs beside the refusal cases and the rebuild below: they
 # share nothing but the cached image, which all of them only read (QEMU
 # runs on a qcow2 overlay), and the boot spends much of its time waiting on
-# the guest, time the rebuild's CPU-bound steps can use. The tampered root
-# alone idles 90 s: systemd 252's 99-systemd.rules marks a CRYPT-* device
-# with no recognisable filesystem SYSTEMD_READY=0, so dev-mapper-root.device
-# waits out DefaultTimeoutStartSec before the initrd gives up.
+# the guest, time the rebuild's CPU-bound steps can use.
 bootlog=$(mktemp "$cache/podvm-boot.XXXXXX")
 trap 'rm -rf "$bins" "$bootlog"' EXIT
 PODVM_BOOT_STANDINS=$standin_slots test/podvm/boot-test.sh "$dir" "$dir.boot" >"$bootlog" 2>&1 &
