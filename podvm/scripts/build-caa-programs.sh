@@ -93,7 +93,11 @@ for m in cloud-api-adaptor cloud-providers peerpod-ctrl; do
 	cp -a "$caa/src/$m" "$work/caa/src/$m"
 done
 mod=$work/caa/src/cloud-api-adaptor
-(cd "$mod" && go mod edit -replace "github.com/kata-containers/kata-containers/src/runtime=$kata/src/runtime")
+# Through a link at a fixed relative path: the replace's path is recorded in
+# the binaries' build info, and an absolute one would make them differ from
+# one build machine (or checkout location) to the next.
+ln -s "$(cd "$kata/src/runtime" && pwd)" "$work/caa/src/kata-runtime"
+(cd "$mod" && go mod edit -replace "github.com/kata-containers/kata-containers/src/runtime=../kata-runtime")
 
 export GOTOOLCHAIN=go$go_version GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 got=$(cd "$mod" && go env GOVERSION) || fail "go could not provide toolchain go$go_version (it comes through the Go module proxy when the local Go differs)"

@@ -86,6 +86,9 @@ for p in agent-protocol-forwarder process-user-data; do
 	grep -q "^$work/out/$p: go$go_version\$" "$work/m" || fail "$p not built with go$go_version: $(head -n 1 "$work/m")"
 	grep -qE $'^\tbuild\t-trimpath=true$' "$work/m" || fail "$p not built with -trimpath"
 	grep -qE $'^\tbuild\tCGO_ENABLED=0$' "$work/m" || fail "$p not static"
+	# No path of this machine in the binary (the replace is relative).
+	grep -qE $'^\t=>\t\.\./kata-runtime\t' "$work/m" || fail "$p records the kata replace as $(grep -A1 kata-containers "$work/m" | tail -n 1)"
+	! grep -qF "$work" "$work/out/$p" || fail "$p holds the build machine's path $work"
 	grep -qE "^$p v0.22.0 github.com/confidential-containers/cloud-api-adaptor@$cc \(cmd/$p, built from source: go$go_version, -trimpath, kata runtime replaced by kata-containers@$kc\)\$" "$work/out/VERSIONS" ||
 		fail "VERSIONS: $(cat "$work/out/VERSIONS")"
 done
@@ -99,6 +102,11 @@ sums=$(cat "$work/out/SHA256SUMS")
 PODVM_BINARIES=$work/out PODVM_PINS=$work/pins CAA_SRC=$c KATA_SRC=$k "$script" 2>/dev/null
 [ "$(cat "$work/out/SHA256SUMS")" = "$sums" ] || fail "a rebuild differs: $(cat "$work/out/SHA256SUMS") vs $sums"
 [ "$(wc -l <"$work/out/VERSIONS")" = 2 ] || fail "a second run duplicated VERSIONS lines"
+# Checkouts elsewhere (another machine's paths): the same bits.
+mkdir -p "$work/elsewhere"
+cp -a "$c" "$k" "$work/elsewhere/"
+PODVM_BINARIES=$work/out-elsewhere PODVM_PINS=$work/pins CAA_SRC=$work/elsewhere/caa KATA_SRC=$work/elsewhere/kata "$script" 2>/dev/null
+[ "$(cat "$work/out-elsewhere/SHA256SUMS")" = "$sums" ] || fail "checkouts at other paths give other binaries: $(cat "$work/out-elsewhere/SHA256SUMS") vs $sums"
 n=$((n + 1))
 
 # A checkout at another commit.
