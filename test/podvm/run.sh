@@ -16,6 +16,7 @@ test/podvm/stage-binaries-test.sh
 test/podvm/podvm-binaries-test.sh
 test/podvm/refusal-test.sh
 test/podvm/build-caa-programs-test.sh
+test/podvm/docs-test.sh
 
 cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4}
 mkdir -p "$cache"

@@ -127,7 +127,8 @@ func (w *walk) run(t *testing.T, step, cmd string) {
 			}
 		}
 		return
-	case args[0] == "make" && args[1] == "podvm", args[0] == "docker":
+	case args[0] == "make" && strings.HasPrefix(args[1], "podvm"), args[0] == "docker":
+		// make podvm-binaries and make podvm: test/podvm/docs-test.sh runs them.
 		t.Logf("%s: not run here: %s", step, cmd)
 		return
 	case args[0] == "make" && args[1] == "image":
