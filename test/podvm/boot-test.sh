@@ -49,7 +49,9 @@
 #   PODVM_BOOT_STANDINS (slots holding test/podvm/standin, space-separated),
 #   PODVM_BOOT_REAL (slots holding upstream's real binaries, for a manual run),
 #   PODVM_BOOT_USER_DATA (file served as the user-data attribute, before base64;
-#   default fixtures/user-data.yaml).
+#   default fixtures/user-data.yaml); for manual runs, PODVM_BOOT_HOSTFWD (QEMU
+#   hostfwd rule, e.g. tcp:127.0.0.1:25150-:15150) and PODVM_BOOT_WHILE_UP (a
+#   command run on this machine once the boot is done, before power-off).
 set -euo pipefail
 dir=$1
 results=${2:-}
@@ -164,7 +166,7 @@ start_vm() {
 		-drive if=none,id=disk,format=qcow2,file="$1" \
 		-device virtio-scsi-pci,id=scsi -device scsi-hd,drive=disk,bootindex=1 \
 		-chardev socket,id=chrtpm,path="$work/tpm/swtpm.sock" -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-crb,tpmdev=tpm0 \
-		-netdev "user,id=net0,net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,dhcpstart=169.254.169.15,guestfwd=tcp:169.254.169.254:80-cmd:env GCE_METADATA_LOG=$work/metadata.log python3 $here/gce-metadata.py user-data=$work/user-data.b64${meta_extra:+ $meta_extra}" \
+		-netdev "user,id=net0,${PODVM_BOOT_HOSTFWD:+hostfwd=$PODVM_BOOT_HOSTFWD,}net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,dhcpstart=169.254.169.15,guestfwd=tcp:169.254.169.254:80-cmd:env GCE_METADATA_LOG=$work/metadata.log python3 $here/gce-metadata.py user-data=$work/user-data.b64${meta_extra:+ $meta_extra}" \
 		-device virtio-net-pci,netdev=net0 \
 		-device virtio-rng-pci \
 		</dev/null >"$work/qemu.out" 2>&1 &
@@ -280,6 +282,12 @@ for bad in 'Failed to start' 'FAILED'; do
 		echo "boot-test: a unit failed; going on to collect the records (PODVM_BOOT_REAL)" >&2
 	fi
 done
+
+# A manual run against upstream's real binaries may look at the running VM
+# (through PODVM_BOOT_HOSTFWD's forwarded ports) before it is stopped.
+if [ -n "${PODVM_BOOT_WHILE_UP:-}" ]; then
+	bash -c "$PODVM_BOOT_WHILE_UP" || echo "boot-test: PODVM_BOOT_WHILE_UP exited $?" >&2
+fi
 
 # GCE stops a VM with an ACPI power button press: it must shut down cleanly.
 # The press is repeated because one that arrives before systemd-logind
