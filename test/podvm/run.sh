@@ -17,6 +17,7 @@ test/podvm/podvm-binaries-test.sh
 test/podvm/refusal-test.sh
 test/podvm/build-caa-programs-test.sh
 test/podvm/docs-test.sh
+test/podvm/measure-initdata-test.sh
 
 cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4}
 mkdir -p "$cache"
