@@ -181,12 +181,21 @@ fmt-check: tools
 vet: tools
 	$(GO) vet $(MODULES)
 
-## podvm: build the podVM disk image (cached by a hash of its inputs); docs/podvm-build-guide.md
+## podvm: build the production podVM image (cached by a hash of its inputs); refused
+## at once without kata-agent, agent-protocol-forwarder, process-user-data and
+## confidential-data-hub in podvm/binaries (make podvm-binaries); docs/podvm-build-guide.md
 podvm: tools
 	podvm/scripts/build.sh
 
-## podvm-binaries: stage upstream's published guest binaries for the pinned release
-## (podvm/guest-artefacts.pins) into podvm/binaries, verified; offline it says what to fetch
+## podvm-test-image: a TEST podVM image (any slot empty or a stand-in), marked as
+## such in the image; gce-pack.sh refuses it
+.PHONY: podvm-test-image
+podvm-test-image: tools
+	PODVM_IMAGE_KIND=test podvm/scripts/build.sh
+
+## podvm-binaries: the guest binaries for the pin (podvm/guest-artefacts.pins) into
+## podvm/binaries, verified: kata-agent and guest-components pulled, the forwarder
+## and process-user-data built from upstream CAA's source (CAA_SRC=, KATA_SRC= name checkouts)
 podvm-binaries: tools
 	podvm/scripts/podvm-binaries.sh
 

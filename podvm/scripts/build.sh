@@ -21,6 +21,12 @@
 #
 # Environment:
 #   PODVM_BINARIES        guest binaries input dir (default podvm/binaries)
+#   PODVM_IMAGE_KIND      production (default): refused, before anything is
+#                         built, unless kata-agent, agent-protocol-forwarder,
+#                         process-user-data and confidential-data-hub are all
+#                         in the input; test: any slot may be empty or hold a
+#                         stand-in, and the image says so (slot report line,
+#                         manifest, /etc/os-release); gce-pack.sh refuses it
 #   PODVM_DEBIAN_MIRROR   Debian archive URL (default: this machine's apt source)
 #   PODVM_DEBIAN_SECURITY_MIRROR  security archive URL (default: likewise)
 #   PODVM_SNAPSHOT=1      the mirrors are snapshots: accept expired Release files
@@ -33,22 +39,36 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
 
-podvm/scripts/setup-host.sh
+binaries=${PODVM_BINARIES:-$repo/podvm/binaries}
+kind=${PODVM_IMAGE_KIND:-production}
+case "$kind" in
+production | test) ;;
+*) echo "podvm: PODVM_IMAGE_KIND=$kind: want production (the default) or test" >&2; exit 1 ;;
+esac
 cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4}
 mkdir -p "$cache"
+gen=$(mktemp -d "$cache/podvm-inputs.XXXXXX")
+sign=""
+out=""
+cleanup() { rm -rf "$gen" ${sign:+"$sign"} ${out:+"$out"}; }
+trap cleanup EXIT
+
+# 0. The guest binaries first, before the host set-up, the lock and
+#    anything slow: a production image without the programs that run pods
+#    is refused here, in seconds (stage-binaries.sh names what is missing
+#    and the command that provides it), and bad input (a checksum that does
+#    not match, an unknown slot, a missing VERSIONS line) is refused with
+#    nothing staged.
+PODVM_IMAGE_KIND=$kind podvm/scripts/stage-binaries.sh "$binaries" "$gen/binaries-tree"
+
+podvm/scripts/setup-host.sh
 # One build at a time per cache: builds share mkosi's incremental cache.
 exec 9>"$cache/podvm.lock"
 flock 9
-binaries=${PODVM_BINARIES:-$repo/podvm/binaries}
 
-gen=$(mktemp -d "$cache/podvm-inputs.XXXXXX")
-# The signing key is copied here for mkosi.postinst's sign-file (mkosi
+# The signing key is copied into $sign for mkosi.postinst's sign-file (mkosi
 # mounts it read-write into the build sandbox as a build source) and
 # removed on exit; only the certificate goes into the inputs and the key.
-sign=""
-cleanup() { rm -rf "$gen" ${sign:+"$sign"} ${out:+"$out"}; }
-out=""
-trap cleanup EXIT
 
 # 0. Secure Boot signing inputs: both or neither, a matching RSA pair.
 sbkey=${PODVM_SB_KEY:-}
@@ -80,7 +100,7 @@ fi
 # 1. Tools that go into the image: gpu-init (static, the GPU init unit; the
 #    only binary of ours in the podVM) and NVIDIA's CDI tools.
 tools=$gen/tools-tree/usr/bin
-mkdir -p "$tools"
+mkdir -p "$tools" "$gen/tools-tree/usr/lib/caa-gcp-t4"
 (cd gcp-t4 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/gpu-init" ./cmd/gpu-init)
 nvbin=$(podvm/scripts/nvidia-tools.sh)
 install -m 0755 "$nvbin/nvidia-ctk" "$nvbin/nvidia-cdi-hook" "$tools/"
@@ -106,8 +126,9 @@ align=$(/usr/bin/python3 -c 'import pefile, sys; print(pefile.PE(sys.argv[1], fa
 mkdir -p "$gen/tools-tree/usr/lib/systemd/boot/efi"
 install -m 0644 "$stub" "$gen/tools-tree/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
 
-# 2. Guest binaries slots, checked against the input's checksum manifest.
-podvm/scripts/stage-binaries.sh "$binaries" "$gen/binaries-tree"
+# 2. The image's kind, in the image: the slot report prints it on the
+#    console, /etc/os-release carries it (mkosi.finalize), the manifest too.
+echo "$kind" >"$gen/tools-tree/usr/lib/caa-gcp-t4/image-kind"
 
 # 2b. Every file in the image that no Debian package installed, with its
 #     version, source and sha256: /usr/lib/caa-gcp-t4/binaries.json inside
@@ -128,7 +149,6 @@ nvver=$("$tools/nvidia-ctk" --version | sed -n 's/.*version \([^ ]*\).*/\1/p' | 
 	awk -F'\t' '{printf "%s\t%s\t%s\t%s\t/usr/local/bin/%s\n", $1, $2, $3, $4, $1}' "$gen/binaries-tree/usr/lib/caa-gcp-t4/guest-binaries.tsv"
 } | jq -R -s 'split("\n") | map(select(length > 0) | split("\t") | {name: .[0], sha256: .[1], version: .[2], source: .[3], path: .[4]}) | {binaries: .}' \
 	>"$gen/binaries.json"
-mkdir -p "$gen/tools-tree/usr/lib/caa-gcp-t4"
 cp "$gen/binaries.json" "$gen/tools-tree/usr/lib/caa-gcp-t4/binaries.json"
 
 # 3. apt sources for the build (mkosi's own list would add the debug archive).
@@ -161,7 +181,9 @@ fi
 mkosi_version=$(mkosi --version | awk '{print $2}')
 key=$( {
 	echo "mkosi $mkosi_version"
-	find podvm -path podvm/binaries -prune -o -type f ! -name '*.md' ! -name '*.pins' ! -name podvm-binaries.sh -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+	find podvm -path podvm/binaries -prune -o -type f ! -name '*.md' ! -name '*.pins' ! -name podvm-binaries.sh ! -name build-caa-programs.sh -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+	# Links (the masks in the initrd's extra tree) by their targets.
+	find podvm -path podvm/binaries -prune -o -type l -printf '%p -> %l\n' | LC_ALL=C sort
 	(cd "$gen" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
 } | sha256sum | cut -c1-16)
 
@@ -229,11 +251,11 @@ seconds=$(( $(date +%s) - start ))
 stubrec=$(jq -n --arg v "$stubver" --arg sha "$(sha256sum "$stub" | cut -c1-64)" \
 	'{package: "systemd-boot-efi", version: $v, file: "/usr/lib/systemd/boot/efi/linuxx64.efi.stub", sha256: $sha, source: "Debian bookworm-backports, on the build host"}')
 jq --slurpfile b "$gen/binaries.json" --argjson sb "$secure_boot" --argjson stub "$stubrec" \
-	'. + {"caa-gcp-t4": ($b[0] + {secure_boot: $sb, uki_stub: $stub})}' "$out/podvm.manifest" >"$out/podvm.manifest.tmp"
+	--arg kind "$kind" '. + {"caa-gcp-t4": ($b[0] + {image_kind: $kind, secure_boot: $sb, uki_stub: $stub})}' "$out/podvm.manifest" >"$out/podvm.manifest.tmp"
 mv "$out/podvm.manifest.tmp" "$out/podvm.manifest"
 podvm/scripts/check-image.sh "$out" >&2
 cat >"$out/build-info.json" <<INFO
-{"key":"$key","mkosi":"$mkosi_version","build_seconds":$seconds,"incremental":"$incremental","signed":$(jq .signed <<<"$secure_boot"),"raw_bytes":$(stat -c %s "$out/podvm.raw"),"raw_allocated_bytes":$(( $(stat -c %b "$out/podvm.raw") * $(stat -c %B "$out/podvm.raw") ))}
+{"key":"$key","image_kind":"$kind","mkosi":"$mkosi_version","build_seconds":$seconds,"incremental":"$incremental","signed":$(jq .signed <<<"$secure_boot"),"raw_bytes":$(stat -c %s "$out/podvm.raw"),"raw_allocated_bytes":$(( $(stat -c %b "$out/podvm.raw") * $(stat -c %B "$out/podvm.raw") ))}
 INFO
 rm -f "$out"/*.tmp
 files=$(cd "$out" && find . -maxdepth 1 -type f ! -name build-info.json -printf '%P\n' | LC_ALL=C sort)

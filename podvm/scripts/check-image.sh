@@ -176,9 +176,15 @@ for f in gpu-init nvidia-ctk nvidia-cdi-hook tpm2_pcrextend tpm2_pcrread; do
 done
 wants=$(ls_root /etc/systemd/system/multi-user.target.wants)
 for u in caa-gcp-t4-gpu-init.service caa-gcp-t4-slots.service 'netns@podns.service' 'run-kata\x2dcontainers.mount' \
-	process-user-data.service attestation-agent.service confidential-data-hub.service kata-agent.service \
-	agent-protocol-forwarder.path api-server-rest.service; do
+	process-user-data.service attestation-agent.service confidential-data-hub.service kata-agent.path \
+	caa-gcp-t4-cdh-check.service agent-protocol-forwarder.path api-server-rest.service; do
 	grep -qxF "$u" <<<"$wants" || fail "root fs: $u not enabled"
+done
+# kata-agent is started by kata-agent.path on CDH's socket, never by the boot.
+! grep -qxF kata-agent.service <<<"$wants" || fail "root fs: kata-agent.service is enabled; only kata-agent.path (on CDH's socket) may start it"
+pcr_units="systemd-pcrmachine.service systemd-pcrfs-root.service systemd-pcrfs@.service systemd-pcrphase@.service systemd-pcrphase-initrd.service systemd-pcrphase-sysinit.service systemd-pcrphase.service"
+for u in $pcr_units; do
+	[ "$(link_root "/etc/systemd/system/$u")" = /dev/null ] || fail "root fs: $u is not masked (upstream masks systemd's PCR units)"
 done
 # No shell and nothing around dm-verity: gettys, debug-shell and sysext
 # masked; the emergency and rescue units report and power off instead.
@@ -212,6 +218,23 @@ for f in $(ls_root /usr/local/bin); do
 	jq -e --arg p "/usr/local/bin/$f" '."caa-gcp-t4".binaries[] | select(.path == $p)' "$manifest" >/dev/null ||
 		fail "root fs: /usr/local/bin/$f is not in the manifest's caa-gcp-t4 binaries"
 done
+
+# The image's kind, in the three places it is recorded, agreeing; a
+# production image has the four programs a pod needs (build.sh refuses
+# one without them, stage-binaries.sh).
+kind=$(jq -r '."caa-gcp-t4".image_kind // "absent"' "$manifest")
+case "$kind" in production | test) ;; *) fail "manifest: caa-gcp-t4.image_kind is '$kind', want production or test" ;; esac
+[ "$(cat_root /usr/lib/caa-gcp-t4/image-kind)" = "$kind" ] || fail "root fs: /usr/lib/caa-gcp-t4/image-kind is '$(cat_root /usr/lib/caa-gcp-t4/image-kind)', the manifest says $kind"
+variant=$(cat_root /usr/lib/os-release | sed -n 's/^VARIANT_ID=//p')
+want_variant=caa-gcp-t4-podvm
+[ "$kind" = production ] || want_variant=caa-gcp-t4-podvm-test
+[ "$variant" = "$want_variant" ] || fail "root fs: os-release VARIANT_ID is '$variant', want $want_variant for a $kind image"
+if [ "$kind" = production ]; then
+	for n in kata-agent agent-protocol-forwarder process-user-data confidential-data-hub; do
+		jq -e --arg p "/usr/local/bin/$n" '."caa-gcp-t4".binaries[] | select(.path == $p)' "$manifest" >/dev/null ||
+			fail "manifest: a production image without $n"
+	done
+fi
 
 # The guest contract: the pause bundle, the agent's default policy (a
 # symlink into /run/peerpod, replaced by initdata).
@@ -285,5 +308,10 @@ if [ -f "$dir/podvm.initrd" ]; then
 	for f in usr/lib/systemd/system/emergency.service.d/caa-gcp-t4.conf usr/lib/systemd/system/rescue.service.d/caa-gcp-t4.conf usr/lib/caa-gcp-t4/boot-failed; do
 		grep -qx "$f" "$work/initrd.list" || fail "initrd: $f missing (a failed boot would stop at a shell prompt)"
 	done
+	grep -qx usr/lib/udev/rules.d/99-zz-caa-gcp-t4-verity-root.rules "$work/initrd.list" ||
+		fail "initrd: no verity-root udev rule (a corrupted root would wait out the 90 s device timeout)"
+	for u in $pcr_units; do
+		grep -qx "etc/systemd/system/$u" "$work/initrd.list" || fail "initrd: $u is not masked (upstream masks systemd's PCR units in the initrd too)"
+	done
 fi
-echo "check-image: ok: kernel $kver, NVIDIA $driver, persistenced $persistenced, $nb non-Debian binaries with versions and sha256, pause bundle, agent policy, modules $(echo "$mods" | grep -c '\.ko') in updates/dkms, GSP firmware, headers removed; ESP with the UKI only, no menu; command line ro root=/dev/mapper/root roothash=${roothash:0:12}…; squashfs root verified by dm-verity; state partition last; $sigstate" >&2
+echo "check-image: ok: kernel $kver, NVIDIA $driver, persistenced $persistenced, $kind image, $nb non-Debian binaries with versions and sha256, pause bundle, agent policy, modules $(echo "$mods" | grep -c '\.ko') in updates/dkms, GSP firmware, headers removed; ESP with the UKI only, no menu; command line ro root=/dev/mapper/root roothash=${roothash:0:12}…; squashfs root verified by dm-verity; state partition last; $sigstate" >&2

@@ -11,6 +11,13 @@ dir=$1
 out=${2:-$dir}
 raw=$dir/podvm.raw
 [ -f "$raw" ] || { echo "gce-pack: no $raw: run make podvm first" >&2; exit 1; }
+# Only a production image goes to Compute Engine: a test image (stand-ins
+# or empty guest slots, PODVM_IMAGE_KIND=test) boots and runs no pod.
+kind=$(jq -r '."caa-gcp-t4".image_kind // "unknown"' "$dir/podvm.manifest" 2>/dev/null || echo unknown)
+if [ "$kind" != production ]; then
+	echo "gce-pack: $dir is a $kind image (podvm.manifest \"caa-gcp-t4\".image_kind), not a production one: refusing to pack it for upload. Build one with make podvm-binaries, then make podvm (docs/podvm-build-guide.md)" >&2
+	exit 1
+fi
 mkdir -p "$out"
 
 work=$(mktemp -d "$out/.gce-pack.XXXXXX")

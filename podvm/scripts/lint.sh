@@ -12,7 +12,8 @@ podvm/scripts/setup-host.sh
 scripts=(podvm/scripts/*.sh test/podvm/*.sh)
 shellcheck -x "${scripts[@]}"
 shellcheck -s sh podvm/mkosi.postinst podvm/mkosi.finalize podvm/mkosi.extra/usr/lib/caa-gcp-t4/slot-report \
-	podvm/mkosi.extra/usr/lib/caa-gcp-t4/with-config podvm/mkosi.extra/usr/lib/caa-gcp-t4/wait-socket
+	podvm/mkosi.extra/usr/lib/caa-gcp-t4/with-config podvm/mkosi.extra/usr/lib/caa-gcp-t4/wait-socket \
+	podvm/mkosi.extra/usr/lib/caa-gcp-t4/cdh-check
 (cd test/podvm/standin && GOWORK=off go vet ./...)
 units_dir=podvm/mkosi.extra/usr/lib/systemd/system
 fail() { echo "podvm lint: $*" >&2; exit 1; }

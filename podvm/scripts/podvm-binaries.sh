@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # make podvm-binaries: fills the guest-binary slots (podvm/binaries) from the
-# artefacts upstream publishes for the pinned release (podvm/guest-artefacts.pins).
+# artefacts upstream publishes for the pinned release (podvm/guest-artefacts.pins)
+# and, for the pin file's "source" slots (agent-protocol-forwarder,
+# process-user-data: upstream publishes no binaries of them for v0.22.0),
+# by building them from upstream CAA's source at the pinned commit
+# (podvm/scripts/build-caa-programs.sh; CAA_SRC/KATA_SRC name checkouts).
 #
 # For each pinned slot it
 #   1. finds the artefact in a local OCI image layout under PODVM_ARTEFACTS
@@ -23,6 +27,9 @@
 #   PODVM_PINS       pin file (default podvm/guest-artefacts.pins)
 #   PODVM_SLOTS      only these slots (default: every pinned slot)
 #   PODVM_OFFLINE=1  never contact a registry
+#   PODVM_RECORD_DIGESTS=1  write the digest of each artefact whose pin has
+#                    none into the pin file (without it such an artefact is
+#                    refused: a tag alone is trust on first use)
 #   PODVM_FETCH_TIMEOUT  seconds per registry copy (default 600)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -75,9 +82,18 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 missing=()
 staged=()
+sources=()
+record=()
+unpinned=()
 while read -r slot ref kind title member digest; do
 	case "$slot" in "" | \#*) continue ;; esac
 	if [ -n "${PODVM_SLOTS:-}" ] && ! grep -qw -- "$slot" <<<"$PODVM_SLOTS"; then continue; fi
+	if [ "$kind" = source ]; then
+		# Built from upstream's source at the pinned commit, after the
+		# pulled artefacts (build-caa-programs.sh).
+		sources+=("$slot")
+		continue
+	fi
 	var=PODVM_ARTEFACT_REF_$(tr 'a-z-' 'A-Z_' <<<"$slot")
 	if [ -n "${!var:-}" ] && [ "${!var}" != "$ref" ]; then
 		fail "$var=${!var} does not match the pin for $slot ($ref in $pins): the image takes only the pinned release's artefacts; change the pin, with its upstream source, to use another"
@@ -107,6 +123,18 @@ while read -r slot ref kind title member digest; do
 	mdigest=$(jq -r .digest <<<"$mdesc")
 	if [ "$digest" != - ] && [ "$mdigest" != "$digest" ]; then
 		fail "$ref in $layout is $mdigest, the pin says $digest: refusing it"
+	fi
+	# A tag can be moved; a digest cannot. Without a digest in the pin the
+	# artefact is refused (fail closed) unless PODVM_RECORD_DIGESTS=1 asks
+	# to write the digest seen now into the pin file, to be reviewed and
+	# committed like any pin change; every later run then checks it.
+	if [ "$digest" = - ]; then
+		if [ "${PODVM_RECORD_DIGESTS:-0}" = 1 ]; then
+			record+=("$slot $mdigest")
+		else
+			unpinned+=("$slot $ref $mdigest")
+			continue
+		fi
 	fi
 	m=$(blob "$layout" "$mdesc") || fail "$slot: manifest of $ref unusable (above)"
 	mt=$(jq -r '.mediaType // ""' "$m")
@@ -147,13 +175,35 @@ while read -r slot ref kind title member digest; do
 		[ -n "$found" ] || fail "$slot: no layer of $ref holds $member"
 		what="layer $found"
 		;;
-	*) fail "$pins: $slot has kind '$kind', want file or image" ;;
+	*) fail "$pins: $slot has kind '$kind', want file, image or source" ;;
 	esac
 	[ -s "$dest" ] || fail "$slot: $member from $ref is empty"
 	chmod 0755 "$dest"
 	printf '%s %s %s@%s (%s, %s)\n' "$slot" "$tag" "$repo" "$mdigest" "$what" "$member" >"$stage/$slot.version"
 	staged+=("$slot")
 done <"$pins"
+
+if [ "${#unpinned[@]}" -gt 0 ]; then
+	{
+		echo "podvm-binaries: ${#unpinned[@]} artefact(s) have no digest in $pins, only a tag, which a registry can move: refusing them, nothing staged."
+		for x in "${unpinned[@]}"; do
+			read -r slot ref d <<<"$x"
+			echo "  $slot: $ref is $d here"
+		done
+		echo "  Check each digest against upstream's record of the release (for kata-agent, the agent-sha256sum file kata-deploy pushes"
+		echo "  beside the tarball), then record them: PODVM_RECORD_DIGESTS=1 make podvm-binaries writes them into $pins's digest"
+		echo "  column; commit that change. Later runs refuse anything else."
+	} >&2
+	exit 1
+fi
+if [ "${#record[@]}" -gt 0 ]; then
+	for x in "${record[@]}"; do
+		read -r slot d <<<"$x"
+		awk -v s="$slot" -v d="$d" '$1 == s && $NF == "-" && $3 != "source" {sub(/-[ \t]*$/, d)} {print}' "$pins" >"$stage/pins"
+		cat "$stage/pins" >"$pins"
+		echo "podvm-binaries: recorded $slot's digest $d in $pins (review and commit it)" >&2
+	done
+fi
 
 if [ "${#staged[@]}" -gt 0 ]; then
 	mkdir -p "$out"
@@ -169,6 +219,12 @@ if [ "${#staged[@]}" -gt 0 ]; then
 		mv "$stage/versions" "$out/VERSIONS"
 		echo "podvm-binaries: staged $s: $(cut -d' ' -f2- "$stage/$s.version"), sha256 $sum" >&2
 	done
+fi
+if [ "${#sources[@]}" -gt 0 ]; then
+	if ! PODVM_BINARIES=$out PODVM_PINS=$pins PODVM_SLOTS="${sources[*]}" podvm/scripts/build-caa-programs.sh; then
+		echo "podvm-binaries: ${sources[*]} not built (above): they come from upstream CAA's source at the pinned commit; on a machine without network name checkouts: make podvm-binaries CAA_SRC=<cloud-api-adaptor checkout> KATA_SRC=<kata-containers checkout> (docs/podvm-build-guide.md#guest-binaries)" >&2
+		exit 1
+	fi
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
 	{

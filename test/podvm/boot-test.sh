@@ -20,6 +20,9 @@
 #     (the squashfs superblock, block 0 of the verity data) fails cleanly:
 #     dm-verity reports the block, the initrd prints the boot-failed line
 #     and powers the VM off, with no prompt and no multi-user.target.
+#   - with stand-ins for CDH and kata-agent, a third boot whose CDH never
+#     listens: kata-agent is never started, and the console carries one
+#     CAA-GCP-T4-CDH-FAILED line saying why.
 # The VM reaches a GCE-style metadata server at 169.254.169.254
 # (test/podvm/gce-metadata.py through QEMU's guestfwd) that serves the
 # attribute user-data, base64-encoded as CAA's GCP provider stores it.
@@ -46,7 +49,9 @@
 #   PODVM_BOOT_STANDINS (slots holding test/podvm/standin, space-separated),
 #   PODVM_BOOT_REAL (slots holding upstream's real binaries, for a manual run),
 #   PODVM_BOOT_USER_DATA (file served as the user-data attribute, before base64;
-#   default fixtures/user-data.yaml).
+#   default fixtures/user-data.yaml); for manual runs, PODVM_BOOT_HOSTFWD (QEMU
+#   hostfwd rule, e.g. tcp:127.0.0.1:25150-:15150) and PODVM_BOOT_WHILE_UP (a
+#   command run on this machine once the boot is done, before power-off).
 set -euo pipefail
 dir=$1
 results=${2:-}
@@ -93,6 +98,7 @@ done
 work=$(mktemp -d)
 qpid=""
 tpid=""
+meta_extra=""
 stop_vm() {
 	if [ -n "$qpid" ] && kill -0 "$qpid" 2>/dev/null; then
 		kill "$qpid" 2>/dev/null || true
@@ -160,7 +166,7 @@ start_vm() {
 		-drive if=none,id=disk,format=qcow2,file="$1" \
 		-device virtio-scsi-pci,id=scsi -device scsi-hd,drive=disk,bootindex=1 \
 		-chardev socket,id=chrtpm,path="$work/tpm/swtpm.sock" -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-crb,tpmdev=tpm0 \
-		-netdev "user,id=net0,net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,dhcpstart=169.254.169.15,guestfwd=tcp:169.254.169.254:80-cmd:env GCE_METADATA_LOG=$work/metadata.log python3 $here/gce-metadata.py user-data=$work/user-data.b64" \
+		-netdev "user,id=net0,${PODVM_BOOT_HOSTFWD:+hostfwd=$PODVM_BOOT_HOSTFWD,}net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,dhcpstart=169.254.169.15,guestfwd=tcp:169.254.169.254:80-cmd:env GCE_METADATA_LOG=$work/metadata.log python3 $here/gce-metadata.py user-data=$work/user-data.b64${meta_extra:+ $meta_extra}" \
 		-device virtio-net-pci,netdev=net0 \
 		-device virtio-rng-pci \
 		</dev/null >"$work/qemu.out" 2>&1 &
@@ -277,6 +283,12 @@ for bad in 'Failed to start' 'FAILED'; do
 	fi
 done
 
+# A manual run against upstream's real binaries may look at the running VM
+# (through PODVM_BOOT_HOSTFWD's forwarded ports) before it is stopped.
+if [ -n "${PODVM_BOOT_WHILE_UP:-}" ]; then
+	bash -c "$PODVM_BOOT_WHILE_UP" || echo "boot-test: PODVM_BOOT_WHILE_UP exited $?" >&2
+fi
+
 # GCE stops a VM with an ACPI power button press: it must shut down cleanly.
 # The press is repeated because one that arrives before systemd-logind
 # watches the button is lost (GCE, too, presses and then waits).
@@ -376,13 +388,51 @@ fl=$(grep -m1 -o 'CAA-GCP-T4-BOOT-FAILED {.*}' <<<"$ttext") || fail "tampered ro
 ! grep -q 'Reached target.*Multi-User System' <<<"$ttext" || fail "tampered root: the boot reached multi-user.target"
 ! grep -q 'CAA-GCP-T4-GPU {' <<<"$ttext" || fail "tampered root: the image's units ran"
 grep -q 'reboot: Power down' <<<"$ttext" || fail "tampered root: no clean power-down"
+# At once, on the verity error, not after waiting out the root device's
+# timeout (initrd/mkosi.extra's udev rule marks the verity root ready).
+! grep -Eq 'Timed out waiting for device.*(mapper/root|dev-mapper-root)|dev-mapper-root\.device: Job .* timed out' <<<"$ttext" ||
+	fail "tampered root: the initrd waited out the root device's timeout instead of failing on the verity error"
 log=$work/console.log
+
+# CDH that never listens (the stand-in, asked through a metadata attribute):
+# kata-agent must not start, and the console must say why in one line.
+cdh_line=""
+if grep -qw confidential-data-hub <<<"$standins" && grep -qw kata-agent <<<"$standins"; then
+	printf never-listen >"$work/cdh-mode"
+	meta_extra="caa-gcp-t4-standin-cdh=$work/cdh-mode"
+	qemu-img create -q -f qcow2 -b "$(realpath "$dir/podvm.raw")" -F raw "$work/nocdh.qcow2" "$disk_bytes"
+	nlog=$work/nocdh.log
+	log=$nlog
+	nstart=$(date +%s)
+	start_vm "$work/nocdh.qcow2" "$nlog"
+	while :; do
+		kill -0 "$qpid" 2>/dev/null || fail "no CDH: QEMU exited before the CDH failure line"
+		[ $(($(date +%s) - nstart)) -lt "$timeout" ] || fail "no CDH: no CAA-GCP-T4-CDH-FAILED line within ${timeout}s"
+		if [ -f "$nlog" ] && clean | grep -q 'CAA-GCP-T4-CDH-FAILED {'; then break; fi
+		sleep 2
+	done
+	nocdh_s=$(($(date +%s) - nstart))
+	ntext=$(clean)
+	stop_vm
+	meta_extra=""
+	grep -q 'CAA-GCP-T4-STANDIN {"name":"confidential-data-hub".*"mode":"never-listen"' <<<"$ntext" ||
+		fail "no CDH: the CDH stand-in did not run in never-listen mode (metadata attribute not served?)"
+	cdh_line=$(grep -m1 -o 'CAA-GCP-T4-CDH-FAILED {[^}]*}.*' <<<"$ntext")
+	cj=$(grep -o '{[^}]*}' <<<"$cdh_line" | head -n 1)
+	[ "$(jq -r .kata_agent <<<"$cj")" = inactive ] || fail "no CDH: kata-agent is '$(jq -r .kata_agent <<<"$cj")', want inactive: $cdh_line"
+	jq -r .reason <<<"$cj" | grep -q 'did not listen within 60 s' || fail "no CDH: reason '$(jq -r .reason <<<"$cj")'"
+	! grep -q 'CAA-GCP-T4-STANDIN {"name":"kata-agent"' <<<"$ntext" || fail "no CDH: kata-agent started without CDH's socket"
+	[ "$(grep -c 'CAA-GCP-T4-CDH-FAILED {' <<<"$ntext")" -eq 1 ] || fail "no CDH: more than one failure line"
+	if [ -n "$results" ]; then mkdir -p "$results" && printf '%s\n' "$ntext" >"$results/nocdh-console.log"; fi
+	log=$work/console.log
+fi
 
 echo "boot-test: ok ($accel): $sb_state; readiness at ${gpu_at}s, multi-user at ${multi_at}s, boot done at ${ready_at}s; state grown to $((fs_bytes / 1024 / 1024)) MiB, root unchanged; clean power-off; a changed root block: verity refused it, boot-failed and powered off after ${tamper_s}s"
 echo "  $gpu_line"
 echo "  $init_line"
 echo "  $slots"
 echo "  $fl"
+[ -z "$cdh_line" ] || echo "  CDH never listening: kata-agent not started, after ${nocdh_s}s: $cdh_line"
 [ -z "$guest" ] || echo "$guest"
 if [ -n "$results" ]; then
 	mkdir -p "$results"

@@ -4,7 +4,8 @@
 # through a symlink, never modified) or on a sparse copy of the disk with a
 # file planted in its ESP (a boot menu, a random seed), a UKI whose command
 # line mounts the root writable, a changed root block, or a UKI signed with
-# another key or not at all.
+# another key or not at all; and (signed images, with the image's key at
+# hand) a root, re-made to verify, whose NVIDIA module another key signed.
 #   check-image-test.sh <podvm dir>
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -120,4 +121,83 @@ refused otherkey "the UKI does not verify against podvm.db.crt"
 put_uki otherkey "$work/bare.efi"
 refused otherkey "the manifest says signed but the UKI on the ESP carries no signature"
 rm -rf "$work/otherkey"
+# An NVIDIA module signed by another key, in a root that is otherwise sound:
+# the module re-signed as the kernel's sign-file signs (CMS, detached, no
+# certificates, no attributes, sha256), the squashfs and its hash tree made
+# again, the disk laid out again around them (same partition types, UUIDs
+# and read-only flags; the ESP and state partition copied), the new root
+# hash on the UKI's command line, and the UKI signed again with the image's
+# own key (PODVM_SB_KEY/PODVM_SB_CERT, as run.sh exports them): dm-verity
+# and the UKI verify, the module's signature must not.
+if [ -n "${PODVM_SB_KEY:-}" ] && [ -n "${PODVM_SB_CERT:-}" ] && [ -f "$dir/podvm.db.crt" ]; then
+	m=$work/modsig
+	copied modsig
+	mkdir -p "$m/w"
+	json=$(sfdisk -J "$dir/podvm.raw")
+	pr() { jq -r --arg t "$1" ".partitiontable.partitions[] | select(.type == \$t) | .$2" <<<"$json"; }
+	T_ESP=C12A7328-F81F-11D2-BA4B-00A0C93EC93B T_ROOT=4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709
+	T_VERITY=2C7357ED-EBD2-46D9-AEC1-23D437EC2BF5 T_STATE=0FC63DAF-8483-4772-8E79-3D69D8477DE4
+	for t in $T_ESP $T_ROOT $T_STATE; do
+		dd if="$dir/podvm.raw" of="$m/w/$t.img" bs=512 skip="$(pr "$t" start)" count="$(pr "$t" size)" conv=sparse status=none
+	done
+	unsquashfs -q -d "$m/w/tree" "$m/w/$T_ROOT.img" >/dev/null
+	kver=$(ls "$m/w/tree/usr/lib/modules")
+	ko=$m/w/tree/usr/lib/modules/$kver/updates/dkms/nvidia-current.ko
+	openssl req -new -x509 -newkey rsa:2048 -nodes -sha256 -days 1 -subj "/CN=check-image-test module key/" \
+		-keyout "$m/w/mod.key" -out "$m/w/mod.crt" 2>/dev/null
+	/usr/bin/python3 - "$ko" "$m/w/content" <<'PY'
+import sys
+data = open(sys.argv[1], "rb").read()
+magic = b"~Module signature appended~\n"
+assert data.endswith(magic), "module not signed"
+sig_len = int.from_bytes(data[-len(magic) - 4 : -len(magic)], "big")
+open(sys.argv[2], "wb").write(data[: len(data) - len(magic) - 12 - sig_len])
+PY
+	openssl cms -sign -binary -noattr -nosmimecap -nocerts -md sha256 -signer "$m/w/mod.crt" -inkey "$m/w/mod.key" \
+		-outform DER -in "$m/w/content" -out "$m/w/sig.p7"
+	/usr/bin/python3 - "$m/w/content" "$m/w/sig.p7" "$ko" <<'PY'
+import struct, sys
+content, sig = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+# struct module_signature: algo, hash, id_type (2: PKCS#7), signer_len,
+# key_id_len, 3 bytes pad, sig_len (big-endian).
+info = struct.pack(">BBBBB3xI", 0, 0, 2, 0, 0, len(sig))
+open(sys.argv[3], "wb").write(content + sig + info + b"~Module signature appended~\n")
+PY
+	mksquashfs "$m/w/tree" "$m/w/root.sq" -noappend -quiet -no-progress -comp zstd -b 131072 >/dev/null
+	roothash=$(veritysetup format "$m/w/root.sq" "$m/w/root.verity" --format=1 --hash=sha256 --data-block-size=4096 --hash-block-size=4096 |
+		sed -n 's/^Root hash:[[:space:]]*\([0-9a-f]\{64\}\)$/\1/p')
+	sectors() { local b blocks; b=$(stat -c %s "$1"); blocks=$(((b + 4095) / 4096)); echo $((blocks * 8)); }
+	mib() { echo $((($1 + 2047) / 2048 * 2048)); } # sfdisk aligns each partition to 1 MiB
+	rm -f "$m/podvm.raw"
+	truncate -s $(((2048 + $(mib "$(pr $T_ESP size)") + $(mib "$(sectors "$m/w/root.sq")") + $(mib "$(sectors "$m/w/root.verity")") + $(mib "$(pr $T_STATE size)") + 2048) * 512)) "$m/podvm.raw"
+	{
+		echo "label: gpt"
+		for t in $T_ESP $T_ROOT $T_VERITY $T_STATE; do
+			case "$t" in "$T_ROOT") size=$(sectors "$m/w/root.sq") ;; "$T_VERITY") size=$(sectors "$m/w/root.verity") ;; *) size=$(pr "$t" size) ;; esac
+			printf 'size=%s, type=%s, uuid=%s, name="%s"%s\n' "$size" "$t" "$(pr "$t" uuid)" "$(pr "$t" name)" "$(a=$(pr "$t" attrs); [ "$a" = null ] || printf ', attrs="%s"' "$a")"
+		done
+	} | sfdisk -q "$m/podvm.raw" >/dev/null
+	nj=$(sfdisk -J "$m/podvm.raw")
+	for f in "$T_ESP:$m/w/$T_ESP.img" "$T_ROOT:$m/w/root.sq" "$T_VERITY:$m/w/root.verity" "$T_STATE:$m/w/$T_STATE.img"; do
+		start=$(jq -r --arg t "${f%%:*}" '.partitiontable.partitions[] | select(.type == $t) | .start' <<<"$nj")
+		dd if="${f#*:}" of="$m/podvm.raw" bs=512 seek="$start" conv=notrunc,sparse status=none
+	done
+	# The new root hash on the UKI's command line (same length, in place),
+	# the UKI signed again with the image's key.
+	osslsigncode remove-signature -in "$dir/podvm.efi" -out "$m/w/bare.efi" >/dev/null
+	/usr/bin/python3 - "$m/w/bare.efi" "$m/w/new.efi" "$(cat "$dir/podvm.roothash")" "$roothash" <<'PY'
+import sys
+data = open(sys.argv[1], "rb").read()
+old, new = sys.argv[3].encode(), sys.argv[4].encode()
+assert data.count(old) == 1, "root hash not once in the UKI"
+open(sys.argv[2], "wb").write(data.replace(old, new))
+PY
+	osslsigncode sign -certs "$PODVM_SB_CERT" -key "$PODVM_SB_KEY" -h sha256 -in "$m/w/new.efi" -out "$m/w/signed.efi" >/dev/null
+	put_uki modsig "$m/w/signed.efi"
+	rm "$m/podvm.roothash"
+	echo "$roothash" >"$m/podvm.roothash"
+	rm -rf "$m/w"
+	refused modsig "signatures: nvidia-current.ko is not signed by podvm.db.crt's key"
+	rm -rf "$m"
+fi
 echo "check-image-test: ok ($n cases)"

@@ -14,9 +14,16 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
 script=podvm/scripts/podvm-binaries.sh
-pins=podvm/guest-artefacts.pins
 work=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
+# The forwarder and process-user-data are built from source (kind "source",
+# test/podvm/build-caa-programs-test.sh); the artefact path's "image" kind
+# (a podvm-binaries image, which v0.22.0 does not publish) is tested here on
+# the pin file with those two lines as image pins of upstream's
+# podvm-binaries reference.
+pins=$work/pins
+awk '$3 == "source" {printf "%-27s quay.io/confidential-containers/podvm-binaries-ubuntu-amd64:b8f75e94301bd8335f37c6835358f90e32ac12b60dbc5d165859ce7c62a36f4e image - usr/local/bin/%s -\n", $1, $1; next} {print}' podvm/guest-artefacts.pins >"$pins"
+export PODVM_PINS=$pins
 command -v umoci >/dev/null || { echo "podvm-binaries-test: umoci missing: run podvm/scripts/setup-host.sh" >&2; exit 1; }
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4
 ORAS_VERSION=$(sed -n 's/^ORAS_VERSION=//p' "$script")
@@ -78,6 +85,19 @@ refused() { # name, fragment, [env assignments…]
 }
 reset() { rm -rf "$work/layouts" && cp -a "$work/pristine" "$work/layouts"; }
 
+# The pins name tags only: refused, nothing staged, each digest shown.
+refused unpinned "have no digest in $pins, only a tag"
+# PODVM_RECORD_DIGESTS=1 writes the digests seen into the pin file; from
+# then on they are checked.
+PODVM_RECORD_DIGESTS=1 run 2>"$work/log" || { cat "$work/log" >&2; exit 1; }
+while read -r slot ref kind _ _ digest; do
+	case "$slot" in "" | \#*) continue ;; esac
+	want=$(jq -r --arg t "${ref##*:}" '.manifests[] | select(.annotations["org.opencontainers.image.ref.name"] == $t) | .digest' "$(lay "$ref")/index.json")
+	[ "$digest" = "$want" ] || { echo "podvm-binaries-test: $slot's recorded digest is '$digest', the layout's $want" >&2; exit 1; }
+done <"$pins"
+n=$((n + 1))
+rm -rf "$work/out"
+
 # Every slot staged, with sha256 and provenance, and accepted by the build's staging.
 run 2>"$work/log" || { cat "$work/log" >&2; exit 1; }
 for s in kata-agent agent-protocol-forwarder process-user-data attestation-agent confidential-data-hub api-server-rest; do
@@ -87,7 +107,7 @@ for s in kata-agent agent-protocol-forwarder process-user-data attestation-agent
 		{ echo "podvm-binaries-test: VERSIONS lacks '$s ${ref##*:} ${ref%:*}@sha256:…':" >&2; cat "$work/out/VERSIONS" >&2; exit 1; }
 done
 (cd "$work/out" && sha256sum --check --strict --quiet SHA256SUMS)
-podvm/scripts/stage-binaries.sh "$work/out" "$work/tree" 2>/dev/null
+env PODVM_IMAGE_KIND=test podvm/scripts/stage-binaries.sh "$work/out" "$work/tree" 2>/dev/null
 [ "$(wc -l <"$work/tree/usr/lib/caa-gcp-t4/guest-binaries.tsv")" = 6 ] || { echo "podvm-binaries-test: the build staged not six slots" >&2; exit 1; }
 n=$((n + 1))
 # Run again: idempotent, one line per slot.
@@ -122,7 +142,8 @@ d=$work/src/kata-agent
 echo "$(printf '%064d' 1)  kata-static-agent.tar.zst" >"$d/agent-sha256sum"
 rm -rf "$kl"
 (cd "$d" && "$oras" push --no-tty --oci-layout "$kl:cf82bb35c80320178bf7570252fe75d6fb263209-x86_64" kata-static-agent.tar.zst agent-sha256sum >/dev/null)
-refused checksum-file "own checksum file"
+awk '$1 == "kata-agent" {$6 = "-"} {print}' "$pins" >"$work/pins-nodigest"
+refused checksum-file "own checksum file" PODVM_PINS="$work/pins-nodigest" PODVM_RECORD_DIGESTS=1
 reset
 
 # The member is not in the artefact (a pin naming the wrong path).

@@ -3,15 +3,21 @@
 # fetch-verify paths, the image build (reused from the cache when its inputs
 # are unchanged), then the QEMU boot test.
 #
-# The image tested is the product image with test/podvm/standin in five of
-# the six guest slots (attestation-agent left empty on purpose): the
-# stand-ins record what the units give them and listen where the real
-# programs would, so the boot test checks the guest contract end to end.
+# The image tested is a TEST image (PODVM_IMAGE_KIND=test, marked so in the
+# slot report, the manifest and os-release, and refused by gce-pack.sh) of
+# the product configuration with test/podvm/standin in five of the six
+# guest slots (attestation-agent left empty on purpose): the stand-ins
+# record what the units give them and listen where the real programs would,
+# so the boot test checks the guest contract end to end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 podvm/scripts/lint.sh
 test/podvm/stage-binaries-test.sh
 test/podvm/podvm-binaries-test.sh
+test/podvm/refusal-test.sh
+test/podvm/build-caa-programs-test.sh
+test/podvm/docs-test.sh
+test/podvm/measure-initdata-test.sh
 
 cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4}
 mkdir -p "$cache"
@@ -42,16 +48,14 @@ if [ ! -f "$keydir/db.crt" ] || [ ! -f "$keydir/db.key" ]; then
 	mv "$keydir.tmp" "$keydir"
 fi
 export PODVM_SB_KEY=$keydir/db.key PODVM_SB_CERT=$keydir/db.crt
+export PODVM_IMAGE_KIND=test
 dir=$(PODVM_BINARIES=$bins podvm/scripts/build.sh)
 # Also on a cached image: the manifest and the disk hold what they must.
 podvm/scripts/check-image.sh "$dir"
 # The boot test runs beside the refusal cases and the rebuild below: they
 # share nothing but the cached image, which all of them only read (QEMU
 # runs on a qcow2 overlay), and the boot spends much of its time waiting on
-# the guest, time the rebuild's CPU-bound steps can use. The tampered root
-# alone idles 90 s: systemd 252's 99-systemd.rules marks a CRYPT-* device
-# with no recognisable filesystem SYSTEMD_READY=0, so dev-mapper-root.device
-# waits out DefaultTimeoutStartSec before the initrd gives up.
+# the guest, time the rebuild's CPU-bound steps can use.
 bootlog=$(mktemp "$cache/podvm-boot.XXXXXX")
 trap 'rm -rf "$bins" "$bootlog"' EXIT
 PODVM_BOOT_STANDINS=$standin_slots test/podvm/boot-test.sh "$dir" "$dir.boot" >"$bootlog" 2>&1 &

@@ -72,7 +72,7 @@ var caaKeys = []caaKey{
 	{Env: "INITDATA", Flag: "initdata", Kind: gcpt4.KindString, Usage: "default initdata for all pods: base64 of gzip of the initdata TOML", check: initdata},
 	{Env: "CLOUD_CONFIG_VERIFY", Flag: "cloud-config-verify", Kind: gcpt4.KindBool, Default: "false", Usage: "run the provider's ConfigVerifier at start (the overlay sets true)", check: boolean},
 	{Env: "PEERPODS_LIMIT_PER_NODE", Flag: "peerpods-limit-per-node", Kind: gcpt4.KindInt, Default: "10", Usage: "peer pods per node (kata.peerpods.io/vm capacity)", check: nonNegativeInt},
-	{Env: "ENABLE_SCRATCH_SPACE", Flag: "enable-scratch-space", Kind: gcpt4.KindBool, Default: "false", Usage: "encrypted scratch space for podVMs", check: boolean},
+	{Env: "ENABLE_SCRATCH_SPACE", Flag: "enable-scratch-space", Kind: gcpt4.KindBool, Default: "false", Usage: "encrypted scratch space for podVMs", check: scratchSpace},
 	{Env: "EXTERNAL_NETWORK_VIA_PODVM", Flag: "ext-network-via-podvm", Kind: gcpt4.KindBool, Default: "false", Usage: "[experimental] external networking via the podVM", check: boolean},
 	{Env: "POD_SUBNET_CIDRS", Flag: "pod-subnet-cidrs", Kind: gcpt4.KindCustom, Usage: "[experimental] comma-separated pod subnet CIDRs", check: cidrs},
 }
@@ -106,6 +106,26 @@ func noSkipVerify(v string) error {
 	}
 	if b {
 		return fmt.Errorf("%q: CAA would accept any certificate from whatever answers on a podVM's address, so another VM in the VPC could impersonate a podVM; unset it (CAA verifies the certificate it issued each podVM)", v)
+	}
+	return nil
+}
+
+// scratchSpace refuses true: upstream's scratch space is a trusted_store
+// partition systemd-repart makes at boot, LUKS-formatted with a key made in
+// the VM, mounted at /run/kata-containers/image (CAA v0.22.0
+// podvm/files/etc/systemd/system/scratch-storage.service,
+// usr/local/bin/setup-scratch-storage, podvm/mkosi.images/system/
+// mkosi.skeleton/usr/lib/repart.d/30-scratch.conf). The caa-gcp-t4 podVM
+// has no such partition (its state partition takes the disk and holds
+// /run/kata-containers), so CAA's marker would be ignored and the pod
+// would run without the encryption the setting asks for.
+func scratchSpace(v string) error {
+	b, err := gcpt4.ParseBool(v)
+	if err != nil {
+		return err
+	}
+	if b {
+		return fmt.Errorf("true is not supported by the caa-gcp-t4 podVM: it has no encrypted scratch partition (upstream's trusted_store); image layers and emptyDirs go to its state partition, plain ext4 on the VM's own boot disk, deleted with the VM (docs/podvm-build-guide.md#scratch-space); unset it (--unset ENABLE_SCRATCH_SPACE) or set false")
 	}
 	return nil
 }

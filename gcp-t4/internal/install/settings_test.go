@@ -207,6 +207,8 @@ func TestValidateConfigUsesTheProvidersRules(t *testing.T) {
 		{withRequired("CACERT_FILE", "/etc/certificates/ca.crt"), "no certificate Secret is mounted"},
 		{withRequired("POD_SUBNET_CIDRS", "10.0.0.0"), `POD_SUBNET_CIDRS: "10.0.0.0" is not a CIDR`},
 		{withRequired("GCP_PROFILES", "- nope"), "GCP_PROFILES"},
+		{withRequired("ENABLE_SCRATCH_SPACE", "true"), "ENABLE_SCRATCH_SPACE: true is not supported by the caa-gcp-t4 podVM"},
+		{withRequired("ENABLE_SCRATCH_SPACE", "maybe"), `ENABLE_SCRATCH_SPACE: "maybe" is not a boolean`},
 	} {
 		err := ValidateConfig(c.cfg, false)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

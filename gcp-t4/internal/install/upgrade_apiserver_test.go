@@ -206,7 +206,7 @@ func (e *env) testEveryCAAKey(t *testing.T) {
 	sets := map[string]string{
 		"INITDATA": initdata, "CLOUD_CONFIG_VERIFY": "true", "TLS_MIN_VERSION": "VersionTLS12",
 		"TLS_CIPHER_SUITES":    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-		"ENABLE_SCRATCH_SPACE": "true", "PAUSE_IMAGE": "registry.k8s.io/pause:3.10", "PEERPODS_LIMIT_PER_NODE": "4",
+		"ENABLE_SCRATCH_SPACE": "false", "PAUSE_IMAGE": "registry.k8s.io/pause:3.10", "PEERPODS_LIMIT_PER_NODE": "4",
 		"PROXY_TIMEOUT": "10m", "EXTERNAL_NETWORK_VIA_PODVM": "false",
 	}
 	// Custom certificates are refused before anything is applied

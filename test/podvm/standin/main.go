@@ -24,6 +24,11 @@
 //     tells systemd it is ready (cmd/agent-protocol-forwarder/main.go,
 //     pkg/forwarder/forwarder.go, cmd/starter.go).
 //   - confidential-data-hub: listens on /run/confidential-containers/cdh.sock.
+//     The stand-in listens a few seconds after its start (so the boot test
+//     sees kata-agent held back until the socket exists, not merely started
+//     after it) and records when; served the metadata attribute
+//     caa-gcp-t4-standin-cdh=never-listen it never listens (the boot test's
+//     CDH-never-comes case).
 //   - attestation-agent: listens on /run/confidential-containers/
 //     attestation-agent/attestation-agent.sock.
 //   - api-server-rest: listens on 127.0.0.1:8006.
@@ -90,7 +95,7 @@ func main() {
 	case "agent-protocol-forwarder":
 		err = forwarder(ctx, r)
 	case "confidential-data-hub":
-		err = serveUnix(ctx, r, "/run/confidential-containers/cdh.sock")
+		err = confidentialDataHub(ctx, r)
 	case "attestation-agent":
 		err = serveUnix(ctx, r, "/run/confidential-containers/attestation-agent/attestation-agent.sock")
 	case "api-server-rest":
@@ -327,6 +332,56 @@ func nsID(path string) string {
 	return fmt.Sprintf("net:[%d]", st.Ino)
 }
 
+// cdhListenDelay opens a window in which everything kata-agent is ordered
+// after is done but CDH's socket is absent: an agent started in it would
+// find no socket (the report's cdh_socket_at_start, and its start time
+// against listen_uptime, say whether it was).
+const cdhListenDelay = 5 * time.Second
+
+func confidentialDataHub(ctx context.Context, r *record) error {
+	mode := metadataAttribute(ctx, "caa-gcp-t4-standin-cdh")
+	r.Found["mode"] = mode
+	if mode == "never-listen" {
+		save(r)
+		<-ctx.Done()
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(cdhListenDelay):
+	}
+	if b, err := os.ReadFile("/proc/uptime"); err == nil {
+		r.Found["listen_uptime"] = strings.Fields(string(b))[0]
+	}
+	return serveUnix(ctx, r, "/run/confidential-containers/cdh.sock")
+}
+
+// metadataAttribute is the instance attribute's value, or "" when the
+// metadata server does not have it (or cannot be reached in 10 s).
+func metadataAttribute(ctx context.Context, name string) string {
+	url := "http://metadata.google.internal/computeMetadata/v1/instance/attributes/" + name
+	for i := 0; i < 10; i++ {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req.Header.Set("Metadata-Flavor", "Google")
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return ""
+			}
+			return strings.TrimSpace(string(body))
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-time.After(time.Second):
+		}
+	}
+	return ""
+}
+
 func serveUnix(ctx context.Context, r *record, sock string) error {
 	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
 		return err
@@ -383,7 +438,8 @@ func serve(ctx context.Context, l net.Listener) error {
 var units = []string{
 	"caa-gcp-t4-gpu-init.service", "caa-gcp-t4-slots.service", "netns@podns.service",
 	`run-kata\x2dcontainers.mount`, "process-user-data.service", "attestation-agent.service",
-	"confidential-data-hub.service", "kata-agent.service", "agent-protocol-forwarder.path",
+	"confidential-data-hub.service", "kata-agent.path", "kata-agent.service", "caa-gcp-t4-cdh-check.service",
+	"agent-protocol-forwarder.path",
 	"agent-protocol-forwarder.service", "api-server-rest.service", "systemd-resolved.service",
 }
 
