@@ -385,6 +385,13 @@ func TestGuideHelmSection(t *testing.T) {
 	if _, err := in.Run(peerpodsChart(t), vals); err == nil || !strings.Contains(err.Error(), "GCP_CLUSTER_ID=$(kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')") {
 		t.Errorf("an install without GCP_CLUSTER_ID: %v; want the post-renderer's refusal with the command", err)
 	}
+
+	// Custom CAA-to-podVM certificates: refused (the podVM would get no
+	// server certificate; docs/install.md, --tls-ca).
+	vals = values(t, "    GCP_CLUSTER_ID: 4a8d8b2e-0000-4000-8000-000000000001\n    CACERT_FILE: /etc/certificates/ca.crt\n")
+	if _, err := in.Run(peerpodsChart(t), vals); err == nil || !strings.Contains(err.Error(), "custom CAA-to-podVM certificates are not supported") {
+		t.Errorf("an install with CACERT_FILE: %v; want the post-renderer's refusal", err)
+	}
 }
 
 func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {

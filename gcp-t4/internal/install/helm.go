@@ -67,8 +67,11 @@ func HelmValues() []byte {
 		case helmSet[k.Env] != "":
 			w("    # (default: %q)\n    %s: %q\n\n", k.Default, k.Env, helmSet[k.Env])
 		case installerKeys[k.Env] != "":
-			file := map[string]string{"CACERT_FILE": tlsCAKey, "CERT_FILE": tlsCertKey, "CERT_KEY": tlsKeyKey}[k.Env]
-			w("    # (custom certificates: set all three, and secrets.existingTlsSecretName to a Secret with ca.crt, client.crt, client.key)\n    # %s: %q\n\n", k.Env, tlsDir+"/"+file)
+			// Custom CAA-to-podVM certificates are refused (tls.go): with
+			// them upstream CAA sends the podVM no server certificate, and
+			// the gcp-t4 image bakes none, so every peer pod would fail.
+			// The post-renderer refuses a release that sets them.
+			w("    # (not supported: leave unset; CAA then issues each podVM its own certificate, docs/install.md)\n    # %s: \"\"\n\n", k.Env)
 		default:
 			w("    # (default: %q)\n    # %s: %q\n\n", k.Default, k.Env, k.Default)
 		}

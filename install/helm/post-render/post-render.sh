@@ -32,6 +32,15 @@ if ! grep -Eq '^  GCP_CLUSTER_ID: "[^"]+"$' "$work/chart.yaml"; then
 	exit 1
 fi
 
+# Custom CAA-to-podVM certificates: upstream CAA v0.22.0 then runs no CA of
+# its own and sends the podVM no server certificate, and the gcp-t4 image
+# bakes none (docs/install.md, --tls-ca): every peer pod would fail.
+if grep -Eq '^  (CACERT_FILE|CERT_FILE|CERT_KEY): "[^"]+"$' "$work/chart.yaml"; then
+	echo "gcp-t4 post-renderer: providerConfigs.gcp-t4 sets CACERT_FILE/CERT_FILE/CERT_KEY: custom CAA-to-podVM certificates are not supported (the podVM would get no server certificate and every peer pod would fail)." >&2
+	echo "  unset them: CAA then issues each podVM its own certificate" >&2
+	exit 1
+fi
+
 cp "$here/kustomization.yaml" "$here/daemonset.yaml" "$work/"
 cp "$repo/install/base/resourcequota.yaml" "$work/resourcequota.yaml"
 cp "$repo/install/helm/caa-cluster-id-rbac.yaml" "$work/caa-cluster-id-rbac.yaml"
