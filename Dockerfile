@@ -26,6 +26,8 @@ WORKDIR /src
 COPY go.work go.work.su[m] ./
 COPY src/cloud-providers ./src/cloud-providers
 COPY gcp-t4 ./gcp-t4
+# The kustomize tree, a module of go.work that gcp-t4 embeds (install/embed.go).
+COPY install ./install
 # gcp-t4's go.mod names the test harness module (its tests use it); Go reads
 # that go.mod on every build, so it has to be there.
 COPY test/controlplane/go.mod test/controlplane/go.sum ./test/controlplane/

@@ -6,7 +6,8 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
-MODULES := ./src/cloud-providers/... ./gcp-t4/...
+# go.work's modules (install/ is the kustomize tree, a module so gcp-t4 can embed it).
+MODULES := ./src/cloud-providers/... ./gcp-t4/... ./install/...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 # Upstream CAA builds the provider with the Go its go.mod names; check that
@@ -175,7 +176,7 @@ generated-check: lint-setup
 
 ## fmt-check: gofmt -l is empty
 fmt-check: tools
-	@out=$$(gofmt -l src gcp-t4 test 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l src gcp-t4 install test 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## vet: go vet on go.work's modules
 vet: tools

@@ -67,6 +67,7 @@ require (
 	cloud.google.com/go/auth/oauth2adapt v0.2.8 // indirect
 	cloud.google.com/go/compute v1.64.0
 	cloud.google.com/go/compute/metadata v0.9.0 // indirect
+	github.com/caa-gcp-t4/install v0.0.0
 	github.com/caa-gcp-t4/test/controlplane v0.0.0
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containerd/log v0.1.0 // indirect
@@ -110,3 +111,5 @@ require (
 replace github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers => ../src/cloud-providers
 
 replace github.com/caa-gcp-t4/test/controlplane => ../test/controlplane
+
+replace github.com/caa-gcp-t4/install => ../install

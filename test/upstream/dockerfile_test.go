@@ -370,18 +370,7 @@ func TestImageHasTheCommandsInstallRuns(t *testing.T) {
 // each must be copied into the image build or `go build ./gcp-t4` fails.
 func TestLocalReplacesAreInTheBuildContext(t *testing.T) {
 	root := repoRoot(t)
-	excluded, sources := buildContext(t, root)
-	copied := func(rel string) bool {
-		if excluded(rel) {
-			return false
-		}
-		for _, src := range sources {
-			if src == rel || strings.HasPrefix(rel, strings.TrimSuffix(src, "/")+"/") {
-				return true
-			}
-		}
-		return false
-	}
+	copied := copiedFromContext(t, root)
 	checked := 0
 	for _, modDir := range []string{"gcp-t4", "src/cloud-providers"} {
 		data, err := os.ReadFile(filepath.Join(root, modDir, "go.mod"))
@@ -405,6 +394,68 @@ func TestLocalReplacesAreInTheBuildContext(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no local replace found; the test checks nothing")
+	}
+}
+
+// copiedFromContext returns whether the image build copies the file rel
+// (slash path from the repository root) from the build context.
+func copiedFromContext(t *testing.T, root string) func(rel string) bool {
+	t.Helper()
+	excluded, sources := buildContext(t, root)
+	return func(rel string) bool {
+		if excluded(rel) {
+			return false
+		}
+		for _, src := range sources {
+			if src == rel || strings.HasPrefix(rel, strings.TrimSuffix(src, "/")+"/") {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// TestGoWorkModulesAreCopiedWhole: the image builds gcp-t4 in the
+// workspace (the Dockerfile copies go.work), which needs every module
+// go.work uses, and the binary embeds files of one of them (install/, the
+// kustomize tree): each file of each, testdata aside, must be copied.
+func TestGoWorkModulesAreCopiedWhole(t *testing.T) {
+	root := repoRoot(t)
+	copied := copiedFromContext(t, root)
+	data, err := os.ReadFile(filepath.Join(root, "go.work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf, err := modfile.ParseWork("go.work", data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wf.Use) < 3 {
+		t.Fatalf("go.work uses %d modules; want gcp-t4, install and src/cloud-providers at least", len(wf.Use))
+	}
+	for _, u := range wf.Use {
+		dir := filepath.Clean(u.Path)
+		n := 0
+		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if e.IsDir() && e.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			if e.IsDir() {
+				return nil
+			}
+			n++
+			rel, _ := filepath.Rel(root, p)
+			if !copied(filepath.ToSlash(rel)) {
+				t.Errorf("go.work uses %s, but the image build does not copy %s", dir, rel)
+			}
+			return nil
+		})
+		if err != nil || n == 0 {
+			t.Errorf("go.work module %s: %v (%d files)", dir, err, n)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	kustomizetree "github.com/caa-gcp-t4/install"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/distribution/reference"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -111,7 +112,7 @@ type TLSFiles struct {
 func manifestKeys() ([]string, error) {
 	var keys []string
 	for _, dir := range []string{"base", overlayDir, componentTLS, componentReaper} {
-		k, err := readKustomization(path.Join(manifestsRoot, dir, "kustomization.yaml"))
+		k, err := readKustomization(path.Join(dir, "kustomization.yaml"))
 		if err != nil {
 			return nil, err
 		}
@@ -132,7 +133,7 @@ func manifestKeys() ([]string, error) {
 }
 
 func readKustomization(p string) (*types.Kustomization, error) {
-	data, err := manifests.ReadFile(p)
+	data, err := fs.ReadFile(kustomizetree.Tree(), p)
 	if err != nil {
 		return nil, fmt.Errorf("embedded manifests: %w", err)
 	}
@@ -412,19 +413,21 @@ func (s Settings) kustomization() ([]byte, error) {
 	return out, nil
 }
 
-// files is the whole tree to render: the embedded manifests and the
-// generated top-level directory, keyed by slash path.
+// files is the whole tree to render: the embedded manifests (the
+// repository's install/ directory itself, embedded by its own module) and
+// the generated top-level directory, keyed by slash path.
 func (s Settings) files() (map[string][]byte, error) {
 	out := map[string][]byte{}
-	err := fs.WalkDir(manifests, manifestsRoot, func(p string, d fs.DirEntry, err error) error {
+	tree := kustomizetree.Tree()
+	err := fs.WalkDir(tree, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		data, err := manifests.ReadFile(p)
+		data, err := fs.ReadFile(tree, p)
 		if err != nil {
 			return err
 		}
-		out[strings.TrimPrefix(p, manifestsRoot+"/")] = data
+		out[p] = data
 		return nil
 	})
 	if err != nil {

@@ -25,56 +25,6 @@ import (
 // repoInstall is the canonical kustomize tree, relative to this package.
 const repoInstall = "../../../install"
 
-// TestEmbeddedMatchesInstallDir: the embedded copy is install/ byte for
-// byte, so `gcp-t4 install` and `kubectl apply -k install/...` deploy the
-// same thing.
-func TestEmbeddedMatchesInstallDir(t *testing.T) {
-	want := map[string][]byte{}
-	for _, tree := range []string{"base", "overlays", "components"} {
-		root := filepath.Join(repoInstall, tree)
-		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), ".") {
-				return err
-			}
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(repoInstall, p)
-			want[filepath.ToSlash(rel)] = data
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := map[string][]byte{}
-	err := fs.WalkDir(manifests, manifestsRoot, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := manifests.ReadFile(p)
-		got[strings.TrimPrefix(p, manifestsRoot+"/")] = data
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const fix = "run `go generate ./gcp-t4/internal/install` after editing install/"
-	for p, data := range want {
-		if g, ok := got[p]; !ok {
-			t.Errorf("install/%s is not embedded; %s", p, fix)
-		} else if !bytes.Equal(g, data) {
-			t.Errorf("embedded %s differs from install/%s; %s", p, p, fix)
-		}
-	}
-	for p := range got {
-		if _, ok := want[p]; !ok {
-			t.Errorf("embedded %s has no install/%s; %s", p, p, fix)
-		}
-	}
-}
-
 // TestNoSecretCommitted: nothing under install/ carries a key, and the
 // base's Secret is empty until the user's file is merged in.
 // TestFieldRefsSpellOutAPIVersion: a fieldRef is atomic in server-side

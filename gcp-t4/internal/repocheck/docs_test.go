@@ -58,6 +58,12 @@ func TestArchitectureNamesEveryPackage(t *testing.T) {
 			t.Errorf("docs/architecture.md does not name gcp-t4/internal/%s (write `%s` where it says what the package is for)", p, p)
 		}
 	}
+	// Each module of go.work has its bullet under "## Modules".
+	for _, m := range goWorkModules(t) {
+		if !strings.Contains(string(doc), "- **`"+m+"`**") {
+			t.Errorf("docs/architecture.md has no bullet for the go.work module %s (write - **`%s`** under Modules)", m, m)
+		}
+	}
 	for _, p := range goPackages(t, filepath.Join(r, "src", "cloud-providers")) {
 		name := "src/cloud-providers"
 		if p != "." {

@@ -2,10 +2,12 @@ package repocheck
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -128,5 +130,60 @@ func TestTestRunsFastChecksFirst(t *testing.T) {
 			t.Errorf("make test runs %q before %q; want the order %q", step, prev, order)
 		}
 		last, prev = i, step
+	}
+}
+
+// goWorkModules is the directories go.work uses, as `go work edit -json`
+// reads them ("gcp-t4", "install", ...).
+func goWorkModules(t *testing.T) []string {
+	t.Helper()
+	cmd := exec.Command("go", "work", "edit", "-json")
+	cmd.Dir = root(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go work edit -json: %v", err)
+	}
+	var w struct{ Use []struct{ DiskPath string } }
+	if err := json.Unmarshal(out, &w); err != nil {
+		t.Fatalf("go work edit -json: %v", err)
+	}
+	var dirs []string
+	for _, u := range w.Use {
+		dirs = append(dirs, filepath.ToSlash(filepath.Clean(u.DiskPath)))
+	}
+	if len(dirs) < 3 {
+		t.Fatalf("go.work uses only %v", dirs)
+	}
+	return dirs
+}
+
+// TestMakeChecksEveryGoWorkModule: MODULES (vet, staticcheck, the unit
+// tests) and fmt-check cover each module go.work uses, so a module added
+// there (install/, the embedded kustomize tree, was one) is not left
+// unchecked.
+func TestMakeChecksEveryGoWorkModule(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	vet, err := exec.Command("make", "-n", "-C", root(t), "vet").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n vet: %v\n%s", err, vet)
+	}
+	fmtCheck, err := exec.Command("make", "-n", "-C", root(t), "fmt-check").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n fmt-check: %v\n%s", err, fmtCheck)
+	}
+	gofmt := regexp.MustCompile(`gofmt -l ((?:[\w./-]+ )+)`).FindSubmatch(fmtCheck)
+	if gofmt == nil {
+		t.Fatalf("make -n fmt-check runs no gofmt -l:\n%s", fmtCheck)
+	}
+	for _, dir := range goWorkModules(t) {
+		if !slices.Contains(strings.Fields(string(vet)), "./"+dir+"/...") {
+			t.Errorf("make vet does not vet ./%s/... (go.work uses it; add it to MODULES):\n%s", dir, vet)
+		}
+		top, _, _ := strings.Cut(dir, "/")
+		if !slices.Contains(strings.Fields(string(gofmt[1])), top) {
+			t.Errorf("make fmt-check does not gofmt %s (go.work uses %s):\n%s", top, dir, fmtCheck)
+		}
 	}
 }

@@ -1,0 +1,3 @@
+module github.com/caa-gcp-t4/install
+
+go 1.26.0
