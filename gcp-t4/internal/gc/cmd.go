@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
@@ -60,6 +62,10 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 	reg.StringWithEnv(&metricsAddr, "metrics-addr", defAddr, "REAPER_METRICS_ADDR", "serve Prometheus metrics on this address (/metrics, /healthz), e.g. :9103")
 	del := fs.Bool("delete", reaper, "delete the orphans (gc's default: only list them)")
 	caaNamespace := ""
+	keyFile := ""
+	if reaper {
+		reg.StringWithEnv(&keyFile, "credentials-file", "", ReaperCredentialsEnv, "the reaper's own service account key file, where its Deployment mounts the optional Secret "+ReaperCredentialsSecret+"; no file there uses Application Default Credentials")
+	}
 	if !reaper {
 		fs.StringVar(&caaNamespace, "caa-namespace", "", "where CAA's DaemonSet is, whose peer-pods-cm fills the settings no flag or env var gives (default: wherever it is installed)")
 	}
@@ -77,6 +83,12 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 	if pol.Grace < 0 || interval < 0 || (reaper && interval == 0) {
 		fmt.Fprintf(stderr, "%s: -grace (REAPER_GRACE) must not be negative and -interval (REAPER_INTERVAL) must be positive for the reaper (e.g. 1m)\n", name)
 		return 2
+	}
+	if keyFile != "" {
+		if err := useKeyFile(fs, pf.Config().Credentials, keyFile, logger); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return 2
+		}
 	}
 	kube, dyn, err := kubeClients(*kubeconfigPath)
 	if err != nil {
@@ -211,4 +223,42 @@ func kubeClients(path string) (kubernetes.Interface, dynamic.Interface, error) {
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	return cs, dyn, err
+}
+
+// The reaper's own key, as its Deployment delivers it: the optional Secret
+// ReaperCredentialsSecret mounted as a file, whose path ReaperCredentialsEnv
+// names. A file, not an environment variable, so the key is not in the
+// process's environment (/proc/PID/environ) for anyone who may read it.
+const (
+	ReaperCredentialsEnv    = "REAPER_CREDENTIALS_FILE"
+	ReaperCredentialsSecret = "caa-gcp-t4-reaper-credentials"
+)
+
+// useKeyFile gives the provider the key in path, read into memory. No file
+// there is no key: the Secret is optional, and without it (Workload
+// Identity) the kubelet mounts an empty directory, so the reaper uses
+// Application Default Credentials. A key also given as GCP_CREDENTIALS is
+// refused rather than one silently winning.
+func useKeyFile(flags *flag.FlagSet, given, path string, logger *slog.Logger) error {
+	what := ReaperCredentialsEnv + " " + path
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		logger.Info("no key file: using Application Default Credentials (Workload Identity, or GOOGLE_APPLICATION_CREDENTIALS)", "file", path, "secret", ReaperCredentialsSecret)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w; the Deployment mounts the Secret %s there readable by its group (fsGroup)", what, err, ReaperCredentialsSecret)
+	}
+	if given != "" {
+		return fmt.Errorf("%s and GCP_CREDENTIALS both give a key: give the reaper's key as the file only", what)
+	}
+	info, err := gcpt4.CheckCredentials(what, data)
+	if err != nil {
+		return err
+	}
+	if err := flags.Set("gcp-credentials", string(data)); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	logger.Info("credentials from file", "file", path, "credentials", info.String())
+	return nil
 }

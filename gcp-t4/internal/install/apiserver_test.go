@@ -724,6 +724,7 @@ func (e *env) testPrune(t *testing.T) {
 	if code, out, errs := e.install(t, "--credentials-file="+key); code != 0 {
 		t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
 	}
+	e.assertLiveKeyAsFile(t)
 	code, out, errs := e.install(t, "--gke=off")
 	if code != 0 {
 		t.Fatalf("re-install: exit %d\n%s\n%s", code, out, errs)
@@ -758,6 +759,9 @@ func (e *env) testPrune(t *testing.T) {
 	if err != nil || len(sec.Data) != 0 {
 		t.Errorf("Secret after --use-adc: %v, %v", sec.Data, err)
 	}
+	// Server-side apply drops what the key component set: no mount, no
+	// GOOGLE_APPLICATION_CREDENTIALS at a file that is gone.
+	assertNoCAAKeyMount(t, &e.daemonSet(t).Spec.Template.Spec)
 	e.uninstall(t)
 	e.assertNothingLeft(t)
 }

@@ -6,10 +6,13 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
 )
 
 func rendered(t *testing.T, s Settings) []*unstructured.Unstructured {
@@ -60,8 +63,12 @@ func TestReaperIsAlwaysInstalledWithLeastPrivilege(t *testing.T) {
 	d := asDeployment(t, u)
 	ps := d.Spec.Template.Spec
 	c := ps.Containers[0]
-	if ps.ServiceAccountName != ReaperName || ps.HostNetwork || ps.HostPID || len(ps.Volumes) != 0 {
-		t.Errorf("reaper pod: sa %q hostNetwork %v hostPID %v volumes %v; want its own SA and no host access", ps.ServiceAccountName, ps.HostNetwork, ps.HostPID, ps.Volumes)
+	if ps.ServiceAccountName != ReaperName || ps.HostNetwork || ps.HostPID {
+		t.Errorf("reaper pod: sa %q hostNetwork %v hostPID %v; want its own SA and no host access", ps.ServiceAccountName, ps.HostNetwork, ps.HostPID)
+	}
+	// Its one volume is its own optional key (never a host path).
+	if len(ps.Volumes) != 1 || ps.Volumes[0].Secret == nil || ps.Volumes[0].Secret.SecretName != gc.ReaperCredentialsSecret {
+		t.Errorf("reaper volumes %+v: want only its own key's Secret %s", ps.Volumes, gc.ReaperCredentialsSecret)
 	}
 	sc := c.SecurityContext
 	if ps.SecurityContext == nil || ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot ||
@@ -107,7 +114,13 @@ func TestReaperGetsItsOwnWIFToken(t *testing.T) {
 	wif := []byte(`{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k","subject_token_type":"urn:ietf:params:oauth:token-type:jwt","token_url":"https://sts.googleapis.com/v1/token","credential_source":{"file":"` + WIFTokenPath + `"}}`)
 	d := asDeployment(t, find(rendered(t, Settings{WIFCredentialConfig: wif}), "Deployment", ReaperName))
 	ps := d.Spec.Template.Spec
-	if len(ps.Volumes) != 1 || ps.Volumes[0].Projected == nil || ps.Volumes[0].Projected.Sources[0].ServiceAccountToken == nil {
+	var projected *corev1.ProjectedVolumeSource
+	for _, v := range ps.Volumes {
+		if v.Name == "gcp-wif" {
+			projected = v.Projected
+		}
+	}
+	if projected == nil || projected.Sources[0].ServiceAccountToken == nil {
 		t.Fatalf("reaper volumes %+v: want the projected WIF token", ps.Volumes)
 	}
 	env := map[string]string{}
@@ -143,6 +156,9 @@ func TestReaperHasNoAccessToCAAsKey(t *testing.T) {
 	for _, v := range d.Spec.Template.Spec.Volumes {
 		if v.Secret != nil {
 			secrets = append(secrets, v.Secret.SecretName)
+			if v.Secret.Optional == nil || !*v.Secret.Optional {
+				t.Errorf("the reaper's Secret %s is not optional: without a key the reaper uses its ServiceAccount's principal", v.Secret.SecretName)
+			}
 		}
 	}
 	if strings.Join(secrets, ",") != "caa-gcp-t4-reaper-credentials" {

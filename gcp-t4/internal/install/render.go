@@ -49,6 +49,13 @@ const (
 	componentTLS    = "components/agent-tls"
 	componentGuard  = "components/cost-guard"
 	credentialsFile = "GCP_CREDENTIALS"
+	// componentKey mounts a service account key as a file and points
+	// GOOGLE_APPLICATION_CREDENTIALS at it, keeping it out of CAA's
+	// environment; added only with a key.
+	componentKey = "components/service-account-key"
+	// KeyPath is where componentKey mounts peer-pods-secret's
+	// GCP_CREDENTIALS in CAA's container.
+	KeyPath = "/var/run/gcp-key/key.json"
 	// Custom CAA-to-podVM TLS: the Secret, its keys and where the
 	// component mounts it; the names upstream's peerpods chart uses
 	// (templates/_helpers.tpl, values.yaml secrets.tlsCerts at v0.22.0).
@@ -77,7 +84,9 @@ type Settings struct {
 	// Config merges into peer-pods-cm (keys from ConfigKeys).
 	Config map[string]string
 	// Credentials is a service account key (JSON); nil means Workload
-	// Identity (Application Default Credentials).
+	// Identity (Application Default Credentials). It goes to
+	// peer-pods-secret and reaches CAA as the file KeyPath
+	// (components/service-account-key), not as an environment variable.
 	Credentials []byte
 	// WIFCredentialConfig is a Workload Identity Federation credential
 	// configuration (`gcloud iam workload-identity-pools create-cred-config
@@ -350,6 +359,9 @@ func (s Settings) kustomization() ([]byte, error) {
 	}
 	if s.CostGuard {
 		k.Components = append(k.Components, "../"+componentGuard)
+	}
+	if s.Credentials != nil {
+		k.Components = append(k.Components, "../"+componentKey)
 	}
 	if s.Image != "" {
 		img, err := parseImage(s.Image)

@@ -127,6 +127,8 @@ func (e *env) testUpgradeKeeps(t *testing.T) {
 	if err != nil || !bytes.Equal(sec.Data[credentialsFile], testKey()) {
 		t.Fatalf("key after upgrade: %v", err)
 	}
+	// The kept key is still a file, still in no environment variable.
+	e.assertLiveKeyAsFile(t)
 
 	// --dry-run shows the diff, has the API server check it, changes nothing.
 	before := e.resourceVersions(t)

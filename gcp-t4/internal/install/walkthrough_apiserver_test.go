@@ -567,6 +567,7 @@ func (e *env) testWalkthrough(t *testing.T) {
 				t.Errorf("GCP_CLUSTER_ID %q, want kube-system's UID %s", id, ks.UID)
 			}
 			w.vars["_reaperHash"] = w.reaperHash(t)
+			e.assertLiveKeyAsFile(t)
 		case "gpu-pod":
 			mustContain(t, "plan", w.out[step], "n1-standard-4", "nvidia-tesla-t4")
 			if _, err := e.cs.CoreV1().Pods("default").Get(ctx, "cuda-vectoradd", metav1.GetOptions{}); err != nil {
@@ -583,6 +584,7 @@ func (e *env) testWalkthrough(t *testing.T) {
 				t.Errorf("reaper config hash %q → %q: a settings change must roll the reaper", w.vars["_reaperHash"], h)
 			}
 			noKeyIn(t, "upgrade", w.out[step])
+			e.assertLiveKeyAsFile(t)
 			if cm := e.configMap(t, Namespace); cm["GCP_ZONES"] != "auto" || cm["GCP_PROJECT_ID"] != fake.Project() {
 				t.Errorf("peer-pods-cm after the upgrade %v", cm)
 			}

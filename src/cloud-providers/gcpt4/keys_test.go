@@ -278,3 +278,54 @@ func TestUnreachableIsOnlyNoAnswer(t *testing.T) {
 		t.Error("an answer is not unreachable")
 	}
 }
+
+// TestEmptyGCPCredentialsUsesTheKeyFile is CAA's start as
+// install/components/service-account-key sets it up: GCP_CREDENTIALS set
+// but empty (env overriding the Secret's envFrom) and
+// GOOGLE_APPLICATION_CREDENTIALS naming the mounted key. Upstream's
+// registrar reads an empty variable as unset (FlagRegistrar.StringWithEnv
+// in src/cloud-providers/util.go at CAA v0.22.0,
+// 38d0fcf7c7b787cc7fb9831410a910b37bb3be09), so the provider passes no
+// credentials option and its clients use Application Default Credentials,
+// which read that file, as upstream's gcp provider does without
+// GCP_CREDENTIALS (src/cloud-providers/gcp/provider.go at that commit).
+// The start checks the file: a missing one (the Secret gone) stops it.
+func TestEmptyGCPCredentialsUsesTheKeyFile(t *testing.T) {
+	fake := gcefake.New()
+	defer fake.Close()
+	dir := t.TempDir()
+	keyPath := filepath.Join(dir, "key.json")
+	if err := os.WriteFile(keyPath, serviceAccountKey(t), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GCP_CREDENTIALS", "")
+	start := func(adc string) (*Manager, *Provider, error) {
+		t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", adc)
+		var m Manager
+		fs := flag.NewFlagSet("cloud-api-adaptor", flag.ContinueOnError)
+		m.ParseCmd(fs)
+		if err := fs.Parse([]string{"-gcp-endpoint", fake.URL(), "-gcp-project-id", fake.Project(), "-zone", "us-central1-a",
+			"-image-name", "podvm-t4", "-network", "default"}); err != nil {
+			t.Fatal(err)
+		}
+		p, err := m.Start(t.Context(), func() (ClusterAPI, error) { return ClusterAPI{}, errors.New("no cluster ID set: not asked") })
+		if p != nil {
+			t.Cleanup(func() { _ = p.Teardown() })
+		}
+		return &m, p, err
+	}
+	m, _, err := start(keyPath)
+	if err != nil {
+		t.Fatalf("start with GCP_CREDENTIALS empty and the key file: %v", err)
+	}
+	if c := m.GetConfig(); c.Credentials != "" || c.CredentialsOption() != nil {
+		t.Errorf("GCP_CREDENTIALS empty gave credentials %q: the clients must use Application Default Credentials", c.Credentials)
+	}
+	info, err := m.GetConfig().checkStartCredentials(osLookup)
+	if err != nil || info.Type != CredentialServiceAccount || info.Identity != "caa@demo-project.iam.gserviceaccount.com" {
+		t.Errorf("credentials at start: %+v, %v; want the key file's service account", info, err)
+	}
+	if _, _, err := start(filepath.Join(dir, "gone", "key.json")); err == nil || !strings.Contains(err.Error(), "GOOGLE_APPLICATION_CREDENTIALS "+filepath.Join(dir, "gone", "key.json")) {
+		t.Errorf("start with the key file missing: %v, want a refusal naming GOOGLE_APPLICATION_CREDENTIALS", err)
+	}
+}
