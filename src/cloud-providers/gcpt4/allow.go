@@ -17,10 +17,10 @@ import (
 // only its default type (VerifyCloudInstanceType, src/cloud-providers/
 // util.go at v0.22.0, 38d0fcf7); here the empty list allows the profiles.
 
-// AllowAuto in GCP_INSTANCE_TYPES lets fit choose its automatic shapes
+// allowAuto in GCP_INSTANCE_TYPES lets fit choose its automatic shapes
 // (N1 predefined and custom with T4s, E2/N1 for CPU-only pods); an empty
 // list allows them too, within the caps.
-const AllowAuto = "auto"
+const allowAuto = "auto"
 
 // Annotation names as a pod author writes them, for error messages.
 const (
@@ -103,7 +103,7 @@ func (c *Config) fitAllowed(p Profile) string {
 	if len(c.InstanceTypes) == 0 {
 		return ""
 	}
-	if c.listed(p) || (p.Name == AutoProfile && slices.Contains(c.InstanceTypes, AllowAuto)) {
+	if c.listed(p) || (p.Name == autoProfileName && slices.Contains(c.InstanceTypes, allowAuto)) {
 		return ""
 	}
 	return fmt.Sprintf("%s (%s) is not in GCP_INSTANCE_TYPES (%s)", p.Name, describeProfile(p), c.InstanceTypes.String())
@@ -242,7 +242,7 @@ func (c *Config) checkDeclaredGPUs(p Profile, r Request) error {
 	if p.gpus <= r.GPUs || c.listed(p) {
 		return nil
 	}
-	if n, ok := nextT4Count(r.GPUs); ok && r.GPUs > 0 && p.gpuModel == AcceleratorT4 && int64(n) >= p.gpus {
+	if n, ok := nextT4Count(r.GPUs); ok && r.GPUs > 0 && p.gpuModel == acceleratorT4 && int64(n) >= p.gpus {
 		return nil
 	}
 	return fmt.Errorf("pod annotation %s: %q has %d GPU(s) but the pod declares %d: a pod gets only the GPUs it declares, so that the cluster's GPU caps count them; request nvidia.com/gpu: %d (or annotate default_gpus), or ask the cluster admin to list %q in GCP_INSTANCE_TYPES", annotMachineType, r.InstanceType, p.gpus, r.GPUs, p.gpus, r.InstanceType)

@@ -11,12 +11,12 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
 
-// refuses asserts Select refuses spec with an error naming every want.
+// refuses asserts selectShape refuses spec with an error naming every want.
 func refuses(t *testing.T, cfg Config, spec provider.InstanceTypeSpec, want ...string) {
 	t.Helper()
-	sel, err := cfg.Select(mustCatalog(t, "", ""), spec)
+	sel, err := cfg.selectShape(mustCatalog(t, "", ""), spec)
 	if err == nil {
-		t.Fatalf("%+v: chose %s, want a refusal naming %v", spec, sel.Chosen().Describe(), want)
+		t.Fatalf("%+v: chose %s, want a refusal naming %v", spec, sel.firstChoice().shapeWords(), want)
 	}
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {
@@ -36,7 +36,7 @@ func TestImageAnnotationAllowList(t *testing.T) {
 	// The configured image, in its other forms, is fine.
 	for _, img := range []string{"podvm-t4", "global/images/podvm-t4", "projects/demo-project/global/images/podvm-t4",
 		"https://www.googleapis.com/compute/v1/projects/demo-project/global/images/podvm-t4", "projects/img-proj/global/images/podvm-tdx"} {
-		if _, err := cfg.Select(mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 1, Image: img}); err != nil {
+		if _, err := cfg.selectShape(mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 1, Image: img}); err != nil {
 			t.Errorf("image %s: %v", img, err)
 		}
 	}
@@ -44,7 +44,7 @@ func TestImageAnnotationAllowList(t *testing.T) {
 	// attacker-proj's evil, and neither is allowed.
 	refuses(t, cfg, provider.InstanceTypeSpec{Image: "evil"}, "GCP_ALLOWED_IMAGES")
 	cfg.AllowedImages = commaList{"projects/attacker-proj/global/images/evil"}
-	if _, err := cfg.Select(mustCatalog(t, "", ""), evil); err != nil {
+	if _, err := cfg.selectShape(mustCatalog(t, "", ""), evil); err != nil {
 		t.Errorf("allowed by GCP_ALLOWED_IMAGES: %v", err)
 	}
 	cfg.AllowedImages = commaList{"not/an/image"}
@@ -70,11 +70,11 @@ func TestShapeAllowListAndCaps(t *testing.T) {
 	// A profile's machine type may be named (the Mistral example's
 	// n1-standard-8 with one T4) and gets only the declared GPUs.
 	sel := selectFor(t, cfg, mustCatalog(t, "", ""), provider.InstanceTypeSpec{InstanceType: "n1-standard-8", GPUs: 1})
-	if got := sel.Chosen().Describe(); got != "n1-standard-8 + 1×nvidia-tesla-t4" {
+	if got := sel.firstChoice().shapeWords(); got != "n1-standard-8 + 1×nvidia-tesla-t4" {
 		t.Errorf("named n1-standard-8 with 1 GPU: %s", got)
 	}
 	// A CPU-only pod never gets a GPU by fit, whatever its size.
-	if p := selectFor(t, cfg, mustCatalog(t, "", ""), small).Chosen().Profile; p.GPUs() != 0 {
+	if p := selectFor(t, cfg, mustCatalog(t, "", ""), small).firstChoice().Profile; p.GPUs() != 0 {
 		t.Errorf("CPU-only pod got %s", describeProfile(p))
 	}
 
@@ -86,25 +86,25 @@ func TestShapeAllowListAndCaps(t *testing.T) {
 	listed.MaxGPUsPerPod = 4
 	refuses(t, listed, provider.InstanceTypeSpec{GPUs: 4}, "GCP_INSTANCE_TYPES (t4-1,t4-2)")
 	refuses(t, listed, provider.InstanceTypeSpec{InstanceType: "t4-4", GPUs: 4}, "GCP_INSTANCE_TYPES (t4-1,t4-2)")
-	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 2}).Chosen().Profile.Name; got != "t4-2" {
+	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 2}).firstChoice().Profile.Name; got != "t4-2" {
 		t.Errorf("2 GPUs under t4-1,t4-2: %s", got)
 	}
 	// Listing a GPU shape by name is the admin allowing it to any pod
 	// that names it, CPU-only included.
 	listed.InstanceTypes = commaList{"t4-1", "cpu-2"}
-	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{InstanceType: "t4-1"}).Chosen().Profile.GPUs(); got != 1 {
+	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{InstanceType: "t4-1"}).firstChoice().Profile.GPUs(); got != 1 {
 		t.Errorf("listed t4-1 named by a CPU-only pod: %d GPUs", got)
 	}
 	// ... but fit still gives a CPU-only pod a CPU-only shape.
-	if got := selectFor(t, listed, mustCatalog(t, "", ""), small).Chosen().Profile.Name; got != "cpu-2" {
+	if got := selectFor(t, listed, mustCatalog(t, "", ""), small).firstChoice().Profile.Name; got != "cpu-2" {
 		t.Errorf("CPU-only pod under t4-1,cpu-2: %s", got)
 	}
 	// "auto" lets fit choose automatic shapes under a list, within the
 	// caps (unset, t4-1's 15 GiB).
-	listed.InstanceTypes = commaList{"t4-1", AllowAuto}
+	listed.InstanceTypes = commaList{"t4-1", allowAuto}
 	refuses(t, listed, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, "GCP_MAX_MEMORY_PER_POD", "(t4-1, from GCP_INSTANCE_TYPES)")
 	listed.MaxVCPUsPerPod, listed.MaxMemoryPerPod = 16, 60*1024
-	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}).Chosen().Profile.Name; got != AutoProfile {
+	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}).firstChoice().Profile.Name; got != autoProfileName {
 		t.Errorf("auto listed: %s", got)
 	}
 

@@ -36,10 +36,10 @@ import (
 // reads (rest/config.go): KUBERNETES_SERVICE_HOST and _PORT, and the
 // token and CA the kubelet mounts for the pod's ServiceAccount.
 
-// ServiceAccountDir is where the kubelet mounts a pod's ServiceAccount
+// serviceAccountDir is where the kubelet mounts a pod's ServiceAccount
 // token and the cluster's CA (client-go's rest.InClusterConfig reads the
 // same files).
-const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // clusterIDTimeout bounds the check: CAA calls NewProvider at start and
 // must not hang there.
@@ -56,10 +56,10 @@ type ClusterAPI struct {
 	CAPEM []byte
 }
 
-// InClusterAPI is the API of the pod this process runs in, read from the
+// inClusterAPI is the API of the pod this process runs in, read from the
 // environment and from the ServiceAccount files under dir (normally
-// ServiceAccountDir).
-func InClusterAPI(lookup func(string) (string, bool), dir string) (ClusterAPI, error) {
+// serviceAccountDir).
+func inClusterAPI(lookup func(string) (string, bool), dir string) (ClusterAPI, error) {
 	host, _ := lookup("KUBERNETES_SERVICE_HOST")
 	port, _ := lookup("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
@@ -76,8 +76,8 @@ func InClusterAPI(lookup func(string) (string, bool), dir string) (ClusterAPI, e
 	return ClusterAPI{URL: "https://" + net.JoinHostPort(host, port), Token: strings.TrimSpace(string(token)), CAPEM: ca}, nil
 }
 
-// KubeSystemUID reads the UID of the kube-system namespace.
-func (a ClusterAPI) KubeSystemUID(ctx context.Context) (string, error) {
+// kubeSystemNamespaceUID reads the UID of the kube-system namespace.
+func (a ClusterAPI) kubeSystemNamespaceUID(ctx context.Context) (string, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(a.CAPEM) {
 		return "", errors.New("the cluster's CA bundle holds no PEM certificate")
@@ -135,10 +135,10 @@ func apiMessage(body []byte) string {
 	return strings.TrimSpace(string(body))
 }
 
-// ErrForeignClusterID is CheckClusterID's refusal of another cluster's ID.
+// ErrForeignClusterID is checkClusterID's refusal of another cluster's ID.
 var ErrForeignClusterID = errors.New("GCP_CLUSTER_ID is another cluster's")
 
-// CheckClusterID refuses an ID that is not the kube-system namespace's UID
+// checkClusterID refuses an ID that is not the kube-system namespace's UID
 // of the cluster api belongs to. An empty ID is not checked here: CAA and
 // ConfigVerifier refuse it for creates, and peerpod-ctrl (which only
 // deletes what its PeerPods name) needs none.
@@ -146,13 +146,13 @@ var ErrForeignClusterID = errors.New("GCP_CLUSTER_ID is another cluster's")
 // Clusters restored from one etcd backup share kube-system's UID and
 // cannot be told apart by it: each such clone must use its own GCE project
 // for podVMs (docs/reaper.md, "Which cluster").
-func CheckClusterID(ctx context.Context, id string, api ClusterAPI) error {
+func checkClusterID(ctx context.Context, id string, api ClusterAPI) error {
 	if id == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, clusterIDTimeout)
 	defer cancel()
-	uid, err := api.KubeSystemUID(ctx)
+	uid, err := api.kubeSystemNamespaceUID(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot check GCP_CLUSTER_ID %s against this cluster (refusing to create podVMs under an ID that may be another cluster's): %w", id, err)
 	}

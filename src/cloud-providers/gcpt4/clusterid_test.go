@@ -68,10 +68,10 @@ func otherCA(t *testing.T) []byte {
 
 func TestCheckClusterID(t *testing.T) {
 	api := fakeKube(t, kubeSystemUID)
-	if err := CheckClusterID(t.Context(), kubeSystemUID, api); err != nil {
+	if err := checkClusterID(t.Context(), kubeSystemUID, api); err != nil {
 		t.Fatalf("own ID refused: %v", err)
 	}
-	err := CheckClusterID(t.Context(), "0a0a0a0a-copied", api)
+	err := checkClusterID(t.Context(), "0a0a0a0a-copied", api)
 	if !errors.Is(err, ErrForeignClusterID) {
 		t.Fatalf("copied ID: %v, want ErrForeignClusterID", err)
 	}
@@ -82,15 +82,15 @@ func TestCheckClusterID(t *testing.T) {
 	}
 	bad := api
 	bad.Token = "someone-else"
-	if err := CheckClusterID(t.Context(), kubeSystemUID, bad); err == nil || !strings.Contains(err.Error(), "needs RBAC get on namespaces/kube-system") || !strings.Contains(err.Error(), "is forbidden") {
+	if err := checkClusterID(t.Context(), kubeSystemUID, bad); err == nil || !strings.Contains(err.Error(), "needs RBAC get on namespaces/kube-system") || !strings.Contains(err.Error(), "is forbidden") {
 		t.Errorf("forbidden: %v", err)
 	}
 	wrongCA := api
 	wrongCA.CAPEM = otherCA(t)
-	if err := CheckClusterID(t.Context(), kubeSystemUID, wrongCA); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if err := checkClusterID(t.Context(), kubeSystemUID, wrongCA); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("a server the CA did not sign was trusted: %v", err)
 	}
-	if err := CheckClusterID(t.Context(), "", ClusterAPI{}); err != nil {
+	if err := checkClusterID(t.Context(), "", ClusterAPI{}); err != nil {
 		t.Errorf("empty ID (refused by ConfigVerifier and CreateInstance, not here): %v", err)
 	}
 }
@@ -105,17 +105,17 @@ func TestInClusterAPIReadsThePodsServiceAccount(t *testing.T) {
 	}
 	env := map[string]string{"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	api, err := InClusterAPI(lookup, dir)
+	api, err := inClusterAPI(lookup, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if api.URL != "https://[fd00::1]:443" || api.Token != "tok" || string(api.CAPEM) != "ca" {
 		t.Errorf("api = %+v", api)
 	}
-	if _, err := InClusterAPI(func(string) (string, bool) { return "", false }, dir); err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+	if _, err := inClusterAPI(func(string) (string, bool) { return "", false }, dir); err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
 		t.Errorf("outside a pod: %v", err)
 	}
-	if _, err := InClusterAPI(lookup, t.TempDir()); err == nil || !strings.Contains(err.Error(), "automountServiceAccountToken") {
+	if _, err := inClusterAPI(lookup, t.TempDir()); err == nil || !strings.Contains(err.Error(), "automountServiceAccountToken") {
 		t.Errorf("no token mounted: %v", err)
 	}
 }
@@ -162,7 +162,7 @@ func TestStartRefusesAForeignClusterID(t *testing.T) {
 	}
 	// Outside a pod, with an ID: refused, not skipped.
 	_, err = startManager(t, fake, kubeSystemUID, func() (ClusterAPI, error) {
-		return InClusterAPI(func(string) (string, bool) { return "", false }, ServiceAccountDir)
+		return inClusterAPI(func(string) (string, bool) { return "", false }, serviceAccountDir)
 	})
 	if err == nil || !strings.Contains(err.Error(), "not running in a Kubernetes pod") {
 		t.Errorf("start outside a pod: %v", err)

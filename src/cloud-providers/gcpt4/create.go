@@ -288,13 +288,13 @@ func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.Insta
 	if p.cfg.InstanceTemplate != "" {
 		return p.planTemplate(ctx, vm, spec)
 	}
-	sel, err := p.cfg.Select(p.catalog, spec)
+	sel, err := p.cfg.selectShape(p.catalog, spec)
 	if err != nil {
 		return createPlan{}, err
 	}
-	chosen := sel.Chosen().Profile
+	chosen := sel.firstChoice().Profile
 	plan := createPlan{describe: fmt.Sprintf("profile %s: %s", chosen.Name, describeProfile(chosen)), accelerator: chosen.gpuModel}
-	for _, st := range sel.Steps() {
+	for _, st := range sel.attempts() {
 		image, _ := p.cfg.imageFor(st.Candidate.Profile, vm.image)
 		plan.steps = append(plan.steps, p.cfg.profileStep(vm, st.Candidate.Profile, st.Model, p.diskSizeGB(image)))
 	}

@@ -72,14 +72,14 @@ func TestEnvFormsAgainstUpstream(t *testing.T) {
 	// GCP_ZONE's region; here into each zone's region, and into the Shared
 	// VPC host project when GCP_NETWORK names one.
 	c = parseEnv(t, with("GCP_SUBNETWORK", "podvms", "GCP_NETWORK", "projects/host-project/global/networks/shared", "GCP_ZONES", "us-east1-c"))
-	if got := c.SubnetworkURL("us-east1-c"); got != "projects/host-project/regions/us-east1/subnetworks/podvms" {
+	if got := c.subnetworkURL("us-east1-c"); got != "projects/host-project/regions/us-east1/subnetworks/podvms" {
 		t.Errorf("Shared VPC bare subnetwork = %s", got)
 	}
-	if got := c.SubnetworkURL("us-central1-a"); got != "projects/host-project/regions/us-central1/subnetworks/podvms" {
+	if got := c.subnetworkURL("us-central1-a"); got != "projects/host-project/regions/us-central1/subnetworks/podvms" {
 		t.Errorf("Shared VPC bare subnetwork, primary zone = %s", got)
 	}
 	c = parseEnv(t, with("GCP_SUBNETWORK", "regions/us-central1/subnetworks/podvms"))
-	if got := c.SubnetworkURL("us-central1-a"); got != "regions/us-central1/subnetworks/podvms" {
+	if got := c.subnetworkURL("us-central1-a"); got != "regions/us-central1/subnetworks/podvms" {
 		t.Errorf("partial-path subnetwork = %s", got)
 	}
 
@@ -129,8 +129,8 @@ func TestEnvFormsAgainstUpstream(t *testing.T) {
 	// keys: shapes come from profiles, confidential computing from a
 	// profile's confidentialType.
 	c = parseEnv(t, with("GCP_MACHINE_TYPE", "n2-standard-8", "DISABLECVM", "false"))
-	sel, err := c.Select(mustCatalog(t, "", ""), oneT4)
-	if err != nil || sel.Chosen().Profile.MachineType != "n1-standard-4" || sel.Chosen().Profile.ConfidentialType != "" {
+	sel, err := c.selectShape(mustCatalog(t, "", ""), oneT4)
+	if err != nil || sel.firstChoice().Profile.MachineType != "n1-standard-4" || sel.firstChoice().Profile.ConfidentialType != "" {
 		t.Errorf("upstream-only keys changed the selection: %v %v", sel, err)
 	}
 }

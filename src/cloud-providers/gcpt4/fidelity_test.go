@@ -46,8 +46,8 @@ func TestCreateCheapestShapes(t *testing.T) {
 		if lastSegment(vm.GetMachineType()) != tc.shape || gpus != tc.gpus {
 			t.Errorf("%+v: VM %s with %d GPUs, want %s with %d", tc.spec, lastSegment(vm.GetMachineType()), gpus, tc.shape, tc.gpus)
 		}
-		if vm.GetLabels()[ProfileLabel] != AutoProfile {
-			t.Errorf("%+v: caa-profile %q, want %q", tc.spec, vm.GetLabels()[ProfileLabel], AutoProfile)
+		if vm.GetLabels()[ProfileLabel] != autoProfileName {
+			t.Errorf("%+v: caa-profile %q, want %q", tc.spec, vm.GetLabels()[ProfileLabel], autoProfileName)
 		}
 	}
 	if n := fake.ReplaysWithAnotherBody(); n != 0 {

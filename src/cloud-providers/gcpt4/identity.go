@@ -53,15 +53,15 @@ func errNoClusterID() error {
 	return fmt.Errorf("GCP_CLUSTER_ID (-cluster-id) is not set: every podVM carries its cluster's ID so that the reaper collects it when it leaks and no other cluster's reaper ever touches it; `gcp-t4 install` sets it to the kube-system namespace's UID (kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')")
 }
 
-// OwnsLabels reports whether labels name this provider's cluster. Without
+// ownsLabels reports whether labels name this provider's cluster. Without
 // a configured cluster ID nothing is ours.
-func (c *Config) OwnsLabels(labels map[string]string) bool {
+func (c *Config) ownsLabels(labels map[string]string) bool {
 	return c.ClusterID != "" && labels[ClusterLabel] == c.ClusterID
 }
 
-// IdentityLabels are the labels every podVM this configuration creates
+// identityLabels are the labels every podVM this configuration creates
 // carries besides the per-pod ones, for display (gcp-t4 plan).
-func (c *Config) IdentityLabels() map[string]string {
+func (c *Config) identityLabels() map[string]string {
 	out := map[string]string{ManagedByLabel: ManagedByValue}
 	if c.ClusterID != "" {
 		out[ClusterLabel] = c.ClusterID

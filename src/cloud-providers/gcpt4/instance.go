@@ -53,7 +53,7 @@ func (c *Config) podLabels(vm podVM, profile string) map[string]string {
 	for k, v := range c.Labels {
 		labels[k] = v
 	}
-	for k, v := range c.IdentityLabels() {
+	for k, v := range c.identityLabels() {
 		labels[k] = v
 	}
 	labels[SandboxLabel] = labelValue(vm.sandboxID)

@@ -11,8 +11,8 @@ import (
 	"strings"
 )
 
-// AcceleratorT4 is GCE's accelerator type name for the NVIDIA T4.
-const AcceleratorT4 = "nvidia-tesla-t4"
+// acceleratorT4 is GCE's accelerator type name for the NVIDIA T4.
+const acceleratorT4 = "nvidia-tesla-t4"
 
 // machineShape is what GCE would report for a machine type. The T4 is not
 // part of any N1 machine type, so the shape of an N1+T4 podVM is synthesized
@@ -231,19 +231,19 @@ func nextT4Count(n int64) (int32, bool) {
 // a message naming field and fix. field is the config path of the profile.
 func checkT4Shape(field, machineType string, count int32, shape machineShape) error {
 	if !isN1(machineType) {
-		return fmt.Errorf("%s.machineType: %s attaches only to N1 machine types (n1-standard-*, n1-highmem-*, n1-highcpu-* or N1 custom-*), got %q; pick an N1 type such as n1-standard-4", field, AcceleratorT4, machineType)
+		return fmt.Errorf("%s.machineType: %s attaches only to N1 machine types (n1-standard-*, n1-highmem-*, n1-highcpu-* or N1 custom-*), got %q; pick an N1 type such as n1-standard-4", field, acceleratorT4, machineType)
 	}
 	lim, ok := t4Limits[count]
 	if !ok {
 		want, fits := nextT4Count(int64(count))
 		if !fits {
-			return fmt.Errorf("%s.acceleratorCount: GCE attaches 1, 2 or 4 %s to one VM, got %d; split the workload over several pods", field, AcceleratorT4, count)
+			return fmt.Errorf("%s.acceleratorCount: GCE attaches 1, 2 or 4 %s to one VM, got %d; split the workload over several pods", field, acceleratorT4, count)
 		}
-		return fmt.Errorf("%s.acceleratorCount: GCE attaches 1, 2 or 4 %s to one VM, got %d; use %d", field, AcceleratorT4, count, want)
+		return fmt.Errorf("%s.acceleratorCount: GCE attaches 1, 2 or 4 %s to one VM, got %d; use %d", field, acceleratorT4, count, want)
 	}
 	if shape.vcpus > lim.maxVCPUs || shape.memoryMiB > lim.maxMemoryMiB {
 		return fmt.Errorf("%s.machineType: %s has %d vCPUs and %d MiB, over GCE's limit for %d×%s (%d vCPUs, %d MiB); use a smaller N1 type or more GPUs",
-			field, machineType, shape.vcpus, shape.memoryMiB, count, AcceleratorT4, lim.maxVCPUs, lim.maxMemoryMiB)
+			field, machineType, shape.vcpus, shape.memoryMiB, count, acceleratorT4, lim.maxVCPUs, lim.maxMemoryMiB)
 	}
 	return nil
 }

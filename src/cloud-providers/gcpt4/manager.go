@@ -93,7 +93,7 @@ func (m *Manager) LoadEnv() {}
 // Compute API (image, template, accelerator) is ConfigVerifier's: CAA calls
 // it only with CLOUD_CONFIG_VERIFY and keeps running when it fails.
 func (m *Manager) NewProvider() (provider.Provider, error) {
-	p, err := m.Start(context.Background(), func() (ClusterAPI, error) { return InClusterAPI(osLookup, ServiceAccountDir) })
+	p, err := m.Start(context.Background(), func() (ClusterAPI, error) { return inClusterAPI(osLookup, serviceAccountDir) })
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +115,7 @@ func (m *Manager) Start(ctx context.Context, cluster func() (ClusterAPI, error))
 		if err != nil {
 			return nil, fmt.Errorf("cannot check GCP_CLUSTER_ID %s against this cluster: %w", m.cfg.ClusterID, err)
 		}
-		if err := CheckClusterID(ctx, m.cfg.ClusterID, api); err != nil {
+		if err := checkClusterID(ctx, m.cfg.ClusterID, api); err != nil {
 			return nil, err
 		}
 	}

@@ -32,9 +32,9 @@ const (
 	gpuFloorMemoryMiB = 15 * 1024
 )
 
-// AutoProfile is the profile name of a shape synthesized by fit (one that
+// autoProfileName is the profile name of a shape synthesized by fit (one that
 // no catalog profile has); the podVM's caa-profile label carries it.
-const AutoProfile = "auto"
+const autoProfileName = "auto"
 
 // maxShapesPerModel bounds how many shapes a create tries under one
 // provisioning model, each in every zone. One: a T4 stockout is the GPU's
@@ -60,8 +60,8 @@ func (c Candidate) Price(model string) (float64, bool) {
 	return p.Total, ok && p.Known
 }
 
-// Describe is the shape in words: "custom-8-40960 + 1×nvidia-tesla-t4".
-func (c Candidate) Describe() string { return describeProfile(c.Profile) }
+// shapeWords is the shape in words: "custom-8-40960 + 1×nvidia-tesla-t4".
+func (c Candidate) shapeWords() string { return describeProfile(c.Profile) }
 
 func describeProfile(p Profile) string {
 	s := p.MachineType
@@ -73,7 +73,7 @@ func describeProfile(p Profile) string {
 
 // Selection is a request's one-pass answer: every shape that holds it,
 // cheapest first under the first provisioning model. Candidates[0] is the
-// choice; a create walks Steps over the zones.
+// choice; a create walks attempts over the zones.
 type Selection struct {
 	Request Request
 	// Named is set when the pod named a profile or machine type, which
@@ -82,11 +82,11 @@ type Selection struct {
 	Candidates []Candidate
 }
 
-// Chosen is the shape a create tries first.
-func (s *Selection) Chosen() Candidate { return s.Candidates[0] }
+// firstChoice is the shape a create tries first.
+func (s *Selection) firstChoice() Candidate { return s.Candidates[0] }
 
 // Models are the provisioning models the chosen shape is tried with.
-func (s *Selection) Models() []string { return s.Chosen().Models }
+func (s *Selection) Models() []string { return s.firstChoice().Models }
 
 // Alternative is the next-cheapest candidate, if any.
 func (s *Selection) Alternative() (Candidate, bool) {
@@ -102,12 +102,12 @@ type Step struct {
 	Model     string
 }
 
-// Steps are what a create tries, in order: for each of the chosen shape's
+// attempts are what a create tries, in order: for each of the chosen shape's
 // models, the cheapest shapes under that model that are interchangeable
 // with the choice (same GPUs, models, confidential type and image), at
 // most maxShapesPerModel.
-func (s *Selection) Steps() []Step {
-	chosen := s.Chosen()
+func (s *Selection) attempts() []Step {
+	chosen := s.firstChoice()
 	var steps []Step
 	for _, m := range chosen.Models {
 		var same []Candidate
@@ -151,7 +151,7 @@ type Offering struct {
 // them (before GCE's zonesAvailable hints reorder the zones).
 func (s *Selection) Offerings(zones []string) []Offering {
 	var out []Offering
-	for _, st := range s.Steps() {
+	for _, st := range s.attempts() {
 		price, known := st.Candidate.Price(st.Model)
 		p := st.Candidate.Profile
 		for _, z := range zones {
@@ -195,7 +195,7 @@ func rankCandidates(cs []Candidate, model string) {
 	})
 }
 
-// Select decides a pod's shape in one pass: the admin's allow-lists and
+// selectShape decides a pod's shape in one pass: the admin's allow-lists and
 // caps (allow.go: the image, GCP_INSTANCE_TYPES, GCP_MAX_*_PER_POD); a
 // named profile or machine type if the pod names one; else
 // every catalog profile that fits plus every N1 predefined and custom
@@ -204,7 +204,7 @@ func rankCandidates(cs []Candidate, model string) {
 // price. A pod gets no GPU it does not declare unless the admin listed
 // the shape by name, and no pod gets an explicit profile (such as h100-cc)
 // unless it names it.
-func (c *Config) Select(catalog *Catalog, spec provider.InstanceTypeSpec) (*Selection, error) {
+func (c *Config) selectShape(catalog *Catalog, spec provider.InstanceTypeSpec) (*Selection, error) {
 	r := Request{InstanceType: spec.InstanceType, GPUs: spec.GPUs, VCPUs: spec.VCPUs, MemoryMiB: spec.Memory}
 	if err := c.checkPodImage(catalog, spec.Image); err != nil {
 		return nil, err
@@ -280,13 +280,13 @@ func (c *Config) Select(catalog *Catalog, spec provider.InstanceTypeSpec) (*Sele
 			return nil, fmt.Errorf("%s: %s", msg, refused[0])
 		}
 		if len(disallowed) > 0 {
-			return nil, fmt.Errorf("%s among the shapes the cluster admin allows: %s; lower the pod's requests, or ask the admin to extend GCP_INSTANCE_TYPES (or add %q to let fit choose automatic shapes)", msg, disallowed[0], AllowAuto)
+			return nil, fmt.Errorf("%s among the shapes the cluster admin allows: %s; lower the pod's requests, or ask the admin to extend GCP_INSTANCE_TYPES (or add %q to let fit choose automatic shapes)", msg, disallowed[0], allowAuto)
 		}
 		if len(capped) > 0 {
 			return nil, fmt.Errorf("%s within the per-pod limits: %s", msg, capped[0])
 		}
 		if r.GPUs > 0 {
-			return nil, fmt.Errorf("%s: GCE attaches at most 4 %s (96 vCPUs, 624 GB) to one N1 VM; lower the pod's requests, or add a profile in GCP_PROFILES_FILE and name it with the machine_type annotation", msg, AcceleratorT4)
+			return nil, fmt.Errorf("%s: GCE attaches at most 4 %s (96 vCPUs, 624 GB) to one N1 VM; lower the pod's requests, or add a profile in GCP_PROFILES_FILE and name it with the machine_type annotation", msg, acceleratorT4)
 		}
 		return nil, fmt.Errorf("%s; lower the pod's requests or add a larger profile in GCP_PROFILES_FILE", msg)
 	}
@@ -328,10 +328,10 @@ func synthesize(r Request) []Profile {
 }
 
 func autoProfile(s machineShape, t4s int32) Profile {
-	p := Profile{Name: AutoProfile, MachineType: s.name, VCPUs: s.vcpus, MemoryMiB: s.memoryMiB}
+	p := Profile{Name: autoProfileName, MachineType: s.name, VCPUs: s.vcpus, MemoryMiB: s.memoryMiB}
 	if t4s > 0 {
-		p.Accelerator, p.AcceleratorCount = AcceleratorT4, t4s
-		p.gpus, p.gpuModel = int64(t4s), AcceleratorT4
+		p.Accelerator, p.AcceleratorCount = acceleratorT4, t4s
+		p.gpus, p.gpuModel = int64(t4s), acceleratorT4
 	}
 	return p
 }
@@ -346,9 +346,9 @@ func (c *Catalog) named(r Request) (Profile, error) {
 			if s, known := lookupShape(r.InstanceType); known && s.bundledAccelerator == "" {
 				count, fits := nextT4Count(r.GPUs)
 				if !fits {
-					return Profile{}, fmt.Errorf("machine_type annotation %q with %d GPUs: GCE attaches at most 4 %s to one VM", r.InstanceType, r.GPUs, AcceleratorT4)
+					return Profile{}, fmt.Errorf("machine_type annotation %q with %d GPUs: GCE attaches at most 4 %s to one VM", r.InstanceType, r.GPUs, acceleratorT4)
 				}
-				p.Accelerator, p.AcceleratorCount = AcceleratorT4, count
+				p.Accelerator, p.AcceleratorCount = acceleratorT4, count
 			}
 		}
 		if err := p.normalize("machine_type annotation"); err != nil {
@@ -397,12 +397,12 @@ func (c *Config) modelsFor(p Profile) ([]string, error) {
 	return models, nil
 }
 
-// CheckCatalog refuses, at start-up, profiles this configuration cannot
+// checkCatalog refuses, at start-up, profiles this configuration cannot
 // create whatever the pod: a provisioning model GCE does not sell for the
 // machine type (GCP_PROVISIONING_MODEL=STANDARD with an a3-highgpu-1g
 // profile that names no model). Disk types and images are checked when a
 // pod selects a profile, so an unused profile does not stop the adaptor.
-func (c *Config) CheckCatalog(catalog *Catalog) error {
+func (c *Config) checkCatalog(catalog *Catalog) error {
 	for i, p := range catalog.profiles {
 		if _, err := c.modelsFor(p); err != nil {
 			return fmt.Errorf("profiles[%d]: %w", i, err)

@@ -14,9 +14,9 @@ import (
 
 func selectFor(t *testing.T, cfg Config, cat *Catalog, spec provider.InstanceTypeSpec) *Selection {
 	t.Helper()
-	sel, err := cfg.Select(cat, spec)
+	sel, err := cfg.selectShape(cat, spec)
 	if err != nil {
-		t.Fatalf("Select(%+v): %v", spec, err)
+		t.Fatalf("selectShape(%+v): %v", spec, err)
 	}
 	return sel
 }
@@ -36,19 +36,19 @@ func TestSelectCheapestShape(t *testing.T) {
 		alt     string
 	}{
 		// The issue's case: 1 GPU and 40 GiB used to get t4-4 ($2.16/h).
-		{"1 GPU, 40 GiB", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, AutoProfile, "custom-8-40960 + 1×nvidia-tesla-t4", 0.7932, "n1-highmem-8 + 1×nvidia-tesla-t4"},
-		{"1 GPU, 40 GiB, Spot", ProvisioningSpot, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, AutoProfile, "custom-8-40960 + 1×nvidia-tesla-t4", 0.2663, "n1-highmem-8 + 1×nvidia-tesla-t4"},
+		{"1 GPU, 40 GiB", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, autoProfileName, "custom-8-40960 + 1×nvidia-tesla-t4", 0.7932, "n1-highmem-8 + 1×nvidia-tesla-t4"},
+		{"1 GPU, 40 GiB, Spot", ProvisioningSpot, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, autoProfileName, "custom-8-40960 + 1×nvidia-tesla-t4", 0.2663, "n1-highmem-8 + 1×nvidia-tesla-t4"},
 		// Small requests keep the per-GPU floor: the t4-N shapes.
 		{"1 GPU, small", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 2, Memory: 8192}, "t4-1", "n1-standard-4 + 1×nvidia-tesla-t4", 0.54, "custom-4-15360 + 1×nvidia-tesla-t4"},
 		{"2 GPUs", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 2}, "t4-2", "n1-standard-8 + 2×nvidia-tesla-t4", 1.08, "custom-8-30720 + 2×nvidia-tesla-t4"},
 		{"3 GPUs round up to 4", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 3}, "t4-4", "n1-standard-16 + 4×nvidia-tesla-t4", 2.16, "custom-16-61440 + 4×nvidia-tesla-t4"},
-		{"1 GPU, 6 vCPU: custom beats n1-standard-8", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 6}, AutoProfile, "custom-6-15360 + 1×nvidia-tesla-t4", 0.6157, "n1-standard-8 + 1×nvidia-tesla-t4"},
+		{"1 GPU, 6 vCPU: custom beats n1-standard-8", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 6}, autoProfileName, "custom-6-15360 + 1×nvidia-tesla-t4", 0.6157, "n1-standard-8 + 1×nvidia-tesla-t4"},
 		// Over 48 vCPUs one or two T4s cannot hold it: four can.
-		{"1 GPU, 60 vCPU needs 4 T4s", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 60}, AutoProfile, "custom-60-61440 + 4×nvidia-tesla-t4", 3.6572, "n1-standard-64 + 4×nvidia-tesla-t4"},
+		{"1 GPU, 60 vCPU needs 4 T4s", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 60}, autoProfileName, "custom-60-61440 + 4×nvidia-tesla-t4", 3.6572, "n1-standard-64 + 4×nvidia-tesla-t4"},
 		// CPU-only pods of any size.
-		{"CPU-only 8 vCPU / 32 GiB", ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, AutoProfile, "e2-standard-8", 0.2680, "e2-highmem-8"},
-		{"CPU-only 8 vCPU / 32 GiB, Spot", ProvisioningSpot, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, AutoProfile, "e2-standard-8", 0.1608, "n1-highmem-8"},
-		{"CPU-only 64 vCPU / 390 GiB", ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 64, Memory: 400000}, AutoProfile, "n1-highmem-64", 3.7857, "n1-highmem-96"},
+		{"CPU-only 8 vCPU / 32 GiB", ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, autoProfileName, "e2-standard-8", 0.2680, "e2-highmem-8"},
+		{"CPU-only 8 vCPU / 32 GiB, Spot", ProvisioningSpot, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, autoProfileName, "e2-standard-8", 0.1608, "n1-highmem-8"},
+		{"CPU-only 64 vCPU / 390 GiB", ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 64, Memory: 400000}, autoProfileName, "n1-highmem-64", 3.7857, "n1-highmem-96"},
 		{"CPU-only nothing requested", ProvisioningStandard, provider.InstanceTypeSpec{}, "cpu-2", "e2-medium", 0.0335, "n1-standard-1"},
 		// Spot prices rank differently: N1 is cheaper than E2 on Spot.
 		{"CPU-only 4 vCPU, Spot", ProvisioningSpot, provider.InstanceTypeSpec{VCPUs: 4, Memory: 8192}, "cpu-4", "n1-standard-4", 0.0670, "e2-standard-4"},
@@ -61,14 +61,14 @@ func TestSelectCheapestShape(t *testing.T) {
 			// limits gets it (the defaults stop at t4-4's size).
 			cfg.MaxVCPUsPerPod, cfg.MaxMemoryPerPod = 96, 1<<20
 			sel := selectFor(t, cfg, cat, tc.spec)
-			ch := sel.Chosen()
+			ch := sel.firstChoice()
 			price, known := ch.Price(tc.model)
-			if ch.Profile.Name != tc.profile || ch.Describe() != tc.shape || !known || math.Abs(price-tc.price) > 0.00005 {
-				t.Errorf("chosen %s %s $%.4f (known %v), want %s %s $%.4f", ch.Profile.Name, ch.Describe(), price, known, tc.profile, tc.shape, tc.price)
+			if ch.Profile.Name != tc.profile || ch.shapeWords() != tc.shape || !known || math.Abs(price-tc.price) > 0.00005 {
+				t.Errorf("chosen %s %s $%.4f (known %v), want %s %s $%.4f", ch.Profile.Name, ch.shapeWords(), price, known, tc.profile, tc.shape, tc.price)
 			}
 			alt, ok := sel.Alternative()
-			if !ok || alt.Describe() != tc.alt {
-				t.Errorf("alternative %s, want %s", alt.Describe(), tc.alt)
+			if !ok || alt.shapeWords() != tc.alt {
+				t.Errorf("alternative %s, want %s", alt.shapeWords(), tc.alt)
 			}
 			if ap, _ := alt.Price(tc.model); ap < price {
 				t.Errorf("the alternative (%.4f) is cheaper than the choice (%.4f)", ap, price)
@@ -77,16 +77,16 @@ func TestSelectCheapestShape(t *testing.T) {
 			for _, c := range sel.Candidates {
 				p := c.Profile
 				if p.GPUs() < tc.spec.GPUs || p.VCPUs < tc.spec.VCPUs || p.MemoryMiB < tc.spec.Memory || (p.GPUs() > 0) != (tc.spec.GPUs > 0) {
-					t.Errorf("candidate %s does not hold %+v", c.Describe(), tc.spec)
+					t.Errorf("candidate %s does not hold %+v", c.shapeWords(), tc.spec)
 				}
-				if p.Accelerator == AcceleratorT4 {
+				if p.Accelerator == acceleratorT4 {
 					if err := checkT4Shape("candidate", p.MachineType, p.AcceleratorCount, machineShape{vcpus: p.VCPUs, memoryMiB: p.MemoryMiB}); err != nil {
-						t.Errorf("candidate %s: %v", c.Describe(), err)
+						t.Errorf("candidate %s: %v", c.shapeWords(), err)
 					}
 				}
 				if s, _ := lookupShape(p.MachineType); s.custom {
 					if err := customN1Error(s.vcpus, s.memoryMiB); err != nil {
-						t.Errorf("candidate %s: %v", c.Describe(), err)
+						t.Errorf("candidate %s: %v", c.shapeWords(), err)
 					}
 				}
 			}
@@ -119,8 +119,8 @@ func TestSelectNamedAndRefusals(t *testing.T) {
 		{provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1}, "h100-cc", "a3-highgpu-1g + 1×nvidia-h100-80gb"},
 	} {
 		sel := selectFor(t, cfg, cat, tc.spec)
-		if !sel.Named || len(sel.Candidates) != 1 || sel.Chosen().Profile.Name != tc.name || sel.Chosen().Describe() != tc.shape {
-			t.Errorf("%+v: %s %s (named %v, %d candidates), want %s %s", tc.spec, sel.Chosen().Profile.Name, sel.Chosen().Describe(), sel.Named, len(sel.Candidates), tc.name, tc.shape)
+		if !sel.Named || len(sel.Candidates) != 1 || sel.firstChoice().Profile.Name != tc.name || sel.firstChoice().shapeWords() != tc.shape {
+			t.Errorf("%+v: %s %s (named %v, %d candidates), want %s %s", tc.spec, sel.firstChoice().Profile.Name, sel.firstChoice().shapeWords(), sel.Named, len(sel.Candidates), tc.name, tc.shape)
 		}
 	}
 	// The bundled H100 is never chosen by fit, even when the T4s cannot
@@ -143,12 +143,12 @@ func TestSelectNamedAndRefusals(t *testing.T) {
 		if tc.spec.InstanceType == "" {
 			c = fit
 		}
-		if _, err := c.Select(cat, tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := c.selectShape(cat, tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want %q", tc.spec, err, tc.want)
 		}
 	}
 	cfg.InstanceTypes = commaList{"t4-1"}
-	if _, err := cfg.Select(cat, provider.InstanceTypeSpec{InstanceType: "t4-4"}); err == nil || !strings.Contains(err.Error(), "GCP_INSTANCE_TYPES") {
+	if _, err := cfg.selectShape(cat, provider.InstanceTypeSpec{InstanceType: "t4-4"}); err == nil || !strings.Contains(err.Error(), "GCP_INSTANCE_TYPES") {
 		t.Errorf("allow-list: %v", err)
 	}
 }
@@ -159,17 +159,17 @@ func TestSelectHonoursDiskTypeSeries(t *testing.T) {
 	cat := mustCatalog(t, "", "")
 	cfg := validConfig()
 	cfg.DiskType = "hyperdisk-balanced"
-	_, err := cfg.Select(cat, provider.InstanceTypeSpec{GPUs: 1})
+	_, err := cfg.selectShape(cat, provider.InstanceTypeSpec{GPUs: 1})
 	if err == nil || !strings.Contains(err.Error(), "hyperdisk-balanced does not attach") || !strings.Contains(err.Error(), "GCP_DISK_TYPE") {
 		t.Errorf("hyperdisk on N1: %v", err)
 	}
 	cfg.DiskType = "pd-standard"
 	cfg.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
-	if _, err := cfg.Select(cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1}); err == nil || !strings.Contains(err.Error(), "pd-standard does not attach to a3-highgpu-1g") {
+	if _, err := cfg.selectShape(cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1}); err == nil || !strings.Contains(err.Error(), "pd-standard does not attach to a3-highgpu-1g") {
 		t.Errorf("pd-standard on A3: %v", err)
 	}
-	if sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{GPUs: 1}); sel.Chosen().Profile.Name != "t4-1" {
-		t.Errorf("pd-standard on N1 is fine, got %s", sel.Chosen().Describe())
+	if sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{GPUs: 1}); sel.firstChoice().Profile.Name != "t4-1" {
+		t.Errorf("pd-standard on N1 is fine, got %s", sel.firstChoice().shapeWords())
 	}
 }
 
@@ -178,15 +178,15 @@ func TestSelectHonoursDiskTypeSeries(t *testing.T) {
 func TestConfidentialProfileIsHonest(t *testing.T) {
 	cat := mustCatalog(t, "", "")
 	cfg := validConfig()
-	_, err := cfg.Select(cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1})
+	_, err := cfg.selectShape(cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1})
 	if err == nil || !strings.Contains(err.Error(), "TDX_CAPABLE") || !strings.Contains(err.Error(), "not a TDX image") || !strings.Contains(err.Error(), "GCP_PROFILE_IMAGES=h100-cc=") {
 		t.Fatalf("h100-cc without an image: %v", err)
 	}
 	// A pod's image annotation is refused unless the admin allows the
 	// image (allow_test.go); allowed, it serves the profile.
 	cfg.AllowedImages = commaList{"projects/p/global/images/tdx"}
-	if sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1, Image: "projects/p/global/images/tdx"}); sel.Chosen().Profile.Name != "h100-cc" {
-		t.Fatalf("image annotation: %v", sel.Chosen())
+	if sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1, Image: "projects/p/global/images/tdx"}); sel.firstChoice().Profile.Name != "h100-cc" {
+		t.Fatalf("image annotation: %v", sel.firstChoice())
 	}
 	cfg.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
 	cfg.SpotFallback, cfg.ProvisioningModel = true, ProvisioningSpot
@@ -195,7 +195,7 @@ func TestConfidentialProfileIsHonest(t *testing.T) {
 	if strings.Join(sel.Models(), ",") != ProvisioningSpot {
 		t.Errorf("h100-cc models = %v, want SPOT only", sel.Models())
 	}
-	req := strings.Join(cfg.Requirements(sel.Chosen().Profile), "\n")
+	req := strings.Join(cfg.Requirements(sel.firstChoice().Profile), "\n")
 	for _, want := range []string{"TDX_CAPABLE", "UEFI_COMPATIBLE", "GVNIC", "image: podvm-tdx", "not a TDX image", "NVMe", "gVNIC network interface", "sold only as Spot, Flex-start or from a reservation", "Intel Sapphire Rapids"} {
 		if !strings.Contains(req, want) {
 			t.Errorf("requirements lack %q:\n%s", want, req)
@@ -205,10 +205,10 @@ func TestConfidentialProfileIsHonest(t *testing.T) {
 	// start-up, before any pod.
 	cat2 := mustCatalog(t, "", `profiles: [{name: h100, machineType: a3-highgpu-1g, confidentialType: TDX, image: tdx, explicit: true}]`)
 	std := validConfig()
-	if err := std.CheckCatalog(cat2); err == nil || !strings.Contains(err.Error(), "sold only as Spot") || !strings.Contains(err.Error(), "provisioningModel: SPOT") {
+	if err := std.checkCatalog(cat2); err == nil || !strings.Contains(err.Error(), "sold only as Spot") || !strings.Contains(err.Error(), "provisioningModel: SPOT") {
 		t.Errorf("a3 profile under STANDARD: %v", err)
 	}
-	if err := std.CheckCatalog(cat); err != nil {
+	if err := std.checkCatalog(cat); err != nil {
 		t.Errorf("built-ins under STANDARD: %v", err)
 	}
 }
@@ -235,7 +235,7 @@ func TestStepsAndOfferings(t *testing.T) {
 	}
 	// A named shape is the only step per model.
 	named := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "t4-1", GPUs: 1})
-	if n := len(named.Steps()); n != 2 {
+	if n := len(named.attempts()); n != 2 {
 		t.Errorf("named t4-1 steps = %d, want 2 (SPOT, STANDARD)", n)
 	}
 }
@@ -244,7 +244,7 @@ func TestStepsAndOfferings(t *testing.T) {
 func TestOfferingCacheKey(t *testing.T) {
 	now := time.Unix(0, 0)
 	c := newOfferingCache(time.Minute, func() time.Time { return now })
-	one := offering{model: ProvisioningSpot, machineType: "n1-standard-16", accelerator: AcceleratorT4, count: 1, zone: "us-central1-a"}
+	one := offering{model: ProvisioningSpot, machineType: "n1-standard-16", accelerator: acceleratorT4, count: 1, zone: "us-central1-a"}
 	c.markUnavailable(one)
 	four, std := one, one
 	four.count = 4

@@ -64,14 +64,14 @@ func (c *Config) PlanInsert(catalog *Catalog, spec provider.InstanceTypeSpec, po
 			return nil, err
 		}
 	}
-	if err := c.CheckCatalog(catalog); err != nil {
+	if err := c.checkCatalog(catalog); err != nil {
 		return nil, err
 	}
-	sel, err := c.Select(catalog, spec)
+	sel, err := c.selectShape(catalog, spec)
 	if err != nil {
 		return nil, err
 	}
-	profile := sel.Chosen().Profile
+	profile := sel.firstChoice().Profile
 	name := util.GenerateInstanceName(podName, sandboxID, maxInstanceName)
 	return &InsertPlan{
 		Profile:      profile,
@@ -100,12 +100,12 @@ func (p *InsertPlan) SetNamespace(ns string) { p.vm.namespace = ns }
 // Request is the exact instances.insert request of the chosen profile for
 // one zone and model, requestId included.
 func (p *InsertPlan) Request(zone, model string) *computepb.InsertInstanceRequest {
-	return p.RequestFor(p.Profile, zone, model)
+	return p.requestFor(p.Profile, zone, model)
 }
 
-// RequestFor is the exact instances.insert request of one of the
+// requestFor is the exact instances.insert request of one of the
 // selection's profiles for one zone and model.
-func (p *InsertPlan) RequestFor(prof Profile, zone, model string) *computepb.InsertInstanceRequest {
+func (p *InsertPlan) requestFor(prof Profile, zone, model string) *computepb.InsertInstanceRequest {
 	st := p.cfg.profileStep(p.vm, prof, model, p.DiskSizeGB)
 	return &computepb.InsertInstanceRequest{
 		Project:          p.cfg.ProjectID,
@@ -125,10 +125,6 @@ func (c *Config) ImageRef() (project, name, family string, err error) {
 // ClientOptions are the options the provider makes its Google API clients
 // with (endpoint, credentials), for tools that call the same project.
 func (c *Config) ClientOptions() []option.ClientOption { return c.clientOptions() }
-
-// SubnetworkURL is GCP_SUBNETWORK as the provider sends it for a zone
-// (a bare name expanded into the zone's region), or "".
-func (c *Config) SubnetworkURL(zone string) string { return c.subnetworkURL(zone) }
 
 // NetworkURL is GCP_NETWORK as the provider sends it.
 func (c *Config) NetworkURL() string { return c.networkURL() }

@@ -53,18 +53,18 @@ func (p Profile) GPUs() int64 { return p.gpus }
 // GPUModel is the accelerator type of the profile's GPUs, or "".
 func (p Profile) GPUModel() string { return p.gpuModel }
 
-// BuiltinProfiles are the named shapes every deployment starts with. The
+// builtinProfiles are the named shapes every deployment starts with. The
 // T4 profiles are the smallest N1 type that gives each GPU four vCPUs (the
 // floor automatic selection keeps too); h100-cc is the confidential-GPU
 // shape, explicit only, sold only as Spot, and without an image until one
 // is configured (GCP_PROFILE_IMAGES=h100-cc=…): it needs a TDX image.
-func BuiltinProfiles() []Profile {
+func builtinProfiles() []Profile {
 	return []Profile{
 		{Name: "cpu-2", MachineType: "e2-medium"},
 		{Name: "cpu-4", MachineType: "n1-standard-4"},
-		{Name: "t4-1", MachineType: "n1-standard-4", Accelerator: AcceleratorT4, AcceleratorCount: 1},
-		{Name: "t4-2", MachineType: "n1-standard-8", Accelerator: AcceleratorT4, AcceleratorCount: 2},
-		{Name: "t4-4", MachineType: "n1-standard-16", Accelerator: AcceleratorT4, AcceleratorCount: 4},
+		{Name: "t4-1", MachineType: "n1-standard-4", Accelerator: acceleratorT4, AcceleratorCount: 1},
+		{Name: "t4-2", MachineType: "n1-standard-8", Accelerator: acceleratorT4, AcceleratorCount: 2},
+		{Name: "t4-4", MachineType: "n1-standard-16", Accelerator: acceleratorT4, AcceleratorCount: 4},
 		{Name: "h100-cc", MachineType: "a3-highgpu-1g", ConfidentialType: "TDX", MinCPUPlatform: "Intel Sapphire Rapids", ProvisioningModel: ProvisioningSpot, Explicit: true},
 	}
 }
@@ -113,7 +113,7 @@ func (p *Profile) normalize(field string) error {
 	case shape.bundledAccelerator != "":
 		p.gpus, p.gpuModel = int64(shape.bundledCount), shape.bundledAccelerator
 	case p.Accelerator == "" && p.AcceleratorCount != 0:
-		return fmt.Errorf("%s.accelerator: acceleratorCount is %d but no accelerator is named; set accelerator: %s", field, p.AcceleratorCount, AcceleratorT4)
+		return fmt.Errorf("%s.accelerator: acceleratorCount is %d but no accelerator is named; set accelerator: %s", field, p.AcceleratorCount, acceleratorT4)
 	case p.Accelerator != "":
 		if p.AcceleratorCount == 0 {
 			p.AcceleratorCount = 1
@@ -121,7 +121,7 @@ func (p *Profile) normalize(field string) error {
 		if shape.sharedCore {
 			return fmt.Errorf("%s.machineType: GPUs cannot attach to shared-core type %s; use an N1 type such as n1-standard-4", field, p.MachineType)
 		}
-		if p.Accelerator == AcceleratorT4 {
+		if p.Accelerator == acceleratorT4 {
 			if err := checkT4Shape(field, p.MachineType, p.AcceleratorCount, shape); err != nil {
 				return err
 			}
@@ -199,7 +199,7 @@ type Catalog struct {
 // NewCatalog builds a catalog from the built-ins and user documents: the
 // content of a file (path) and an inline document (env), either may be empty.
 func NewCatalog(filePath, inline string) (*Catalog, error) {
-	all := BuiltinProfiles()
+	all := builtinProfiles()
 	var user []Profile
 	if filePath != "" {
 		data, err := os.ReadFile(filePath)

@@ -44,13 +44,13 @@ func TestUserProfiles(t *testing.T) {
 		t.Fatalf("got %+v, want the user's t4-1 on n1-standard-8 (30720 MiB)", p)
 	}
 	cfg := validConfig()
-	sel, err := cfg.Select(c, provider.InstanceTypeSpec{InstanceType: "t4-1", GPUs: 1})
-	if err != nil || sel.Chosen().Profile.MachineType != "n1-standard-8" {
+	sel, err := cfg.selectShape(c, provider.InstanceTypeSpec{InstanceType: "t4-1", GPUs: 1})
+	if err != nil || sel.firstChoice().Profile.MachineType != "n1-standard-8" {
 		t.Fatalf("named t4-1: %v, %v", sel, err)
 	}
 	// By fit the user's profile competes on price: it carries its name
 	// when it is the shape chosen.
-	sel, err = cfg.Select(c, provider.InstanceTypeSpec{GPUs: 1, Memory: 40000, VCPUs: 8})
+	sel, err = cfg.selectShape(c, provider.InstanceTypeSpec{GPUs: 1, Memory: 40000, VCPUs: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

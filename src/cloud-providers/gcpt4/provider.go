@@ -106,7 +106,7 @@ func NewProvider(ctx context.Context, cfg Config, logger *slog.Logger, extra ...
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.CheckCatalog(catalog); err != nil {
+	if err := cfg.checkCatalog(catalog); err != nil {
 		return nil, err
 	}
 	if logger == nil {

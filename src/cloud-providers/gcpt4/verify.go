@@ -50,7 +50,7 @@ func (p *Provider) verifyConfig() error {
 	// Provisioning models against what GCE sells per machine type; no
 	// API needed (NewProvider checked it too, this names it again for an
 	// adaptor run with CLOUD_CONFIG_VERIFY).
-	if err := p.cfg.CheckCatalog(p.catalog); err != nil {
+	if err := p.cfg.checkCatalog(p.catalog); err != nil {
 		return err
 	}
 	if err := p.enter(); err != nil {
