@@ -80,9 +80,10 @@ func (c *Config) clientOptions() []option.ClientOption {
 	if c.Endpoint != "" {
 		opts = append(opts, option.WithEndpoint(strings.TrimSuffix(c.Endpoint, "/")))
 		// A plain-HTTP endpoint is a local emulator: never send it
-		// credentials.
+		// credentials, and add no credentials option either, since the
+		// Google client refuses one next to WithoutAuthentication.
 		if strings.HasPrefix(c.Endpoint, "http://") {
-			opts = append(opts, option.WithoutAuthentication())
+			return append(opts, option.WithoutAuthentication())
 		}
 	}
 	if o := c.CredentialsOption(); o != nil {
