@@ -154,7 +154,7 @@ func CheckClusterID(ctx context.Context, id string, api ClusterAPI) error {
 	defer cancel()
 	uid, err := api.KubeSystemUID(ctx)
 	if err != nil {
-		return fmt.Errorf("cannot check GCP_CLUSTER_ID %s against this cluster (refusing to create podVMs under an ID that may be another cluster's): %w", id, err)
+		return fmt.Errorf("cannot check GCP_CLUSTER_ID %s against this cluster, refusing to start: %w", id, err)
 	}
 	if uid != id {
 		// Most likely peer-pods-cm was copied from another cluster, whose

@@ -40,7 +40,7 @@ var reservedLabels = []string{ManagedByLabel, SandboxLabel, PodLabel, ProfileLab
 // none); CreateInstance refuses without it.
 func (c *Config) validateIdentity() error {
 	if c.ClusterID != "" && !labelValueRE.MatchString(c.ClusterID) {
-		return fmt.Errorf("GCP_CLUSTER_ID: %q is not a GCE label value; use the kube-system namespace's UID (kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')", c.ClusterID)
+		return fmt.Errorf("GCP_CLUSTER_ID: %q is not a GCE label value; use the kube-system namespace's UID", c.ClusterID)
 	}
 	if !labelValueRE.MatchString(c.ClusterName) {
 		return fmt.Errorf("GCP_CLUSTER_NAME: %q is not a GCE label value (lowercase letters, digits, '_' and '-', at most 63 characters)", c.ClusterName)
