@@ -102,7 +102,6 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 	ctx, cancel := context.WithTimeout(ctx, p.createTimeout)
 	defer cancel()
 	name := util.GenerateInstanceName(podName, sandboxID, maxInstanceName)
-	vlog := p.vmLogger(fmt.Sprintf("pod %s, podVM %s: ", podName, name))
 	userData, err := cloudConfig.Generate()
 	if err != nil {
 		return nil, fmt.Errorf("generating the podVM cloud-config: %w", err)
@@ -119,7 +118,7 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 		return nil, err
 	}
 	defer release()
-	vlog = p.vmLogger(fmt.Sprintf("pod %s, podVM %s (%s): ", podName, name, plan.describe))
+	vlog := p.vmLogger(fmt.Sprintf("pod %s, podVM %s (%s): ", podName, name, plan.describe))
 	zones, err := p.zonesFor(ctx, plan.accelerator)
 	if err != nil {
 		return nil, err
