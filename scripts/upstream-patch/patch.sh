@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Turns an upstream Cloud API Adaptor checkout plus our gcpt4 provider into a
 # reviewable `git format-patch` series:
-#   1. the gcpt4 package in src/cloud-providers (+ go mod tidy there)
-#   2. registration in the CAA command behind build tag gcp_t4, and the tag in
+#   1. the gcpt4 package in src/cloud-providers with the tests that need no
+#      emulator (+ go mod tidy there)
+#   2. test-only: gcpt4/gcefake, the in-process Compute Engine emulator, and
+#      the tests that drive the provider against it (*_gcefake_test.go)
+#   3. registration in the CAA command behind build tag gcp_t4, and the tag in
 #      BUILTIN_CLOUD_PROVIDERS (+ go mod tidy in src/cloud-api-adaptor)
-#   3. registration in the peer-pod controller, so it can delete the VMs of
+#   4. registration in the peer-pod controller, so it can delete the VMs of
 #      dangling PeerPods (+ go mod tidy in every other module that replaces
 #      src/cloud-providers)
+# Commits 1 and 2 each build, vet and pass gcpt4's tests on their own.
 # It refuses a checkout whose provider API differs from the one gcpt4 targets,
 # builds each module with -tags gcp_t4 and runs gcpt4's tests in upstream's
 # module. The checkout itself is never modified: the work happens in a clone.
@@ -112,15 +116,41 @@ fi
 # shellcheck source=scripts/upstream-patch/common.sh
 . "$here/scripts/upstream-patch/common.sh"
 
-# 1. The provider package.
-dropin_copy "$here" "$cp"
-DROPIN_ALWAYS_TIDY=1 dropin_tidy "$cp"
-if [ -n "$notest" ]; then
-	(cd "$cp" && go build ./gcpt4/... && go vet ./gcpt4/...)
-	echo "gcpt4's tests not run (-n)"
-else
-	dropin_test "$cp"
+# 1. The provider package and its tests that need no emulator. The
+# emulator (gcefake/) and the tests that use it (*_gcefake_test.go) wait in
+# a staging copy for commit 2, so a reviewer can take the provider without
+# them, and commit 1 is checked to build and pass its tests on its own.
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"; [ -n "$keep" ] || rm -rf "$work"' EXIT
+dropin_copy "$here" "$stage"
+# place_gcpt4 provider|emulator: copy that part of the staged package in.
+place_gcpt4() {
+	(cd "$stage" && find gcpt4 -type f -print0 | while IFS= read -r -d '' f; do
+		case $f in
+		gcpt4/gcefake/* | *_gcefake_test.go) [ "$1" = emulator ] || continue ;;
+		*) [ "$1" = provider ] || continue ;;
+		esac
+		printf '%s\0' "$f"
+	done | tar --null -T - -cf -) | tar -xf - -C "$cp"
+}
+# check_gcpt4: build, vet and (without -n) test gcpt4 as the tree has it now.
+check_gcpt4() {
+	if [ -n "$notest" ]; then
+		(cd "$cp" && go build ./gcpt4/... && go vet ./gcpt4/...)
+		echo "gcpt4's tests not run (-n)"
+	else
+		dropin_test "$cp"
+	fi
+}
+place_gcpt4 provider
+if named=$(grep -rl gcefake --include='*.go' "$cp/gcpt4"); then
+	echo "refusing: these files name gcefake but are neither in gcpt4/gcefake nor *_gcefake_test.go, so patch 1 would need the emulator:" >&2
+	sed "s|^$work/||" <<<"$named" >&2
+	exit 1
 fi
+DROPIN_ALWAYS_TIDY=1 dropin_tidy "$cp"
+check_gcpt4
+echo "patch 1: gcpt4 builds and passes its tests without the emulator"
 git_ add -A src/cloud-providers
 git_ commit -q -s -F - <<'EOF'
 cloud-providers: add the gcp-t4 provider
@@ -132,8 +162,34 @@ retried insert never makes a second VM, and zone fallback on stockouts.
 CPU-only pods never get a GPU.
 
 It uses only the provider API and the modules src/cloud-providers already
-pins; gcefake is an in-process Compute Engine emulator its tests drive the
-real Google Cloud Go client against.
+pins. The tests in this patch need no GCE: configuration, profile and
+shape selection, request building and error classification. The tests
+that drive the provider against an emulated Compute Engine are the next
+patch.
+EOF
+
+# 2. Test-only: the emulator and the tests that use it.
+place_gcpt4 emulator
+dropin_mod_tidy "$cp" || {
+	echo "go mod tidy failed in src/cloud-providers after adding gcpt4/gcefake" >&2
+	exit 1
+}
+check_gcpt4
+echo "patch 2: gcpt4 with the emulator builds and passes its tests"
+git_ add -A src/cloud-providers
+git_ commit -q -s -F - <<'EOF'
+cloud-providers/gcpt4: add a test-only GCE emulator
+
+Test-only. gcefake is an in-process Compute Engine emulator serving the
+REST API the Google Cloud Go client calls: instances, operations, zones,
+machine and accelerator types, images, instance templates, networks,
+quotas, and the errors GCE returns (stockouts, quota, rate limits). The
+*_gcefake_test.go tests drive the provider through the real client
+against it: zone fallback, idempotent retries, clean-up after failed
+creates, deletes, concurrency and injected faults.
+
+Only _test.go files import gcefake, so no binary links it; it can be left
+out of the tree without changing the provider.
 EOF
 
 # register DIR: add gcp_t4.go to a package that links providers by build tag.
@@ -188,7 +244,7 @@ build_module() {
 	exit 1
 }
 
-# 2. The CAA command.
+# 3. The CAA command.
 register "$caa/cmd/cloud-api-adaptor"
 if ! grep -qE '^\s*BUILTIN_CLOUD_PROVIDERS\s*\?=' "$caa/Makefile" 2>/dev/null; then
 	echo "refusing: src/cloud-api-adaptor/Makefile has no BUILTIN_CLOUD_PROVIDERS ?= line to add gcp_t4 to" >&2
@@ -217,7 +273,7 @@ Build tags cannot contain '-', so the gcp-t4 provider is linked with tag
 gcp_t4, which BUILTIN_CLOUD_PROVIDERS now includes.
 EOF
 
-# 3. The peer-pod controller, and any other module that replaces
+# 4. The peer-pod controller, and any other module that replaces
 # src/cloud-providers.
 register "$ctrl/controllers"
 build_module "$ctrl" gcp_t4 ./... && echo "peerpod-ctrl builds with -tags gcp_t4"

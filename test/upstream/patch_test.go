@@ -161,7 +161,8 @@ func TestPatchSeriesOnSyntheticTree(t *testing.T) {
 	if err != nil {
 		t.Fatalf("patch.sh failed: %v\n%s", err, log)
 	}
-	for _, want := range []string{"provider API matches", "cloud-api-adaptor builds with -tags gcp_t4 and lists gcp-t4", "peerpod-ctrl builds with -tags gcp_t4"} {
+	for _, want := range []string{"provider API matches", "patch 1: gcpt4 builds and passes its tests without the emulator",
+		"patch 2: gcpt4 with the emulator builds and passes its tests", "cloud-api-adaptor builds with -tags gcp_t4 and lists gcp-t4", "peerpod-ctrl builds with -tags gcp_t4"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("patch.sh output lacks %q:\n%s", want, log)
 		}
@@ -217,13 +218,15 @@ func TestPatchSeriesOnSyntheticTree(t *testing.T) {
 	t.Run("commit series", func(t *testing.T) {
 		files := patches(t, out)
 		wantNames := []string{"0001-cloud-providers-add-the-gcp-t4-provider.patch",
-			"0002-cloud-api-adaptor-link-gcp-t4-with-build-tag-gcp_t4.patch",
-			"0003-peerpod-ctrl-link-gcp-t4-with-build-tag-gcp_t4.patch"}
+			"0002-cloud-providers-gcpt4-add-a-test-only-GCE-emulator.patch",
+			"0003-cloud-api-adaptor-link-gcp-t4-with-build-tag-gcp_t4.patch",
+			"0004-peerpod-ctrl-link-gcp-t4-with-build-tag-gcp_t4.patch"}
 		if len(files) != len(wantNames) {
 			t.Fatalf("want %d patches, got %q", len(wantNames), files)
 		}
 		wantIn := [][]string{
-			{"+++ b/src/cloud-providers/gcpt4/provider.go", "+++ b/src/cloud-providers/gcpt4/gcefake/"},
+			{"+++ b/src/cloud-providers/gcpt4/provider.go", "+++ b/src/cloud-providers/gcpt4/provider_test.go"},
+			{"+++ b/src/cloud-providers/gcpt4/gcefake/server.go", "+++ b/src/cloud-providers/gcpt4/provider_gcefake_test.go", "Test-only."},
 			{"+++ b/src/cloud-api-adaptor/cmd/cloud-api-adaptor/gcp_t4.go", "+//go:build gcp_t4", "src/cloud-api-adaptor/Makefile", "src/cloud-api-adaptor/go.mod"},
 			{"+++ b/src/peerpod-ctrl/controllers/gcp_t4.go", "+package controllers", "src/peerpod-ctrl/go.mod"},
 		}
@@ -247,10 +250,33 @@ func TestPatchSeriesOnSyntheticTree(t *testing.T) {
 				}
 			}
 		}
-		// The series applies to the base it names.
+		// The emulator is its own test-only patch: patch 1 has none of it,
+		// patch 2 nothing else.
+		for i, f := range files[:2] {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range regexp.MustCompile(`(?m)^\+\+\+ b/(\S+)$`).FindAllStringSubmatch(string(data), -1) {
+				name := strings.TrimPrefix(m[1], "src/cloud-providers/")
+				emulator := strings.HasPrefix(name, "gcpt4/gcefake/") || strings.HasSuffix(name, "_gcefake_test.go")
+				switch {
+				case i == 0 && emulator:
+					t.Errorf("patch 1 has the emulator's %s", m[1])
+				case i == 1 && !emulator && name != "go.mod" && name != "go.sum":
+					t.Errorf("the test-only patch 2 has %s", m[1])
+				}
+			}
+		}
+		// The series applies in order (git am, as a reviewer would) to the
+		// base it names, and gives exactly the tree that was built and tested.
 		check := filepath.Join(t.TempDir(), "apply")
 		run(t, "", nil, "git", "clone", "-q", tree, check)
-		run(t, check, nil, "git", append([]string{"apply", "--check"}, files...)...)
+		who := []string{"GIT_COMMITTER_NAME=reviewer", "GIT_COMMITTER_EMAIL=reviewer@example.invalid"}
+		run(t, check, who, "git", append([]string{"-c", "commit.gpgsign=false", "am", "-q"}, files...)...)
+		if got, want := run(t, check, nil, "git", "rev-parse", "HEAD^{tree}"), run(t, work, nil, "git", "rev-parse", "HEAD^{tree}"); got != want {
+			t.Errorf("the series applied with git am gives tree %s, the patched tree is %s", strings.TrimSpace(got), strings.TrimSpace(want))
+		}
 	})
 
 	t.Run("reproducible", func(t *testing.T) {

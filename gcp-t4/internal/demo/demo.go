@@ -23,6 +23,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/adaptor"
 	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
+	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 	"github.com/caa-gcp-t4/gcp-t4/internal/shimclient"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
@@ -109,7 +110,7 @@ func Run(ctx context.Context, args []string, out io.Writer, logger *slog.Logger)
 
 	pol := gc.DefaultPolicy()
 	fmt.Fprintf(out, "\nThe reaper's pass %s later, once the VM is past REAPER_GRACE (gcp-t4 gc -delete, as the caa-gcp-t4-reaper Deployment runs it):\n", pol.Grace)
-	reaper, err := gcpt4.NewProvider(ctx, reaperConfig(fake), logger, fake.ClientOptions()...)
+	reaper, err := gcpt4.NewProvider(ctx, reaperConfig(fake), providerflags.ProviderLogger(logger), fake.ClientOptions()...)
 	if err != nil {
 		return err
 	}

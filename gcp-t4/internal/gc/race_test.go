@@ -3,6 +3,8 @@ package gc
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -37,7 +39,7 @@ func newProvider(t testing.TB, fake *gcefake.Server, cluster string) *gcpt4.Prov
 	t.Helper()
 	cfg := gcpt4.Config{ProjectID: fake.Project(), Zone: "us-central1-a", ImageName: "podvm-t4", Network: "default", Subnetwork: "default",
 		DiskType: "pd-balanced", RootVolumeSize: 50, ProvisioningModel: gcpt4.ProvisioningStandard, ClusterID: cluster, NodeName: "node-1"}
-	p, err := gcpt4.NewProvider(context.Background(), cfg, quiet(), fake.ClientOptions()...)
+	p, err := gcpt4.NewProvider(context.Background(), cfg, log.New(io.Discard, "", 0), fake.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log"
 	"log/slog"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ func (g *guardEnv) podVM(t *testing.T, cluster, ns, pod, sandbox string) string 
 	t.Helper()
 	cfg := gcpt4.Config{ProjectID: g.fake.Project(), Zone: "us-central1-a", ImageName: "podvm-t4", Network: "global/networks/default",
 		DiskType: "pd-balanced", RootVolumeSize: 50, ProvisioningModel: gcpt4.ProvisioningStandard, ClusterID: cluster, NodeName: "worker-1"}
-	p, err := gcpt4.NewProvider(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), g.fake.ClientOptions()...)
+	p, err := gcpt4.NewProvider(t.Context(), cfg, log.New(io.Discard, "", 0), g.fake.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

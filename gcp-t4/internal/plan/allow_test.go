@@ -39,7 +39,7 @@ func TestPlanRefusesWhatTheAdminDidNotAllow(t *testing.T) {
 		{"foreign image", map[string]string{AnnotationImage: "projects/attacker-proj/global/images/evil"}, smallCPU, nil,
 			[]string{"GCP_ALLOWED_IMAGES", "projects/attacker-proj/global/images/evil"}},
 		{"CPU-only pod naming t4-4", map[string]string{AnnotationMachineType: "t4-4"}, smallCPU, nil,
-			[]string{"declares 0", "GCP_INSTANCE_TYPES"}},
+			[]string{"the pod requests 0", "GCP_INSTANCE_TYPES"}},
 		{"n1-standard-96 with 4 GPUs", map[string]string{AnnotationMachineType: "n1-standard-96", AnnotationGPUs: "4"}, smallCPU, nil,
 			[]string{"GCP_INSTANCE_TYPES", "n1-standard-96"}},
 		{"custom-96-638976", map[string]string{AnnotationMachineType: "custom-96-638976", AnnotationGPUs: "4"}, smallCPU, nil,

@@ -2,6 +2,8 @@ package preflight
 
 import (
 	"context"
+	"io"
+	"log"
 	"net/url"
 	"slices"
 	"sort"
@@ -122,7 +124,7 @@ func TestRoleIsExactlyWhatTheProviderCalls(t *testing.T) {
 				c.mutate(&cfg)
 			}
 			ctx := context.Background()
-			p, err := gcpt4.NewProvider(ctx, cfg, quiet(), fake.ClientOptions()...)
+			p, err := gcpt4.NewProvider(ctx, cfg, log.New(io.Discard, "", 0), fake.ClientOptions()...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,6 +2,8 @@ package preflight
 
 import (
 	"context"
+	"io"
+	"log"
 	"slices"
 	"sort"
 	"strings"
@@ -24,7 +26,7 @@ func TestReaperRoleIsWhatTheReaperCalls(t *testing.T) {
 	cfg := baseConfig(fake)
 	cfg.Endpoint = ""
 	ctx := context.Background()
-	caa, err := gcpt4.NewProvider(ctx, cfg, quiet(), fake.ClientOptions()...)
+	caa, err := gcpt4.NewProvider(ctx, cfg, log.New(io.Discard, "", 0), fake.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +37,7 @@ func TestReaperRoleIsWhatTheReaperCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake.ResetCalls()
-	reaper, err := gcpt4.NewProvider(ctx, cfg, quiet(), fake.ClientOptions()...)
+	reaper, err := gcpt4.NewProvider(ctx, cfg, log.New(io.Discard, "", 0), fake.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ package providerflags
 import (
 	"context"
 	"flag"
+	"log"
 	"log/slog"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
@@ -40,5 +41,12 @@ func (f *Flags) Config() gcpt4.Config { return *f.m.GetConfig() }
 // Provider builds the provider, logging to logger; the caller tears it
 // down.
 func (f *Flags) Provider(ctx context.Context, logger *slog.Logger) (*gcpt4.Provider, error) {
-	return gcpt4.NewProvider(ctx, f.Config(), logger)
+	return gcpt4.NewProvider(ctx, f.Config(), ProviderLogger(logger))
+}
+
+// ProviderLogger is the *log.Logger gcpt4 takes (it logs with Printf, as
+// upstream's providers do), writing into logger at level Info with
+// provider=gcp-t4, so our commands keep one structured log.
+func ProviderLogger(logger *slog.Logger) *log.Logger {
+	return slog.NewLogLogger(logger.With("provider", "gcp-t4").Handler(), slog.LevelInfo)
 }

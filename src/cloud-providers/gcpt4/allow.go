@@ -69,7 +69,7 @@ func (c *Config) checkPodImage(catalog *Catalog, podImage string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("pod annotation %s: image %s is not one the cluster admin allows (PODVM_IMAGE_NAME, GCP_PROFILE_IMAGES, a profile's image); remove the annotation, or ask the admin to add it to GCP_ALLOWED_IMAGES", annotImage, want)
+	return fmt.Errorf("pod annotation %s: image %s is not allowed; remove the annotation, or ask the admin to add it to GCP_ALLOWED_IMAGES", annotImage, want)
 }
 
 // listed reports whether the admin named this shape in GCP_INSTANCE_TYPES.
@@ -95,7 +95,7 @@ func (c *Config) nameAllowed(catalog *Catalog, name string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("pod annotation %s: %q is not a profile (%s) or a profile's machine type, which is all an empty GCP_INSTANCE_TYPES allows; name a profile, or ask the cluster admin to list it in GCP_INSTANCE_TYPES", annotMachineType, name, strings.Join(names, ", "))
+	return fmt.Errorf("pod annotation %s: %q is not a profile (%s) or a profile's machine type; name a profile, or ask the admin to list it in GCP_INSTANCE_TYPES", annotMachineType, name, strings.Join(names, ", "))
 }
 
 // fitAllowed says why fit may not choose a shape, or "" if it may.
@@ -245,7 +245,7 @@ func (c *Config) checkDeclaredGPUs(p Profile, r Request) error {
 	if n, ok := nextT4Count(r.GPUs); ok && r.GPUs > 0 && p.gpuModel == acceleratorT4 && int64(n) >= p.gpus {
 		return nil
 	}
-	return fmt.Errorf("pod annotation %s: %q has %d GPU(s) but the pod declares %d: a pod gets only the GPUs it declares, so that the cluster's GPU caps count them; request nvidia.com/gpu: %d (or annotate default_gpus), or ask the cluster admin to list %q in GCP_INSTANCE_TYPES", annotMachineType, r.InstanceType, p.gpus, r.GPUs, p.gpus, r.InstanceType)
+	return fmt.Errorf("pod annotation %s: %q has %d GPU(s), the pod requests %d; request nvidia.com/gpu: %d, or ask the admin to list %q in GCP_INSTANCE_TYPES", annotMachineType, r.InstanceType, p.gpus, r.GPUs, p.gpus, r.InstanceType)
 }
 
 // validateAllow checks the allow-list and cap settings.

@@ -63,7 +63,7 @@ func inClusterAPI(lookup func(string) (string, bool), dir string) (ClusterAPI, e
 	host, _ := lookup("KUBERNETES_SERVICE_HOST")
 	port, _ := lookup("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
-		return ClusterAPI{}, fmt.Errorf("KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are not set: not running in a Kubernetes pod, so the cluster cannot tell this process its own ID; run it in the cluster whose ID GCP_CLUSTER_ID names (the cloud-api-adaptor DaemonSet)")
+		return ClusterAPI{}, fmt.Errorf("KUBERNETES_SERVICE_HOST/PORT are not set: GCP_CLUSTER_ID is checked from inside its cluster; run in the cloud-api-adaptor DaemonSet")
 	}
 	token, err := os.ReadFile(filepath.Join(dir, "token"))
 	if err != nil {
@@ -154,10 +154,12 @@ func checkClusterID(ctx context.Context, id string, api ClusterAPI) error {
 	defer cancel()
 	uid, err := api.kubeSystemNamespaceUID(ctx)
 	if err != nil {
-		return fmt.Errorf("cannot check GCP_CLUSTER_ID %s against this cluster (refusing to create podVMs under an ID that may be another cluster's): %w", id, err)
+		return fmt.Errorf("cannot check GCP_CLUSTER_ID %s against this cluster, refusing to start: %w", id, err)
 	}
 	if uid != id {
-		return fmt.Errorf("%w: GCP_CLUSTER_ID %s is not this cluster's ID (its kube-system namespace's UID is %s); peer-pods-cm was copied from another cluster, whose reaper would delete this cluster's podVMs. Fix: kubectl -n confidential-containers-system patch configmap peer-pods-cm --type merge -p '{\"data\":{\"GCP_CLUSTER_ID\":\"%s\"}}' && kubectl -n confidential-containers-system rollout restart daemonset/cloud-api-adaptor-daemonset (or rerun gcp-t4 install, which sets it)",
+		// Most likely peer-pods-cm was copied from another cluster, whose
+		// reaper would delete this cluster's podVMs.
+		return fmt.Errorf("%w: GCP_CLUSTER_ID %s is not this cluster's (kube-system UID %s); set GCP_CLUSTER_ID=%s in peer-pods-cm and restart the adaptor, or rerun gcp-t4 install",
 			ErrForeignClusterID, id, uid, uid)
 	}
 	return nil

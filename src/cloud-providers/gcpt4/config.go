@@ -213,7 +213,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("GCP_SPOT_FALLBACK: only meaningful with GCP_PROVISIONING_MODEL=SPOT (it is %s)", c.ProvisioningModel)
 	}
 	if c.UsePublicIP {
-		return fmt.Errorf("USE_PUBLIC_IP: gcp-t4 never gives a podVM an external IP (GPU VMs stay private); unset USE_PUBLIC_IP and run CAA on nodes in the podVMs' VPC")
+		return fmt.Errorf("USE_PUBLIC_IP: gcp-t4 never gives a podVM an external IP; unset it and run CAA in the podVMs' VPC")
 	}
 	switch c.NICType {
 	case "", NICTypeGVNIC, NICTypeVirtio:
@@ -235,7 +235,7 @@ func (c *Config) Validate() error {
 	}
 	for k, v := range c.Labels {
 		if !labelKeyRE.MatchString(k) || !labelValueRE.MatchString(v) {
-			return fmt.Errorf("GCP_LABELS: label %s=%s is not a GCE label (key: a lowercase letter, then lowercase letters, digits, '_' or '-'; value: the same; at most 63 characters each)", k, v)
+			return fmt.Errorf("GCP_LABELS: %s=%s is not a GCE label (lowercase letters, digits, '_' and '-', at most 63 each; a key starts with a letter)", k, v)
 		}
 		if slices.Contains(reservedLabels, k) {
 			return fmt.Errorf("GCP_LABELS: label %s is set by the provider itself; choose another key", k)

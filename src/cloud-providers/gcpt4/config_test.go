@@ -47,7 +47,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.RootVolumeSize = 5 }, "ROOT_VOLUME_SIZE"},
 		{func(c *Config) { c.ProvisioningModel = "spot" }, "GCP_PROVISIONING_MODEL: \"spot\""},
 		{func(c *Config) { c.UsePublicIP = true }, "USE_PUBLIC_IP: gcp-t4 never gives a podVM an external IP"},
-		{func(c *Config) { c.Labels = provider.KeyValueFlag{"Team": "x"} }, "GCP_LABELS: label Team=x"},
+		{func(c *Config) { c.Labels = provider.KeyValueFlag{"Team": "x"} }, "GCP_LABELS: Team=x is not a GCE label"},
 		{func(c *Config) { c.Labels = provider.KeyValueFlag{ManagedByLabel: "me"} }, "set by the provider itself"},
 		{func(c *Config) { c.InstanceTemplate = "zones/x/instances/y" }, "GCP_INSTANCE_TEMPLATE"},
 	}

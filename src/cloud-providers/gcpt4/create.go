@@ -8,7 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
+	"log"
 	"slices"
 	"strings"
 	"time"
@@ -102,7 +102,6 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 	ctx, cancel := context.WithTimeout(ctx, p.createTimeout)
 	defer cancel()
 	name := util.GenerateInstanceName(podName, sandboxID, maxInstanceName)
-	log := p.log.With("pod", podName, "instance", name)
 	userData, err := cloudConfig.Generate()
 	if err != nil {
 		return nil, fmt.Errorf("generating the podVM cloud-config: %w", err)
@@ -119,7 +118,7 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 		return nil, err
 	}
 	defer release()
-	log = log.With("shape", plan.describe)
+	vlog := p.vmLogger(fmt.Sprintf("pod %s, podVM %s (%s): ", podName, name, plan.describe))
 	zones, err := p.zonesFor(ctx, plan.accelerator)
 	if err != nil {
 		return nil, err
@@ -134,7 +133,7 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 		if quotaRegions[st.model] == nil {
 			quotaRegions[st.model] = map[string]string{}
 		}
-		inst, done, err := p.tryZones(ctx, log, vm, plan, st, zones, &tried, quotaRegions[st.model])
+		inst, done, err := p.tryZones(ctx, vlog, vm, plan, st, zones, &tried, quotaRegions[st.model])
 		if done {
 			return inst, err
 		}
@@ -166,7 +165,7 @@ func (cp createPlan) usableZones(zones []string, tried *attempts) ([]string, err
 // done is false when every zone was out of capacity or quota for it, so
 // the next step may be tried. quotaRegions (region → metric) is the
 // model's: a regional quota exhausted for one shape is for the next too.
-func (p *Provider) tryZones(ctx context.Context, log *slog.Logger, vm podVM, plan createPlan, st walkStep, zones []string, tried *attempts, quotaRegions map[string]string) (*provider.Instance, bool, error) {
+func (p *Provider) tryZones(ctx context.Context, vlog *log.Logger, vm podVM, plan createPlan, st walkStep, zones []string, tried *attempts, quotaRegions map[string]string) (*provider.Instance, bool, error) {
 	model := st.model
 	queue := append([]string(nil), zones...)
 	for len(queue) > 0 {
@@ -181,7 +180,7 @@ func (p *Provider) tryZones(ctx context.Context, log *slog.Logger, vm podVM, pla
 			tried.add(zone, model, "skipped: out of capacity until "+until.UTC().Format(time.TimeOnly))
 			continue
 		}
-		inst, gerr, err := p.createInZone(ctx, log, vm, zone, st, st.build(zone))
+		inst, gerr, err := p.createInZone(ctx, vlog, vm, zone, st, st.build(zone))
 		if err == nil {
 			return inst, true, nil
 		}
@@ -193,7 +192,7 @@ func (p *Provider) tryZones(ctx context.Context, log *slog.Logger, vm podVM, pla
 			p.offerings.markUnavailable(off)
 			tried.add(zone, model, gerr.code)
 			tried.stockouts++
-			log.Warn("zone out of capacity, trying the next", "zone", zone, "model", model, "shape", st.describe, "code", gerr.code, "zonesAvailable", gerr.zonesAvailable)
+			vlog.Printf("%s out of capacity for %s %s (%s), trying the next zone; GCE names zones with capacity: %v", zone, model, st.describe, gerr.code, gerr.zonesAvailable)
 			queue = preferZones(queue, gerr.zonesAvailable)
 		case failQuota:
 			tried.add(zone, model, "QUOTA_EXCEEDED "+gerr.quotaMetric)
@@ -203,7 +202,7 @@ func (p *Provider) tryZones(ctx context.Context, log *slog.Logger, vm podVM, pla
 				return inst, true, fmt.Errorf("%w: %w", tried.noCapacity(vm.name, plan, p.cfg), gerr)
 			}
 			quotaRegions[regionOf(zone)] = gerr.quotaMetric
-			log.Warn("regional quota exhausted, skipping the region", "region", regionOf(zone), "metric", gerr.quotaMetric, "model", model)
+			vlog.Printf("%s quota exhausted in %s for %s, skipping the region", gerr.quotaMetric, regionOf(zone), model)
 		default:
 			return inst, true, err
 		}
@@ -363,7 +362,7 @@ func (c *Config) templateModels(props *computepb.InstanceProperties) ([]string, 
 	var models []string
 	switch {
 	case c.ProvisioningModel == ProvisioningSpot && own != ProvisioningStandard && own != ProvisioningSpot:
-		return nil, fmt.Errorf("GCP_PROVISIONING_MODEL=SPOT: GCP_INSTANCE_TEMPLATE %s is provisioned as %s, which Spot cannot override; unset GCP_PROVISIONING_MODEL or use a STANDARD or SPOT template", c.InstanceTemplate, own)
+		return nil, fmt.Errorf("GCP_PROVISIONING_MODEL=SPOT cannot override GCP_INSTANCE_TEMPLATE %s's %s; unset it, or use a STANDARD or SPOT template", c.InstanceTemplate, own)
 	case c.ProvisioningModel == ProvisioningSpot:
 		models = []string{ProvisioningSpot}
 		if c.SpotFallback {
@@ -391,7 +390,7 @@ func (c *Config) templateModels(props *computepb.InstanceProperties) ([]string, 
 // classified GCE error, when there is one, so the caller can fall back.
 // Once GCE has accepted the insert, any later failure deletes the VM; only
 // if that delete fails too is the instance returned for CAA to delete.
-func (p *Provider) createInZone(ctx context.Context, log *slog.Logger, vm podVM, zone string, st walkStep, body *computepb.Instance) (*provider.Instance, *gceError, error) {
+func (p *Provider) createInZone(ctx context.Context, vlog *log.Logger, vm podVM, zone string, st walkStep, body *computepb.Instance) (*provider.Instance, *gceError, error) {
 	req := &computepb.InsertInstanceRequest{
 		Project:          p.cfg.ProjectID,
 		Zone:             zone,
@@ -413,18 +412,18 @@ func (p *Provider) createInZone(ctx context.Context, log *slog.Logger, vm podVM,
 	if err != nil {
 		gerr := asGCE(err)
 		if gerr != nil && gerr.kind == failExists {
-			return p.adopt(ctx, log, vm, zone)
+			return p.adopt(ctx, vlog, vm, zone)
 		}
 		// A transport error may hide an accepted insert: make sure.
 		if gerr != nil && gerr.kind == failTransient {
-			return p.abandon(ctx, log, vm, zone, gerr, p.createError(vm, zone, err))
+			return p.abandon(ctx, vlog, vm, zone, gerr, p.createError(vm, zone, err))
 		}
 		return nil, gerr, p.createError(vm, zone, err)
 	}
-	log.Info("podVM insert accepted", "zone", zone, "operation", op.GetName())
+	vlog.Printf("insert accepted in %s, operation %s", zone, op.GetName())
 	op, err = p.wait(ctx, zone, op)
 	if err != nil {
-		return p.abandon(ctx, log, vm, zone, asGCE(err), p.createError(vm, zone, err))
+		return p.abandon(ctx, vlog, vm, zone, asGCE(err), p.createError(vm, zone, err))
 	}
 	if gerr := classifyOperation(op); gerr != nil {
 		// GCE creates nothing when an insert operation fails.
@@ -432,21 +431,21 @@ func (p *Provider) createInZone(ctx context.Context, log *slog.Logger, vm podVM,
 	}
 	inst, err := p.getInstance(ctx, zone, vm.name)
 	if err != nil {
-		return p.abandon(ctx, log, vm, zone, asGCE(err), p.createError(vm, zone, err))
+		return p.abandon(ctx, vlog, vm, zone, asGCE(err), p.createError(vm, zone, err))
 	}
-	return p.toInstance(ctx, log, vm, zone, inst)
+	return p.toInstance(ctx, vlog, vm, zone, inst)
 }
 
 // abandon deletes a VM whose create failed after GCE may have accepted it,
 // so that no paid GPU VM is left without an owner.
-func (p *Provider) abandon(ctx context.Context, log *slog.Logger, vm podVM, zone string, gerr *gceError, cause error) (*provider.Instance, *gceError, error) {
+func (p *Provider) abandon(ctx context.Context, vlog *log.Logger, vm podVM, zone string, gerr *gceError, cause error) (*provider.Instance, *gceError, error) {
 	id := InstanceID(zone, vm.name)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if derr := p.deleteInstance(cctx, id); derr != nil {
-		log.Error("podVM create failed and its clean-up too; returning it for the adaptor to delete", "zone", zone, "err", cause, "deleteErr", derr)
+		vlog.Printf("create in %s failed (%v) and deleting the VM failed too (%v); returning it for the adaptor to delete", zone, cause, derr)
 		return &provider.Instance{ID: id, Name: vm.name}, gerr, cause
 	}
-	log.Warn("podVM create failed; the VM was deleted", "zone", zone, "err", cause)
+	vlog.Printf("create in %s failed, the VM was deleted: %v", zone, cause)
 	return nil, gerr, cause
 }

@@ -75,7 +75,7 @@ type credentialFile struct {
 func CheckCredentials(what string, data []byte) (CredentialInfo, error) {
 	var f credentialFile
 	if err := json.Unmarshal(data, &f); err != nil {
-		return CredentialInfo{}, fmt.Errorf("%s: not a JSON credential file (%v); give a service account key (gcloud iam service-accounts keys create) or a Workload Identity Federation configuration (gcloud iam workload-identity-pools create-cred-config)", what, err)
+		return CredentialInfo{}, fmt.Errorf("%s: not a JSON credential file (%v); give a service account key or a Workload Identity Federation configuration", what, err)
 	}
 	switch f.Type {
 	case CredentialServiceAccount:
@@ -113,7 +113,7 @@ func CheckCredentials(what string, data []byte) (CredentialInfo, error) {
 	case "":
 		return CredentialInfo{}, fmt.Errorf("%s: no \"type\" field; give a service account key (type service_account) or a Workload Identity Federation configuration (type external_account)", what)
 	}
-	return CredentialInfo{}, fmt.Errorf("%s: type %q cannot be used by the adaptor: give a service account key (type service_account) or a Workload Identity Federation configuration (type external_account); an authorized_user file is a person's gcloud login and must not run a cluster component", what, f.Type)
+	return CredentialInfo{}, fmt.Errorf("%s: type %q is not allowed; give a service account key (type service_account) or a Workload Identity Federation configuration (type external_account)", what, f.Type)
 }
 
 // checkPrivateKey parses the PEM key as Google's libraries do (PKCS #8,

@@ -5,6 +5,7 @@ package gcpt4
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
@@ -39,7 +40,7 @@ var reservedLabels = []string{ManagedByLabel, SandboxLabel, PodLabel, ProfileLab
 // none); CreateInstance refuses without it.
 func (c *Config) validateIdentity() error {
 	if c.ClusterID != "" && !labelValueRE.MatchString(c.ClusterID) {
-		return fmt.Errorf("GCP_CLUSTER_ID: %q is not a GCE label value; use the kube-system namespace's UID (kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')", c.ClusterID)
+		return fmt.Errorf("GCP_CLUSTER_ID: %q is not a GCE label value; use the kube-system namespace's UID", c.ClusterID)
 	}
 	if !labelValueRE.MatchString(c.ClusterName) {
 		return fmt.Errorf("GCP_CLUSTER_NAME: %q is not a GCE label value (lowercase letters, digits, '_' and '-', at most 63 characters)", c.ClusterName)
@@ -50,7 +51,7 @@ func (c *Config) validateIdentity() error {
 // errNoClusterID is CreateInstance's refusal without a cluster identity: a
 // VM without one is never collected automatically.
 func errNoClusterID() error {
-	return fmt.Errorf("GCP_CLUSTER_ID (-cluster-id) is not set: every podVM carries its cluster's ID so that the reaper collects it when it leaks and no other cluster's reaper ever touches it; `gcp-t4 install` sets it to the kube-system namespace's UID (kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')")
+	return errors.New("GCP_CLUSTER_ID (-cluster-id) is not set; set it to the kube-system namespace's UID, as gcp-t4 install does")
 }
 
 // ownsLabels reports whether labels name this provider's cluster. Without

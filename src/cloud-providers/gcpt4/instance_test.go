@@ -191,7 +191,7 @@ func TestTemplateModels(t *testing.T) {
 		{ProvisioningSpot, false, std, "SPOT", ""},
 		{ProvisioningSpot, true, std, "SPOT,STANDARD", ""},
 		{ProvisioningStandard, false, flex, "FLEX_START", ""},
-		{ProvisioningSpot, false, flex, "", "Spot cannot override"},
+		{ProvisioningSpot, false, flex, "", "SPOT cannot override"},
 		{ProvisioningStandard, false, a3, "", "sold only as Spot"},
 		{ProvisioningSpot, true, a3, "SPOT", ""},
 	}

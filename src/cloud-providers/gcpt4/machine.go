@@ -231,7 +231,7 @@ func nextT4Count(n int64) (int32, bool) {
 // a message naming field and fix. field is the config path of the profile.
 func checkT4Shape(field, machineType string, count int32, shape machineShape) error {
 	if !isN1(machineType) {
-		return fmt.Errorf("%s.machineType: %s attaches only to N1 machine types (n1-standard-*, n1-highmem-*, n1-highcpu-* or N1 custom-*), got %q; pick an N1 type such as n1-standard-4", field, acceleratorT4, machineType)
+		return fmt.Errorf("%s.machineType: %s attaches only to N1 machine types, got %q; use one such as n1-standard-4", field, acceleratorT4, machineType)
 	}
 	lim, ok := t4Limits[count]
 	if !ok {

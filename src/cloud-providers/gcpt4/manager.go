@@ -123,7 +123,7 @@ func (m *Manager) Start(ctx context.Context, cluster func() (ClusterAPI, error))
 	if err != nil {
 		return nil, err
 	}
-	p.log.Info("gcp-t4 provider configured", "project", m.cfg.ProjectID, "zones", strings.Join(m.cfg.Zones(), ","), "credentials", info.String(), "cluster", m.cfg.ClusterID)
+	p.log.Printf("gcp-t4 provider configured: project %s, zones %s, credentials %s, cluster %s", m.cfg.ProjectID, strings.Join(m.cfg.Zones(), ","), info, m.cfg.ClusterID)
 	return p, nil
 }
 

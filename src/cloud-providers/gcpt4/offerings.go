@@ -73,7 +73,7 @@ func describeProfile(p Profile) string {
 
 // Selection is a request's one-pass answer: every shape that holds it,
 // cheapest first under the first provisioning model. Candidates[0] is the
-// choice; a create walks attempts over the zones.
+// choice; a create walks Steps over the zones.
 type Selection struct {
 	Request Request
 	// Named is set when the pod named a profile or machine type, which
@@ -280,13 +280,13 @@ func (c *Config) selectShape(catalog *Catalog, spec provider.InstanceTypeSpec) (
 			return nil, fmt.Errorf("%s: %s", msg, refused[0])
 		}
 		if len(disallowed) > 0 {
-			return nil, fmt.Errorf("%s among the shapes the cluster admin allows: %s; lower the pod's requests, or ask the admin to extend GCP_INSTANCE_TYPES (or add %q to let fit choose automatic shapes)", msg, disallowed[0], allowAuto)
+			return nil, fmt.Errorf("%s among the allowed shapes: %s; lower the pod's requests, or ask the admin to extend GCP_INSTANCE_TYPES (%q allows automatic shapes)", msg, disallowed[0], allowAuto)
 		}
 		if len(capped) > 0 {
 			return nil, fmt.Errorf("%s within the per-pod limits: %s", msg, capped[0])
 		}
 		if r.GPUs > 0 {
-			return nil, fmt.Errorf("%s: GCE attaches at most 4 %s (96 vCPUs, 624 GB) to one N1 VM; lower the pod's requests, or add a profile in GCP_PROFILES_FILE and name it with the machine_type annotation", msg, acceleratorT4)
+			return nil, fmt.Errorf("%s: one N1 VM takes at most 4 %s (96 vCPUs, 624 GB); lower the pod's requests, or name a larger profile", msg, acceleratorT4)
 		}
 		return nil, fmt.Errorf("%s; lower the pod's requests or add a larger profile in GCP_PROFILES_FILE", msg)
 	}
@@ -431,8 +431,9 @@ func (c *Config) imageFor(p Profile, podImage string) (string, error) {
 	case c.ProfileImages[p.Name] != "":
 		return c.ProfileImages[p.Name], nil
 	case p.ConfidentialType != "":
-		return "", fmt.Errorf("profile %s is a %s Confidential VM and needs an image of its own with the guest OS features %s; PODVM_IMAGE_NAME is the T4 podVM image, which is not a %s image; set GCP_PROFILE_IMAGES=%s=projects/P/global/images/IMAGE (or image: in the profile)",
-			p.Name, p.ConfidentialType, strings.Join(c.guestOSFeatures(p), ", "), p.ConfidentialType, p.Name)
+		// PODVM_IMAGE_NAME is the T4 podVM image, never a confidential one.
+		return "", fmt.Errorf("profile %s (%s Confidential VM) needs an image with guest OS features %s; set GCP_PROFILE_IMAGES=%s=IMAGE, or image: in the profile",
+			p.Name, p.ConfidentialType, strings.Join(c.guestOSFeatures(p), ", "), p.Name)
 	}
 	return c.ImageName, nil
 }

@@ -179,7 +179,7 @@ func TestConfidentialProfileIsHonest(t *testing.T) {
 	cat := mustCatalog(t, "", "")
 	cfg := validConfig()
 	_, err := cfg.selectShape(cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1})
-	if err == nil || !strings.Contains(err.Error(), "TDX_CAPABLE") || !strings.Contains(err.Error(), "not a TDX image") || !strings.Contains(err.Error(), "GCP_PROFILE_IMAGES=h100-cc=") {
+	if err == nil || !strings.Contains(err.Error(), "TDX_CAPABLE") || !strings.Contains(err.Error(), "(TDX Confidential VM) needs an image") || !strings.Contains(err.Error(), "GCP_PROFILE_IMAGES=h100-cc=") {
 		t.Fatalf("h100-cc without an image: %v", err)
 	}
 	// A pod's image annotation is refused unless the admin allows the

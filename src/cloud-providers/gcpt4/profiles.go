@@ -159,7 +159,7 @@ func (p *Profile) normalize(field string) error {
 // gets its own message: asking for a confidential T4 is the likely mistake.
 func checkConfidential(field, machineType, ccType string) error {
 	if isN1(machineType) {
-		return fmt.Errorf("%s.confidentialType: N1 machine types (and so the T4) have no Confidential VM support; drop confidentialType for T4 profiles, or use profile h100-cc (a3-highgpu-1g with TDX) for confidential GPU work", field)
+		return fmt.Errorf("%s.confidentialType: N1 (the T4's machine types) has no Confidential VM; drop confidentialType, or use profile h100-cc", field)
 	}
 	families, ok := confidentialFamilies[ccType]
 	if !ok {

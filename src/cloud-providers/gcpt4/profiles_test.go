@@ -75,7 +75,7 @@ func TestBadProfilesNameTheField(t *testing.T) {
 		{`profiles: [{name: bad, machineType: n1-standard-4, accelerator: nvidia-tesla-t4, acceleratorCount: 3}]`, "acceleratorCount: GCE attaches 1, 2 or 4 nvidia-tesla-t4 to one VM, got 3; use 4"},
 		{`profiles: [{name: bad, machineType: n1-standard-64, accelerator: nvidia-tesla-t4, acceleratorCount: 2}]`, "machineType: n1-standard-64 has 64 vCPUs"},
 		{`profiles: [{name: bad, machineType: e2-standard-4, accelerator: nvidia-tesla-t4}]`, "attaches only to N1"},
-		{`profiles: [{name: bad, machineType: n1-standard-4, accelerator: nvidia-tesla-t4, confidentialType: TDX}]`, "N1 machine types (and so the T4) have no Confidential VM support"},
+		{`profiles: [{name: bad, machineType: n1-standard-4, accelerator: nvidia-tesla-t4, confidentialType: TDX}]`, "N1 (the T4's machine types) has no Confidential VM"},
 		{`profiles: [{name: bad, machineType: n2d-standard-4, confidentialType: TDX}]`, "TDX does not run on n2d-standard-4"},
 		{`profiles: [{name: bad, machineType: a3-highgpu-1g, accelerator: nvidia-h100-80gb}]`, "comes with 1×nvidia-h100-80gb"},
 		{`profiles: [{name: bad, machineType: m3-ultramem-32}]`, "set vcpus and memoryMiB"},

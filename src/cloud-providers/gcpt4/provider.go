@@ -7,7 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"log"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
@@ -34,7 +34,7 @@ const callAttempts = 4
 type Provider struct {
 	cfg     Config
 	catalog *Catalog
-	log     *slog.Logger
+	log     *log.Logger
 
 	instances       *compute.InstancesClient
 	operations      *compute.ZoneOperationsClient
@@ -93,8 +93,10 @@ func (c *Config) clientOptions() []option.ClientOption {
 }
 
 // NewProvider validates cfg and makes the GCE clients; extra options (a test
-// server's HTTP client) are applied after the configured ones.
-func NewProvider(ctx context.Context, cfg Config, logger *slog.Logger, extra ...option.ClientOption) (*Provider, error) {
+// server's HTTP client) are applied after the configured ones. A nil logger
+// logs as upstream's providers do (src/cloud-providers/gcp/provider.go):
+// the standard logger's writer, prefix "[adaptor/cloud/gcp-t4] ".
+func NewProvider(ctx context.Context, cfg Config, logger *log.Logger, extra ...option.ClientOption) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -111,12 +113,12 @@ func NewProvider(ctx context.Context, cfg Config, logger *slog.Logger, extra ...
 		return nil, err
 	}
 	if logger == nil {
-		logger = slog.Default()
+		logger = log.New(log.Writer(), "[adaptor/cloud/gcp-t4] ", log.LstdFlags|log.Lmsgprefix)
 	}
 	p := &Provider{
 		cfg:           cfg,
 		catalog:       catalog,
-		log:           logger.With("provider", "gcp-t4"),
+		log:           logger,
 		backoff:       jitteredBackoff,
 		createTimeout: createTimeout,
 		offerings:     newOfferingCache(cfg.UnavailableTTL, time.Now),
@@ -193,6 +195,12 @@ func parseInstanceID(id string) (zone, name string) {
 
 // diskSizeGB is the boot disk size for an image: the configured size,
 // raised to the image's size when ConfigVerifier learned it.
+// vmLogger is p's logger with each line starting with about (which pod and
+// podVM it is about), since a Printf line carries no fields.
+func (p *Provider) vmLogger(about string) *log.Logger {
+	return log.New(p.log.Writer(), p.log.Prefix()+about, p.log.Flags())
+}
+
 func (p *Provider) diskSizeGB(image string) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -201,7 +209,7 @@ func (p *Provider) diskSizeGB(image string) int64 {
 
 // adopt handles a name already taken: a VM of this sandbox (an earlier try
 // whose answer was lost) is the result; anything else is a conflict.
-func (p *Provider) adopt(ctx context.Context, log *slog.Logger, vm podVM, zone string) (*provider.Instance, *gceError, error) {
+func (p *Provider) adopt(ctx context.Context, vlog *log.Logger, vm podVM, zone string) (*provider.Instance, *gceError, error) {
 	existing, err := p.getInstance(ctx, zone, vm.name)
 	if err != nil {
 		return nil, asGCE(err), p.createError(vm, zone, err)
@@ -209,19 +217,19 @@ func (p *Provider) adopt(ctx context.Context, log *slog.Logger, vm podVM, zone s
 	if existing.GetLabels()[SandboxLabel] != labelValue(vm.sandboxID) {
 		return nil, nil, fmt.Errorf("creating podVM %s in %s: an instance of that name exists and belongs to sandbox %q, not %q; delete it or check for a pod name clash", vm.name, zone, existing.GetLabels()[SandboxLabel], labelValue(vm.sandboxID))
 	}
-	log.Info("podVM already exists for this sandbox, reusing it", "zone", zone)
-	return p.toInstance(ctx, log, vm, zone, existing)
+	vlog.Printf("already exists in %s for this sandbox, reusing it", zone)
+	return p.toInstance(ctx, vlog, vm, zone, existing)
 }
 
 // toInstance checks the VM is private and returns its address. A VM with
 // an external IP must never exist, whatever a template says: it is
 // abandoned like any other failed create (deleted on a context of its own,
 // and returned for the adaptor to delete if that fails).
-func (p *Provider) toInstance(ctx context.Context, log *slog.Logger, vm podVM, zone string, inst *computepb.Instance) (*provider.Instance, *gceError, error) {
+func (p *Provider) toInstance(ctx context.Context, vlog *log.Logger, vm podVM, zone string, inst *computepb.Instance) (*provider.Instance, *gceError, error) {
 	id := InstanceID(zone, inst.GetName())
 	for _, nic := range inst.GetNetworkInterfaces() {
 		if len(nic.GetAccessConfigs()) > 0 || len(nic.GetIpv6AccessConfigs()) > 0 {
-			return p.abandon(ctx, log, vm, zone, nil, fmt.Errorf("podVM %s came up with an external IP (check GCP_INSTANCE_TEMPLATE's network interfaces); the provider deletes it", inst.GetName()))
+			return p.abandon(ctx, vlog, vm, zone, nil, fmt.Errorf("podVM %s came up with an external IP (check GCP_INSTANCE_TEMPLATE's network interfaces); the provider deletes it", inst.GetName()))
 		}
 	}
 	nics := inst.GetNetworkInterfaces()
@@ -232,7 +240,7 @@ func (p *Provider) toInstance(ctx context.Context, log *slog.Logger, vm podVM, z
 	if err != nil {
 		return &provider.Instance{ID: id, Name: inst.GetName()}, nil, fmt.Errorf("podVM %s internal IP %q: %w", inst.GetName(), nics[0].GetNetworkIP(), err)
 	}
-	log.Info("podVM created", "zone", zone, "ip", ip.String())
+	vlog.Printf("created in %s, IP %s", zone, ip)
 	return &provider.Instance{ID: id, Name: inst.GetName(), IPs: []netip.Addr{ip}}, nil, nil
 }
 
@@ -299,7 +307,7 @@ func (p *Provider) retry(ctx context.Context, what string, call func() error) er
 		if ctx.Err() != nil || n >= callAttempts || classifyCall(err).kind != failTransient {
 			return err
 		}
-		p.log.Warn("GCE call failed, retrying", "call", what, "attempt", n, "err", err)
+		p.log.Printf("GCE %s call failed (attempt %d), retrying: %v", what, n, err)
 		select {
 		case <-ctx.Done():
 			return err
@@ -347,7 +355,7 @@ func (p *Provider) deleteInstance(ctx context.Context, instanceID string) error 
 		// when StartVM failed (pkg/adaptor/cloud/cloud.go). No VM has an empty
 		// name: sending it would be a DELETE per zone, each taking a
 		// rate-limiter token, for nothing.
-		p.log.Debug("DeleteInstance with an empty instance ID: nothing to delete")
+		p.log.Printf("DeleteInstance with an empty instance ID: nothing to delete")
 		return nil
 	}
 	zones := []string{zone}
@@ -380,10 +388,10 @@ func (p *Provider) deleteInstance(ctx context.Context, instanceID string) error 
 		if gerr := classifyOperation(op); gerr != nil && gerr.kind != failNotFound {
 			return fmt.Errorf("deleting podVM %s in %s: %w", name, z, gerr)
 		}
-		p.log.Info("podVM deleted", "instance", name, "zone", z)
+		p.log.Printf("podVM %s deleted in %s", name, z)
 		return nil
 	}
-	p.log.Info("podVM already gone", "instance", name)
+	p.log.Printf("podVM %s already gone", name)
 	return nil
 }
 

@@ -32,7 +32,7 @@ const verifyTimeout = 30 * time.Second
 func (p *Provider) ConfigVerifier() error {
 	err := p.verifyConfig()
 	if err != nil {
-		p.log.Error("ConfigVerifier failed: the adaptor will not serve peer pods until this is fixed", "err", err)
+		p.log.Printf("ConfigVerifier failed: the adaptor will not serve peer pods until this is fixed: %v", err)
 	}
 	return err
 }
@@ -62,7 +62,7 @@ func (p *Provider) verifyConfig() error {
 	err := p.verifyAPI(ctx)
 	var found *verifyError
 	if err != nil && unreachable(err) && !errors.As(err, &found) {
-		p.log.Warn("GCE API not reachable, skipping the API checks", "err", err)
+		p.log.Printf("GCE API not reachable, skipping the API checks: %v", err)
 		return nil
 	}
 	return err
@@ -110,7 +110,7 @@ func (p *Provider) verifyAPI(ctx context.Context) error {
 	}
 	images[p.cfg.ImageName] = img
 	if int64(p.cfg.RootVolumeSize) < img.GetDiskSizeGb() {
-		p.log.Info("ROOT_VOLUME_SIZE is below the image size, using the image size", "rootVolumeSize", p.cfg.RootVolumeSize, "imageSizeGB", img.GetDiskSizeGb())
+		p.log.Printf("ROOT_VOLUME_SIZE %d is below the image size, using the image size %d GB", p.cfg.RootVolumeSize, img.GetDiskSizeGb())
 	}
 	if err := p.verifyProfileImages(ctx, images); err != nil {
 		return err
@@ -138,7 +138,7 @@ func (p *Provider) verifyProfileImages(ctx context.Context, images map[string]*c
 	for _, pr := range p.catalog.Profiles() {
 		image, err := p.cfg.imageFor(pr, "")
 		if err != nil {
-			p.log.Info("profile has no usable image; pods naming it are refused until one is configured", "profile", pr.Name, "reason", err.Error())
+			p.log.Printf("profile %s has no usable image; pods naming it are refused until one is configured: %v", pr.Name, err)
 			continue
 		}
 		need := p.cfg.guestOSFeatures(pr)
@@ -159,7 +159,7 @@ func (p *Provider) verifyProfileImages(ctx context.Context, images map[string]*c
 			}
 		}
 		if len(missing) > 0 {
-			return &verifyError{fmt.Errorf("profile %s (%s): image %s lacks the guest OS feature(s) %s, which GCE requires for this VM; create the image with --guest-os-features=%s, or give the profile another image (GCP_PROFILE_IMAGES=%s=IMAGE)",
+			return &verifyError{fmt.Errorf("profile %s (%s): image %s lacks guest OS feature(s) %s; recreate it with --guest-os-features=%s, or set GCP_PROFILE_IMAGES=%s=IMAGE",
 				pr.Name, describeProfile(pr), image, strings.Join(missing, ", "), strings.Join(need, ","), pr.Name)}
 		}
 	}

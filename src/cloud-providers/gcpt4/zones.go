@@ -61,7 +61,7 @@ func (p *Provider) zonesFor(ctx context.Context, accelerator string) ([]string, 
 	p.mu.Lock()
 	p.discovered[accelerator] = zones
 	p.mu.Unlock()
-	p.log.Info("discovered zones", "accelerator", accelerator, "zones", zones)
+	p.log.Printf("zones with %s: %v", accelerator, zones)
 	return zones, nil
 }
 

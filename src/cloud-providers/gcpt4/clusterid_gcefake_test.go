@@ -75,7 +75,7 @@ func TestCheckClusterID(t *testing.T) {
 	if !errors.Is(err, ErrForeignClusterID) {
 		t.Fatalf("copied ID: %v, want ErrForeignClusterID", err)
 	}
-	for _, want := range []string{"GCP_CLUSTER_ID 0a0a0a0a-copied is not this cluster's", `{"data":{"GCP_CLUSTER_ID":"` + kubeSystemUID + `"}}`, "rollout restart"} {
+	for _, want := range []string{"GCP_CLUSTER_ID 0a0a0a0a-copied is not this cluster's", "set GCP_CLUSTER_ID=" + kubeSystemUID + " in peer-pods-cm", "restart the adaptor"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %q lacks %q", err, want)
 		}
@@ -164,7 +164,7 @@ func TestStartRefusesAForeignClusterID(t *testing.T) {
 	_, err = startManager(t, fake, kubeSystemUID, func() (ClusterAPI, error) {
 		return inClusterAPI(func(string) (string, bool) { return "", false }, serviceAccountDir)
 	})
-	if err == nil || !strings.Contains(err.Error(), "not running in a Kubernetes pod") {
+	if err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST/PORT are not set") {
 		t.Errorf("start outside a pod: %v", err)
 	}
 }

@@ -35,7 +35,7 @@ func TestGPUTotals(t *testing.T) {
 		t.Fatalf("retry: %v", err)
 	}
 	_, err := p.CreateInstance(ctx, "a1", sandbox(1), nsCloudConfig("a1", "team-a"), one)
-	if err == nil || !strings.Contains(err.Error(), "GCP_MAX_GPUS_PER_NAMESPACE=2") || !strings.Contains(err.Error(), "namespace team-a's podVMs have 2") {
+	if err == nil || !strings.Contains(err.Error(), "GCP_MAX_GPUS_PER_NAMESPACE=2") || !strings.Contains(err.Error(), "namespace team-a: 2 GPU(s) in use") {
 		t.Fatalf("third GPU in team-a: %v", err)
 	}
 	// CPU-only pods are not counted.
@@ -46,7 +46,7 @@ func TestGPUTotals(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = p.CreateInstance(ctx, "b1", sandbox(4), nsCloudConfig("b1", "team-b"), one)
-	if err == nil || !strings.Contains(err.Error(), "GCP_MAX_GPUS_TOTAL=3") || !strings.Contains(err.Error(), "have 3 GPU(s)") {
+	if err == nil || !strings.Contains(err.Error(), "GCP_MAX_GPUS_TOTAL=3") || !strings.Contains(err.Error(), "cluster: 3 GPU(s) in use") {
 		t.Fatalf("fourth GPU in the cluster: %v", err)
 	}
 	if n := len(fake.Instances()); n != 3 {
