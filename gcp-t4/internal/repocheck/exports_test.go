@@ -1,0 +1,125 @@
+package repocheck
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// gcpt4Exports is every exported name of the drop-in provider's package
+// (tests excluded): top-level names, and Type.Method for the exported
+// methods of exported types.
+func gcpt4Exports(t *testing.T, dir string) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	var names []string
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if !d.Name.IsExported() {
+					continue
+				}
+				if d.Recv == nil {
+					names = append(names, d.Name.Name)
+					continue
+				}
+				recv := d.Recv.List[0].Type
+				if star, ok := recv.(*ast.StarExpr); ok {
+					recv = star.X
+				}
+				if id, ok := recv.(*ast.Ident); ok && id.IsExported() {
+					names = append(names, id.Name+"."+d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					switch spec := spec.(type) {
+					case *ast.TypeSpec:
+						if spec.Name.IsExported() {
+							names = append(names, spec.Name.Name)
+						}
+					case *ast.ValueSpec:
+						for _, n := range spec.Names {
+							if n.IsExported() {
+								names = append(names, n.Name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+var backticked = regexp.MustCompile("`([A-Z][A-Za-z0-9]*(?:\\.[A-Z][A-Za-z0-9]*)?)`")
+
+// listedExports reads the names docs/upstream.md's export section lists
+// in its numbered groups.
+func listedExports(t *testing.T, doc string) []string {
+	t.Helper()
+	_, section, ok := strings.Cut(doc, "## What `gcpt4` exports, and for whom\n")
+	if !ok {
+		t.Fatal("docs/upstream.md has no section \"What `gcpt4` exports, and for whom\"")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, groups, ok := strings.Cut(section, "\n1. ")
+	if !ok {
+		t.Fatal("the export section has no numbered groups")
+	}
+	var names []string
+	for _, m := range backticked.FindAllStringSubmatch(groups, -1) {
+		names = append(names, m[1])
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestGcpt4ExportsAreListed: the drop-in's package surface is a decision
+// recorded in docs/upstream.md, group by group; an export added without
+// saying whom it serves, or one the doc still names after it went, fails.
+func TestGcpt4ExportsAreListed(t *testing.T) {
+	r := root(t)
+	doc, err := os.ReadFile(filepath.Join(r, "docs", "upstream.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := gcpt4Exports(t, filepath.Join(r, "src", "cloud-providers", "gcpt4"))
+	listed := listedExports(t, string(doc))
+	if len(got) == 0 {
+		t.Fatal("found no exported names in gcpt4")
+	}
+	for _, n := range got {
+		if _, found := slices.BinarySearch(listed, n); !found {
+			t.Errorf("gcpt4 exports %s, which docs/upstream.md's export section does not list: add it to its group or unexport it", n)
+		}
+	}
+	seen := map[string]bool{}
+	for _, n := range listed {
+		if seen[n] {
+			t.Errorf("docs/upstream.md lists %s twice", n)
+		}
+		seen[n] = true
+		if _, found := slices.BinarySearch(got, n); !found {
+			t.Errorf("docs/upstream.md lists %s, which gcpt4 does not export", n)
+		}
+	}
+}
