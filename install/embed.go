@@ -2,7 +2,7 @@
 // install/overlays/...` applies, as a Go module so that `gcp-t4 install`
 // embeds the same files rather than a copy.
 //
-// go:embed cannot reach outside the module holding the embedding file,
+// A go:embed pattern cannot reach outside the module of its file,
 // and the gcp-t4 module lives in gcp-t4/. Of the ways to give it one
 // definition of the YAML, this one keeps install/ where kustomize users
 // and the docs expect it: the tree stays plain kustomize (kustomize reads

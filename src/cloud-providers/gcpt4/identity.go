@@ -54,12 +54,6 @@ func errNoClusterID() error {
 	return errors.New("GCP_CLUSTER_ID (-cluster-id) is not set; set it to the kube-system namespace's UID, as gcp-t4 install does")
 }
 
-// ownsLabels reports whether labels name this provider's cluster. Without
-// a configured cluster ID nothing is ours.
-func (c *Config) ownsLabels(labels map[string]string) bool {
-	return c.ClusterID != "" && labels[ClusterLabel] == c.ClusterID
-}
-
 // identityLabels are the labels every podVM this configuration creates
 // carries besides the per-pod ones, for display (gcp-t4 plan).
 func (c *Config) identityLabels() map[string]string {
