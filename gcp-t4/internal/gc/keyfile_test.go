@@ -88,7 +88,7 @@ func TestReaperReadsItsKeyFromAFile(t *testing.T) {
 	for name, tc := range map[string]struct {
 		path, given, want string
 	}{
-		"not a key":  {bad, "", `REAPER_CREDENTIALS_FILE ` + bad + `: type "authorized_user" cannot be used`},
+		"not a key":  {bad, "", `REAPER_CREDENTIALS_FILE ` + bad + `: type "authorized_user" is not allowed`},
 		"unreadable": {dir, "", "REAPER_CREDENTIALS_FILE " + dir + ": read " + dir},
 		"two keys":   {keyPath, string(key), "REAPER_CREDENTIALS_FILE " + keyPath + " and GCP_CREDENTIALS both give a key"},
 	} {

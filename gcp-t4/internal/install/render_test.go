@@ -376,7 +376,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{Settings{Credentials: []byte("nope")}, "--credentials-file: not a JSON credential file"},
 		{Settings{Credentials: []byte(`{"a":1}`)}, `no "type" field`},
 		// What `gcloud auth application-default login` writes: a person's login.
-		{Settings{Credentials: []byte(`{"type":"authorized_user","client_id":"c","client_secret":"s","refresh_token":"r"}`)}, `type "authorized_user" cannot be used`},
+		{Settings{Credentials: []byte(`{"type":"authorized_user","client_id":"c","client_secret":"s","refresh_token":"r"}`)}, `type "authorized_user" is not allowed`},
 		{Settings{Credentials: testWIFConfig}, "goes to --wif-credential-config"},
 		{Settings{TLS: &TLSFiles{CA: []byte("x")}}, "give all three"},
 	} {

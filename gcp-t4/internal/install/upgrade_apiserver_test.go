@@ -165,7 +165,7 @@ func (e *env) testValidatedBeforeApply(t *testing.T) {
 		{[]string{"--zone=us-central1"}, 1, []string{`GCP_ZONE: "us-central1" is not a zone name`}},
 		{[]string{"--set=ROOT_VOLUME_SIZE=abc", "--set=GCP_PROVISIONING_MODEL=SPOT", "--set=GCP_SPOT_FALLBACK=ture", "--set=GCP_MUTATIONS_PER_SECOND=fast"}, 1,
 			[]string{`ROOT_VOLUME_SIZE (flag -root-volume-size): "abc" is not a whole number`, `GCP_SPOT_FALLBACK (flag -spot-fallback): "ture" is not a boolean`, `GCP_MUTATIONS_PER_SECOND (flag -mutations-per-second): "fast" is not a number`}},
-		{[]string{"--credentials-file=" + writeTemp(t, "adc.json", []byte(`{"type":"authorized_user","client_id":"c","client_secret":"s","refresh_token":"r"}`))}, 2, []string{`type "authorized_user" cannot be used`}},
+		{[]string{"--credentials-file=" + writeTemp(t, "adc.json", []byte(`{"type":"authorized_user","client_id":"c","client_secret":"s","refresh_token":"r"}`))}, 2, []string{`type "authorized_user" is not allowed`}},
 		{[]string{"--set=INITDATA=not-base64"}, 1, []string{"INITDATA: not base64 of gzip data"}},
 	} {
 		code, out, errs := e.install(t, c.args...)
