@@ -142,7 +142,7 @@ func TestScenarioCopiedClusterID(t *testing.T) {
 	caa, err := startCAA(t, fake, a.uid, api) // the copied config
 	switch {
 	case errors.Is(err, gcpt4.ErrForeignClusterID):
-		fix := fmt.Sprintf(`{"data":{"GCP_CLUSTER_ID":"%s"}}`, b.uid)
+		fix := fmt.Sprintf("set GCP_CLUSTER_ID=%s in peer-pods-cm", b.uid)
 		if !strings.Contains(err.Error(), fix) {
 			t.Errorf("the refusal does not give the fix %s: %v", fix, err)
 		}
