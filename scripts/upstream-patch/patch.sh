@@ -145,7 +145,7 @@ check_gcpt4() {
 place_gcpt4 provider
 if named=$(grep -rl gcefake --include='*.go' "$cp/gcpt4"); then
 	echo "refusing: these files name gcefake but are neither in gcpt4/gcefake nor *_gcefake_test.go, so patch 1 would need the emulator:" >&2
-	sed "s|^$work/||" <<<"$named" >&2
+	printf '%s\n' "${named//"$work/"/}" >&2
 	exit 1
 fi
 DROPIN_ALWAYS_TIDY=1 dropin_tidy "$cp"
