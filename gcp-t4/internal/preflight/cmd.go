@@ -148,14 +148,10 @@ func Run(ctx context.Context, o Options, logger *slog.Logger) []Result {
 		if g.Member == "" {
 			g.Member = memberFromCredentials(o.Cfg.Credentials)
 		}
-		// A plain-HTTP endpoint is a local emulator: never send it
-		// credentials (the Compute client refuses them beside
-		// WithoutAuthentication); the key still says who the caller is.
-		ccfg := o.Cfg
-		if strings.HasPrefix(ccfg.Endpoint, "http://") {
-			ccfg.Credentials = ""
-		}
-		opts := append(ccfg.ClientOptions(), o.Extra...)
+		// The provider's own options: on a plain-HTTP endpoint (a local
+		// emulator) they carry no credentials, while the key above still
+		// says who the caller is.
+		opts := append(o.Cfg.ClientOptions(), o.Extra...)
 		iamEndpoint := ""
 		if strings.HasPrefix(o.CRMEndpoint, "http://") {
 			iamEndpoint = o.CRMEndpoint // a local emulator serves both
