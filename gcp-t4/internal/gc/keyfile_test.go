@@ -3,11 +3,6 @@ package gc
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"flag"
 	"io"
 	"os"
@@ -16,26 +11,14 @@ import (
 	"testing"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
+	"github.com/caa-gcp-t4/gcp-t4/internal/testkey"
 )
 
 // reaperKey is a service account key as `gcloud iam service-accounts keys
 // create` writes one, with a key made for the test.
 func reaperKey(t *testing.T) []byte {
 	t.Helper()
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(map[string]string{
-		"type": "service_account", "project_id": "p", "private_key_id": "fedcba9876543210",
-		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
-		"client_email": "reaper@p.iam.gserviceaccount.com", "client_id": "2",
-		"token_uri": "https://oauth2.googleapis.com/token",
-	})
+	b, err := testkey.ServiceAccount("reaper@p.iam.gserviceaccount.com", "fedcba9876543210")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,6 @@ package install
 
 import (
 	"bytes"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +9,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/testkey"
 )
 
 // EnvKustomize names the kustomize CLI `make controlplane` builds from
@@ -62,20 +59,10 @@ var testWIFConfig = []byte(`{
 // testKey is a service account key as `gcloud iam service-accounts keys
 // create` writes one, with a key made for the test run.
 var testKey = sync.OnceValue(func() []byte {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	b, err := testkey.ServiceAccount("caa@p.iam.gserviceaccount.com", "0123456789abcdef")
 	if err != nil {
 		panic(err)
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		panic(err)
-	}
-	b, _ := json.Marshal(map[string]string{
-		"type": "service_account", "project_id": "p", "private_key_id": "0123456789abcdef",
-		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
-		"client_email": "caa@p.iam.gserviceaccount.com", "client_id": "1",
-		"auth_uri": "https://accounts.google.com/o/oauth2/auth", "token_uri": "https://oauth2.googleapis.com/token",
-	})
 	return b
 })
 

@@ -4,11 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,8 +16,6 @@ import (
 
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
-	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
-	"github.com/caa-gcp-t4/gcp-t4/internal/preflight"
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
@@ -33,6 +27,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/kyaml/kio"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/preflight"
+	"github.com/caa-gcp-t4/gcp-t4/internal/testkey"
 )
 
 const repoRoot = "../../.."
@@ -106,21 +104,10 @@ var viewerPermissions = []string{"compute.firewalls.list", "compute.networks.get
 // service-accounts keys create` writes one, with a key made for the test.
 func keyFor(t *testing.T, email string) []byte {
 	t.Helper()
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	b, err := testkey.ServiceAccount(email, "0123456789abcdef")
 	if err != nil {
 		t.Fatal(err)
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	project := strings.TrimSuffix(strings.SplitN(email, "@", 2)[1], ".iam.gserviceaccount.com")
-	b, _ := json.Marshal(map[string]string{
-		"type": "service_account", "project_id": project, "private_key_id": "0123456789abcdef",
-		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
-		"client_email": email, "client_id": "1",
-		"auth_uri": "https://accounts.google.com/o/oauth2/auth", "token_uri": "https://oauth2.googleapis.com/token",
-	})
 	return b
 }
 

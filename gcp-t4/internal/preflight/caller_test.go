@@ -1,16 +1,13 @@
 package preflight
 
 import (
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/testkey"
 )
 
 const caaAccount = "caa@demo-project.iam.gserviceaccount.com"
@@ -18,20 +15,10 @@ const caaAccount = "caa@demo-project.iam.gserviceaccount.com"
 // caaKey is CAA's service account key, as `gcloud iam service-accounts
 // keys create` writes one, with a key made for the test run.
 var caaKey = sync.OnceValue(func() string {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	b, err := testkey.ServiceAccount(caaAccount, "0123456789abcdef")
 	if err != nil {
 		panic(err)
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		panic(err)
-	}
-	b, _ := json.Marshal(map[string]string{
-		"type": "service_account", "project_id": "demo-project", "private_key_id": "0123456789abcdef",
-		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
-		"client_email": caaAccount, "client_id": "1",
-		"auth_uri": "https://accounts.google.com/o/oauth2/auth", "token_uri": "https://oauth2.googleapis.com/token",
-	})
 	return string(b)
 })
 
