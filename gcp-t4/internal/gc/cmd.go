@@ -238,7 +238,11 @@ const (
 // there is no key: the Secret is optional, and without it (Workload
 // Identity) the kubelet mounts an empty directory, so the reaper uses
 // Application Default Credentials. A key also given as GCP_CREDENTIALS is
-// refused rather than one silently winning.
+// refused rather than one silently winning. CAA's key instead reaches it
+// as GOOGLE_APPLICATION_CREDENTIALS, because install adds that mount only
+// with a key; the reaper's Secret is created apart from install, so its
+// file may be absent, and ADC fails on a GOOGLE_APPLICATION_CREDENTIALS
+// naming a missing file rather than falling back to the metadata server.
 func useKeyFile(flags *flag.FlagSet, given, path string, logger *slog.Logger) error {
 	what := ReaperCredentialsEnv + " " + path
 	data, err := os.ReadFile(path)

@@ -99,21 +99,21 @@ func secretVolumeFile(ps *corev1.PodSpec, c *corev1.Container, secret, key strin
 	return "", nil
 }
 
-// assertCAAKeyAsFile: CAA's container reads the key from KeyPath through
+// assertCAAKeyAsFile: CAA's container reads the key from keyPath through
 // GOOGLE_APPLICATION_CREDENTIALS, a root-only file of an optional Secret
 // volume, and no variable of its environment carries it.
 func assertCAAKeyAsFile(t *testing.T, ps *corev1.PodSpec, key []byte, secrets, configMaps map[string]map[string]string) {
 	t.Helper()
 	c := podContainer(ps, "cloud-api-adaptor-con")
 	file, v := secretVolumeFile(ps, c, SecretName, credentialsFile)
-	if file != KeyPath {
-		t.Errorf("CAA: %s's %s mounted at %q, want %s", SecretName, credentialsFile, file, KeyPath)
+	if file != keyPath {
+		t.Errorf("CAA: %s's %s mounted at %q, want %s", SecretName, credentialsFile, file, keyPath)
 	} else if v.Optional == nil || !*v.Optional || v.DefaultMode == nil || *v.DefaultMode != 0o400 {
 		t.Errorf("CAA's key volume %+v: want optional, defaultMode 0400", v)
 	}
 	env := effectiveEnv(c, secrets, configMaps)
-	if env["GOOGLE_APPLICATION_CREDENTIALS"] != KeyPath {
-		t.Errorf("CAA: GOOGLE_APPLICATION_CREDENTIALS=%q, want %s", env["GOOGLE_APPLICATION_CREDENTIALS"], KeyPath)
+	if env["GOOGLE_APPLICATION_CREDENTIALS"] != keyPath {
+		t.Errorf("CAA: GOOGLE_APPLICATION_CREDENTIALS=%q, want %s", env["GOOGLE_APPLICATION_CREDENTIALS"], keyPath)
 	}
 	if v, ok := env[credentialsFile]; ok && v != "" {
 		t.Errorf("CAA: %s is not empty in the effective environment", credentialsFile)
@@ -131,7 +131,7 @@ func assertNoCAAKeyMount(t *testing.T, ps *corev1.PodSpec) {
 		}
 	}
 	for _, e := range c.Env {
-		if e.Name == credentialsFile || (e.Name == "GOOGLE_APPLICATION_CREDENTIALS" && e.Value == KeyPath) {
+		if e.Name == credentialsFile || (e.Name == "GOOGLE_APPLICATION_CREDENTIALS" && e.Value == keyPath) {
 			t.Errorf("CAA without a key has env %s=%q", e.Name, e.Value)
 		}
 	}

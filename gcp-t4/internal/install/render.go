@@ -53,9 +53,9 @@ const (
 	// GOOGLE_APPLICATION_CREDENTIALS at it, keeping it out of CAA's
 	// environment; added only with a key.
 	componentKey = "components/service-account-key"
-	// KeyPath is where componentKey mounts peer-pods-secret's
+	// keyPath is where componentKey mounts peer-pods-secret's
 	// GCP_CREDENTIALS in CAA's container.
-	KeyPath = "/var/run/gcp-key/key.json"
+	keyPath = "/var/run/gcp-key/key.json"
 	// Custom CAA-to-podVM TLS: the Secret, its keys and where the
 	// component mounts it; the names upstream's peerpods chart uses
 	// (templates/_helpers.tpl, values.yaml secrets.tlsCerts at v0.22.0).
@@ -85,7 +85,7 @@ type Settings struct {
 	Config map[string]string
 	// Credentials is a service account key (JSON); nil means Workload
 	// Identity (Application Default Credentials). It goes to
-	// peer-pods-secret and reaches CAA as the file KeyPath
+	// peer-pods-secret and reaches CAA as the file keyPath
 	// (components/service-account-key), not as an environment variable.
 	Credentials []byte
 	// WIFCredentialConfig is a Workload Identity Federation credential
