@@ -48,6 +48,12 @@ func TestPlanRefusesWhatTheAdminDidNotAllow(t *testing.T) {
 			[]string{"GCP_MAX_GPUS_PER_POD", "t4-2"}},
 		{"8 GPUs requested", nil, "      limits: {nvidia.com/gpu: 8}\n", nil, []string{"GCP_MAX_GPUS_PER_POD"}},
 		{"96 vCPUs by fit", nil, "      limits: {nvidia.com/gpu: 4, cpu: 96}\n", nil, []string{"GCP_MAX_VCPUS_PER_POD"}},
+		{"foreign image in template mode", map[string]string{AnnotationImage: "projects/attacker-proj/global/images/evil"}, "      limits: {nvidia.com/gpu: 1}\n",
+			[]string{"-instance-template", "t4-private"}, []string{"GCP_ALLOWED_IMAGES", "projects/attacker-proj/global/images/evil"}},
+		{"h100-cc under the default limits", map[string]string{AnnotationMachineType: "h100-cc"}, "      limits: {nvidia.com/gpu: 1}\n",
+			[]string{"-profile-images", "h100-cc=projects/img/global/images/podvm-tdx"}, []string{"GCP_MAX_VCPUS_PER_POD", "GCP_INSTANCE_TYPES", "26 vCPU(s)"}},
+		{"a listed N1 type is one T4", map[string]string{AnnotationMachineType: "n1-standard-4", AnnotationGPUs: "4"}, smallCPU,
+			[]string{"-machine-types", "t4-1,n1-standard-4"}, []string{"GCP_MAX_GPUS_PER_POD", "at most 1"}},
 		{"GPU cap binds a named profile", map[string]string{AnnotationMachineType: "t4-4"}, "      limits: {nvidia.com/gpu: 4}\n",
 			[]string{"-max-gpus-per-pod", "2"}, []string{"GCP_MAX_GPUS_PER_POD", "at most 2"}},
 	} {

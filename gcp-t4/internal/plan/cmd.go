@@ -101,7 +101,8 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			if cfg.ProfileImages == nil {
 				cfg.ProfileImages = map[string]string{}
 			}
-			stand := "REQUIRED-" + strings.ToLower(p.ConfidentialType) + "-image-for-" + p.Name
+			// Lowercase: GCE image names are, and the provider parses it as one.
+			stand := "required-" + strings.ToLower(p.ConfidentialType) + "-image-for-" + p.Name
 			cfg.ProfileImages[p.Name] = stand
 			notes = append(notes, fmt.Sprintf("profile %s has no image (GCP_PROFILE_IMAGES=%s=IMAGE, or image: in the profile); planned with %s, and the provider refuses pods naming it until one is set: the T4 podVM image is not a %s image", p.Name, p.Name, stand, p.ConfidentialType))
 		}

@@ -172,7 +172,9 @@ func TestPlanFlagsAndErrors(t *testing.T) {
 	// An explicit profile is only used when named; its bundled H100 is in
 	// the machine type's price, under Spot: a3-highgpu-1g is not sold on
 	// demand. The plan states what GCE requires of it.
-	out, errOut, code = runPlan(t, "-gpus", "1", "-machine-type", "h100-cc")
+	// Listed by the admin: the per-pod limits derived from the T4 shapes
+	// (16 vCPUs) would refuse its 26 (allow_test.go).
+	out, errOut, code = runPlan(t, "-gpus", "1", "-machine-type", "h100-cc", "-machine-types", "h100-cc")
 	if code != 0 {
 		t.Fatalf("h100-cc plan: exit %d\n%s%s", code, out, errOut)
 	}

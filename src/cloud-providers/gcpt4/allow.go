@@ -5,8 +5,13 @@ package gcpt4
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
 
 // What a pod may choose is the cluster admin's decision, not the pod
@@ -29,28 +34,29 @@ const (
 )
 
 // imageKey is an image in one canonical form, so that "podvm-t4",
-// "global/images/podvm-t4" and the https URL compare equal.
+// "global/images/podvm-t4" and the https URL compare equal; it is also
+// the form sent to GCE, so what was compared is what is created.
 func (c *Config) imageKey(image string) (string, error) {
 	ref, err := c.parseImage(image)
 	if err != nil {
 		return "", err
 	}
-	if ref.family != "" {
-		return "projects/" + ref.project + "/global/images/family/" + ref.family, nil
-	}
-	return "projects/" + ref.project + "/global/images/" + ref.name, nil
+	return ref.path(), nil
 }
 
-// checkPodImage refuses an image annotation that names an image the admin
-// did not configure: PODVM_IMAGE_NAME, GCP_PROFILE_IMAGES, a profile's
-// image: or GCP_ALLOWED_IMAGES.
-func (c *Config) checkPodImage(catalog *Catalog, podImage string) error {
+// admitImage is the pod's image annotation as the provider sends it: ""
+// (the configured image, or the template's) or an image the admin
+// configured — PODVM_IMAGE_NAME, GCP_PROFILE_IMAGES, a profile's image:
+// or GCP_ALLOWED_IMAGES — in the canonical form it was compared in.
+// Every create and every plan passes here before either mode plans, so
+// template mode is held to the same list as profiles.
+func (c *Config) admitImage(catalog *Catalog, podImage string) (string, error) {
 	if podImage == "" {
-		return nil
+		return "", nil
 	}
 	want, err := c.imageKey(podImage)
 	if err != nil {
-		return fmt.Errorf("pod annotation %s: %q is not an image name (%w)", annotImage, podImage, err)
+		return "", fmt.Errorf("pod annotation %s: %q is not an image name (%w)", annotImage, podImage, err)
 	}
 	allowed := append([]string{c.ImageName}, c.AllowedImages...)
 	for _, img := range c.ProfileImages {
@@ -66,10 +72,10 @@ func (c *Config) checkPodImage(catalog *Catalog, podImage string) error {
 			continue
 		}
 		if k, err := c.imageKey(img); err == nil && k == want {
-			return nil
+			return want, nil
 		}
 	}
-	return fmt.Errorf("pod annotation %s: image %s is not allowed; remove the annotation, or ask the admin to add it to GCP_ALLOWED_IMAGES", annotImage, want)
+	return "", fmt.Errorf("pod annotation %s: image %q is not allowed; remove the annotation, or ask the admin to add it to GCP_ALLOWED_IMAGES", annotImage, want)
 }
 
 // listed reports whether the admin named this shape in GCP_INSTANCE_TYPES.
@@ -120,9 +126,12 @@ type caps struct {
 
 // podCaps are GCP_MAX_GPUS_PER_POD, GCP_MAX_VCPUS_PER_POD and
 // GCP_MAX_MEMORY_PER_POD; an unset (0) one is the largest of the shapes the
-// admin allows by name: the allowed non-explicit profiles and listed
-// machine types. A shape the pod names (a profile or listed type) is bound
-// by the set limits only: naming it is what the allow-list permits.
+// admin allows: the non-explicit profiles fit may choose, the profiles
+// GCP_INSTANCE_TYPES lists by name, and the machine types it lists. The
+// limits bind every shape, the ones a pod names too: naming an explicit
+// profile (h100-cc) beyond them needs the admin to raise the limit or to
+// list it. A listed N1 type counts as one T4, the least it attaches:
+// listing a machine type says nothing about how many GPUs it may carry.
 func (c *Config) podCaps(catalog *Catalog) caps {
 	var lim caps
 	consider := func(name string, gpus, vcpus, mem int64) {
@@ -137,7 +146,7 @@ func (c *Config) podCaps(catalog *Catalog) caps {
 		}
 	}
 	for _, p := range catalog.profiles {
-		if !p.Explicit && c.fitAllowed(p) == "" {
+		if (!p.Explicit && c.fitAllowed(p) == "") || slices.Contains(c.InstanceTypes, p.Name) {
 			consider(p.Name, p.gpus, p.VCPUs, p.MemoryMiB)
 		}
 	}
@@ -145,7 +154,7 @@ func (c *Config) podCaps(catalog *Catalog) caps {
 		if s, ok := lookupShape(name); ok {
 			gpus := int64(s.bundledCount)
 			if isN1(name) {
-				gpus = int64(t4Counts[len(t4Counts)-1])
+				gpus = int64(t4Counts[0])
 			}
 			consider(name, gpus, s.vcpus, s.memoryMiB)
 		}
@@ -175,13 +184,30 @@ func (c *Config) podCaps(catalog *Catalog) caps {
 	return lim
 }
 
+// setOnly are the limits the admin set, the others lifted: a template is
+// the admin's one shape, so the limits derived from profiles do not apply.
+func (l caps) setOnly() caps {
+	if l.derivedGPUs {
+		l.gpus = math.MaxInt64
+	}
+	if l.derivedVCPUs {
+		l.vcpus = math.MaxInt64
+	}
+	if l.derivedMemory {
+		l.memoryMiB = math.MaxInt64
+	}
+	return l
+}
+
 // capError names the setting that refuses n against limit.
 func capError(what string, n, limit int64, unit, setting, annotation string, derived bool, from string) error {
 	how := fmt.Sprintf("the cluster allows at most %d per pod (%s)", limit, setting)
+	ask := "raise " + setting
 	if derived {
 		how = fmt.Sprintf("the cluster allows at most %d per pod: %s is unset, so the limit is the largest allowed shape's (%s)", limit, setting, from)
+		ask = fmt.Sprintf("raise %s, or list the shape in GCP_INSTANCE_TYPES", setting)
 	}
-	return fmt.Errorf("%s: %d %s; %s; lower the pod's request (%s), or ask the cluster admin to raise %s", what, n, unit, how, annotation, setting)
+	return fmt.Errorf("%s: %d %s; %s; lower the pod's request (%s), or ask the cluster admin to %s", what, n, unit, how, annotation, ask)
 }
 
 func (l caps) gpuError(what string, n int64) error {
@@ -196,16 +222,16 @@ func (l caps) memoryError(what string, n int64) error {
 	return capError(what, n, l.memoryMiB, "MiB", "GCP_MAX_MEMORY_PER_POD", "memory or default_memory", l.derivedMemory, l.fromMemory)
 }
 
-// checkShape refuses a shape over a limit; named shapes (the admin's own,
-// chosen by the pod by name) are bound only by the limits the admin set.
-func (l caps) checkShape(p Profile, named bool) error {
+// checkShape refuses a shape over a limit, chosen or named alike: a named
+// shape is still the admin's to size.
+func (l caps) checkShape(p Profile) error {
 	what := fmt.Sprintf("shape %s (%s)", p.Name, describeProfile(p))
 	switch {
-	case p.gpus > l.gpus && (!named || !l.derivedGPUs):
+	case p.gpus > l.gpus:
 		return l.gpuError(what, p.gpus)
-	case p.VCPUs > l.vcpus && (!named || !l.derivedVCPUs):
+	case p.VCPUs > l.vcpus:
 		return l.vcpuError(what, p.VCPUs)
-	case p.MemoryMiB > l.memoryMiB && (!named || !l.derivedMemory):
+	case p.MemoryMiB > l.memoryMiB:
 		return l.memoryError(what, p.MemoryMiB)
 	}
 	return nil
@@ -215,7 +241,7 @@ func (l caps) checkShape(p Profile, named bool) error {
 // so the error names the pod's own numbers.
 func (l caps) checkRequest(r Request, named bool) error {
 	const what = "pod request"
-	if r.GPUs > l.gpus && (!named || !l.derivedGPUs) {
+	if r.GPUs > l.gpus {
 		return l.gpuError(what, r.GPUs)
 	}
 	if named {
@@ -242,7 +268,7 @@ func (c *Config) checkDeclaredGPUs(p Profile, r Request) error {
 	if p.gpus <= r.GPUs || c.listed(p) {
 		return nil
 	}
-	if n, ok := nextT4Count(r.GPUs); ok && r.GPUs > 0 && p.gpuModel == acceleratorT4 && int64(n) >= p.gpus {
+	if roundsUpTo(p, r.GPUs) {
 		return nil
 	}
 	return fmt.Errorf("pod annotation %s: %q has %d GPU(s), the pod requests %d; request nvidia.com/gpu: %d, or ask the admin to list %q in GCP_INSTANCE_TYPES", annotMachineType, r.InstanceType, p.gpus, r.GPUs, p.gpus, r.InstanceType)
@@ -266,4 +292,40 @@ func (c *Config) validateAllow() error {
 		}
 	}
 	return nil
+}
+
+// checkTemplateShape holds a template's VM to what a profile is held to:
+// no more GPUs than the pod declares (the cost guard counts declared GPUs,
+// so a CPU-only pod must not get the template's T4 uncounted; T4s attach
+// 1, 2 or 4 at a time, so three declared may get four), and the per-pod
+// limits the admin set. The template is the admin's one shape, so limits
+// derived from profiles do not apply to it.
+func (c *Config) checkTemplateShape(catalog *Catalog, props *computepb.InstanceProperties, spec provider.InstanceTypeSpec) error {
+	mt := lastSegment(props.GetMachineType())
+	p := Profile{Name: "template", MachineType: mt, gpus: templateGPUs(props)}
+	if names := acceleratorNames(props); len(names) > 0 {
+		p.gpuModel = names[0]
+	}
+	if s, ok := lookupShape(mt); ok {
+		p.VCPUs, p.MemoryMiB = s.vcpus, s.memoryMiB
+		if p.gpuModel == "" {
+			p.gpuModel = s.bundledAccelerator
+		}
+	}
+	switch have := p.gpus; {
+	case spec.GPUs > have:
+		return fmt.Errorf("pod requests %d GPU(s) but GCP_INSTANCE_TEMPLATE %s gives %d; use a template with more GPUs or lower the pod's nvidia.com/gpu request", spec.GPUs, c.InstanceTemplate, have)
+	case have > spec.GPUs && !roundsUpTo(p, spec.GPUs):
+		return fmt.Errorf("GCP_INSTANCE_TEMPLATE %s gives %d GPU(s) but the pod requests %d; request nvidia.com/gpu: %d (the cost guard counts what a pod requests), or use a template without GPUs for such pods", c.InstanceTemplate, have, spec.GPUs, have)
+	}
+	// An unknown machine type's vCPUs and memory are unknown (0): only its
+	// GPUs are checked.
+	return c.podCaps(catalog).setOnly().checkShape(p)
+}
+
+// roundsUpTo reports a T4 shape that is the attachable count a request of
+// declared GPUs rounds up to (3 → 4).
+func roundsUpTo(p Profile, declared int64) bool {
+	n, ok := nextT4Count(declared)
+	return ok && declared > 0 && p.gpuModel == acceleratorT4 && int64(n) >= p.gpus
 }

@@ -10,12 +10,14 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
 
-// refuses asserts selectShape refuses spec with an error naming every want.
+// refuses asserts that planning spec (PlanInsert: the image allow-list,
+// then the selection CreateInstance runs) refuses it with an error naming
+// every want.
 func refuses(t *testing.T, cfg Config, spec provider.InstanceTypeSpec, want ...string) {
 	t.Helper()
-	sel, err := cfg.selectShape(mustCatalog(t, "", ""), spec)
+	ip, err := cfg.PlanInsert(mustCatalog(t, "", ""), spec, "pod", sandbox, "")
 	if err == nil {
-		t.Fatalf("%+v: chose %s, want a refusal naming %v", spec, sel.firstChoice().shapeWords(), want)
+		t.Fatalf("%+v: chose %s, want a refusal naming %v", spec, describeProfile(ip.Profile), want)
 	}
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {
@@ -35,7 +37,7 @@ func TestImageAnnotationAllowList(t *testing.T) {
 	// The configured image, in its other forms, is fine.
 	for _, img := range []string{"podvm-t4", "global/images/podvm-t4", "projects/demo-project/global/images/podvm-t4",
 		"https://www.googleapis.com/compute/v1/projects/demo-project/global/images/podvm-t4", "projects/img-proj/global/images/podvm-tdx"} {
-		if _, err := cfg.selectShape(mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 1, Image: img}); err != nil {
+		if _, err := cfg.PlanInsert(mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 1, Image: img}, "pod", sandbox, ""); err != nil {
 			t.Errorf("image %s: %v", img, err)
 		}
 	}
@@ -43,7 +45,7 @@ func TestImageAnnotationAllowList(t *testing.T) {
 	// attacker-proj's evil, and neither is allowed.
 	refuses(t, cfg, provider.InstanceTypeSpec{Image: "evil"}, "GCP_ALLOWED_IMAGES")
 	cfg.AllowedImages = commaList{"projects/attacker-proj/global/images/evil"}
-	if _, err := cfg.selectShape(mustCatalog(t, "", ""), evil); err != nil {
+	if _, err := cfg.PlanInsert(mustCatalog(t, "", ""), evil, "pod", sandbox, ""); err != nil {
 		t.Errorf("allowed by GCP_ALLOWED_IMAGES: %v", err)
 	}
 	cfg.AllowedImages = commaList{"not/an/image"}

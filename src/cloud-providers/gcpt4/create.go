@@ -106,6 +106,12 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 	if err != nil {
 		return nil, fmt.Errorf("generating the podVM cloud-config: %w", err)
 	}
+	// The image allow-list runs here, before either mode plans: template
+	// mode swaps the image into the template's boot disk, so it must pass
+	// the same list. What is sent is the form that was compared.
+	if spec.Image, err = p.cfg.admitImage(p.catalog, spec.Image); err != nil {
+		return nil, err
+	}
 	vm := podVM{name: name, podName: podName, sandboxID: sandboxID, namespace: podNamespace(cloudConfig),
 		userData: base64.StdEncoding.EncodeToString([]byte(userData)), image: spec.Image}
 
@@ -322,8 +328,8 @@ func (p *Provider) planTemplate(ctx context.Context, vm podVM, spec provider.Ins
 	if err != nil {
 		return createPlan{}, err
 	}
-	if have := templateGPUs(props); spec.GPUs > have {
-		return createPlan{}, fmt.Errorf("pod requests %d GPU(s) but GCP_INSTANCE_TEMPLATE %s gives %d; use a template with more GPUs or lower the pod's nvidia.com/gpu request", spec.GPUs, p.cfg.InstanceTemplate, have)
+	if err := p.cfg.checkTemplateShape(p.catalog, props, spec); err != nil {
+		return createPlan{}, err
 	}
 	models, err := p.cfg.templateModels(props)
 	if err != nil {

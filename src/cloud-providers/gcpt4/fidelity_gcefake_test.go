@@ -146,6 +146,9 @@ func TestTemplatePath(t *testing.T) {
 		c.InstanceTemplate = regional
 		c.ProvisioningModel = ProvisioningSpot
 		c.FallbackZones = commaList{"us-east1-c", "us-central1-b"}
+		// The pod's image annotation must be allowed in template mode
+		// too (allow.go, admitImage).
+		c.AllowedImages = commaList{"podvm-t4-v2"}
 	})
 	addTemplate(fake, "us-central1", t4TemplateProps())
 	fake.AddImage("demo-project", &computepb.Image{Name: proto.String("podvm-t4-v2"), DiskSizeGb: proto.Int64(20),

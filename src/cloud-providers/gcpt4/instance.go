@@ -84,16 +84,14 @@ func (c *Config) podMetadata(vm podVM) []*computepb.Items {
 	return items
 }
 
-// imageURL turns PODVM_IMAGE_NAME into a form GCE accepts: a bare name is
-// an image of the provider's project.
+// imageURL is the image in the form the provider sends, the canonical
+// one the allow-list compared (imageKey); an image that does not parse was
+// refused by Validate or by the allow-list before any body is built.
 func (c *Config) imageURL(image string) string {
-	switch {
-	case strings.HasPrefix(image, "https://"), strings.HasPrefix(image, "projects/"), strings.HasPrefix(image, "global/"):
-		return image
-	case strings.HasPrefix(image, "/projects/"):
-		return strings.TrimPrefix(image, "/")
+	if key, err := c.imageKey(image); err == nil {
+		return key
 	}
-	return fmt.Sprintf("projects/%s/global/images/%s", c.ProjectID, image)
+	return image
 }
 
 // subnetworkURL expands a bare subnetwork name into the zone's region, in

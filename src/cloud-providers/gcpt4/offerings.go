@@ -196,7 +196,8 @@ func rankCandidates(cs []Candidate, model string) {
 }
 
 // selectShape decides a pod's shape in one pass: the admin's allow-lists and
-// caps (allow.go: the image, GCP_INSTANCE_TYPES, GCP_MAX_*_PER_POD); a
+// caps (allow.go: GCP_INSTANCE_TYPES, GCP_MAX_*_PER_POD; the image was
+// admitted before, by admitImage, for either mode); a
 // named profile or machine type if the pod names one; else
 // every catalog profile that fits plus every N1 predefined and custom
 // shape with 1, 2 or 4 T4s within GCE's per-count ceilings (for a GPU
@@ -206,9 +207,6 @@ func rankCandidates(cs []Candidate, model string) {
 // unless it names it.
 func (c *Config) selectShape(catalog *Catalog, spec provider.InstanceTypeSpec) (*Selection, error) {
 	r := Request{InstanceType: spec.InstanceType, GPUs: spec.GPUs, VCPUs: spec.VCPUs, MemoryMiB: spec.Memory}
-	if err := c.checkPodImage(catalog, spec.Image); err != nil {
-		return nil, err
-	}
 	named := r.InstanceType != ""
 	if named {
 		if err := c.nameAllowed(catalog, r.InstanceType); err != nil {
@@ -229,7 +227,7 @@ func (c *Config) selectShape(catalog *Catalog, spec provider.InstanceTypeSpec) (
 		if err := c.checkDeclaredGPUs(p, r); err != nil {
 			return nil, err
 		}
-		if err := lim.checkShape(p, true); err != nil {
+		if err := lim.checkShape(p); err != nil {
 			return nil, err
 		}
 		cand, err := c.candidate(prices, p, spec.Image)
@@ -251,7 +249,7 @@ func (c *Config) selectShape(catalog *Catalog, spec provider.InstanceTypeSpec) (
 			disallowed = append(disallowed, why)
 			return
 		}
-		if err := lim.checkShape(p, false); err != nil {
+		if err := lim.checkShape(p); err != nil {
 			capped = append(capped, err.Error())
 			return
 		}

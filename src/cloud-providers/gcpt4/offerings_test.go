@@ -12,6 +12,13 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
 
+// allowH100 raises the per-pod vCPU and memory limits to a3-highgpu-1g's
+// (26 vCPUs, 234 GiB), as an admin who offers h100-cc must: the limits
+// derived from the T4 profiles (t4-4: 16 vCPUs) bind named shapes too.
+func allowH100(c *Config) {
+	c.MaxVCPUsPerPod, c.MaxMemoryPerPod = 26, 239616
+}
+
 func selectFor(t *testing.T, cfg Config, cat *Catalog, spec provider.InstanceTypeSpec) *Selection {
 	t.Helper()
 	sel, err := cfg.selectShape(cat, spec)
@@ -165,6 +172,7 @@ func TestSelectHonoursDiskTypeSeries(t *testing.T) {
 	}
 	cfg.DiskType = "pd-standard"
 	cfg.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
+	allowH100(&cfg)
 	if _, err := cfg.selectShape(cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1}); err == nil || !strings.Contains(err.Error(), "pd-standard does not attach to a3-highgpu-1g") {
 		t.Errorf("pd-standard on A3: %v", err)
 	}
@@ -178,6 +186,7 @@ func TestSelectHonoursDiskTypeSeries(t *testing.T) {
 func TestConfidentialProfileIsHonest(t *testing.T) {
 	cat := mustCatalog(t, "", "")
 	cfg := validConfig()
+	allowH100(&cfg)
 	_, err := cfg.selectShape(cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1})
 	if err == nil || !strings.Contains(err.Error(), "TDX_CAPABLE") || !strings.Contains(err.Error(), "(TDX Confidential VM) needs an image") || !strings.Contains(err.Error(), "GCP_PROFILE_IMAGES=h100-cc=") {
 		t.Fatalf("h100-cc without an image: %v", err)

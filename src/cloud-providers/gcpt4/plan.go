@@ -55,14 +55,20 @@ func (c *Config) PlanInsert(catalog *Catalog, spec provider.InstanceTypeSpec, po
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if c.InstanceTemplate != "" {
-		return nil, fmt.Errorf("GCP_INSTANCE_TEMPLATE is set: the podVM's shape comes from template %s, which only the API can read; unset it to plan with profiles", c.InstanceTemplate)
-	}
 	if catalog == nil {
 		var err error
 		if catalog, err = NewCatalog(c.ProfilesFile, c.Profiles); err != nil {
 			return nil, err
 		}
+	}
+	// The image allow-list first, as CreateInstance runs it, so that a
+	// foreign image is refused in template mode too, naming the setting.
+	var err error
+	if spec.Image, err = c.admitImage(catalog, spec.Image); err != nil {
+		return nil, err
+	}
+	if c.InstanceTemplate != "" {
+		return nil, fmt.Errorf("GCP_INSTANCE_TEMPLATE is set: the podVM's shape comes from template %s, which only the API can read; unset it to plan with profiles", c.InstanceTemplate)
 	}
 	if err := c.checkCatalog(catalog); err != nil {
 		return nil, err

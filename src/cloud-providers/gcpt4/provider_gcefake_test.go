@@ -302,13 +302,13 @@ func TestConfidentialH100Profile(t *testing.T) {
 	spec := provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1}
 	// Without an image of its own h100-cc is refused before any call: the
 	// T4 image is not a TDX image.
-	p, fake := newTestProvider(t, nil)
+	p, fake := newTestProvider(t, allowH100)
 	_, err := p.CreateInstance(context.Background(), "cc-0", sandbox, cloudConfig("cc"), spec)
 	if err == nil || !strings.Contains(err.Error(), "(TDX Confidential VM) needs an image") || fake.CountCalls("instances.insert") != 0 {
 		t.Fatalf("h100-cc without an image: %v (%d inserts)", err, fake.CountCalls("instances.insert"))
 	}
 
-	p, fake = newTestProvider(t, func(c *Config) { c.ProfileImages = provider.KeyValueFlag{"h100-cc": "podvm-tdx"} })
+	p, fake = newTestProvider(t, func(c *Config) { c.ProfileImages = provider.KeyValueFlag{"h100-cc": "podvm-tdx"}; allowH100(c) })
 	addTDXImage(fake, "podvm-tdx", "UEFI_COMPATIBLE", "TDX_CAPABLE", "GVNIC")
 	if err := p.ConfigVerifier(); err != nil {
 		t.Fatalf("ConfigVerifier with a TDX image: %v", err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -205,24 +206,69 @@ type imageRef struct {
 	project, name, family string
 }
 
-// parseImage understands the image forms GCE accepts, including
-// image families (…/global/images/family/F).
-func (c *Config) parseImage(image string) (imageRef, error) {
-	rest := c.imageURL(image)
-	if i := strings.Index(rest, "/compute/v1/"); i >= 0 {
-		rest = rest[i+len("/compute/v1/"):]
+// path is the image in the one form the provider compares and sends:
+// projects/P/global/images/NAME or projects/P/global/images/family/F. GCE
+// accepts this partial URL as sourceImage
+// (AttachedDiskInitializeParams.sourceImage in the discovery document).
+func (r imageRef) path() string {
+	if r.family != "" {
+		return "projects/" + r.project + "/global/images/family/" + r.family
 	}
-	if strings.HasPrefix(rest, "global/") {
-		rest = "projects/" + c.ProjectID + "/" + rest
+	return "projects/" + r.project + "/global/images/" + r.name
+}
+
+// computeHosts are the hosts whose full image URLs are accepted: the
+// Compute Engine API's own and the older one its resources' selfLinks
+// used. Any other host is refused, so that the image compared is the one
+// sent.
+var computeHosts = []string{"https://compute.googleapis.com/compute/v1/", "https://www.googleapis.com/compute/v1/"}
+
+// imageNameRE is GCE's name syntax for images and image families
+// (compute/docs/naming-resources: RFC 1035, at most 63 characters);
+// imageProjectRE is the shape of a project ID (domain-scoped ones,
+// example.com:proj, included), looser than projectRE's length rule so that
+// short test projects parse. Together they keep a pod's annotation from
+// smuggling separators, spaces or newlines into a log line or a request.
+var (
+	imageNameRE    = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	imageProjectRE = regexp.MustCompile(`^([a-z0-9][-a-z0-9.]{0,61}:)?[a-z0-9][-a-z0-9]{0,62}$`)
+)
+
+// parseImage understands the image forms GCE accepts, including image
+// families (…/global/images/family/F): a bare name (of the provider's
+// project), global/images/…, projects/P/global/images/…, and the full URL
+// on Compute Engine's own hosts.
+func (c *Config) parseImage(image string) (imageRef, error) {
+	rest, full := image, false
+	for _, h := range computeHosts {
+		if r, ok := strings.CutPrefix(image, h); ok {
+			rest, full = r, true
+			break
+		}
+	}
+	switch {
+	case full:
+	case !strings.Contains(image, "/"):
+		rest = "projects/" + c.ProjectID + "/global/images/" + image
+	case strings.HasPrefix(image, "global/"):
+		rest = "projects/" + c.ProjectID + "/" + image
+	case strings.HasPrefix(image, "/projects/"):
+		rest = image[1:]
 	}
 	parts := strings.Split(rest, "/")
+	var ref imageRef
 	switch {
 	case len(parts) == 5 && parts[0] == "projects" && parts[2] == "global" && parts[3] == "images":
-		return imageRef{project: parts[1], name: parts[4]}, nil
+		ref = imageRef{project: parts[1], name: parts[4]}
 	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "global" && parts[3] == "images" && parts[4] == "family":
-		return imageRef{project: parts[1], family: parts[5]}, nil
+		ref = imageRef{project: parts[1], family: parts[5]}
+	default:
+		return imageRef{}, fmt.Errorf("PODVM_IMAGE_NAME: %q is not an image; use a name, projects/P/global/images/NAME or projects/P/global/images/family/FAMILY", image)
 	}
-	return imageRef{}, fmt.Errorf("PODVM_IMAGE_NAME: %q is not an image; use a name, projects/P/global/images/NAME or projects/P/global/images/family/FAMILY", image)
+	if !imageProjectRE.MatchString(ref.project) || !imageNameRE.MatchString(ref.name+ref.family) {
+		return imageRef{}, fmt.Errorf("PODVM_IMAGE_NAME: %q is not an image: a project ID and an image or family name are lowercase letters, digits and '-'", image)
+	}
+	return ref, nil
 }
 
 // lookupImage reads an image (or its family's newest).
