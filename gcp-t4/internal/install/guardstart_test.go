@@ -169,3 +169,33 @@ func TestKubectlApplyKRefusesWhatLiftsTheGuard(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallValidatesGCPEndpoint: gcp-t4 install (here --render, which
+// runs install's own checks without a cluster) refuses a GCP_ENDPOINT the
+// provider would refuse at start, naming it and the fix, and accepts a
+// local emulator's plain-HTTP URL in any letter case (which gets no
+// credentials) and a Private Service Connect endpoint.
+func TestInstallValidatesGCPEndpoint(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
+	id := "--set=GCP_CLUSTER_ID=5e2f3c1a-0000-4000-8000-000000000001"
+	for _, c := range []struct {
+		endpoint string
+		ok       bool
+	}{
+		{"ftp://x", false}, {"evil.example.com", false}, {"https://user:pw@compute.googleapis.com", false},
+		{"https://compute.googleapis.com?alt=json", false},
+		{"HTTP://127.0.0.1:8080", true}, {"https://compute-vialink1.p.googleapis.com", true},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Main(t.Context(), append(append([]string{"--render"}, requiredFlags...), id, "--set=GCP_ENDPOINT="+c.endpoint), &stdout, &stderr, nil)
+		if c.ok {
+			if code != 0 || !strings.Contains(stdout.String(), "GCP_ENDPOINT: "+c.endpoint) {
+				t.Errorf("GCP_ENDPOINT=%s: exit %d, stderr %q; want it rendered as given", c.endpoint, code, stderr.String())
+			}
+			continue
+		}
+		if code != 1 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "GCP_ENDPOINT: ") || !strings.Contains(stderr.String(), "googleapis.com") {
+			t.Errorf("GCP_ENDPOINT=%s: exit %d, stdout %d bytes, stderr %q; want a refusal naming GCP_ENDPOINT and the fix", c.endpoint, code, stdout.Len(), stderr.String())
+		}
+	}
+}
