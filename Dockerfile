@@ -39,7 +39,11 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 
 # Upstream at the pinned release, patched exactly as `make upstream-patch`
 # does (API check, gcpt4 tests in upstream's module, registrations, tidy),
-# then cloud-api-adaptor built with the providers gcp and gcp_t4.
+# then cloud-api-adaptor built with the gcp_t4 provider alone: upstream's gcp
+# provider has none of gcp-t4's allow-lists and caps, so a binary that
+# cannot start it is the guard no CLOUD_PROVIDER or command can lift
+# (docs/upstream.md). Upstream links each provider by its build tag only
+# (cmd/cloud-api-adaptor/<provider>.go, Makefile BUILTIN_CLOUD_PROVIDERS).
 FROM golang:${UPSTREAM_GO_VERSION}-trixie AS caa
 ARG UPSTREAM_RELEASE
 ARG UPSTREAM_COMMIT
@@ -58,11 +62,11 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 WORKDIR /build/patched/src/cloud-api-adaptor
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
 	cmd=github.com/confidential-containers/cloud-api-adaptor/src/cloud-api-adaptor/cmd && \
-	CGO_ENABLED=0 go build -trimpath -tags gcp,gcp_t4 \
+	CGO_ENABLED=0 go build -trimpath -tags gcp_t4 \
 		-ldflags "-X '${cmd}.VERSION=${UPSTREAM_RELEASE}+gcp-t4' -X '${cmd}.COMMIT=${UPSTREAM_COMMIT}'" \
 		-o /out/cloud-api-adaptor ./cmd/cloud-api-adaptor && \
 	/out/cloud-api-adaptor help | grep -qw gcp-t4 && \
-	cp entrypoint.sh /out/ && \
+	! /out/cloud-api-adaptor help | grep -qxE '[[:space:]]*gcp' && \
 	sed -n 's/^[[:space:]]*iptables-wrapper:[[:space:]]*//p' versions.yaml > /out/iptables-wrapper.version && \
 	test -s /out/iptables-wrapper.version
 
@@ -90,9 +94,9 @@ RUN apt-get update && \
 COPY --from=iptables-wrapper /iptables-wrapper /usr/sbin/iptables-wrapper
 RUN /usr/sbin/iptables-wrapper install
 COPY --from=caa /out/cloud-api-adaptor /usr/local/bin/
-# Upstream's peerpods chart runs /usr/local/bin/entrypoint.sh; ours starts
-# gcp-t4 and hands gcp to upstream's script, kept beside it.
-COPY --from=caa /out/entrypoint.sh /usr/local/bin/entrypoint-upstream.sh
+# Upstream's peerpods chart and install/base run /usr/local/bin/entrypoint.sh;
+# ours starts gcp-t4 and refuses any other provider and the TLS settings that
+# would lift the guard (upstream's script, which only dispatches, is not kept).
 COPY scripts/image/entrypoint.sh /usr/local/bin/entrypoint.sh
 COPY --from=gcp-t4 /out/gcp-t4 /out/gcp-t4-node /usr/local/bin/
 # The series the binary was built from, for provenance.

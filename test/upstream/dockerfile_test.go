@@ -169,13 +169,18 @@ func TestDockerfileStages(t *testing.T) {
 		`git clone --quiet --depth 1 --branch "${UPSTREAM_RELEASE}" "${UPSTREAM_REPO}"`,
 		`"${UPSTREAM_COMMIT}"`,
 		"CAA_API_CHECK=/usr/local/bin/caa-api-check ours/scripts/upstream-patch/patch.sh",
-		"CGO_ENABLED=0 go build -trimpath -tags gcp,gcp_t4",
+		"CGO_ENABLED=0 go build -trimpath -tags gcp_t4 ",
 		"./cmd/cloud-api-adaptor",
 		"help | grep -qw gcp-t4",
+		// upstream's gcp provider is not linked: no setting can start it.
+		"! /out/cloud-api-adaptor help | grep -qxE '[[:space:]]*gcp'",
 	} {
 		if !strings.Contains(caa, want) {
 			t.Errorf("stage caa does not run %q", want)
 		}
+	}
+	if m := regexp.MustCompile(`-tags[ =]\S*`).FindAllString(caa, -1); len(m) != 1 || m[0] != "-tags gcp_t4" {
+		t.Errorf("stage caa builds with %q; want only -tags gcp_t4 (the image runs gcp-t4 alone)", m)
 	}
 	ours := runs("gcp-t4")
 	for _, want := range []string{"CGO_ENABLED=0 go build", "-o /out/ ./cmd/gcp-t4 ./cmd/gcp-t4-node", "./cmd/caa-api-check"} {
@@ -245,9 +250,13 @@ func TestDockerfileFinalStage(t *testing.T) {
 			t.Errorf("label %s = %q, want it to carry %s", key, got, want)
 		}
 	}
+	for src := range copied {
+		if strings.HasSuffix(src, "entrypoint.sh") && src != ":scripts/image/entrypoint.sh" {
+			t.Errorf("final stage copies %s: the image's only entrypoint is ours, which starts gcp-t4 alone", src)
+		}
+	}
 	for src, dest := range map[string]string{
 		"caa:/out/cloud-api-adaptor":   "/usr/local/bin/",
-		"caa:/out/entrypoint.sh":       "/usr/local/bin/entrypoint-upstream.sh",
 		":scripts/image/entrypoint.sh": "/usr/local/bin/entrypoint.sh",
 		"gcp-t4:/out/gcp-t4":           "/usr/local/bin/",
 		"gcp-t4:/out/gcp-t4-node":      "/usr/local/bin/",

@@ -25,7 +25,7 @@ func runEntrypoint(t *testing.T, env []string, args ...string) (code int, calls,
 	for name, data := range map[string]string{
 		"entrypoint.sh":          string(src),
 		"cloud-api-adaptor":      "#!/bin/sh\necho \"cloud-api-adaptor $*\" >> " + log + "\n",
-		"entrypoint-upstream.sh": "#!/bin/sh\necho \"upstream $* CLOUD_PROVIDER=$CLOUD_PROVIDER\" >> " + log + "\n",
+		"entrypoint-upstream.sh": "#!/bin/sh\necho \"upstream $*\" >> " + log + "\n",
 	} {
 		if err := os.WriteFile(filepath.Join(bin, name), []byte(data), 0o755); err != nil {
 			t.Fatal(err)
@@ -45,10 +45,12 @@ func runEntrypoint(t *testing.T, env []string, args ...string) (code int, calls,
 	return code, strings.TrimSpace(string(out)), errb.String()
 }
 
-// TestEntrypointStartsGcpT4: what upstream's peerpods chart runs
-// (/usr/local/bin/entrypoint.sh with CLOUD_PROVIDER from peer-pods-cm)
-// starts gcp-t4's CAA, where upstream's v0.22.0 script prints its usage and
-// exits 0 for a provider it has no branch for.
+// TestEntrypointStartsGcpT4: what upstream's peerpods chart and
+// install/base run (/usr/local/bin/entrypoint.sh with CLOUD_PROVIDER from
+// peer-pods-cm) starts gcp-t4's CAA, where upstream's v0.22.0 script prints
+// its usage and exits 0 for a provider it has no branch for. No other
+// provider starts: upstream's gcp, which has none of gcp-t4's allow-lists
+// and caps, is refused with the fix, and upstream's script is never run.
 func TestEntrypointStartsGcpT4(t *testing.T) {
 	for _, c := range []struct {
 		env   []string
@@ -59,13 +61,55 @@ func TestEntrypointStartsGcpT4(t *testing.T) {
 	}{
 		{[]string{"CLOUD_PROVIDER=gcp-t4"}, nil, 0, "cloud-api-adaptor gcp-t4", ""},
 		{nil, []string{"gcp-t4", "-zone", "us-central1-b"}, 0, "cloud-api-adaptor gcp-t4 -zone us-central1-b", ""},
-		{[]string{"CLOUD_PROVIDER=gcp"}, nil, 0, "upstream  CLOUD_PROVIDER=gcp", ""},
-		{nil, nil, 1, "", "CLOUD_PROVIDER is not set: set it to gcp-t4"},
-		{[]string{"CLOUD_PROVIDER=aws"}, nil, 1, "", "CLOUD_PROVIDER=aws: this image holds the gcp-t4 and gcp providers only"},
+		{[]string{"CLOUD_PROVIDER=gcp-t4"}, []string{"-zone", "us-central1-b"}, 0, "cloud-api-adaptor gcp-t4 -zone us-central1-b", ""},
+		{[]string{"CLOUD_PROVIDER=gcp-t4", "TLS_SKIP_VERIFY=false", "CACERT_FILE="}, nil, 0, "cloud-api-adaptor gcp-t4", ""},
+		{[]string{"CLOUD_PROVIDER=gcp"}, nil, 1, "", "CLOUD_PROVIDER=gcp: upstream's gcp provider is not in this image"},
+		{[]string{"CLOUD_PROVIDER=gcp"}, []string{"gcp-t4"}, 1, "", "set CLOUD_PROVIDER=gcp-t4"},
+		{[]string{"CLOUD_PROVIDER=gcp-t4"}, []string{"gcp"}, 1, "", "set CLOUD_PROVIDER=gcp-t4"},
+		{nil, nil, 1, "", "CLOUD_PROVIDER is not set: set CLOUD_PROVIDER=gcp-t4"},
+		{[]string{"CLOUD_PROVIDER=aws"}, nil, 1, "", "CLOUD_PROVIDER=aws: this image holds the gcp-t4 provider only"},
+		// A value is quoted, so a line break cannot forge a log line.
+		{[]string{"CLOUD_PROVIDER=aws\nentrypoint.sh: ok"}, nil, 1, "", `CLOUD_PROVIDER=$'aws\nentrypoint.sh: ok': this image`},
 	} {
 		code, calls, stderr := runEntrypoint(t, c.env, c.args...)
-		if code != c.code || calls != c.calls || !strings.Contains(stderr, c.err) {
-			t.Errorf("env %v args %v: exit %d, calls %q, stderr %q; want exit %d, calls %q, stderr with %q", c.env, c.args, code, calls, stderr, c.code, c.calls, c.err)
+		if code != c.code || calls != c.calls || !strings.Contains(stderr, c.err) || strings.Count(stderr, "\n") > 1 {
+			t.Errorf("env %q args %q: exit %d, calls %q, stderr %q; want exit %d, calls %q, stderr with %q", c.env, c.args, code, calls, stderr, c.code, c.calls, c.err)
+		}
+	}
+}
+
+// TestEntrypointRefusesWhatLiftsTheGuard: CAA-to-podVM TLS stays as CAA
+// issues it. Upstream CAA v0.22.0 (cmd/cloud-api-adaptor/main.go at
+// 38d0fcf7) takes TLS_SKIP_VERIFY, CACERT_FILE, CERT_FILE and CERT_KEY from
+// the environment or as -tls-skip-verify, -ca-cert-file, -cert-file,
+// -cert-key after the provider's name (a flag wins), and -disable-tls as a
+// flag only; Go's flag package takes one or two dashes and -name=value.
+// Every form is refused before cloud-api-adaptor starts, with the fix.
+func TestEntrypointRefusesWhatLiftsTheGuard(t *testing.T) {
+	gcpT4 := "CLOUD_PROVIDER=gcp-t4"
+	for _, c := range []struct {
+		env  []string
+		args []string
+		err  string
+	}{
+		{[]string{gcpT4, "TLS_SKIP_VERIFY=true"}, nil, "TLS_SKIP_VERIFY=true: CAA would accept any certificate"},
+		{[]string{gcpT4, "TLS_SKIP_VERIFY=TRUE"}, nil, "unset it in peer-pods-cm"},
+		{[]string{gcpT4, "TLS_SKIP_VERIFY=1"}, nil, "unset it in peer-pods-cm"},
+		// CAA reads "yes" as false; refused all the same (fail closed).
+		{[]string{gcpT4, "TLS_SKIP_VERIFY=yes"}, nil, "TLS_SKIP_VERIFY=yes"},
+		{[]string{gcpT4, "CACERT_FILE=/etc/certificates/ca.crt"}, nil, "CACERT_FILE=/etc/certificates/ca.crt: custom CAA-to-podVM certificates are not supported"},
+		{[]string{gcpT4, "CERT_FILE=/c"}, nil, "unset CACERT_FILE, CERT_FILE and CERT_KEY"},
+		{[]string{gcpT4, "CERT_KEY=/k"}, nil, "unset CACERT_FILE, CERT_FILE and CERT_KEY"},
+		{[]string{gcpT4}, []string{"-tls-skip-verify"}, "flag -tls-skip-verify"},
+		{[]string{gcpT4}, []string{"-zone", "z", "--tls-skip-verify=true"}, "remove the flag"},
+		{nil, []string{"gcp-t4", "-disable-tls"}, "flag -disable-tls"},
+		{[]string{gcpT4}, []string{"-ca-cert-file", "/ca"}, "flag -ca-cert-file"},
+		{[]string{gcpT4}, []string{"--cert-file=/c"}, "flag --cert-file=/c"},
+		{[]string{gcpT4}, []string{"-cert-key=/k"}, "flag -cert-key=/k"},
+	} {
+		code, calls, stderr := runEntrypoint(t, c.env, c.args...)
+		if code == 0 || calls != "" || !strings.Contains(stderr, c.err) {
+			t.Errorf("env %q args %q: exit %d, calls %q, stderr %q; want a refusal with %q and nothing started", c.env, c.args, code, calls, stderr, c.err)
 		}
 	}
 }

@@ -141,8 +141,8 @@ func TestOverlay(t *testing.T) {
 	if caa.Image != ImageName+":latest" {
 		t.Errorf("image %q, want %s:latest", caa.Image, ImageName)
 	}
-	if !slices.Equal(caa.Command, []string{"/usr/local/bin/cloud-api-adaptor", "gcp-t4"}) {
-		t.Errorf("command %q", caa.Command)
+	if !slices.Equal(caa.Command, []string{"/usr/local/bin/entrypoint.sh"}) || len(caa.Args) != 0 {
+		t.Errorf("command %q args %q, want the image's entrypoint.sh, which refuses what would lift the guard", caa.Command, caa.Args)
 	}
 	if p := caa.StartupProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.IntValue() != 8000 {
 		t.Errorf("startup probe %+v: CAA v0.22 listens on 127.0.0.1:8000 only", p)

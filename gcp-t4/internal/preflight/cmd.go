@@ -54,6 +54,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		fmt.Fprintf(stderr, "gcp-t4 preflight: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	if _, _, err := gcpt4.ParseEndpoint("-resourcemanager-endpoint", *crmEndpoint); err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 preflight: %v\n", err)
+		return 2
+	}
 	// Strictly, as the provider does at start: a value CAA's registrar
 	// would quietly replace by its default is an error here too.
 	if err := pf.CheckEnv(os.LookupEnv); err != nil {
@@ -153,7 +157,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger) []Result {
 		// says who the caller is.
 		opts := append(o.Cfg.ClientOptions(), o.Extra...)
 		iamEndpoint := ""
-		if strings.HasPrefix(o.CRMEndpoint, "http://") {
+		if notGoogle(o.CRMEndpoint) {
 			iamEndpoint = o.CRMEndpoint // a local emulator serves both
 		}
 		if err := g.Connect(ctx, opts, append(crmOptions(o.Cfg, o.CRMEndpoint), o.Extra...), append(crmOptions(o.Cfg, iamEndpoint), o.Extra...)); err != nil {
@@ -169,21 +173,37 @@ func Run(ctx context.Context, o Options, logger *slog.Logger) []Result {
 	return rs
 }
 
+// notGoogle is whether an endpoint gets no credentials by the provider's
+// rule (gcpt4.ParseEndpoint: anything but https under googleapis.com, http
+// in any letter case included): a local emulator or test server. An
+// endpoint the rule refuses counts as not Google's, so it never gets them.
+func notGoogle(endpoint string) bool {
+	if endpoint == "" {
+		return false
+	}
+	_, credentials, err := gcpt4.ParseEndpoint("endpoint", endpoint)
+	return err != nil || !credentials
+}
+
 // crmOptions point Resource Manager at the flag's endpoint, or at a local
-// emulator that GCP_ENDPOINT names (which serves both APIs).
+// emulator that GCP_ENDPOINT names (which serves both APIs). Credentials
+// go only where the provider's rule sends them (gcpt4.ParseEndpoint).
 func crmOptions(cfg gcpt4.Config, endpoint string) []option.ClientOption {
 	var opts []option.ClientOption
-	if endpoint == "" && strings.HasPrefix(cfg.Endpoint, "http://") {
+	if endpoint == "" && notGoogle(cfg.Endpoint) {
 		endpoint = cfg.Endpoint
 	}
 	if endpoint != "" {
+		if canonical, _, err := gcpt4.ParseEndpoint("endpoint", endpoint); err == nil {
+			endpoint = canonical
+		}
 		// The discovery-based client joins paths to an endpoint ending in "/".
 		opts = append(opts, option.WithEndpoint(strings.TrimSuffix(endpoint, "/")+"/"))
-		if strings.HasPrefix(endpoint, "http://") {
-			opts = append(opts, option.WithoutAuthentication())
+		if notGoogle(endpoint) {
+			return append(opts, option.WithoutAuthentication())
 		}
 	}
-	if cfg.Credentials != "" && !strings.HasPrefix(endpoint, "http://") {
+	if cfg.Credentials != "" {
 		opts = append(opts, cfg.CredentialsOption())
 	}
 	return opts

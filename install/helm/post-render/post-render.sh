@@ -13,7 +13,10 @@
 # remediation component's node selection), the quota system-node-critical
 # needs outside kube-system, CAA's Secrets access narrowed to get, and the
 # podVM reaper (install/components/reaper) with the chart's image and
-# namespace, and CAA's read of kube-system's UID (caa-cluster-id-rbac.yaml). It refuses a release without GCP_CLUSTER_ID.
+# namespace, and CAA's read of kube-system's UID (caa-cluster-id-rbac.yaml).
+# It refuses a release without GCP_CLUSTER_ID, or with another provider,
+# TLS_SKIP_VERIFY or custom certificates (which the image's entrypoint also
+# refuses at start, for every install path).
 #
 # Needs kustomize, or kubectl (kubectl kustomize); KUSTOMIZE=path picks one.
 set -eu
@@ -29,6 +32,25 @@ cat >"$work/chart.yaml"
 if ! grep -Eq '^  GCP_CLUSTER_ID: "[^"]+"$' "$work/chart.yaml"; then
 	echo "gcp-t4 post-renderer: providerConfigs.gcp-t4.GCP_CLUSTER_ID is empty: CAA would refuse every peer pod and the reaper would not start." >&2
 	echo "  set it to this cluster's ID: --set providerConfigs.gcp-t4.GCP_CLUSTER_ID=\$(kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')" >&2
+	exit 1
+fi
+
+# The image runs gcp-t4 only (its entrypoint refuses any other provider at
+# start); the chart writes `  CLOUD_PROVIDER: "<provider value>"` into
+# peer-pods-cm, so a release for another provider is refused here, before
+# anything is applied.
+if grep -E '^  CLOUD_PROVIDER:' "$work/chart.yaml" | grep -Evq '^  CLOUD_PROVIDER: "gcp-t4"$'; then
+	echo "gcp-t4 post-renderer: the release sets CLOUD_PROVIDER to another provider than gcp-t4: the caa-gcp-t4 image runs gcp-t4 only (upstream's gcp provider has none of its allow-lists and caps)." >&2
+	echo "  install with --set provider=gcp-t4 (install/helm/gcp-t4.yaml sets it)" >&2
+	exit 1
+fi
+
+# TLS_SKIP_VERIFY: CAA v0.22.0 reads "1" or "true", in any case, as true
+# (BoolWithEnv, src/cloud-providers/util.go at 38d0fcf7); anything but
+# empty, 0 or false is refused, as the image's entrypoint does.
+if grep -E '^  TLS_SKIP_VERIFY:' "$work/chart.yaml" | grep -Eivq '^  TLS_SKIP_VERIFY: "(false|0)?"$'; then
+	echo "gcp-t4 post-renderer: providerConfigs.gcp-t4.TLS_SKIP_VERIFY is set: CAA would accept any certificate from whatever answers on a podVM's address, so another VM in the VPC could impersonate a podVM." >&2
+	echo "  unset it (or set \"false\"): CAA verifies the certificate it issued each podVM" >&2
 	exit 1
 fi
 

@@ -212,6 +212,9 @@ func (c *Config) Validate() error {
 	if c.SpotFallback && c.ProvisioningModel != ProvisioningSpot {
 		return fmt.Errorf("GCP_SPOT_FALLBACK: only meaningful with GCP_PROVISIONING_MODEL=SPOT (it is %s)", c.ProvisioningModel)
 	}
+	if _, _, err := ParseEndpoint("GCP_ENDPOINT", c.Endpoint); err != nil {
+		return err
+	}
 	if c.UsePublicIP {
 		return fmt.Errorf("USE_PUBLIC_IP: gcp-t4 never gives a podVM an external IP; unset it and run CAA in the podVMs' VPC")
 	}

@@ -75,14 +75,21 @@ type Provider struct {
 var _ provider.Provider = (*Provider)(nil)
 
 // clientOptions are the options the provider's clients are made with.
+// GCP_ENDPOINT is given in its canonical form, the one ParseEndpoint
+// judged. An endpoint that is not Google's (ParseEndpoint: a local
+// emulator over http in any letter case, any other https host) gets
+// WithoutAuthentication and no credentials option, since the Google
+// client refuses one next to it; so do endpoints Validate refuses, for
+// tools that make clients before validating.
 func (c *Config) clientOptions() []option.ClientOption {
 	var opts []option.ClientOption
 	if c.Endpoint != "" {
-		opts = append(opts, option.WithEndpoint(strings.TrimSuffix(c.Endpoint, "/")))
-		// A plain-HTTP endpoint is a local emulator: never send it
-		// credentials, and add no credentials option either, since the
-		// Google client refuses one next to WithoutAuthentication.
-		if strings.HasPrefix(c.Endpoint, "http://") {
+		endpoint, credentials, err := ParseEndpoint("GCP_ENDPOINT", c.Endpoint)
+		if err != nil {
+			return append(opts, option.WithEndpoint(c.Endpoint), option.WithoutAuthentication())
+		}
+		opts = append(opts, option.WithEndpoint(endpoint))
+		if !credentials {
 			return append(opts, option.WithoutAuthentication())
 		}
 	}
