@@ -11,9 +11,10 @@ cd "$(dirname "$0")/../.."
 podvm/scripts/setup-host.sh
 scripts=(podvm/scripts/*.sh test/podvm/*.sh)
 shellcheck -x "${scripts[@]}"
-shellcheck -s sh podvm/mkosi.postinst podvm/mkosi.finalize podvm/mkosi.extra/usr/lib/caa-gcp-t4/slot-report \
-	podvm/mkosi.extra/usr/lib/caa-gcp-t4/with-config podvm/mkosi.extra/usr/lib/caa-gcp-t4/wait-socket \
-	podvm/mkosi.extra/usr/lib/caa-gcp-t4/cdh-check
+# Every guest script, by directory: a list by name had left measure-initdata
+# and boot-failed out.
+shellcheck -s sh podvm/mkosi.postinst podvm/mkosi.finalize podvm/mkosi.extra/usr/lib/caa-gcp-t4/* \
+	podvm/initrd/mkosi.extra/usr/lib/caa-gcp-t4/*
 (cd test/podvm/standin && GOWORK=off go vet ./...)
 units_dir=podvm/mkosi.extra/usr/lib/systemd/system
 fail() { echo "podvm lint: $*" >&2; exit 1; }

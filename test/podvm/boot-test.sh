@@ -23,6 +23,11 @@
 #   - with stand-ins for CDH and kata-agent, a third boot whose CDH never
 #     listens: kata-agent is never started, and the console carries one
 #     CAA-GCP-T4-CDH-FAILED line saying why.
+#   - with stand-ins for process-user-data and kata-agent, a fourth boot
+#     whose process-user-data writes no initdata digest, the TPM there:
+#     measure-initdata fails closed (state no-digest, "kata_agent":"not
+#     started"), process-user-data.service fails, and systemd refuses
+#     kata-agent.service for it (Requires=): the agent never starts.
 # The VM reaches a GCE-style metadata server at 169.254.169.254
 # (test/podvm/gce-metadata.py through QEMU's guestfwd) that serves the
 # attribute user-data, base64-encoded as CAA's GCP provider stores it.
@@ -427,12 +432,56 @@ if grep -qw confidential-data-hub <<<"$standins" && grep -qw kata-agent <<<"$sta
 	log=$work/console.log
 fi
 
+# process-user-data that leaves no initdata digest (the stand-in, asked
+# through a metadata attribute), with the TPM there: measure-initdata must
+# fail closed, and kata-agent must not start. CDH still listens (it is only
+# ordered after process-user-data), so kata-agent.path does ask for the
+# agent, and systemd's answer to that start, "Dependency failed for" the
+# agent's unit (Requires=process-user-data.service), ends the wait: a boot
+# that started the agent would print the stand-in's line instead.
+digest_line=""
+if grep -qw process-user-data <<<"$standins" && grep -qw kata-agent <<<"$standins"; then
+	printf no-digest >"$work/pud-mode"
+	meta_extra="caa-gcp-t4-standin-process-user-data=$work/pud-mode"
+	qemu-img create -q -f qcow2 -b "$(realpath "$dir/podvm.raw")" -F raw "$work/nodigest.qcow2" "$disk_bytes"
+	dlog=$work/nodigest.log
+	log=$dlog
+	dstart=$(date +%s)
+	start_vm "$work/nodigest.qcow2" "$dlog"
+	while :; do
+		kill -0 "$qpid" 2>/dev/null || fail "no digest: QEMU exited before systemd refused kata-agent"
+		[ $(($(date +%s) - dstart)) -lt "$timeout" ] || fail "no digest: systemd did not refuse kata-agent (Dependency failed) within ${timeout}s"
+		if [ -f "$dlog" ]; then
+			dtext=$(clean)
+			grep -q 'CAA-GCP-T4-STANDIN {"name":"kata-agent"' <<<"$dtext" && fail "no digest: kata-agent started although measure-initdata failed"
+			grep -Eq 'Dependency failed for (kata-agent\.service - )?Kata Containers agent' <<<"$dtext" && break
+		fi
+		sleep 2
+	done
+	nodigest_s=$(($(date +%s) - dstart))
+	dtext=$(clean)
+	stop_vm
+	meta_extra=""
+	grep -q 'CAA-GCP-T4-STANDIN {"name":"process-user-data".*"mode":"no-digest"' <<<"$dtext" ||
+		fail "no digest: the process-user-data stand-in did not run in no-digest mode (metadata attribute not served?)"
+	digest_line=$(grep -m1 -o 'CAA-GCP-T4-INITDATA {.*}' <<<"$dtext") || fail "no digest: no CAA-GCP-T4-INITDATA line"
+	dj=${digest_line#CAA-GCP-T4-INITDATA }
+	[ "$(jq -r .state <<<"$dj")" = no-digest ] || fail "no digest: state '$(jq -r .state <<<"$dj")', want no-digest: $digest_line"
+	[ "$(jq -r .kata_agent <<<"$dj")" = "not started" ] || fail "no digest: the line does not say kata-agent is not started: $digest_line"
+	grep -Eq 'Failed to start (process-user-data\.service - )?CAA process-user-data' <<<"$dtext" || fail "no digest: process-user-data.service did not fail"
+	! grep -q 'CAA-GCP-T4-STANDIN {"name":"kata-agent"' <<<"$dtext" || fail "no digest: kata-agent started although measure-initdata failed"
+	! grep -Eq 'Started (kata-agent\.service - )?Kata Containers agent' <<<"$dtext" || fail "no digest: systemd started kata-agent.service"
+	if [ -n "$results" ]; then mkdir -p "$results" && printf '%s\n' "$dtext" >"$results/nodigest-console.log"; fi
+	log=$work/console.log
+fi
+
 echo "boot-test: ok ($accel): $sb_state; readiness at ${gpu_at}s, multi-user at ${multi_at}s, boot done at ${ready_at}s; state grown to $((fs_bytes / 1024 / 1024)) MiB, root unchanged; clean power-off; a changed root block: verity refused it, boot-failed and powered off after ${tamper_s}s"
 echo "  $gpu_line"
 echo "  $init_line"
 echo "  $slots"
 echo "  $fl"
 [ -z "$cdh_line" ] || echo "  CDH never listening: kata-agent not started, after ${nocdh_s}s: $cdh_line"
+[ -z "$digest_line" ] || echo "  no initdata digest, TPM present: process-user-data failed, systemd refused kata-agent (Dependency failed), after ${nodigest_s}s: $digest_line"
 [ -z "$guest" ] || echo "$guest"
 if [ -n "$results" ]; then
 	mkdir -p "$results"

@@ -2,9 +2,11 @@
 # Tests podvm/mkosi.extra/usr/lib/caa-gcp-t4/measure-initdata on this
 # machine, with tpm2_pcrextend and tpm2_pcrread shims on PATH and the
 # digest file and TPM device at paths the test owns: a measured digest; no
-# TPM (reported, exit 0, as upstream); a TPM that refuses the extend (exit 1:
-# fail closed, process-user-data.service fails and kata-agent, which
-# Requires= it, is not started); no digest and a malformed one (reported).
+# TPM (reported, exit 0, as upstream); a TPM that refuses the extend, and,
+# with a TPM present, a digest that is missing, empty, not lower-case hex
+# or of a length no algorithm gives (each exit 1: fail closed,
+# process-user-data.service fails and kata-agent, which Requires= it, is not
+# started); the same digests without a TPM (reported, exit 0).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 script=podvm/mkosi.extra/usr/lib/caa-gcp-t4/measure-initdata
@@ -44,12 +46,45 @@ grep -q '"state":"failed".*"reason":"tpm2_pcrextend: ERROR:esys.*Received TPM Er
 rm "$work/refuse"
 n=$((n + 1))
 
-: >"$work/digest"
-out=$(run "$work/tpmrm0") || fail "no digest: exit $?"
-grep -q '"state":"no-digest"' <<<"$out" || fail "no digest: $out"
-echo 'XYZ' >"$work/digest"
-out=$(run "$work/tpmrm0") || fail "bad digest: exit $?"
-grep -q '"state":"bad-digest"' <<<"$out" || fail "bad digest: $out"
+# Digests process-user-data could not have written (it writes 64, 96 or
+# 128 lower-case hex digits): NAME|STATE|CONTENT ("-" = no file at all).
+sha512=$(printf 'initdata' | sha512sum | cut -c1-128)
+cases=(
+	"missing|no-digest|-"
+	"empty|no-digest|"
+	"blank|no-digest| "
+	"not hex|bad-digest|XYZ"
+	"upper-case hex|bad-digest|$(tr a-f A-F <<<"$digest")"
+	"hex with a prefix|bad-digest|sha384:$digest"
+	"too short (sha1)|bad-digest|$(printf 'initdata' | sha1sum | cut -c1-40)"
+	"one digit short|bad-digest|${digest:0:63}"
+	"between lengths|bad-digest|${digest}0"
+	"too long|bad-digest|${sha512}00"
+)
+: >"$work/extend.calls"
+for c in "${cases[@]}"; do
+	IFS='|' read -r name state content <<<"$c"
+	if [ "$content" = - ]; then rm -f "$work/digest"; else printf '%s\n' "$content" >"$work/digest"; fi
+	# With a TPM: fatal, nothing extended, and the line says the agent
+	# does not start.
+	if out=$(run "$work/tpmrm0"); then fail "$name digest with a TPM exited 0 (must fail closed): $out"; fi
+	grep -q "^CAA-GCP-T4-INITDATA {\"state\":\"$state\",\"pcr\":8,\"reason\":\"[^\"]*\",\"kata_agent\":\"not started\"}$" <<<"$out" ||
+		fail "$name digest with a TPM: want state $state and kata_agent not started: $out"
+	[ ! -s "$work/extend.calls" ] || fail "$name digest: tpm2_pcrextend was called ($(cat "$work/extend.calls"))"
+	# Without a TPM: reported, not fatal, as upstream.
+	out=$(run "$work/absent") || fail "$name digest without a TPM: exit $? (must be reported, not fatal): $out"
+	grep -q "^CAA-GCP-T4-INITDATA {\"state\":\"$state\",\"pcr\":8,\"reason\":\"[^\"]*no $work/absent either[^\"]*\"}$" <<<"$out" ||
+		fail "$name digest without a TPM: want state $state, reported: $out"
+	n=$((n + 1))
+done
+# The three lengths process-user-data writes are measured.
+for d in "${digest:0:64}" "$digest" "$sha512"; do
+	printf '%s\n' "$d" >"$work/digest"
+	: >"$work/extend.calls"
+	out=$(run "$work/tpmrm0") || fail "a ${#d}-digit digest: exit $?: $out"
+	grep -q "\"state\":\"measured\".*\"digest\":\"$d\"" <<<"$out" || fail "a ${#d}-digit digest: $out"
+	[ "$(cat "$work/extend.calls")" = "8:sha256=${d:0:64}" ] || fail "a ${#d}-digit digest extended with $(cat "$work/extend.calls")"
+done
 n=$((n + 1))
 
 # The unit wiring that makes exit 1 fail closed.

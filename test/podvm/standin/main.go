@@ -15,7 +15,10 @@
 //     dummy initdata when there is none) and the hex digest of the decoded
 //     initdata TOML, in its algorithm, to /run/peerpod/initdata.digest
 //     (provision.go extractInitdataAndHash, pkg/initdata/initdata.go), then
-//     exits. The podVM's unit extends PCR 8 with that digest.
+//     exits. The podVM's unit extends PCR 8 with that digest. Served the
+//     metadata attribute caa-gcp-t4-standin-process-user-data=no-digest it
+//     leaves no digest file behind and still exits 0 (the boot test's
+//     missing-digest case: measure-initdata must fail closed).
 //   - kata-agent --config F: listens on F's server_addr (a unix socket),
 //     reads /etc/kata-opa/default-policy.rego at start and probes the CDH
 //     socket once (src/agent/src/main.rs).
@@ -157,6 +160,13 @@ func processUserData(ctx context.Context, r *record) error {
 				return err
 			}
 			r.Found["initdata_digest"] = d
+			mode := metadataAttribute(ctx, "caa-gcp-t4-standin-process-user-data")
+			r.Found["mode"] = mode
+			if mode == "no-digest" {
+				if err := os.Remove(digestPath); err != nil {
+					return fmt.Errorf("no-digest mode: %w", err)
+				}
+			}
 			save(r)
 			return nil
 		}
@@ -169,6 +179,10 @@ func processUserData(ctx context.Context, r *record) error {
 	}
 	return fmt.Errorf("metadata server: %w", last)
 }
+
+// digestPath is where upstream's process-user-data writes the initdata's
+// hex digest (CAA v0.22.0 pkg/userdata/provision.go DigestPath).
+const digestPath = "/run/peerpod/initdata.digest"
 
 // dummyInitdata is upstream's generateDummyInitdata TOML (CAA v0.22.0
 // pkg/userdata/provision.go), digested when the user-data carries none.
@@ -226,7 +240,7 @@ func initdataDigest(userData []byte) (string, error) {
 		return "", fmt.Errorf("initdata algorithm %q is not sha256, sha384 or sha512", alg)
 	}
 	d := hex.EncodeToString(sum)
-	writeFile("/run/peerpod/initdata.digest", []byte(d))
+	writeFile(digestPath, []byte(d))
 	return d, nil
 }
 
