@@ -98,3 +98,36 @@ func TestPlanAllowsWhatTheAdminAllowed(t *testing.T) {
 		})
 	}
 }
+
+// The refusals docs/provider.md shows ("Example refusals") are what plan
+// prints, word for word, for the cases they describe.
+func TestProviderDocRefusalsAreWhatPlanPrints(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "provider.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "Example refusals:\n\n```\n")
+	if !ok {
+		t.Fatal("docs/provider.md has no Example refusals block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	lines := strings.Split(strings.TrimSpace(block), "\n")
+	cases := []struct {
+		ann  map[string]string
+		res  string
+		args []string
+	}{
+		{map[string]string{AnnotationImage: "projects/attacker-proj/global/images/evil"}, smallCPU, nil},
+		{map[string]string{AnnotationGPUs: "4"}, smallCPU, []string{"-machine-types", "t4-1,t4-2"}},
+		{map[string]string{AnnotationMachineType: "h100-cc"}, "      limits: {nvidia.com/gpu: 1}\n", []string{"-profile-images", "h100-cc=projects/img/global/images/podvm-tdx"}},
+	}
+	if len(lines) != len(cases) {
+		t.Fatalf("the doc shows %d refusals, the test runs %d cases", len(lines), len(cases))
+	}
+	for i, c := range cases {
+		_, errOut, code := runPlan(t, append([]string{"-f", tenantPod(t, c.ann, c.res)}, c.args...)...)
+		if code == 0 || !strings.Contains(errOut, lines[i]) {
+			t.Errorf("case %d: exit %d, stderr\n%s\nlacks the doc's line\n%s", i, code, errOut, lines[i])
+		}
+	}
+}
