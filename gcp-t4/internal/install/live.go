@@ -190,7 +190,12 @@ func (c Cluster) labelled(ctx context.Context) ([]Ref, error) {
 		}
 		seen[gvk] = true
 		m, err := c.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
+		switch {
+		case meta.IsNoMatchError(err):
+			// A kind this API server does not serve (the cost guard's
+			// before Kubernetes 1.30) holds nothing of ours.
+			continue
+		case err != nil:
 			return nil, fmt.Errorf("%s: %w", gvk, err)
 		}
 		var l *unstructured.UnstructuredList
