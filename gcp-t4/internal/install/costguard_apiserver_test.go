@@ -297,6 +297,9 @@ func TestCostGuardUpdatesAndShapesOnAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{} // an earlier change may have removed the last one
+		}
 		change(p)
 		_, err = pods.Update(ctx, p, metav1.UpdateOptions{})
 		if err == nil {
@@ -315,6 +318,9 @@ func TestCostGuardUpdatesAndShapesOnAPIServer(t *testing.T) {
 		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{} // an earlier change may have removed the last one
 		}
 		change(p)
 		if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
