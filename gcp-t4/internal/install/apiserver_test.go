@@ -189,6 +189,10 @@ var kinds = []schema.GroupVersionResource{
 	{Group: "node.k8s.io", Version: "v1", Resource: "runtimeclasses"},
 	{Version: "v1", Resource: "resourcequotas"},
 	{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
+	// The cost guard's: a binding left behind without its ConfigMap
+	// would refuse every pod of the cluster.
+	{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"},
+	{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"},
 }
 
 // ours lists every object carrying our part-of label.

@@ -78,7 +78,11 @@ func (inv Inventory) adopted(r Ref) bool {
 // deletes run the other way.
 var kindRank = map[string]int{
 	"Namespace": 0, "RuntimeClass": 1, "ServiceAccount": 2, "ClusterRole": 3, "Role": 3,
-	"ClusterRoleBinding": 4, "RoleBinding": 4, "ConfigMap": 5, "Secret": 5, "DaemonSet": 9,
+	"ClusterRoleBinding": 4, "RoleBinding": 4, "ConfigMap": 5, "Secret": 5,
+	// The cost guard's binding after its policy and its limits ConfigMap,
+	// and deleted before them: a binding without its ConfigMap refuses
+	// every pod of the cluster (components/cost-guard/policy.yaml).
+	"ValidatingAdmissionPolicy": 7, "ValidatingAdmissionPolicyBinding": 8, "DaemonSet": 9,
 }
 
 func rank(kind string) int {

@@ -74,21 +74,24 @@ func combinations() map[string]Settings {
 		Config:      map[string]string{"GCP_PROJECT_ID": "p", "GCP_ZONE": "us-central1-a", "GCP_ZONES": "auto", "PODVM_IMAGE_NAME": "podvm", "GCP_NETWORK": "global/networks/default"},
 		Credentials: testKey(),
 	}
-	withGKE, withRC, withBoth, withWIF, withTLS := full, full, full, full, full
+	withGKE, withRC, withBoth, withWIF, withTLS, withGuard := full, full, full, full, full, full
 	withGKE.GKERemediation = true
 	withRC.RuntimeClass = true
 	withBoth.GKERemediation, withBoth.RuntimeClass = true, true
 	withWIF.Credentials, withWIF.WIFCredentialConfig, withWIF.GKERemediation = nil, testWIFConfig, true
 	withTLS.TLS = testTLS()
+	withGuard.CostGuard, withGuard.GuardMaxGPUsPerPod = true, "3"
 	return map[string]Settings{
-		"overlay":                   {},
-		"overlay+settings":          full,
-		"overlay+gke":               withGKE,
-		"overlay+runtimeclass":      withRC,
-		"overlay+gke+runtimeclass":  withBoth,
-		"overlay+gke-default-image": {GKERemediation: true},
-		"overlay+gke+wif":           withWIF,
-		"overlay+agent-tls":         withTLS,
+		"overlay":                    {},
+		"overlay+settings":           full,
+		"overlay+gke":                withGKE,
+		"overlay+runtimeclass":       withRC,
+		"overlay+gke+runtimeclass":   withBoth,
+		"overlay+gke-default-image":  {GKERemediation: true},
+		"overlay+gke+wif":            withWIF,
+		"overlay+agent-tls":          withTLS,
+		"overlay+cost-guard":         withGuard,
+		"overlay+cost-guard-default": {CostGuard: true},
 	}
 }
 

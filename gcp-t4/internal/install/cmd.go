@@ -150,7 +150,8 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 	fs.BoolVar(&noTLS, "no-tls-certs", false, "drop custom certificates an earlier version installed: CAA generates its own")
 	gke := fs.String("gke", "auto", "containerd remediation sidecar (components/gke-remediation): auto (on GKE), on, off")
 	rc := fs.String("runtimeclass", "auto", "kata-remote RuntimeClass (components/runtimeclass): auto (left to kata-deploy), on (created so kata-deploy's chart can adopt it), off")
-	guard := fs.String("cost-guard", "auto", "per-pod GPU limits per namespace checked by the API server (components/cost-guard, docs/provider.md): auto (kept if installed), on, off")
+	guard := fs.String("cost-guard", "auto", "per-pod GPU limits per namespace and fixed kata annotations, checked by the API server (components/cost-guard, docs/provider.md): auto (on for a new install; an upgrade keeps what is installed), on, off")
+	fs.StringVar(&o.req.GuardMaxGPUsPerPod, "cost-guard-max-gpus-per-pod", "", "the cost guard's GPU limit per peer pod for every namespace (maxGPUsPerPod; an H100 counts 18); default: the installed one, else 1")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "read what is installed, print the settings diff and have the API server validate every object (server-side dry run); change nothing")
 	fs.BoolVar(&o.render, "render", false, "print the manifests the flags alone render, Secret data redacted; contacts no cluster")
 	fs.BoolVar(&o.force, "force-conflicts", false, "take over fields another field manager set to other values")
@@ -172,6 +173,14 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 	}
 	if o.costGuard, err = ParseMode("cost-guard", *guard); err != nil {
 		return nil, err
+	}
+	if o.req.GuardMaxGPUsPerPod != "" {
+		if o.costGuard == ModeOff {
+			return nil, fmt.Errorf("--cost-guard-max-gpus-per-pod with --cost-guard=off: the limit is the cost guard's; drop one")
+		}
+		if err := checkGuardMax(o.req.GuardMaxGPUsPerPod); err != nil {
+			return nil, err
+		}
 	}
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("--timeout %s: want a positive duration, e.g. 5m", o.timeout)
@@ -272,31 +281,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 
 // renderOffline is --render: the flags alone, no cluster.
 func renderOffline(o *installOptions, stdout, stderr io.Writer) error {
-	s, _, err := Merge(Live{}, o.req)
+	objs, err := renderObjects(o, stderr)
 	if err != nil {
 		return err
-	}
-	s.GKERemediation = o.gke == ModeOn
-	s.RuntimeClass = o.runtimeClass == ModeOn
-	s.CostGuard = o.costGuard == ModeOn
-	if o.gke == ModeAuto || o.runtimeClass == ModeAuto {
-		fmt.Fprintln(stderr, "gcp-t4 install: --render contacts no cluster: --gke=auto and --runtimeclass=auto render as off; pass =on to include them")
-	}
-	objs, err := Build(s)
-	if err != nil {
-		return err
-	}
-	// Exactly install's checks, in install's order, so that what --render
-	// prints for kubectl apply is what install would apply; only the
-	// cluster ID, which install reads from the cluster, must be given.
-	if err := checkConfig(objs, s.TLS != nil); err != nil {
-		return err
-	}
-	if configOf(objs)[ClusterIDKey] == "" {
-		return fmt.Errorf("--render: %s is not set: --render contacts no cluster, so give this cluster's ID, its kube-system namespace's UID: --set %s=$(kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')", ClusterIDKey, ClusterIDKey)
-	}
-	if redactSecrets(objs) {
-		fmt.Fprintln(stderr, "gcp-t4 install: --render: Secret data redacted; `gcp-t4 install` applies the real files")
 	}
 	for _, obj := range objs {
 		data, err := yaml.Marshal(obj.Object)
@@ -308,6 +295,42 @@ func renderOffline(o *installOptions, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// renderObjects is what --render prints: the objects the flags alone
+// give, checked as install checks them, Secret data redacted.
+func renderObjects(o *installOptions, stderr io.Writer) ([]*unstructured.Unstructured, error) {
+	s, _, err := Merge(Live{}, o.req)
+	if err != nil {
+		return nil, err
+	}
+	s.GKERemediation = o.gke == ModeOn
+	s.RuntimeClass = o.runtimeClass == ModeOn
+	// auto is what a first install gets: the guard on.
+	s.CostGuard = o.costGuard != ModeOff
+	if o.gke == ModeAuto || o.runtimeClass == ModeAuto {
+		fmt.Fprintln(stderr, "gcp-t4 install: --render contacts no cluster: --gke=auto and --runtimeclass=auto render as off; pass =on to include them")
+	}
+	if o.costGuard == ModeAuto {
+		fmt.Fprintln(stderr, "gcp-t4 install: --render: --cost-guard=auto renders as on, as for a new install (components/cost-guard needs Kubernetes 1.30 or later); pass --cost-guard=off to leave it out")
+	}
+	objs, err := Build(s)
+	if err != nil {
+		return nil, err
+	}
+	// Exactly install's checks, in install's order, so that what --render
+	// prints for kubectl apply is what install would apply; only the
+	// cluster ID, which install reads from the cluster, must be given.
+	if err := checkConfig(objs, s.TLS != nil); err != nil {
+		return nil, err
+	}
+	if configOf(objs)[ClusterIDKey] == "" {
+		return nil, fmt.Errorf("--render: %s is not set: --render contacts no cluster, so give this cluster's ID, its kube-system namespace's UID: --set %s=$(kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')", ClusterIDKey, ClusterIDKey)
+	}
+	if redactSecrets(objs) {
+		fmt.Fprintln(stderr, "gcp-t4 install: --render: Secret data redacted; `gcp-t4 install` applies the real files")
+	}
+	return objs, nil
 }
 
 // redactSecrets replaces every Secret value by its size.
@@ -364,8 +387,19 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 		return err
 	}
 	s.GKERemediation, s.RuntimeClass = d.GKERemediation, d.RuntimeClass
-	if s.CostGuard, err = costGuardWanted(ctx, c.typed, o.costGuard); err != nil {
+	guard, err := costGuardWanted(ctx, c.typed, o.costGuard, live)
+	if err != nil {
 		return err
+	}
+	s.CostGuard = guard.on
+	if guard.note != "" {
+		d.Notes = append(d.Notes, guard.note)
+	}
+	if guard.warning != "" {
+		d.Warnings = append(d.Warnings, guard.warning)
+	}
+	if !s.CostGuard && o.req.GuardMaxGPUsPerPod != "" {
+		return fmt.Errorf("--cost-guard-max-gpus-per-pod: the cost guard is not installed here; add --cost-guard=on")
 	}
 	if err := setClusterID(ctx, c.typed, &s); err != nil {
 		return err

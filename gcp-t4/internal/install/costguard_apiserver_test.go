@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,9 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -46,13 +49,20 @@ func peerPod(name string, gpus string, mutated bool) *corev1.Pod {
 }
 
 // applyCostGuard creates what --cost-guard=on renders for the guard: the
-// policy, its binding and the limits ConfigMap, as Build gives them.
+// policies, their bindings and the limits ConfigMap, as Build gives them.
 func applyCostGuard(t *testing.T, ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface) {
 	t.Helper()
 	objs, err := Build(Settings{CostGuard: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	applyGuardObjects(t, ctx, cs, dyn, objs)
+}
+
+// applyGuardObjects creates the guard's objects among objs and waits
+// until admission enforces both policies.
+func applyGuardObjects(t *testing.T, ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, objs []*unstructured.Unstructured) {
+	t.Helper()
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -78,8 +88,8 @@ func applyCostGuard(t *testing.T, ctx context.Context, cs kubernetes.Interface, 
 			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}
-	if n != 3 {
-		t.Fatalf("--cost-guard=on rendered %d of the guard's 3 objects", n)
+	if n != 5 {
+		t.Fatalf("--cost-guard=on rendered %d of the guard's 5 objects (2 policies, 2 bindings, the limits)", n)
 	}
 	// The policy is enforced once the API server's policy informer has it
 	// and has type-checked it; wait on what admission says, with a
@@ -95,6 +105,20 @@ func applyCostGuard(t *testing.T, ctx context.Context, cs kubernetes.Interface, 
 		_, last = cs.CoreV1().Pods("default").Create(ctx, peerPod("probe", "9", true), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return last != nil && strings.Contains(last.Error(), CostGuardPolicy)
 	}, "the cost guard never refused a 9-GPU peer pod")
+	// The annotations policy, on a pod of its own, deleted afterwards.
+	probe, err := cs.CoreV1().Pods("default").Create(ctx, peerPod("probe-update", "", true), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	untilAdmission(t, ctx, func() bool {
+		p := probe.DeepCopy()
+		p.Annotations = map[string]string{annotDefaultGPUs: "9"}
+		_, last = cs.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), CostGuardAnnotationsPolicy)
+	}, "the cost guard never refused an annotation update")
+	if err := cs.CoreV1().Pods("default").Delete(ctx, probe.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // untilAdmission polls what the API server's admission answers until
@@ -115,21 +139,21 @@ func untilAdmission(t *testing.T, ctx context.Context, done func() bool, msg str
 	}
 }
 
-// On the real kube-apiserver: the guard refuses the peer pod over its
-// namespace's per-pod GPU limit, in the form the webhook leaves it and in
-// the author's own; a ResourceQuota on kata.peerpods.io/vm caps the
-// namespace's VMs; a tenant's own ConfigMap changes nothing.
-func TestCostGuardOnAPIServer(t *testing.T) {
+// guardCluster starts a real kube-apiserver with what a peer pod needs
+// to be admitted: namespaces team-a, team-b and team-h, their default
+// ServiceAccounts and kata-deploy's kata-remote RuntimeClass.
+func guardCluster(t *testing.T) (context.Context, kubernetes.Interface, dynamic.Interface) {
+	t.Helper()
 	cp := controlplane.StartForTest(t, controlplane.Options{})
 	ctx := t.Context()
 	cs := kubernetes.NewForConfigOrDie(cp.Config())
 	dyn := dynamic.NewForConfigOrDie(cp.Config())
-	for _, ns := range []string{"team-a", "team-b"} {
+	for _, ns := range []string{"team-a", "team-b", "team-h"} {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, ns := range []string{"default", "team-a", "team-b"} {
+	for _, ns := range []string{"default", "team-a", "team-b", "team-h"} {
 		// The ServiceAccount admission plugin wants the default account,
 		// which the controller manager (not running here) would make.
 		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
@@ -141,6 +165,15 @@ func TestCostGuardOnAPIServer(t *testing.T) {
 	if _, err := cs.NodeV1().RuntimeClasses().Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata-remote"}, Handler: "kata-remote"}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	return ctx, cs, dyn
+}
+
+// On the real kube-apiserver: the guard refuses the peer pod over its
+// namespace's per-pod GPU limit, in the form the webhook leaves it and in
+// the author's own; a ResourceQuota on kata.peerpods.io/vm caps the
+// namespace's VMs; a tenant's own ConfigMap changes nothing.
+func TestCostGuardOnAPIServer(t *testing.T) {
+	ctx, cs, dyn := guardCluster(t)
 	applyCostGuard(t, ctx, cs, dyn)
 
 	// team-b may have two GPUs per pod; the admin says so in the limits.
@@ -235,4 +268,178 @@ func TestCostGuardOnAPIServer(t *testing.T) {
 		}
 		return err != nil
 	}, "a peer pod was still admitted after the limits ConfigMap was deleted")
+}
+
+const annotMachineType = "io.katacontainers.config.hypervisor.machine_type"
+
+// On the real kube-apiserver, with the guard a default `gcp-t4 install
+// --render` gives: a peer pod admitted with one GPU cannot be re-annotated
+// to four (kubelet would start its next podVM with four), nor have any
+// io.katacontainers.* annotation added, changed or removed; every update
+// the cluster itself makes to a running peer pod (labels, status,
+// ownerReferences, finalizers, other annotations) is admitted, with or
+// without the limits ConfigMap; a pod naming h100-cc counts as the
+// ConfigMap's weight for it, not as the one GPU it declares.
+func TestCostGuardUpdatesAndShapesOnAPIServer(t *testing.T) {
+	ctx, cs, dyn := guardCluster(t)
+	applyGuardObjects(t, ctx, cs, dyn, renderDefault(t))
+
+	pods := cs.CoreV1().Pods("team-a")
+	pod, err := pods.Create(ctx, peerPod("one-gpu", "1", true), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a 1-GPU peer pod under the default limit of 1: %v", err)
+	}
+	// refusedUpdate applies change to the live pod and wants the
+	// annotations policy's refusal naming the annotation and the fix.
+	refusedUpdate := func(what, annot string, change func(*corev1.Pod)) {
+		t.Helper()
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{} // an earlier change may have removed the last one
+		}
+		change(p)
+		_, err = pods.Update(ctx, p, metav1.UpdateOptions{})
+		if err == nil {
+			t.Errorf("%s: admitted, want refused", what)
+			return
+		}
+		for _, w := range []string{CostGuardAnnotationsPolicy, "annotation " + annot, "delete the pod and create it"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v\nlacks %q", what, err, w)
+			}
+		}
+		t.Logf("%s refused: %v", what, err)
+	}
+	admittedUpdate := func(what string, change func(*corev1.Pod)) {
+		t.Helper()
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{} // an earlier change may have removed the last one
+		}
+		change(p)
+		if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("%s: refused: %v", what, err)
+		}
+	}
+	refusedUpdate("default_gpus 1 -> 4", annotDefaultGPUs, func(p *corev1.Pod) { p.Annotations[annotDefaultGPUs] = "4" })
+	refusedUpdate("default_gpus removed", annotDefaultGPUs, func(p *corev1.Pod) { delete(p.Annotations, annotDefaultGPUs) })
+	refusedUpdate("machine_type added", annotMachineType, func(p *corev1.Pod) { p.Annotations[annotMachineType] = "t4-4" })
+	refusedUpdate("image added", "io.katacontainers.config.hypervisor.image", func(p *corev1.Pod) {
+		p.Annotations["io.katacontainers.config.hypervisor.image"] = "projects/attacker-proj/global/images/evil"
+	})
+	// A JSON merge patch, as kubectl annotate sends it, takes the same path.
+	_, err = pods.Patch(ctx, pod.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+annotDefaultGPUs+`":"4"}}}`), metav1.PatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), CostGuardAnnotationsPolicy) {
+		t.Errorf("kubectl annotate default_gpus=4 as a merge patch: %v, want the annotations policy's refusal", err)
+	}
+
+	// What the cluster itself does to a running peer pod.
+	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "7d6b1c56-3c58-4a53-9e43-6e4a39b1b7a1"}
+	admittedUpdate("label", func(p *corev1.Pod) { p.Labels = map[string]string{"app": "x"} })
+	admittedUpdate("other annotation", func(p *corev1.Pod) { p.Annotations["example.com/note"] = "x" })
+	admittedUpdate("ownerReference", func(p *corev1.Pod) { p.OwnerReferences = []metav1.OwnerReference{owner} })
+	admittedUpdate("finalizer added", func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} })
+	admittedUpdate("finalizer removed", func(p *corev1.Pod) { p.Finalizers = nil })
+	p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase, p.Status.Message = corev1.PodPending, "podVM starting"
+	if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("status update (pods/status, kubelet's): refused: %v", err)
+	}
+
+	// Named shapes count as the ConfigMap says.
+	named := func(name, shape, gpus string) *corev1.Pod {
+		p := peerPod(name, gpus, true)
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[annotMachineType] = shape
+		return p
+	}
+	createErr := func(ns string, p *corev1.Pod) error {
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	for _, c := range []struct{ name, shape, gpus string }{
+		{"h100", "h100-cc", "1"}, {"h100-undeclared", "h100-cc", ""}, {"h100-spelt", " H100-CC", "1"},
+		{"a3", "a3-highgpu-1g", "1"}, {"t4-4-declared-1", "t4-4", "1"},
+	} {
+		err := createErr("team-a", named(c.name, c.shape, c.gpus))
+		if err == nil {
+			t.Errorf("team-a/%s naming %q admitted, want refused under maxGPUsPerPod 1", c.name, c.shape)
+			continue
+		}
+		for _, w := range []string{"names shape", "namespace team-a may have at most 1 per pod", "key maxGPUsPerPod"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("team-a/%s: %v\nlacks %q", c.name, err, w)
+			}
+		}
+		t.Logf("team-a/%s refused: %v", c.name, err)
+	}
+	if err := createErr("team-a", named("h100-msg", "h100-cc", "1")); err == nil || !strings.Contains(err.Error(), "counts as 18 GPU(s) (key shape.h100-cc.gpus)") {
+		t.Errorf("h100-cc: %v, want it counted as the default weight 18 with the key named", err)
+	}
+	if err := createErr("team-a", named("t4-1", "t4-1", "1")); err != nil {
+		t.Errorf("t4-1 with 1 GPU declared: refused: %v", err)
+	}
+
+	// An admin gives team-h the H100 and a weight of its own shape.
+	cm, err := cs.CoreV1().ConfigMaps(Namespace).Get(ctx, CostGuardPolicy, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["namespace.team-h.maxGPUsPerPod"] = "18"
+	cm.Data["shape.my-l4.gpus"] = "lots"
+	if _, err := cs.CoreV1().ConfigMaps(Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	untilAdmission(t, ctx, func() bool {
+		_, err := cs.CoreV1().Pods("team-h").Create(ctx, named("probe", "h100-cc", "1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil
+	}, "team-h's limit of 18 never reached admission")
+	if err := createErr("team-h", named("h100", "h100-cc", "1")); err != nil {
+		t.Errorf("team-h/h100 under namespace.team-h.maxGPUsPerPod 18: refused: %v", err)
+	}
+	if err := createErr("team-h", named("bad-weight", "my-l4", "1")); err == nil || !strings.Contains(err.Error(), "key shape.my-l4.gpus is lots, not a whole number") {
+		t.Errorf("a malformed shape weight: %v, want refused naming the key", err)
+	}
+
+	// Without the limits ConfigMap no pod is created (the binding's params
+	// are read before its match conditions, so runc pods too), but the
+	// annotations policy needs none: updates go on as before.
+	if err := cs.CoreV1().ConfigMaps(Namespace).Delete(ctx, CostGuardPolicy, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	untilAdmission(t, ctx, func() bool {
+		runc := peerPod("runc", "", false)
+		runc.Spec.RuntimeClassName = nil
+		_, err := cs.CoreV1().Pods("team-b").Create(ctx, runc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), CostGuardPolicy)
+	}, "a pod was still admitted after the limits ConfigMap was deleted")
+	admittedUpdate("label, without the limits ConfigMap", func(p *corev1.Pod) { p.Labels["app"] = "y" })
+	admittedUpdate("finalizer, without the limits ConfigMap", func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} })
+	refusedUpdate("default_gpus 1 -> 4, without the limits ConfigMap", annotDefaultGPUs, func(p *corev1.Pod) { p.Annotations[annotDefaultGPUs] = "4" })
+}
+
+// renderDefault is what `gcp-t4 install --render` gives with only the
+// required flags (and the cluster ID it cannot read offline).
+func renderDefault(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	o, err := parseInstall(append(append([]string{}, requiredFlags...), "--render", "--set", ClusterIDKey+"=5e2f3c1a-0000-4000-8000-000000000000"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := renderObjects(o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }

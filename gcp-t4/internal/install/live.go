@@ -46,6 +46,9 @@ type Live struct {
 	TLS *TLSFiles
 	// Remediation: the DaemonSet has the remediate sidecar.
 	Remediation bool
+	// GuardMaxGPUsPerPod is the cost guard's installed maxGPUsPerPod, ""
+	// without its ConfigMap.
+	GuardMaxGPUsPerPod string
 }
 
 // ReadLive finds an existing installation: the namespace holding an
@@ -85,6 +88,9 @@ func ReadLive(ctx context.Context, cs kubernetes.Interface, want string) (Live, 
 		return live, fmt.Errorf("--namespace %s: CAA is installed in namespace %s; upgrade it there (omit --namespace), or uninstall it first to move it", want, nss[0])
 	}
 	live.Namespace = nss[0]
+	if live.GuardMaxGPUsPerPod, err = readGuardMax(ctx, cs, live.Namespace); err != nil {
+		return live, err
+	}
 	ds, err := cs.AppsV1().DaemonSets(live.Namespace).Get(ctx, DaemonSetName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -171,7 +177,7 @@ func (l *Live) readPod(ctx context.Context, cs kubernetes.Interface, ds *appsv1.
 // manifests render (every component included), in c's namespace or
 // cluster-scoped.
 func (c Cluster) labelled(ctx context.Context) ([]Ref, error) {
-	objs, err := Build(Settings{GKERemediation: true, RuntimeClass: true, Namespace: c.ns()})
+	objs, err := Build(Settings{GKERemediation: true, RuntimeClass: true, CostGuard: true, Namespace: c.ns()})
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +190,12 @@ func (c Cluster) labelled(ctx context.Context) ([]Ref, error) {
 		}
 		seen[gvk] = true
 		m, err := c.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
+		switch {
+		case meta.IsNoMatchError(err):
+			// A kind this API server does not serve (the cost guard's
+			// before Kubernetes 1.30) holds nothing of ours.
+			continue
+		case err != nil:
 			return nil, fmt.Errorf("%s: %w", gvk, err)
 		}
 		var l *unstructured.UnstructuredList

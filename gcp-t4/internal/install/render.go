@@ -103,6 +103,9 @@ type Settings struct {
 	// CostGuard adds components/cost-guard: per-pod GPU limits per
 	// namespace, checked by the API server (docs/provider.md).
 	CostGuard bool
+	// GuardMaxGPUsPerPod replaces the component's maxGPUsPerPod (every
+	// namespace's limit per peer pod); "" keeps it.
+	GuardMaxGPUsPerPod string
 	// Namespace moves everything from Namespace to another namespace,
 	// ServiceAccount subjects of the bindings included; "" keeps it.
 	Namespace string
@@ -359,6 +362,15 @@ func (s Settings) kustomization() ([]byte, error) {
 	}
 	if s.CostGuard {
 		k.Components = append(k.Components, "../"+componentGuard)
+		if s.GuardMaxGPUsPerPod != "" {
+			if err := checkGuardMax(s.GuardMaxGPUsPerPod); err != nil {
+				return nil, err
+			}
+			// A patch, as a user's own overlay would write it; only the
+			// one key, so keys the admin added stay theirs.
+			patch := fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\ndata:\n  %s: %q\n", CostGuardPolicy, Namespace, guardMaxKey, s.GuardMaxGPUsPerPod)
+			k.Patches = append(k.Patches, types.Patch{Patch: patch})
+		}
 	}
 	if s.Credentials != nil {
 		k.Components = append(k.Components, "../"+componentKey)

@@ -29,6 +29,9 @@ type Request struct {
 	TLS              *TLSFiles
 	NoTLS            bool
 	Namespace        string
+	// GuardMaxGPUsPerPod is --cost-guard-max-gpus-per-pod; "" keeps the
+	// installed value, else the component's.
+	GuardMaxGPUsPerPod string
 }
 
 // Merge builds the settings for an upgrade: the live image, every live
@@ -85,6 +88,19 @@ func Merge(live Live, req Request) (Settings, []string, error) {
 	}
 	if len(cfg) > 0 {
 		s.Config = cfg
+	}
+	s.GuardMaxGPUsPerPod = req.GuardMaxGPUsPerPod
+	if s.GuardMaxGPUsPerPod == "" && live.GuardMaxGPUsPerPod != "" {
+		// The admin may have edited the ConfigMap itself; re-applying the
+		// shipped value would conflict with (or, forced, undo) that edit.
+		guard, err := guardDefaults()
+		if err != nil {
+			return s, nil, err
+		}
+		if live.GuardMaxGPUsPerPod != guard[guardMaxKey] {
+			s.GuardMaxGPUsPerPod = live.GuardMaxGPUsPerPod
+			notes = append(notes, fmt.Sprintf("cost guard: %s %s kept (--cost-guard-max-gpus-per-pod changes it)", guardMaxKey, live.GuardMaxGPUsPerPod))
+		}
 	}
 
 	modes := 0

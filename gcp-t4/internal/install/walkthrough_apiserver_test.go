@@ -541,7 +541,15 @@ func (e *env) testWalkthrough(t *testing.T) {
 			// With CAA's key, after the grant: CAA's own permissions pass.
 			mustContain(t, "preflight with CAA's key", byKey.last, "pass  permissions "+member, member+" (the credentials preflight runs with) holds the", "pass  mtu default", "0 failed")
 		case "install":
-			mustContain(t, "install", w.out[step], "settings (new install):", "service account key for "+w.vars["CAA_SA"], "rollout done")
+			mustContain(t, "install", w.out[step], "settings (new install):", "service account key for "+w.vars["CAA_SA"], "rollout done",
+				"cost guard: on (default for a new install")
+			// The cost guard is on without a flag: the example pod of the
+			// next step is admitted under it (1 GPU, the default limit).
+			for _, name := range []string{CostGuardPolicy, CostGuardAnnotationsPolicy} {
+				if _, err := e.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{}); err != nil {
+					t.Errorf("the install step left out the cost guard: binding %s: %v", name, err)
+				}
+			}
 			ds := e.daemonSet(t)
 			if img := container(ds, "cloud-api-adaptor-con").Image; img != w.vars["IMAGE"] {
 				t.Errorf("image %s", img)
