@@ -13,7 +13,8 @@
 # remediation component's node selection), the quota system-node-critical
 # needs outside kube-system, CAA's Secrets access narrowed to get, and the
 # podVM reaper (install/components/reaper) with the chart's image and
-# namespace, and CAA's read of kube-system's UID (caa-cluster-id-rbac.yaml).
+# namespace, CAA's read of kube-system's UID (caa-cluster-id-rbac.yaml), and
+# the cost guard (install/components/cost-guard; COST_GUARD=off leaves it out).
 # It refuses a release without GCP_CLUSTER_ID, or with another provider,
 # TLS_SKIP_VERIFY or custom certificates (which the image's entrypoint also
 # refuses at start, for every install path).
@@ -64,6 +65,22 @@ if grep -Eq '^  (CACERT_FILE|CERT_FILE|CERT_KEY): "[^"]+"$' "$work/chart.yaml"; 
 fi
 
 cp "$here/kustomization.yaml" "$here/daemonset.yaml" "$work/"
+# The cost guard (install/components/cost-guard), on by default as with
+# `gcp-t4 install`; COST_GUARD=off leaves it out. Its limits ConfigMap and
+# the bindings' paramRef follow the release's namespace (kustomization.yaml's
+# replacements).
+case "${COST_GUARD:-on}" in
+on)
+	mkdir "$work/cost-guard"
+	cp "$repo"/install/components/cost-guard/*.yaml "$work/cost-guard/"
+	printf 'components:\n  - cost-guard\n' >>"$work/kustomization.yaml"
+	;;
+off) ;;
+*)
+	echo "gcp-t4 post-renderer: COST_GUARD=$COST_GUARD: use on (the default) or off" >&2
+	exit 1
+	;;
+esac
 cp "$repo/install/base/resourcequota.yaml" "$work/resourcequota.yaml"
 cp "$repo/install/helm/caa-cluster-id-rbac.yaml" "$work/caa-cluster-id-rbac.yaml"
 for f in peerpod-crd rbac deployment networkpolicy; do
