@@ -128,7 +128,7 @@ func (e *env) runControllers(ctx context.Context) {
 	}
 }
 
-var requiredFlags = []string{"--project=demo-project", "--zone=us-central1-a", "--podvm-image=podvm-t4", "--network=global/networks/default", "--timeout=60s"}
+var requiredFlags = []string{"--project=demo-project", "--zone=us-central1-a", "--podvm-image=podvm-t4", "--network=global/networks/default", "--timeout=10m"}
 
 // install runs `gcp-t4 install` against the control plane.
 func (e *env) install(t *testing.T, extra ...string) (code int, stdout, stderr string) {
@@ -144,7 +144,7 @@ func (e *env) uninstall(t *testing.T) string {
 	var o, errb bytes.Buffer
 	// These installs name no reachable GCE; the uninstall guard is tested
 	// in guard_apiserver_test.go.
-	if code := MainUninstall(t.Context(), []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=60s", "--force"}, &o, &errb, nil); code != 0 {
+	if code := MainUninstall(t.Context(), []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=10m", "--force"}, &o, &errb, nil); code != 0 {
 		t.Fatalf("uninstall: exit %d: %s\n%s", code, errb.String(), o.String())
 	}
 	return o.String()
@@ -156,7 +156,7 @@ func (e *env) reset(t *testing.T) {
 	t.Helper()
 	ctx := t.Context()
 	var o, errb bytes.Buffer
-	MainUninstall(ctx, []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=60s", "--force"}, &o, &errb, nil)
+	MainUninstall(ctx, []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=10m", "--force"}, &o, &errb, nil)
 	for _, k := range kinds {
 		l, err := e.dyn.Resource(k).List(ctx, metav1.ListOptions{LabelSelector: PartOfLabel + "=" + PartOfValue})
 		if err != nil {

@@ -63,7 +63,7 @@ func (g *guardEnv) run(t *testing.T, main func(context.Context, []string, io.Wri
 func (g *guardEnv) install(t *testing.T) {
 	t.Helper()
 	if code, out := g.run(t, Main, "--project="+g.fake.Project(), "--zone=us-central1-a", "--podvm-image=podvm-t4",
-		"--network=global/networks/default", "--timeout=60s", "--wait=false", "--set=GCP_ENDPOINT="+g.fake.URL()); code != 0 {
+		"--network=global/networks/default", "--timeout=10m", "--wait=false", "--set=GCP_ENDPOINT="+g.fake.URL()); code != 0 {
 		t.Fatalf("install: exit %d\n%s", code, out)
 	}
 	cm, err := installedConfig(t.Context(), g.cs, Namespace)
@@ -163,7 +163,7 @@ func TestUninstallGuardWithLivePodVMs(t *testing.T) {
 	ours := g.podVM(t, g.uid, "ml", "train-0", strings.Repeat("a", 64))
 
 	// A live kata-remote pod: refused, the pod and the VM named.
-	code, out := g.run(t, MainUninstall, "--timeout=60s")
+	code, out := g.run(t, MainUninstall, "--timeout=10m")
 	if code != 1 || !strings.Contains(out, "pod ml/train-0") || !strings.Contains(out, "podVM "+ours) || strings.Contains(out, "podVM "+other+" ") || !strings.Contains(out, "nothing was deleted") {
 		t.Fatalf("with a live pod: exit %d, want 1 naming the pod and this cluster's VM only:\n%s", code, out)
 	}
@@ -175,13 +175,13 @@ func TestUninstallGuardWithLivePodVMs(t *testing.T) {
 	if err := g.cs.CoreV1().Pods("ml").Delete(t.Context(), "train-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	code, out = g.run(t, MainUninstall, "--timeout=60s")
+	code, out = g.run(t, MainUninstall, "--timeout=10m")
 	if code != 1 || !strings.Contains(out, "podVM "+ours) || !strings.Contains(out, "--delete-podvms") {
 		t.Fatalf("with a podVM left: exit %d, want 1 naming it and --delete-podvms:\n%s", code, out)
 	}
 
 	// --delete-podvms: exactly this cluster's VM goes, then everything.
-	code, out = g.run(t, MainUninstall, "--timeout=60s", "--delete-podvms")
+	code, out = g.run(t, MainUninstall, "--timeout=10m", "--delete-podvms")
 	if code != 0 || !strings.Contains(out, "deleted podVM "+ours) {
 		t.Fatalf("--delete-podvms: exit %d\n%s", code, out)
 	}
@@ -207,7 +207,7 @@ func TestUninstallGuardWithLivePodVMs(t *testing.T) {
 	g.install(t)
 	g.kataPod(t, "ml", "train-1")
 	kept := g.podVM(t, g.uid, "ml", "train-1", strings.Repeat("d", 64))
-	code, out = g.run(t, MainUninstall, "--timeout=60s", "--force")
+	code, out = g.run(t, MainUninstall, "--timeout=10m", "--force")
 	if code != 0 || !strings.Contains(out, "--force") || !strings.Contains(out, kept) || g.installed(t) || !g.vms()[kept] {
 		t.Fatalf("--force: exit %d, installed=%v, VM kept=%v\n%s", code, g.installed(t), g.vms()[kept], out)
 	}

@@ -53,7 +53,7 @@ plugins:
 func (e *env) installArgs(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var o, errb bytes.Buffer
-	code = Main(t.Context(), append([]string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=60s"}, args...), &o, &errb, nil)
+	code = Main(t.Context(), append([]string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=10m"}, args...), &o, &errb, nil)
 	return code, o.String(), errb.String()
 }
 

@@ -190,10 +190,10 @@ func (w *walk) run(t *testing.T, step, cmd string) {
 	case args[0] == "gcp-t4":
 		main := map[string]func(context.Context, []string, *bytes.Buffer, *bytes.Buffer) int{
 			"install": func(c context.Context, a []string, o, e *bytes.Buffer) int {
-				return Main(c, append([]string{"--kubeconfig=" + w.e.cp.Kubeconfig, "--timeout=60s"}, a...), o, e, nil)
+				return Main(c, append([]string{"--kubeconfig=" + w.e.cp.Kubeconfig, "--timeout=10m"}, a...), o, e, nil)
 			},
 			"uninstall": func(c context.Context, a []string, o, e *bytes.Buffer) int {
-				return MainUninstall(c, append([]string{"--kubeconfig=" + w.e.cp.Kubeconfig, "--timeout=60s"}, a...), o, e, nil)
+				return MainUninstall(c, append([]string{"--kubeconfig=" + w.e.cp.Kubeconfig, "--timeout=10m"}, a...), o, e, nil)
 			},
 			"preflight": func(c context.Context, a []string, o, e *bytes.Buffer) int { return preflight.Main(c, a, o, e, nil) },
 			"plan":      func(c context.Context, a []string, o, e *bytes.Buffer) int { return plan.Main(c, a, o, e, nil) },
