@@ -35,12 +35,30 @@ func program() cli.Program {
 		"demo":      {Summary: "provision two single-T4 podVMs on the embedded GCE emulator, show them, delete them", Run: runDemo},
 		"preflight": {Summary: "check the project (quota, zones, NAT, firewall, image, permissions) and with -kubeconfig the cluster before deploying; -o json", Run: preflight.Main},
 		"plan":      {Summary: "show the podVM a pod, Deployment or RayService would get (profile, zones, insert request, $/h); `plan serve` sizes a model over T4s; no cloud account needed", Run: plan.Main},
-		"install":   {Summary: "install CAA with gcp-t4 (embedded kustomize overlays; detects GKE; server-side apply; --dry-run prints the YAML)", Run: install.Main},
+		"install":   {Summary: "install CAA with gcp-t4 (embedded kustomize overlays; detects GKE; server-side apply; --render prints the YAML, --dry-run has the API server check it)", Run: install.Main},
 		"uninstall": {Summary: "remove exactly what `gcp-t4 install` created", Run: install.MainUninstall},
 	}}
 }
 
+// demoUsage is demo's help: it needs no flags (any are the adaptor's, and
+// override the demo's emulator settings), so listing the provider's ~35
+// flags would only hide that.
+const demoUsage = `usage: gcp-t4 demo [adaptor flags]
+
+Provisions the podVMs of two single-T4 pods on the embedded GCE emulator through the
+kata remote-hypervisor protocol, prints them (machine type, accelerator, zone, internal
+IP, no external IP), stops the sandboxes and shows that no instance is left. No cloud
+account is needed. Flags, if any, are gcp-t4 adaptor's (gcp-t4 adaptor -h) and override
+the demo's settings.
+`
+
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fmt.Fprint(stdout, demoUsage)
+			return 0
+		}
+	}
 	if err := demo.Run(ctx, args, stdout, logger); err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 demo: %v\n", err)
 		return 1

@@ -270,6 +270,54 @@ func keyNames() []string {
 
 func isKey(k string) bool { return slices.Contains(keyNames(), k) }
 
+// unknownKey is the error for a setting that no reader knows: the nearest
+// key when one is a likely typo (a few edits away), else every key.
+func unknownKey(what, k string) error {
+	if near := nearestKey(k); near != "" {
+		return fmt.Errorf("%s: not a peer-pods-cm key CAA %s or gcp-t4 reads; did you mean %s? (every key: docs/provider.md)", what, UpstreamRelease, near)
+	}
+	return fmt.Errorf("%s: not a peer-pods-cm key CAA %s or gcp-t4 reads; use one of %s (docs/provider.md)", what, UpstreamRelease, strings.Join(keyNames(), ", "))
+}
+
+// nearestKey is the key fewest edits from k (case ignored), or the keys
+// tied for it ("GCP_ZONE or GCP_ZONES"), if at most a third of k's length
+// away; "" otherwise.
+func nearestKey(k string) string {
+	var best []string
+	bestD := len(k)/3 + 1
+	for _, name := range keyNames() {
+		switch d := editDistance(strings.ToUpper(k), name); {
+		case d < bestD:
+			best, bestD = []string{name}, d
+		case d == bestD && best != nil:
+			best = append(best, name)
+		}
+	}
+	return strings.Join(best, " or ")
+}
+
+// editDistance is Levenshtein's distance over bytes (keys are ASCII). A
+// dozen lines do not justify a dependency.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
 // ValidateConfig checks a complete peer-pods-cm as CAA and the provider
 // will read it: CAA's own keys with CAA's rules, the provider's with the
 // provider's strict parsing and Validate, and the TLS files against the

@@ -173,7 +173,7 @@ func (s Settings) Validate() error {
 			return fmt.Errorf("setting %s: install sets it from %s (the certs-for-tls Secret mounted at %s); give the certificate files instead", k, flag, tlsDir)
 		}
 		if !isKey(k) && !slices.Contains(s.carried, k) {
-			return fmt.Errorf("setting %q: not a peer-pods-cm key CAA %s or gcp-t4 reads; use one of %s (docs/provider.md)", k, UpstreamRelease, strings.Join(keyNames(), ", "))
+			return unknownKey(fmt.Sprintf("setting %q", k), k)
 		}
 		if k == "CLOUD_PROVIDER" && v != gcpt4.ProviderName {
 			return fmt.Errorf("setting CLOUD_PROVIDER=%q: this installer deploys the gcp-t4 provider only; drop the setting", v)

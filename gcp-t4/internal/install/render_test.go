@@ -575,3 +575,22 @@ func TestParseImageSplitsAsKustomizeEditSetImage(t *testing.T) {
 		}
 	}
 }
+
+// An unknown key names the nearest one when it is a likely typo, instead
+// of listing every key; a key like none still gets the list.
+func TestUnknownKeySuggestsTheNearest(t *testing.T) {
+	for in, want := range map[string]string{
+		"GCP_ZONEZ":           "did you mean GCP_ZONE or GCP_ZONES?",
+		"gcp_project_id":      "did you mean GCP_PROJECT_ID?",
+		"GCP_MAX_GPU_PER_POD": "did you mean GCP_MAX_GPUS_PER_POD?",
+		"TOTALLY_UNRELATED":   "use one of ",
+	} {
+		err := unknownKey("--set "+in, in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", in, err, want)
+		}
+		if want != "use one of " && strings.Contains(err.Error(), "use one of") {
+			t.Errorf("%s: a near key is named, yet every key is listed: %v", in, err)
+		}
+	}
+}

@@ -76,7 +76,7 @@ func Merge(live Live, req Request) (Settings, []string, error) {
 	for k, v := range req.Set {
 		if !isKey(k) {
 			if _, derived := installerKeys[k]; !derived && k != credentialsFile {
-				return s, nil, fmt.Errorf("--set %s: not a peer-pods-cm key CAA %s or gcp-t4 reads; use one of %s (docs/provider.md)", k, UpstreamRelease, strings.Join(keyNames(), ", "))
+				return s, nil, unknownKey("--set "+k, k)
 			}
 		}
 		cfg[k] = v
