@@ -147,4 +147,16 @@ want=$(grep -o 'CAA-GCP-T4-SLOTS {"image":"production"[^`]*' docs/install.md | h
 grep -qF "$want" "$work/console-out.txt" || fail "the slot line '$(grep SLOTS "$work/console-out.txt")' does not start as install.md says: '$want'"
 grep -q '"confidential-data-hub":"ok"' "$work/console-out.txt" || fail "no CDH ok in $(cat "$work/console-out.txt")"
 n=$((n + 1))
+
+# The build guide's boot-sequence table names every unit on the agent's
+# path that the image ships (a .path unit that starts the agent included),
+# and says the agent waits for CDH's socket, as kata-agent.path makes it.
+table=$(sed -n '/^### Boot sequence/,/^How the waits are bounded/p' docs/podvm-build-guide.md)
+for u in kata-agent.path kata-agent.service process-user-data.service attestation-agent.service confidential-data-hub.service api-server-rest.service agent-protocol-forwarder.path; do
+	[ -f "podvm/mkosi.extra/usr/lib/systemd/system/$u" ] || fail "the image has no $u"
+	grep -q "^| \`$u\`" <<<"$table" || grep -q "^| \`${u%.*}\.path\` → " <<<"$table" || fail "the build guide's boot-sequence table has no row for $u"
+done
+grep -q '^PathExists=/run/confidential-containers/cdh.sock$' podvm/mkosi.extra/usr/lib/systemd/system/kata-agent.path || fail "kata-agent.path no longer waits for CDH's socket; the guide says it does"
+! grep -q 'does not wait for a CDH' docs/podvm-build-guide.md || fail "the build guide says the agent does not wait for CDH; kata-agent.path makes it wait"
+n=$((n + 1))
 echo "docs-test: ok ($n checks; $repo)"
