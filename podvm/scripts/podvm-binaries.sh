@@ -106,16 +106,34 @@ while read -r slot ref kind title member digest; do
 		mdesc=$(jq -c --arg t "$tag" '[.manifests[] | select(.annotations["org.opencontainers.image.ref.name"] == $t)][0] // empty' "$layout/index.json")
 	fi
 	if [ -z "$mdesc" ] && [ "${PODVM_OFFLINE:-0}" != 1 ]; then
-		if o=$(oras_bin) && mkdir -p "$layout" && err=$(timeout "${PODVM_FETCH_TIMEOUT:-600}" "$o" copy --to-oci-layout "$ref" "$layout:$tag" 2>&1); then
-			mdesc=$(jq -c --arg t "$tag" '[.manifests[] | select(.annotations["org.opencontainers.image.ref.name"] == $t)][0] // empty' "$layout/index.json")
+		# Fetched into a directory of its own beside the layout and renamed
+		# into place only once whole and tagged, so a copy that fails or is
+		# cut off midway leaves nothing a later run takes for the cache.
+		# Leftovers of a run killed outright are removed first.
+		rm -rf "$layout".fetch.*
+		tmp=""
+		err=""
+		if o=$(oras_bin) && mkdir -p "$layouts" && tmp=$(mktemp -d "$layout.fetch.XXXXXX") &&
+			err=$(timeout "${PODVM_FETCH_TIMEOUT:-600}" "$o" copy --to-oci-layout "$ref" "$tmp:$tag" 2>&1) &&
+			mdesc=$(jq -c --arg t "$tag" '[.manifests[] | select(.annotations["org.opencontainers.image.ref.name"] == $t)][0] // empty' "$tmp/index.json") &&
+			[ -n "$mdesc" ]; then
+			rm -rf "$layout.old"
+			if [ -e "$layout" ]; then mv "$layout" "$layout.old"; fi
+			mv "$tmp" "$layout"
+			rm -rf "$layout.old"
 		else
+			mdesc=""
+			[ -z "$tmp" ] || rm -rf "$tmp"
 			echo "podvm-binaries: could not fetch $ref: $(tail -n 1 <<<"${err:-oras unavailable}")" >&2
 		fi
 	fi
 	if [ -z "$mdesc" ]; then
-		if [ -f "$layout/index.json" ]; then
-			have=$(jq -r '[.manifests[].annotations["org.opencontainers.image.ref.name"] // "(untagged)"] | join(", ")' "$layout/index.json")
-			fail "$layout holds tags $have, not the pinned $tag for $slot: refusing it (fetch the pinned reference $ref)"
+		if [ -e "$layout" ]; then
+			have=$(jq -r '[.manifests[].annotations["org.opencontainers.image.ref.name"] // "(untagged)"] | join(", ")' "$layout/index.json" 2>/dev/null) || have=""
+			if [ -z "$have" ] || [ "$have" = "(untagged)" ]; then
+				fail "$layout is an incomplete fetch for $slot (no tagged manifest; an earlier copy was cut off): remove it with rm -rf '$layout' and run again"
+			fi
+			fail "$layout holds tags $have, not the pinned $tag for $slot: refusing it (remove it with rm -rf '$layout' and run again to fetch the pinned reference $ref)"
 		fi
 		missing+=("$slot|$ref|$layout|$tag")
 		continue

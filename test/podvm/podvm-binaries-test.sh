@@ -165,5 +165,37 @@ if [ -e "$work/out-offline/kata-agent" ] || [ ! -x "$work/out-offline/confidenti
 	exit 1
 fi
 n=$((n + 1))
+
+# A fetch cut off midway: a stand-in registry on loopback (oras speaks
+# plain HTTP to localhost) sends half of the layer and closes the
+# connection. The run fails, naming the reference, and leaves nothing
+# under the cache, so a later offline run says what to fetch instead of
+# refusing a broken layout; a broken layout an older run left is refused
+# with the command that clears it.
+python3 test/podvm/dropping-registry.py "$work/registry.port" &
+registry=$!
+trap 'kill "$registry" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
+for _ in $(seq 100); do [ -s "$work/registry.port" ] && break; sleep 0.1; done
+[ -s "$work/registry.port" ] || { echo "podvm-binaries-test: the stand-in registry did not start" >&2; exit 1; }
+dref=localhost:$(cat "$work/registry.port")/kata-containers/cached-artefacts/agent:cf82bb35c80320178bf7570252fe75d6fb263209-x86_64
+awk -v r="$dref" '$1 == "kata-agent" {$2 = r; print}' "$pins" >"$work/pins-drop"
+dl=$work/drop-layouts
+if out=$(PODVM_PINS="$work/pins-drop" PODVM_ARTEFACTS="$dl" PODVM_BINARIES="$work/out-drop" "$script" 2>&1); then
+	echo "podvm-binaries-test: a fetch cut off midway succeeded: $out" >&2
+	exit 1
+fi
+grep -qF "could not fetch $dref" <<<"$out" || { echo "podvm-binaries-test: cut-off fetch: '$out' lacks 'could not fetch $dref'" >&2; exit 1; }
+[ -z "$(ls -A "$dl" 2>/dev/null)" ] || { echo "podvm-binaries-test: a fetch cut off midway left $(ls -A "$dl") in the cache" >&2; exit 1; }
+out=$(PODVM_OFFLINE=1 PODVM_PINS="$work/pins-drop" PODVM_ARTEFACTS="$dl" PODVM_BINARIES="$work/out-drop" "$script" 2>&1) && { echo "podvm-binaries-test: offline after a cut-off fetch succeeded" >&2; exit 1; }
+grep -qF "oras copy --to-oci-layout $dref" <<<"$out" || { echo "podvm-binaries-test: offline after a cut-off fetch: '$out' does not say what to fetch" >&2; exit 1; }
+bl=$dl/$(tr '/:' '__' <<<"${dref%:*}")
+mkdir -p "$bl" && echo '{"imageLayoutVersion":"1.0.0"}' >"$bl/oci-layout" && echo '{"schemaVersion":2,"manifests":[]}' >"$bl/index.json"
+out=$(PODVM_OFFLINE=1 PODVM_PINS="$work/pins-drop" PODVM_ARTEFACTS="$dl" PODVM_BINARIES="$work/out-drop" "$script" 2>&1) && { echo "podvm-binaries-test: a broken layout was accepted" >&2; exit 1; }
+if ! grep -qF "is an incomplete fetch for kata-agent" <<<"$out" || ! grep -qF "rm -rf '$bl'" <<<"$out"; then
+	echo "podvm-binaries-test: broken layout: '$out' does not name the command that clears it" >&2
+	exit 1
+fi
+kill "$registry"
+n=$((n + 1))
 echo "podvm-binaries-test: ok ($n cases; layouts from oras $ORAS_VERSION and umoci, refs from $pins)"
 cd "$repo"
