@@ -538,3 +538,16 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // gib formats bytes as GiB with two decimals.
 func gib(n int64) string { return fmt.Sprintf("%.2f GiB", float64(n)/GiB) }
+
+// CheckpointBytes is the size of the checkpoint's weights as stored (what a
+// download moves): the shape at 16 bits per parameter, quantised layers at
+// their format's size, or Params or Bytes16 when no shape is known.
+func (m Model) CheckpointBytes() int64 {
+	if m.hasShape() {
+		return weightBytes(m, 1, 2).total()
+	}
+	if m.Params > 0 {
+		return 2 * m.Params
+	}
+	return m.Bytes16
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/fit"
 	"github.com/caa-gcp-t4/gcp-t4/internal/prices"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
+	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
 )
 
 // Stand-ins for required provider settings, so that plan runs without a
@@ -66,9 +68,15 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	vcpus := fs.String("vcpus", "", "without -f: CPU the pod requests, e.g. 2 or 1500m")
 	memory := fs.String("memory", "", "without -f: memory the pod requests, e.g. 8Gi")
 	machineType := fs.String("machine-type", "", "without -f: the pod's machine_type annotation (a profile or machine type)")
+	cat, err := startup.Load()
+	if err != nil {
+		return err
+	}
+	sf := registerStartup(fs, cat)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	sf.noteSet(fs)
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q: give the manifest with -f", fs.Args())
 	}
@@ -134,14 +142,52 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	pl := &Planner{Config: cfg, Catalog: catalog, Prices: tab, RuntimeClass: *runtimeClass}
 	var entries []Entry
+	var starts []GroupStart
 	for _, w := range workloads {
 		es, err := pl.Plan(w)
 		if err != nil {
 			return err
 		}
 		entries = append(entries, es...)
+		// A start is modelled for each group that gets a podVM.
+		for _, g := range w.Groups {
+			if !slices.ContainsFunc(es, func(e Entry) bool { return e.Group == g.Name }) {
+				continue
+			}
+			gs, err := sf.startOf(w, g)
+			if err != nil {
+				return err
+			}
+			starts = append(starts, gs)
+		}
 	}
-	return Render(stdout, *output, entries, notes, tab)
+	if err := Render(stdout, *output, entries, notes, tab, starts); err != nil {
+		return err
+	}
+	met := true
+	switch *output {
+	case OutputTable:
+		if met, err = renderStarts(stdout, starts, cat); err != nil {
+			return err
+		}
+	case OutputJSON:
+		met = allMet(starts)
+	}
+	if !met {
+		return errors.New("start-up does not fit every deadline on its path: see NOT MET above (-o json: deadlines[].met); give the cluster's settings with their flags when they differ from the defaults")
+	}
+	return nil
+}
+
+func allMet(starts []GroupStart) bool {
+	for _, gs := range starts {
+		for _, c := range gs.Start.Checks {
+			if !c.Met {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func readManifest(path string) ([]Workload, []string, error) {

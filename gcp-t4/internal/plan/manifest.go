@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -26,6 +27,13 @@ type Workload struct {
 	Name      string
 	Namespace string
 	Groups    []Group
+	// Annotations are the object's own (KubeRay reads
+	// ray.io/initializing-timeout there).
+	Annotations map[string]string
+	// Models are the checkpoints a RayService's Serve LLM applications
+	// load (model_loading_config.model_source), each downloaded by every
+	// pod of the cluster that holds a GPU.
+	Models []string
 }
 
 // Group is one kind of pod a workload makes: a Pod's only pod, a
@@ -79,6 +87,12 @@ func workloadOf(obj object) (Workload, bool, error) {
 	if w.Namespace == "" {
 		w.Namespace = "default"
 	}
+	if ann, ok := get(obj, "metadata", "annotations").(map[string]any); ok {
+		w.Annotations = map[string]string{}
+		for k, v := range ann {
+			w.Annotations[k] = fmt.Sprint(v)
+		}
+	}
 	var err error
 	add := func(name, path string, template any, replicas int64) {
 		if err != nil {
@@ -101,6 +115,9 @@ func workloadOf(obj object) (Workload, bool, error) {
 		add("pod", "spec.jobTemplate.spec.template", get(obj, "spec", "jobTemplate", "spec", "template"), intOr(get(obj, "spec", "jobTemplate", "spec", "parallelism"), 1))
 	case "RayService":
 		err = addRayCluster(add, get(obj, "spec", "rayClusterConfig"), "spec.rayClusterConfig")
+		if err == nil {
+			w.Models, err = serveModels(str(obj, "spec", "serveConfigV2"))
+		}
 	case "RayCluster":
 		err = addRayCluster(add, get(obj, "spec"), "spec")
 	case "RayJob":
@@ -193,4 +210,36 @@ func intOr(v any, def int64) int64 {
 		return int64(n)
 	}
 	return def
+}
+
+// serveModels reads the model sources of Serve LLM applications in a
+// RayService's serveConfigV2 (a YAML document in a string):
+// applications[].args.llm_configs[].model_loading_config.model_source,
+// written as a string, as {id: ...}, or as {bucket_uri: ...} (a mirror in
+// object storage).
+func serveModels(serve string) ([]string, error) {
+	if strings.TrimSpace(serve) == "" {
+		return nil, nil
+	}
+	var doc object
+	if err := k8syaml.Unmarshal([]byte(serve), &doc); err != nil {
+		return nil, fmt.Errorf("spec.serveConfigV2: %w", err)
+	}
+	var models []string
+	apps, _ := get(doc, "applications").([]any)
+	for _, app := range apps {
+		cfgs, _ := get(app, "args", "llm_configs").([]any)
+		for _, c := range cfgs {
+			src := get(c, "model_loading_config", "model_source")
+			if id := str(src, "id"); id != "" {
+				src = id
+			} else if uri := str(src, "bucket_uri"); uri != "" {
+				src = uri
+			}
+			if s, ok := src.(string); ok && s != "" {
+				models = append(models, s)
+			}
+		}
+	}
+	return models, nil
 }

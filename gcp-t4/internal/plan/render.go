@@ -21,13 +21,14 @@ const (
 )
 
 // Render writes entries as a table, as JSON (with each insert request
-// inlined), or as the exact insert requests alone.
-func Render(w io.Writer, format string, entries []Entry, notes []string, tab *prices.Table) error {
+// inlined, and the modelled starts), or as the exact insert requests alone.
+// The table's starts are printed after it (renderStarts).
+func Render(w io.Writer, format string, entries []Entry, notes []string, tab *prices.Table, starts []GroupStart) error {
 	switch format {
 	case OutputTable:
 		return renderTable(w, entries, notes, tab)
 	case OutputJSON:
-		return renderJSON(w, entries, notes)
+		return renderJSON(w, entries, notes, starts)
 	case OutputRequest:
 		for _, e := range entries {
 			b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(e.Insert)
@@ -123,15 +124,16 @@ func renderTable(w io.Writer, entries []Entry, notes []string, tab *prices.Table
 	return nil
 }
 
-func renderJSON(w io.Writer, entries []Entry, notes []string) error {
+func renderJSON(w io.Writer, entries []Entry, notes []string, starts []GroupStart) error {
 	type jsonEntry struct {
 		Entry
 		Insert json.RawMessage `json:"insertRequest"`
 	}
 	out := struct {
-		PodVMs []jsonEntry `json:"podVMs"`
-		Notes  []string    `json:"notes,omitempty"`
-	}{Notes: notes}
+		PodVMs []jsonEntry  `json:"podVMs"`
+		Starts []GroupStart `json:"startups,omitempty"`
+		Notes  []string     `json:"notes,omitempty"`
+	}{Notes: notes, Starts: starts}
 	for _, e := range entries {
 		b, err := protojson.Marshal(e.Insert)
 		if err != nil {

@@ -35,7 +35,7 @@ const (
 	SetByInstall  = "install"  // gcp-t4 install (and the node sidecar keeps it)
 	SetByWorkload = "workload" // the workload's manifest (annotation, env, field)
 	SetByNode     = "node"     // the node's configuration: the cluster admin
-	SetByFixed    = "fixed"    // a constant in the neighbour's code
+	SetByFixed    = "fixed"    // left at its owner's default by us; How says where it can be changed
 )
 
 // Deadline IDs the code refers to; the rest are data only.
@@ -110,6 +110,9 @@ type Deadline struct {
 	// Setting is the name the owner reads it under.
 	Setting string   `json:"setting"`
 	Default Duration `json:"default"`
+	// NoDefault: the owner sets no deadline unless it is configured
+	// (Default is then 0s).
+	NoDefault bool `json:"noDefault,omitempty"`
 	// Factor multiplies the setting where the owner applies a multiple of
 	// it (kubelet gives RunPodSandbox twice its runtime request timeout).
 	Factor float64 `json:"factor,omitempty"`
@@ -121,8 +124,20 @@ type Deadline struct {
 	// install sets, where SetBy is "install".
 	SetBy   string    `json:"setBy"`
 	Install *Duration `json:"install,omitempty"`
-	// Annotation is the pod annotation that sets it for one pod, if any.
+	// Annotation is the annotation that sets it for one pod (or, for a
+	// KubeRay setting, on the Ray object), if any; Env the container
+	// environment variable that does.
 	Annotation string `json:"annotation,omitempty"`
+	Env        string `json:"env,omitempty"`
+	// Seconds: the annotation or variable is whole seconds; otherwise a Go
+	// duration or whole seconds.
+	Seconds bool `json:"seconds,omitempty"`
+	// Flag is gcp-t4 plan's flag for the value the cluster has, where the
+	// cluster (not the manifest) sets it; rows of one setting share it.
+	Flag string `json:"flag,omitempty"`
+	// Retried: when it fires the step is tried again (it costs time and
+	// shows as an error on the pod) rather than failing the start.
+	Retried bool `json:"retried,omitempty"`
 	// How tells a user how to raise it; OnExpiry what happens when it fires.
 	How      string `json:"how"`
 	OnExpiry string `json:"onExpiry"`
@@ -174,8 +189,20 @@ func (r Rate) Effective() float64 {
 	return r.MBps * r.Efficiency
 }
 
+// Image is the size of a known container image.
+type Image struct {
+	// Repository, as written in a pod spec without tag; Tag "" matches any.
+	Repository string  `json:"repository"`
+	Tag        string  `json:"tag,omitempty"`
+	MB         float64 `json:"mb"` // compressed, what a pull moves
+	Kind       string  `json:"kind"`
+	Source     string  `json:"source"`
+	Note       string  `json:"note,omitempty"`
+}
+
 // Catalog is startup.yaml.
 type Catalog struct {
+	Images    []Image    `json:"images"`
 	Phases    []Phase    `json:"phases"`
 	Rates     []Rate     `json:"rates"`
 	Deadlines []Deadline `json:"deadlines"`
@@ -253,6 +280,12 @@ func (c *Catalog) validate() error {
 		}
 		cite("phase "+p.ID, p.Source)
 	}
+	for _, im := range c.Images {
+		if im.Repository == "" || im.MB <= 0 || !slices.Contains(kinds, im.Kind) {
+			errs = append(errs, fmt.Errorf("image %q: needs a repository, mb > 0 and a kind", im.Repository))
+		}
+		cite("image "+im.Repository, im.Source)
+	}
 	ids := map[string]bool{}
 	for _, d := range c.Deadlines {
 		if ids[d.ID] || d.ID == "" {
@@ -270,8 +303,8 @@ func (c *Catalog) validate() error {
 		if (d.SetBy == SetByInstall) != (d.Install != nil) {
 			errs = append(errs, fmt.Errorf("deadline %s: install gives the value gcp-t4 install sets, exactly when setBy is install", d.ID))
 		}
-		if d.Default.Duration <= 0 || d.How == "" || d.OnExpiry == "" || d.Call == "" {
-			errs = append(errs, fmt.Errorf("deadline %s: needs a default, the call it bounds, how to raise it and what happens when it fires", d.ID))
+		if (d.Default.Duration <= 0) != d.NoDefault || d.How == "" || d.OnExpiry == "" || d.Call == "" {
+			errs = append(errs, fmt.Errorf("deadline %s: needs a default above 0s (or 0s with noDefault), the call it bounds, how to raise it and what happens when it fires", d.ID))
 		}
 		cite("deadline "+d.ID, d.Source)
 	}
@@ -294,6 +327,32 @@ func (c *Catalog) Source(id string) (Source, bool) {
 		return Source{}, false
 	}
 	return c.Sources[i], true
+}
+
+// LookupImage returns the catalogued size of an image reference
+// (registry/repository[:tag][@digest]); Docker Hub's short forms match
+// their long ones.
+func (c *Catalog) LookupImage(ref string) (Image, bool) {
+	repo, tag := splitRef(ref)
+	for _, im := range c.Images {
+		if normalRepo(im.Repository) == repo && (im.Tag == "" || im.Tag == tag) {
+			return im, true
+		}
+	}
+	return Image{}, false
+}
+
+func splitRef(ref string) (repo, tag string) {
+	ref, _, _ = strings.Cut(ref, "@")
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref, tag = ref[:i], ref[i+1:]
+	}
+	return normalRepo(ref), tag
+}
+
+func normalRepo(r string) string {
+	r = strings.TrimPrefix(strings.TrimPrefix(r, "docker.io/"), "index.docker.io/")
+	return strings.TrimPrefix(r, "library/")
 }
 
 // InstallCreateContainerTimeout is the create_container_timeout gcp-t4

@@ -1,0 +1,145 @@
+package startup
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Inputs are a start's figures: the catalogue's, with the user's overrides
+// applied by the caller.
+type Inputs struct {
+	// Sizes in bytes, by the names phases use ("image", "weights").
+	Sizes map[string]int64
+	// Rates in 10^6 bytes a second after efficiency, by rate id.
+	Rates map[string]float64
+	// Fixed parts of phases, by phase id.
+	Fixed map[string]time.Duration
+	// Settings: the value in effect for each deadline, by deadline id
+	// (before its Factor).
+	Settings map[string]time.Duration
+	// SetFrom says where each setting came from ("kata default", "gcp-t4
+	// install", "annotation", "--flag").
+	SetFrom map[string]string
+}
+
+// Defaults are the catalogue's own figures and each deadline's value once
+// gcp-t4 install has run (its install value, else the owner's default).
+func (c *Catalog) Defaults() Inputs {
+	in := Inputs{Sizes: map[string]int64{}, Rates: map[string]float64{}, Fixed: map[string]time.Duration{},
+		Settings: map[string]time.Duration{}, SetFrom: map[string]string{}}
+	for _, r := range c.Rates {
+		in.Rates[r.ID] = r.Effective()
+	}
+	for _, p := range c.Phases {
+		if p.Fixed != nil {
+			in.Fixed[p.ID] = p.Fixed.Duration
+		}
+	}
+	for _, d := range c.Deadlines {
+		in.Settings[d.ID], in.SetFrom[d.ID] = d.Default.Duration, d.Owner+" default"
+		if d.Install != nil {
+			in.Settings[d.ID], in.SetFrom[d.ID] = d.Install.Duration, "gcp-t4 install"
+		}
+	}
+	return in
+}
+
+// PhaseTime is one phase of a modelled start.
+type PhaseTime struct {
+	Phase
+	Took  time.Duration `json:"took"`
+	Bytes int64         `json:"bytes,omitempty"`
+	// Figure says what it was computed from, in words.
+	Figure string `json:"figure"`
+}
+
+// Check is one deadline against the phases it bounds.
+type Check struct {
+	Deadline
+	// Need is the time of the phases it bounds; Have the deadline in effect.
+	Need time.Duration `json:"need"`
+	Have time.Duration `json:"have"`
+	// From says where Have came from.
+	From string `json:"setFrom"`
+	Met  bool   `json:"met"`
+}
+
+// Start is a modelled start of one pod.
+type Start struct {
+	Phases []PhaseTime `json:"phases"`
+	Total  time.Duration
+	Checks []Check `json:"deadlines"`
+	// NATBytes moves through Cloud NAT on every start of the pod.
+	NATBytes int64 `json:"natBytes"`
+}
+
+// Model runs the phases in order (a pod's start is sequential) and checks
+// every deadline against the phases it covers.
+func (c *Catalog) Model(in Inputs) (Start, error) {
+	var s Start
+	took := map[string]time.Duration{}
+	for _, p := range c.Phases {
+		pt := PhaseTime{Phase: p}
+		var parts []string
+		if p.Fixed != nil {
+			f, ok := in.Fixed[p.ID]
+			if !ok {
+				f = p.Fixed.Duration
+			}
+			pt.Took += f
+			parts = append(parts, f.String())
+		}
+		if p.Size != "" {
+			size, ok := in.Sizes[p.Size]
+			if !ok {
+				return Start{}, fmt.Errorf("phase %s: no %s size: give --%s", p.ID, p.Size, p.Flag)
+			}
+			rate := in.Rates[p.Rate]
+			if rate <= 0 {
+				return Start{}, fmt.Errorf("phase %s: rate %s must be above 0", p.ID, p.Rate)
+			}
+			secs := float64(size) / (rate * 1e6)
+			pt.Took += time.Duration(secs * float64(time.Second)).Round(time.Second)
+			pt.Bytes = size
+			parts = append(parts, fmt.Sprintf("%.1f GB at %g MB/s", float64(size)/1e9, rate))
+			if p.NAT {
+				s.NATBytes += size
+			}
+		}
+		pt.Figure = joinPlus(parts)
+		took[p.ID] = pt.Took
+		s.Total += pt.Took
+		s.Phases = append(s.Phases, pt)
+	}
+	ids := make([]string, len(c.Phases))
+	for i, p := range c.Phases {
+		ids[i] = p.ID
+	}
+	for _, d := range c.Deadlines {
+		from, to := slices.Index(ids, d.From), slices.Index(ids, d.To)
+		var need time.Duration
+		for _, id := range ids[from : to+1] {
+			need += took[id]
+		}
+		have, ok := in.Settings[d.ID]
+		if !ok {
+			have = d.Default.Duration
+		}
+		have = d.Scale(have)
+		// 0: the owner sets no deadline (KubeRay without the annotation).
+		s.Checks = append(s.Checks, Check{Deadline: d, Need: need, Have: have, From: in.SetFrom[d.ID], Met: have == 0 || need <= have})
+	}
+	return s, nil
+}
+
+func joinPlus(parts []string) string {
+	out := ""
+	for i, p := range parts {
+		if i > 0 {
+			out += " + "
+		}
+		out += p
+	}
+	return out
+}
