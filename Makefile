@@ -23,7 +23,7 @@ IMAGE_GO ?= go1.26.8
 include test/containerd/versions.mk
 CONTAINERD_ENV := CONTAINERD17_VERSION=$(CONTAINERD17) CONTAINERD2_VERSIONS="$(CONTAINERD2)"
 
-.PHONY: all help build test test-short demo bench lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz print-containerd-versions
+.PHONY: all help build test test-short demo bench bench-pull lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz print-containerd-versions
 .PHONY: delivery upstream-patch upstream-lint image
 .PHONY: controlplane controlplane-test kuberay helm-vet helm-check reaper-acceptance
 
@@ -211,6 +211,12 @@ podvm-test: tools
 ## bench: benchmarks recorded in docs/benchmarks.md
 bench: tools containerd controlplane
 	$(CONTROLPLANE_ENV) $(CONTAINERD_ENV) $(GO) test -run '^$$' -bench . -benchmem $(MODULES)
+
+## bench-pull: as root, skopeo pulls a random-layer image from a real registry through tc-shaped
+## links (rate, RTT) and tar unpacks it; JSON per case (not part of make test; docs/benchmarks.md)
+##   make bench-pull [PULL_BENCH_MIB=128] [PULL_BENCH_CASES="name:mbit:rtt_ms ..."]
+bench-pull:
+	$(APT_LOCK) test/startup/pull-bench.sh
 
 ## dropin-check: copy gcpt4 into an upstream CAA checkout and build and test it there
 ##   make dropin-check UPSTREAM=/path/to/cloud-api-adaptor [UPSTREAM_REF=v0.22.0]
