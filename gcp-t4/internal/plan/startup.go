@@ -281,10 +281,10 @@ func renderStarts(w io.Writer, starts []GroupStart, cat *startup.Catalog) (bool,
 		fmt.Fprintln(tw, "  PHASE\tTIME\tFIGURE\tSOURCE")
 		for _, p := range gs.Start.Phases {
 			src := p.Kind + " (--" + p.Flag + "): " + refOf(cat, p.Source)
-			if p.Rate != "" {
+			for _, id := range strings.Split(p.Rate, ",") {
 				for _, r := range cat.Rates {
-					if r.ID == p.Rate {
-						src += "; rate " + r.Kind + " (--" + r.Flag + ")"
+					if r.ID == strings.TrimSpace(id) {
+						src += "; " + r.ID + " rate " + r.Kind + " (--" + r.Flag + ")"
 					}
 				}
 			}

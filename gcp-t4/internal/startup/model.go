@@ -3,6 +3,7 @@ package startup
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -95,14 +96,22 @@ func (c *Catalog) Model(in Inputs) (Start, error) {
 			if !ok {
 				return Start{}, fmt.Errorf("phase %s: no %s size: give --%s", p.ID, p.Size, p.Flag)
 			}
-			rate := in.Rates[p.Rate]
-			if rate <= 0 {
-				return Start{}, fmt.Errorf("phase %s: rate %s must be above 0", p.ID, p.Rate)
+			// Several rates: the stages overlap (a layer unpacks while the
+			// next downloads), so the slowest sets the pace.
+			rate := 0.0
+			for _, id := range strings.Split(p.Rate, ",") {
+				r := in.Rates[strings.TrimSpace(id)]
+				if r <= 0 {
+					return Start{}, fmt.Errorf("phase %s: rate %s must be above 0", p.ID, id)
+				}
+				if rate == 0 || r < rate {
+					rate = r
+				}
 			}
 			secs := float64(size) / (rate * 1e6)
 			pt.Took += time.Duration(secs * float64(time.Second)).Round(time.Second)
 			pt.Bytes = size
-			parts = append(parts, fmt.Sprintf("%.1f GB at %g MB/s", float64(size)/1e9, rate))
+			parts = append(parts, fmt.Sprintf("%.1f GB at %.3g MB/s", float64(size)/1e9, rate))
 			if p.NAT {
 				s.NATBytes += size
 			}

@@ -157,7 +157,8 @@ type Phase struct {
 	ID    string `json:"id"`
 	Title string `json:"title"`
 	// A phase takes Fixed, or Size / Rate where it moves bytes (Size and
-	// Rate name inputs), or both (a fixed part plus the transfer).
+	// Rate name inputs; Rate may list several, comma-separated, of which
+	// the slowest applies), or both (a fixed part plus the transfer).
 	Fixed *Duration `json:"fixed,omitempty"`
 	Size  string    `json:"size,omitempty"`
 	Rate  string    `json:"rate,omitempty"`
@@ -272,8 +273,13 @@ func (c *Catalog) validate() error {
 		if p.Fixed == nil && p.Size == "" {
 			errs = append(errs, fmt.Errorf("phase %s: give fixed, or size and rate", p.ID))
 		}
-		if (p.Size == "") != (p.Rate == "") || (p.Rate != "" && !rates[p.Rate]) {
-			errs = append(errs, fmt.Errorf("phase %s: size and rate go together, and the rate must be listed", p.ID))
+		if (p.Size == "") != (p.Rate == "") {
+			errs = append(errs, fmt.Errorf("phase %s: size and rate go together", p.ID))
+		}
+		for _, r := range strings.Split(p.Rate, ",") {
+			if p.Rate != "" && !rates[strings.TrimSpace(r)] {
+				errs = append(errs, fmt.Errorf("phase %s: rate %q is not listed under rates", p.ID, r))
+			}
 		}
 		if !slices.Contains(kinds, p.Kind) || p.Flag == "" {
 			errs = append(errs, fmt.Errorf("phase %s: needs a kind (%s) and a flag", p.ID, strings.Join(kinds, ", ")))

@@ -1,0 +1,143 @@
+package plan
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
+)
+
+const rayExample = "../../../install/examples/mistral-tp2/rayservice.yaml"
+
+// The example as shipped: every phase, the total, every deadline on the
+// path with its verdict, the NAT bytes; kubelet's bound on the in-guest
+// pull is not met, named with its fix, and plan exits 1.
+func TestPlanStartupOfTheExample(t *testing.T) {
+	clearEnv(t)
+	out, errOut, code := runPlan(t, "-f", rayExample)
+	if code != 1 || !strings.Contains(errOut, "start-up does not fit every deadline") {
+		t.Fatalf("exit %d, stderr %q: want 1 and the deadline message", code, errOut)
+	}
+	cat, err := startup.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, group := range []string{"head", "worker/gpu"} {
+		if !strings.Contains(out, "start-up: RayService/mistral-tp2 "+group+" ") {
+			t.Errorf("no start-up section for %s:\n%s", group, out)
+		}
+	}
+	for _, p := range cat.Phases {
+		if !regexp.MustCompile(`(?m)^  ` + p.ID + ` +\d`).MatchString(out) {
+			t.Errorf("phase %s missing", p.ID)
+		}
+	}
+	for _, d := range cat.Deadlines {
+		if !strings.Contains(out, d.Owner+" "+d.Setting) {
+			t.Errorf("deadline %s (%s %s) missing", d.ID, d.Owner, d.Setting)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^  total +\d+m`).MatchString(out) {
+		t.Error("no total")
+	}
+	kubelet := regexp.MustCompile(`(?m)^  kubelet runtimeRequestTimeout +image \(StartContainer\) +(\S+) +2m0s \(kubelet default\) +NOT MET \(retried\): raise kubelet runtimeRequestTimeout to at least \S+: .*GKE.*$`)
+	if !kubelet.MatchString(out) {
+		t.Errorf("kubelet's bound on the pull is not reported as not met with its fix:\n%s", out)
+	}
+	// The weights come from plan serve's catalogue (24.5 GB), the image
+	// from the start-up catalogue (10 GB): 34.5 GB per pod, 69 in all.
+	if !strings.Contains(out, "through Cloud NAT: 34.5 GB per start of each pod") || !strings.Contains(out, "through Cloud NAT in all: 69.0 GB") {
+		t.Errorf("NAT bytes:\n%s", out)
+	}
+	if !strings.Contains(out, "1h0m0s (annotation ray.io/initializing-timeout)  met") {
+		t.Errorf("the example's KubeRay annotation is not read:\n%s", out)
+	}
+	if !strings.Contains(out, "20m0s (gcp-t4 install)") {
+		t.Errorf("kata-remote's bound is not what install sets:\n%s", out)
+	}
+}
+
+// With the cluster's own figures every deadline is met and plan exits 0;
+// -o json carries the same verdicts.
+func TestPlanStartupWithTheClustersSettings(t *testing.T) {
+	clearEnv(t)
+	out, errOut, code := runPlan(t, "-f", rayExample, "--kubelet-runtime-request-timeout=30m")
+	if code != 0 || strings.Contains(out, "NOT MET") {
+		t.Fatalf("exit %d (%s): want every deadline met:\n%s", code, errOut, out)
+	}
+	if !strings.Contains(out, "30m0s (--kubelet-runtime-request-timeout)") {
+		t.Errorf("the flag's value is not shown as the cluster's:\n%s", out)
+	}
+	out, _, code = runPlan(t, "-f", rayExample, "-o", "json", "--pull-rate=400", "--unpack-rate=400")
+	if code != 0 {
+		t.Fatalf("-o json with a 400 MB/s pull: exit %d, want 0 (25 s fits kubelet's 2m)", code)
+	}
+	var doc struct {
+		Startups []struct {
+			Group string `json:"group"`
+			Start struct {
+				NATBytes  int64 `json:"natBytes"`
+				Deadlines []struct {
+					ID  string `json:"id"`
+					Met bool   `json:"met"`
+				} `json:"deadlines"`
+			} `json:"start"`
+		} `json:"startups"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	// 10 GB of image and the checkpoint plan serve counts (24,495,564,800 B).
+	if len(doc.Startups) != 2 || doc.Startups[0].Start.NATBytes != 10_000_000_000+24_495_564_800 {
+		t.Fatalf("startups: %+v", doc.Startups)
+	}
+	for _, s := range doc.Startups {
+		for _, d := range s.Start.Deadlines {
+			if !d.Met {
+				t.Errorf("%s: %s not met", s.Group, d.ID)
+			}
+		}
+	}
+}
+
+// A pod annotation sets kata-remote's bound for its pod, in whole seconds
+// as kata reads it; another form is refused naming the annotation.
+func TestPlanStartupReadsThePodsAnnotation(t *testing.T) {
+	clearEnv(t)
+	pod := func(v string) string {
+		p := filepath.Join(t.TempDir(), "pod.yaml")
+		if err := os.WriteFile(p, []byte(`apiVersion: v1
+kind: Pod
+metadata:
+  name: big
+  annotations:
+    io.katacontainers.config.runtime.create_container_timeout: "`+v+`"
+spec:
+  runtimeClassName: kata-remote
+  containers:
+    - name: main
+      image: rayproject/ray-llm:2.52.0-py311-cu128
+      resources:
+        limits: {nvidia.com/gpu: 1}
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	out, _, code := runPlan(t, "-f", pod("60"), "--kubelet-runtime-request-timeout=30m")
+	if code != 1 || !regexp.MustCompile(`kata-remote create_container_timeout +image \(the agent's CreateContainer\) +\S+ +1m0s \(annotation io.katacontainers.config.runtime.create_container_timeout\) +NOT MET \(retried\)`).MatchString(out) {
+		t.Fatalf("exit %d: the annotation's 60 s is not the bound:\n%s", code, out)
+	}
+	_, errOut, code := runPlan(t, "-f", pod("20m"))
+	if code != 1 || !strings.Contains(errOut, "annotation io.katacontainers.config.runtime.create_container_timeout") || !strings.Contains(errOut, "whole seconds") {
+		t.Fatalf("exit %d, %q: want the annotation named and whole seconds asked for", code, errOut)
+	}
+	// No model: no weights, no engine phase time; a catalogued image only.
+	if strings.Contains(out, "weights  0s") == false {
+		t.Errorf("a pod without a model downloads no weights:\n%s", out)
+	}
+}
