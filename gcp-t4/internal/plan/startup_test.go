@@ -141,3 +141,56 @@ spec:
 		t.Errorf("a pod without a model downloads no weights:\n%s", out)
 	}
 }
+
+// The runbook's plan command, run as written from the repository root,
+// prints the start-up the runbook quotes: each phase's time, the total,
+// the NAT bytes and every deadline value it names; and it exits 1, as
+// the runbook says it does on GKE.
+func TestRunbookStartupIsPlans(t *testing.T) {
+	clearEnv(t)
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "runbook-mistral-tp2.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	cmd := regexp.MustCompile(`(?m)^gcp-t4 plan -f (\S+)$`).FindStringSubmatch(text)
+	if cmd == nil {
+		t.Fatal("the runbook has no `gcp-t4 plan -f` command")
+	}
+	t.Chdir(root)
+	out, _, code := runPlan(t, "-f", cmd[1])
+	if code != 1 || !strings.Contains(text, "it exits 1") {
+		t.Fatalf("plan exits %d; the runbook says it exits 1 on GKE", code)
+	}
+	i := strings.Index(text, "Expected start-up, from step 4's `gcp-t4 plan`")
+	if i < 0 {
+		t.Fatal("the runbook's start-up section is gone")
+	}
+	section := text[i:]
+	section = section[:strings.Index(section, "\n## ")]
+	rows := regexp.MustCompile(`(?m)^\| ([A-Za-z][^|]*?) \| (?:\*\*)?([0-9hms.]+)(?:\*\*)? \|`).FindAllStringSubmatch(section, -1)
+	phases := map[string]string{"insert (GCE)": "insert", "boot to readiness": "boot", "CAA reaches the forwarder": "agent",
+		"image pulled inside the podVM": "image", "weights downloaded": "weights", "engine load": "engine"}
+	if len(rows) != len(phases) {
+		t.Fatalf("the runbook's table has %d phase rows, plan has %d phases", len(rows), len(phases))
+	}
+	for _, r := range rows {
+		id := phases[r[1]]
+		if !regexp.MustCompile(`(?m)^  ` + id + ` +` + regexp.QuoteMeta(r[2]) + ` `).MatchString(out) {
+			t.Errorf("runbook: %s takes %s; plan says otherwise:\n%s", r[1], r[2], out)
+		}
+	}
+	total := regexp.MustCompile(`\*\*total, each pod\*\* \| \*\*(\S+)\*\*`).FindStringSubmatch(section)
+	if total == nil || !regexp.MustCompile(`(?m)^  total +`+regexp.QuoteMeta(total[1])+`\b`).MatchString(out) {
+		t.Errorf("runbook total %v does not match plan:\n%s", total, out)
+	}
+	for _, v := range regexp.MustCompile(`\b\d+h\d+m\d+s|\b\d+m\d+s\b|\d+\.\d GB`).FindAllString(section, -1) {
+		if !strings.Contains(out, v) {
+			t.Errorf("the runbook quotes %s; plan does not print it", v)
+		}
+	}
+}
