@@ -152,6 +152,11 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 	rc := fs.String("runtimeclass", "auto", "kata-remote RuntimeClass (components/runtimeclass): auto (left to kata-deploy), on (created so kata-deploy's chart can adopt it), off")
 	guard := fs.String("cost-guard", "auto", "per-pod GPU limits per namespace and fixed kata annotations, checked by the API server (components/cost-guard, docs/provider.md): auto (on for a new install; an upgrade keeps what is installed), on, off")
 	fs.StringVar(&o.req.GuardMaxGPUsPerPod, "cost-guard-max-gpus-per-pod", "", "the cost guard's GPU limit per peer pod for every namespace (maxGPUsPerPod; an H100 counts 18); default: the installed one, else 1")
+	defCCT, err := DefaultCreateContainerTimeout()
+	if err != nil {
+		return nil, err
+	}
+	fs.StringVar(&o.req.CreateContainerTimeout, "create-container-timeout", "", "kata-remote's create_container_timeout (the agent's CreateContainer, guest pull included), set by the remediation sidecar on each node, which is Ready only while the effective value is at least this; 0 leaves kata-remote's configuration alone; default: the installed one, else "+defCCT)
 	fs.BoolVar(&o.dryRun, "dry-run", false, "read what is installed, print the settings diff and have the API server validate every object (server-side dry run); change nothing")
 	fs.BoolVar(&o.render, "render", false, "print the manifests the flags alone render, Secret data redacted; contacts no cluster")
 	fs.BoolVar(&o.force, "force-conflicts", false, "take over fields another field manager set to other values")
@@ -164,7 +169,6 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q; settings are flags, e.g. --set GCP_ZONES=auto", fs.Arg(0))
 	}
-	var err error
 	if o.gke, err = ParseMode("gke", *gke); err != nil {
 		return nil, err
 	}
@@ -180,6 +184,14 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 		}
 		if err := checkGuardMax(o.req.GuardMaxGPUsPerPod); err != nil {
 			return nil, err
+		}
+	}
+	if v := o.req.CreateContainerTimeout; v != "" {
+		if err := CheckCreateContainerTimeout(v); err != nil {
+			return nil, err
+		}
+		if o.gke == ModeOff {
+			return nil, fmt.Errorf("--create-container-timeout with --gke=off: the remediation sidecar sets it; drop one")
 		}
 	}
 	if o.timeout <= 0 {

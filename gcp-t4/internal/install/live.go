@@ -49,6 +49,9 @@ type Live struct {
 	// GuardMaxGPUsPerPod is the cost guard's installed maxGPUsPerPod, ""
 	// without its ConfigMap.
 	GuardMaxGPUsPerPod string
+	// CreateContainerTimeout is the remediation sidecar's
+	// --create-container-timeout, "" without the sidecar.
+	CreateContainerTimeout string
 }
 
 // ReadLive finds an existing installation: the namespace holding an
@@ -89,6 +92,9 @@ func ReadLive(ctx context.Context, cs kubernetes.Interface, want string) (Live, 
 	}
 	live.Namespace = nss[0]
 	if live.GuardMaxGPUsPerPod, err = readGuardMax(ctx, cs, live.Namespace); err != nil {
+		return live, err
+	}
+	if live.CreateContainerTimeout, err = readCreateContainerTimeout(ctx, cs, live.Namespace); err != nil {
 		return live, err
 	}
 	ds, err := cs.AppsV1().DaemonSets(live.Namespace).Get(ctx, DaemonSetName, metav1.GetOptions{})

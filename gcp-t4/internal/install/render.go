@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/kustomize/kyaml/resid"
 	"sigs.k8s.io/kustomize/kyaml/yaml"
 )
 
@@ -106,6 +107,11 @@ type Settings struct {
 	// GuardMaxGPUsPerPod replaces the component's maxGPUsPerPod (every
 	// namespace's limit per peer pod); "" keeps it.
 	GuardMaxGPUsPerPod string
+	// CreateContainerTimeout replaces the remediation sidecar's
+	// --create-container-timeout (kata-remote's create_container_timeout,
+	// createcontainer.go); "" keeps the component's, the startup
+	// catalogue's value.
+	CreateContainerTimeout string
 	// Namespace moves everything from Namespace to another namespace,
 	// ServiceAccount subjects of the bindings included; "" keeps it.
 	Namespace string
@@ -353,6 +359,18 @@ func (s Settings) kustomization() ([]byte, error) {
 	}
 	if s.GKERemediation {
 		k.Components = append(k.Components, "../"+componentGKE)
+		if s.CreateContainerTimeout != "" {
+			if err := CheckCreateContainerTimeout(s.CreateContainerTimeout); err != nil {
+				return nil, err
+			}
+			patch, err := createContainerPatch(s.CreateContainerTimeout)
+			if err != nil {
+				return nil, err
+			}
+			k.Patches = append(k.Patches, types.Patch{Patch: patch, Target: &types.Selector{
+				ResId: resid.ResId{Gvk: resid.Gvk{Group: "apps", Version: "v1", Kind: "DaemonSet"}, Name: RemediationDaemonSet},
+			}})
+		}
 	}
 	if s.RuntimeClass {
 		k.Components = append(k.Components, "../"+componentRC)

@@ -256,6 +256,8 @@ func TestSidecarLeastPrivilege(t *testing.T) {
 		{"/", "/host", true},
 		{"/etc/containerd", "/etc/containerd", false},
 		{"/opt/kata", "/opt/kata", true},
+		// The remote shim's config.d only: the create_container_timeout drop-in.
+		{"/opt/kata/share/defaults/kata-containers/runtimes/remote/config.d", "/opt/kata/share/defaults/kata-containers/runtimes/remote/config.d", false},
 		{"/run/lock", "/run/lock", false},
 		{"/run/systemd/private", "/run/systemd/private", false},
 	}
@@ -266,6 +268,12 @@ func TestSidecarLeastPrivilege(t *testing.T) {
 		if !slices.Contains(rem.Args, a) {
 			t.Errorf("args %q lack %s", rem.Args, a)
 		}
+	}
+	if p := rem.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" || p.HTTPGet.Port.IntValue() != 9102 {
+		t.Errorf("readiness probe %+v: want /readyz on 9102", p)
+	}
+	if v := vols["kata-remote-config-d"]; v.HostPath == nil || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+		t.Errorf("kata-remote-config-d volume %+v: want a DirectoryOrCreate host path", v)
 	}
 	if p := rem.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Port.IntValue() != 9102 {
 		t.Errorf("liveness probe %+v: want /healthz on 9102", p)

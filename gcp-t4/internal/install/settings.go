@@ -32,6 +32,9 @@ type Request struct {
 	// GuardMaxGPUsPerPod is --cost-guard-max-gpus-per-pod; "" keeps the
 	// installed value, else the component's.
 	GuardMaxGPUsPerPod string
+	// CreateContainerTimeout is --create-container-timeout; "" keeps the
+	// installed value, else the component's (the startup catalogue's).
+	CreateContainerTimeout string
 }
 
 // Merge builds the settings for an upgrade: the live image, every live
@@ -90,6 +93,17 @@ func Merge(live Live, req Request) (Settings, []string, error) {
 		s.Config = cfg
 	}
 	s.GuardMaxGPUsPerPod = req.GuardMaxGPUsPerPod
+	s.CreateContainerTimeout = req.CreateContainerTimeout
+	if s.CreateContainerTimeout == "" && live.CreateContainerTimeout != "" {
+		def, err := DefaultCreateContainerTimeout()
+		if err != nil {
+			return s, nil, err
+		}
+		if live.CreateContainerTimeout != def {
+			s.CreateContainerTimeout = live.CreateContainerTimeout
+			notes = append(notes, fmt.Sprintf("remediation sidecar: --create-container-timeout=%s kept (--create-container-timeout changes it)", live.CreateContainerTimeout))
+		}
+	}
 	if s.GuardMaxGPUsPerPod == "" && live.GuardMaxGPUsPerPod != "" {
 		// The admin may have edited the ConfigMap itself; re-applying the
 		// shipped value would conflict with (or, forced, undo) that edit.

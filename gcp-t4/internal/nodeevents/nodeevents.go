@@ -19,4 +19,12 @@ const (
 	UnsupportedOS = "KataRemoteUnsupportedOS"
 	// ShimMissing: kata's shim is not installed on the host yet.
 	ShimMissing = "KataRemoteShimMissing"
+	// CreateContainerTimeoutSet: the sidecar wrote (or put back, after a
+	// node reset or a kata-deploy run removed or changed it) its drop-in
+	// that sets kata-remote's create_container_timeout.
+	CreateContainerTimeoutSet = "KataRemoteCreateContainerTimeoutSet"
+	// CreateContainerTimeoutFailed: the sidecar cannot set or read
+	// kata-remote's create_container_timeout (a file it cannot parse, a
+	// directory it cannot write).
+	CreateContainerTimeoutFailed = "KataRemoteCreateContainerTimeoutFailed"
 )

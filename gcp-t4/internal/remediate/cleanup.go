@@ -3,8 +3,10 @@ package remediate
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -86,6 +88,22 @@ func (r *Remediator) Cleanup(ctx context.Context) (CleanupResult, error) {
 	if len(errs) > 0 {
 		return out, r.fail(ctx, nodeevents.CleanupFailed, fmt.Errorf("uninstall on this node: %s; the state in %s keeps what is left to restore", strings.Join(errs, "; "), r.state.Path))
 	}
+	// kata-remote's create_container_timeout drop-in: kata reads config.d
+	// when each sandbox starts, so its removal needs no restart.
+	var kataRemoved string
+	if kf, err := r.kataPaths(r.cfg.Handler); err == nil && !r.cfg.DryRun {
+		kataRemoved, err = r.removeKataDropIn(kf)
+		switch {
+		case errors.Is(err, errNotOurs):
+			out.Kept = append(out.Kept, filepath.Join(kf.ConfD, kataDropInName))
+			r.log.Warn("file not written by the sidecar; left as it is", "err", err.Error())
+		case err != nil:
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return out, r.fail(ctx, nodeevents.CleanupFailed, fmt.Errorf("uninstall on this node: %s", strings.Join(errs, "; ")))
+	}
 	if err := r.state.Save(State{}); err != nil {
 		return out, r.fail(ctx, nodeevents.CleanupFailed, err)
 	}
@@ -101,6 +119,10 @@ func (r *Remediator) Cleanup(ctx context.Context) (CleanupResult, error) {
 			}
 			out.Restarted = true
 		}
+	}
+	if kataRemoved != "" {
+		out.Removed = append(out.Removed, kataRemoved)
+		changed = true
 	}
 	msg := "nothing of the sidecar's was left on this node"
 	if changed {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
+	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
@@ -90,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.once, "once", false, "reconcile once and exit (installers, debugging); exit 1 when not converged")
 	fs.BoolVar(&o.cleanup, "cleanup", false, "restore every file the sidecar changed to its earlier content, restart containerd if a byte changed, and exit (uninstall)")
 	fs.BoolVar(&o.cfg.DryRun, "dry-run", false, "print the diff that would be written and exit; writes nothing, restarts nothing")
+	fs.DurationVar(&o.cfg.CreateContainerTimeout, "create-container-timeout", defaultCreateContainerTimeout(), "kata-remote's create_container_timeout (the agent's CreateContainer, guest pull included), kept in a drop-in of the sidecar's in the remote shim's config.d; /readyz fails while the effective value is lower; 0 leaves kata-remote's configuration alone")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -141,6 +143,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.daemonSet != "" && o.namespace == "" {
 		return nil, fmt.Errorf("--daemonset %q needs --namespace (or POD_NAMESPACE)", o.daemonSet)
+	}
+	if err := CheckCreateContainerTimeout(o.cfg.CreateContainerTimeout); err != nil {
+		return nil, err
 	}
 	if o.once && o.cleanup {
 		return nil, errors.New("--once and --cleanup: give one")
@@ -351,4 +356,17 @@ func runOnce(ctx context.Context, r *Remediator, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "converged: wrote %d file(s), restarted containerd: %v\n", len(res.Wrote), res.Restarted)
 		return 0
 	}
+}
+
+// defaultCreateContainerTimeout is what gcp-t4 install sets, from the
+// startup catalogue's row (internal/startup, kata-create-container): the
+// value lives there only.
+func defaultCreateContainerTimeout() time.Duration {
+	c, err := startup.Load()
+	if err != nil {
+		// The catalogue is embedded and tested; this cannot happen in a
+		// built binary.
+		panic(err)
+	}
+	return c.InstallCreateContainerTimeout()
 }

@@ -35,6 +35,11 @@ type Config struct {
 	VerifyTimeout     time.Duration // how long a restarted containerd gets to show the handler
 	Scratch           string        // where candidates are assembled for the check ("" = $TMPDIR)
 	DryRun            bool
+	// CreateContainerTimeout is the create_container_timeout kata-remote
+	// gets from the sidecar's drop-in in its config.d, and the least the
+	// node's effective value must be to be ready; 0 leaves kata-remote's
+	// configuration alone (katatimeout.go).
+	CreateContainerTimeout time.Duration
 }
 
 // NodeGetter reads this pod's Node (labels, runtime version, handlers).
@@ -62,9 +67,16 @@ type Remediator struct {
 	// stops the pass there as a kill of the sidecar would.
 	step func(name string)
 
-	mu        sync.Mutex
-	ready     bool
-	lastEvent string // the last Warning/Normal reported, so a resync does not repeat it
+	mu    sync.Mutex
+	ready bool
+	// kataReason is why kata-remote's create_container_timeout keeps the
+	// node from ready ("" when it does not); kataChecked once a pass set it.
+	kataReason  string
+	kataChecked bool
+	// kataWritable: kata-remote's config.d was seen writable by this
+	// process, so a read-only one later means its mount went away.
+	kataWritable bool
+	lastEvent    string // the last Warning/Normal reported, so a resync does not repeat it
 	// lastConverged is the last plan that found nothing to write, and
 	// what it was computed from.
 	lastConverged *convergedPlan
@@ -135,12 +147,10 @@ type Result struct {
 	RolledBack bool // a restart did not bring the handler up; the files were put back
 }
 
-// Ready reports whether the last reconcile ended converged.
-func (r *Remediator) Ready() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.ready
-}
+// Ready reports whether the last reconcile ended converged and, with
+// CreateContainerTimeout, kata-remote's effective create_container_timeout
+// is at least that (ReadyReason says why not).
+func (r *Remediator) Ready() bool { return r.ReadyReason() == "" }
 
 func (r *Remediator) setReady(ok bool) {
 	r.mu.Lock()
@@ -257,6 +267,10 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 	// after restart_runtime): neither restarts containerd while the other
 	// is half-way through an edit.
 	defer unlock()
+	if err := r.keepTimeout(ctx, h); err != nil {
+		r.setReady(false)
+		return Result{}, err
+	}
 	res, err := r.converge(ctx, run, h, source, kd)
 	if err != nil {
 		reason := "WriteFailed"

@@ -44,7 +44,13 @@ func (r *Remediator) Run(ctx context.Context, l Loop) error {
 		// Watch directories, not files: GKE and we both replace the file,
 		// and a watch on the old inode would go quiet. kata-deploy's drop-in
 		// directory too: its install and removal are news.
-		for _, d := range []string{configDir, r.cfg.Target.DropInDir, filepath.Join(r.cfg.KataDir, "containerd", "config.d")} {
+		// kata-remote's config.d: a reset or a kata-deploy run that removes
+		// or changes the create_container_timeout drop-in is news too.
+		dirs := []string{configDir, r.cfg.Target.DropInDir, filepath.Join(r.cfg.KataDir, "containerd", "config.d")}
+		if kd := r.kataConfD(); kd != "" {
+			dirs = append(dirs, kd)
+		}
+		for _, d := range dirs {
 			if !slices.Contains(w.WatchList(), d) {
 				if err := w.Add(d); err != nil && !errors.Is(err, os.ErrNotExist) {
 					r.log.Warn("watching directory failed; relying on resync", "dir", d, "err", err.Error())
@@ -89,6 +95,9 @@ func (r *Remediator) Run(ctx context.Context, l Loop) error {
 			watch()
 		}
 		res, err := r.Reconcile(ctx)
+		if errors.Is(err, errMountLost) {
+			return err
+		}
 		if err != nil {
 			// Retry with backoff rather than wait for the resync: the
 			// usual cause is transient, e.g. the CRI socket is down while
@@ -132,9 +141,14 @@ func (r *Remediator) Serve(ctx context.Context, addr string) (string, error) {
 	// The payload is a few hundred bytes: gzip would only cost memory.
 	mux.Handle("/metrics", promhttp.HandlerFor(r.metrics.Registry, promhttp.HandlerOpts{DisableCompression: true}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	// /readyz is the contract preflight reads through the pod's Ready
+	// condition: 200 only when kata-remote is in the running containerd's
+	// configuration and (--create-container-timeout > 0) its effective
+	// create_container_timeout is at least the flag's; else 503 and why,
+	// in one line.
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !r.Ready() {
-			http.Error(w, "not converged", http.StatusServiceUnavailable)
+		if why := r.ReadyReason(); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
