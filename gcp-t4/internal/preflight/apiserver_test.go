@@ -129,7 +129,7 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 	// The in-guest image pull's deadlines against -max-image-pull's
 	// default, the create_container_timeout install sets (20m).
 	for _, n := range []string{"gke-pool-1", "gke-pool-2"} {
-		expect(t, rs, "kubelet runtimeRequestTimeout "+n, Fail, "2m0s (kubelet's default: its configuration does not set it) < --max-image-pull 20m0s", "kubelet's runtimeRequestTimeout on the kata node pool")
+		expect(t, rs, "kubelet runtimeRequestTimeout "+n, Fail, "2m0s (kubelet's default: its configuration does not set it) < --max-image-pull 20m0s", "GKE cannot raise kubelet's runtimeRequestTimeout")
 	}
 	expect(t, rs, "kata-remote create_container_timeout", Fail, "1m0s (kata's default", "gcp-t4 install --create-container-timeout=20m0s")
 

@@ -23,6 +23,10 @@ import (
 // are in internal/startup's catalogue; these checks hold the cluster to
 // -max-image-pull, the longest pull the admin expects a workload to need.
 
+// gkeKubeletConfigDoc lists the kubelet fields a GKE node pool's node
+// system configuration can set; runtimeRequestTimeout is not one.
+const gkeKubeletConfigDoc = "https://cloud.google.com/kubernetes-engine/docs/how-to/node-system-config"
+
 // kubeletPullTimeout is how long one node's /configz may take through the
 // API server.
 const kubeletPullTimeout = 20 * time.Second
@@ -113,8 +117,12 @@ func (c *Cluster) checkKubeletTimeouts(ctx context.Context, cat *startup.Catalog
 			what = fmt.Sprintf("%s (kubelet's default: its configuration does not set it)", d)
 		}
 		if d < c.MaxImagePull {
+			raise := fmt.Sprintf("raise kubelet's runtimeRequestTimeout on the kata node pool to at least %s (check your platform's kubelet configuration)", c.MaxImagePull)
+			if _, ok := n.Labels[labelNodePool]; ok {
+				raise = "GKE cannot raise kubelet's runtimeRequestTimeout: its node system configuration takes a fixed set of kubelet fields without it (" + gkeKubeletConfigDoc + ")"
+			}
 			rs = append(rs, fail(check,
-				fmt.Sprintf("raise kubelet's runtimeRequestTimeout on the kata node pool to at least %s (check your platform's kubelet configuration); or use a smaller image; or a lower --max-image-pull if the workloads' images pull in the guest within %s", c.MaxImagePull, d),
+				fmt.Sprintf("%s; use a smaller image, or a lower --max-image-pull if the workloads' images pull in the guest within %s", raise, d),
 				"%s < --max-image-pull %s: kubelet's runtimeRequestTimeout bounds StartContainer, which carries kata's in-guest image pull; a longer pull fails (%s)", what, c.MaxImagePull, row.OnExpiry))
 			continue
 		}

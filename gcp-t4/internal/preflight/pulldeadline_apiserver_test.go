@@ -118,6 +118,14 @@ func TestImagePullDeadlinesOnARealAPIServer(t *testing.T) {
 		}
 	})
 	t.Run("30m passes", func(t *testing.T) {
+		// On GKE (a node pool label) the fix says the pool cannot raise it.
+		n, err := admin.CoreV1().Nodes().Get(c, "kata-1", metav1.GetOptions{})
+		must(err)
+		n.Labels[labelNodePool] = "peer-pods"
+		_, err = admin.CoreV1().Nodes().Update(c, n, metav1.UpdateOptions{})
+		must(err)
+		expect(t, run(admin), "kubelet runtimeRequestTimeout kata-1", Fail, "2m0s", "GKE cannot raise kubelet's runtimeRequestTimeout: its node system configuration takes a fixed set of kubelet fields without it (https://cloud.google.com/kubernetes-engine/docs/how-to/node-system-config); use a smaller image, or a lower --max-image-pull")
+
 		kubelet.Set("30m0s")
 		before := kubelet.Calls()
 		rs := run(admin)
