@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/kyaml/kio"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/kubeletstandin"
 	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
 	"github.com/caa-gcp-t4/gcp-t4/internal/preflight"
 	"github.com/caa-gcp-t4/gcp-t4/internal/testkey"
@@ -476,6 +477,14 @@ func (e *env) testWalkthrough(t *testing.T) {
 	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
 	n.Status.RuntimeHandlers = []corev1.NodeRuntimeHandler{{Name: "runc"}, {Name: "kata-remote"}}
 	e.setNodes(t, n)
+	// The node's kubelet, which preflight reads through the node proxy: a
+	// kata node pool whose kubelet allows StartContainer (the in-guest
+	// image pull) the 20m preflight's -max-image-pull defaults to. At a
+	// Hostname address, which the API server prefers, so the firewall
+	// checks keep the VM's InternalIP.
+	if err := kubeletstandin.Start(t, "20m0s").Attach(ctx, e.cs, n.Name, corev1.NodeHostName); err != nil {
+		t.Fatal(err)
+	}
 	// What kata-deploy's chart creates (a prerequisite of the page).
 	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: runtimeClassName}, Handler: runtimeClassName}
 	mustCreate(t, func() error {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/kubeletstandin"
 	"github.com/caa-gcp-t4/test/controlplane"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,7 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var kubelets []*kubeletstandin.Kubelet
 	for _, spec := range []struct {
 		name, ip, runtime string
 		handlers          []string
@@ -51,6 +53,13 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 		}
 		_, err = cs.CoreV1().Nodes().UpdateStatus(c, n, metav1.UpdateOptions{})
 		must(err)
+		// Its kubelet, behind the node proxy, at a Hostname address (which
+		// the API server prefers), so the firewall checks keep the
+		// InternalIP. Its configuration leaves runtimeRequestTimeout at
+		// kubelet's default, 2m.
+		k := kubeletstandin.Start(t, "")
+		must(k.Attach(c, cs, spec.name, corev1.NodeHostName))
+		kubelets = append(kubelets, k)
 	}
 	_, err := cs.NodeV1().RuntimeClasses().Create(c, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata-remote"}, Handler: "kata-remote"}, metav1.CreateOptions{})
 	must(err)
@@ -117,6 +126,12 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 	if r, _ := find(rs, "firewall tcp:15150"); strings.Contains(r.Detail, "assumed") {
 		t.Errorf("firewall check assumed node addresses despite the kubeconfig: %s", r.Detail)
 	}
+	// The in-guest image pull's deadlines against -max-image-pull's
+	// default, the create_container_timeout install sets (20m).
+	for _, n := range []string{"gke-pool-1", "gke-pool-2"} {
+		expect(t, rs, "kubelet runtimeRequestTimeout "+n, Fail, "2m0s (kubelet's default: its configuration does not set it) < --max-image-pull 20m0s", "GKE cannot raise kubelet's runtimeRequestTimeout")
+	}
+	expect(t, rs, "kata-remote create_container_timeout", Fail, "1m0s (kata's default", "gcp-t4 install --create-container-timeout=20m0s")
 
 	// Repair what failed, through the API, and preflight passes.
 	n, err := cs.CoreV1().Nodes().Get(c, "gke-pool-2", metav1.GetOptions{})
@@ -132,6 +147,29 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 	binding.Subjects[0].Namespace = ns
 	_, err = cs.RbacV1().ClusterRoleBindings().Update(c, binding, metav1.UpdateOptions{})
 	must(err)
+	for _, k := range kubelets {
+		k.Set("30m0s")
+	}
+	// The node sidecar with install's create_container_timeout, Ready on
+	// both nodes (as a kubelet reports it).
+	sidecarLabels := map[string]string{"app": RemediateDaemonSet}
+	_, err = cs.CoreV1().ServiceAccounts(ns).Create(c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: RemediateDaemonSet}}, metav1.CreateOptions{})
+	must(err)
+	_, err = cs.AppsV1().DaemonSets(ns).Create(c, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: RemediateDaemonSet, Namespace: ns}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: sidecarLabels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sidecarLabels}, Spec: corev1.PodSpec{ServiceAccountName: RemediateDaemonSet,
+			Containers: []corev1.Container{{Name: "remediate", Image: "caa-gcp-t4", Args: []string{"--host-root=/host", "--create-container-timeout=20m"}}}}},
+	}}, metav1.CreateOptions{})
+	must(err)
+	for _, node := range []string{"gke-pool-1", "gke-pool-2"} {
+		p, err := cs.CoreV1().Pods(ns).Create(c, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: RemediateDaemonSet + "-" + node, Labels: sidecarLabels},
+			Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: RemediateDaemonSet, Containers: []corev1.Container{{Name: "remediate", Image: "caa-gcp-t4"}}}}, metav1.CreateOptions{})
+		must(err)
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		_, err = cs.CoreV1().Pods(ns).UpdateStatus(c, p, metav1.UpdateOptions{})
+		must(err)
+	}
 	code, rs = preflightMain()
 	for _, r := range rs {
 		// The emulator's default network keeps default-allow-internal,

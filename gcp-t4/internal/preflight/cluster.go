@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	authzv1 "k8s.io/api/authorization/v1"
@@ -15,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
 )
 
 // Cluster runs the Kubernetes checks.
@@ -25,6 +28,13 @@ type Cluster struct {
 	DaemonSet    string
 	// GKECluster names the cluster in fix commands.
 	GKECluster string
+	// MaxImagePull is the longest in-guest image pull the cluster's
+	// workloads need: kubelet's runtimeRequestTimeout on every kata node
+	// and kata-remote's create_container_timeout must reach it (kubelet.go,
+	// createcontainer.go). Zero skips those checks; Main always sets it.
+	MaxImagePull time.Duration
+	// Remediate names the node sidecar's DaemonSet (RemediateDaemonSet).
+	Remediate string
 }
 
 const (
@@ -44,6 +54,14 @@ func (c *Cluster) Run(ctx context.Context) []Result {
 	}
 	if r, ok := c.checkClusterID(ctx); ok {
 		rs = append(rs, r)
+	}
+	if c.MaxImagePull > 0 && len(nodes) > 0 {
+		cat, err := startup.Load()
+		if err != nil {
+			return append(rs, fail("image pull deadlines", "", "%v", err))
+		}
+		rs = append(rs, c.checkKubeletTimeouts(ctx, cat, nodes)...)
+		rs = append(rs, c.checkCreateContainer(ctx, cat, nodes)...)
 	}
 	return rs
 }

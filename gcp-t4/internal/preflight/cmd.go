@@ -19,6 +19,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
+	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
 )
 
 // Main is `gcp-t4 preflight`: the provider's flags and env (as CAA reads
@@ -39,6 +40,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	namespace := fs.String("caa-namespace", "confidential-containers-system", "namespace of the CAA DaemonSet")
 	daemonSet := fs.String("caa-daemonset", "cloud-api-adaptor-daemonset", "name of the CAA DaemonSet")
 	gkeCluster := fs.String("gke-cluster", "", "GKE cluster name, used in fix commands")
+	remediate := fs.String("remediate-daemonset", RemediateDaemonSet, "name of the node sidecar's DaemonSet (gcp-t4-node remediate), in -caa-namespace")
+	cat, err := startup.Load()
+	if err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 preflight: %v\n", err)
+		return 2
+	}
+	maxPull := fs.Duration("max-image-pull", cat.InstallCreateContainerTimeout(), "the longest in-guest image pull the cluster's workloads need: kubelet's runtimeRequestTimeout on every kata node and kata-remote's create_container_timeout must reach it (default: what gcp-t4 install sets as create_container_timeout)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "limit for all checks together")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -104,7 +112,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 			fmt.Fprintf(stderr, "gcp-t4 preflight: -kubeconfig %s: %v\n", *kubeconfigPath, err)
 			return 2
 		}
-		opts.Cluster = &Cluster{RuntimeClass: *runtimeClass, Namespace: *namespace, DaemonSet: *daemonSet, GKECluster: *gkeCluster}
+		if *maxPull <= 0 {
+			fmt.Fprintf(stderr, "gcp-t4 preflight: -max-image-pull %s: give a positive duration, e.g. 10m\n", *maxPull)
+			return 2
+		}
+		opts.Cluster = &Cluster{RuntimeClass: *runtimeClass, Namespace: *namespace, DaemonSet: *daemonSet, GKECluster: *gkeCluster,
+			MaxImagePull: *maxPull, Remediate: *remediate}
 	}
 	rs := Run(ctx, opts, logger)
 	if err := Print(stdout, *output, rs); err != nil {
