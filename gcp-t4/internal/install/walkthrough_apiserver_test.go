@@ -477,12 +477,11 @@ func (e *env) testWalkthrough(t *testing.T) {
 	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
 	n.Status.RuntimeHandlers = []corev1.NodeRuntimeHandler{{Name: "runc"}, {Name: "kata-remote"}}
 	e.setNodes(t, n)
-	// The node's kubelet, which preflight reads through the node proxy: a
-	// kata node pool whose kubelet allows StartContainer (the in-guest
-	// image pull) the 20m preflight's -max-image-pull defaults to. At a
-	// Hostname address, which the API server prefers, so the firewall
-	// checks keep the VM's InternalIP.
-	if err := kubeletstandin.Start(t, "20m0s").Attach(ctx, e.cs, n.Name, corev1.NodeHostName); err != nil {
+	// The node's kubelet, which preflight reads through the node proxy:
+	// a GKE node pool's 2m (which it cannot raise), as preflight's
+	// -max-image-pull defaults to. At a Hostname address, which the API
+	// server prefers, so the firewall checks keep the VM's InternalIP.
+	if err := kubeletstandin.Start(t, "2m0s").Attach(ctx, e.cs, n.Name, corev1.NodeHostName); err != nil {
 		t.Fatal(err)
 	}
 	// What kata-deploy's chart creates (a prerequisite of the page).

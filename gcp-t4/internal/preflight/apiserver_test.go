@@ -127,9 +127,10 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 		t.Errorf("firewall check assumed node addresses despite the kubeconfig: %s", r.Detail)
 	}
 	// The in-guest image pull's deadlines against -max-image-pull's
-	// default, the create_container_timeout install sets (20m).
+	// default, kubelet's own 2m (GKE's, which it cannot raise): a stock
+	// kubelet passes, kata's 60 s does not, and the fix is install's value.
 	for _, n := range []string{"gke-pool-1", "gke-pool-2"} {
-		expect(t, rs, "kubelet runtimeRequestTimeout "+n, Fail, "2m0s (kubelet's default: its configuration does not set it) < --max-image-pull 20m0s", "GKE cannot raise kubelet's runtimeRequestTimeout")
+		expect(t, rs, "kubelet runtimeRequestTimeout "+n, Pass, "2m0s (kubelet's default: its configuration does not set it) ≥ --max-image-pull 2m0s", "")
 	}
 	expect(t, rs, "kata-remote create_container_timeout", Fail, "1m0s (kata's default", "gcp-t4 install --create-container-timeout=20m0s")
 

@@ -54,7 +54,8 @@ func sidecarTimeout(cs []corev1.Container) (d time.Duration, ok bool, err error)
 func (c *Cluster) checkCreateContainer(ctx context.Context, cat *startup.Catalog, nodes []corev1.Node) []Result {
 	const check = "kata-remote create_container_timeout"
 	row, _ := cat.Deadline(startup.KataCreateContainer)
-	fix := fmt.Sprintf("gcp-t4 install --create-container-timeout=%s", c.MaxImagePull)
+	// The fix names install's own value unless the admin asks for more.
+	fix := fmt.Sprintf("gcp-t4 install --create-container-timeout=%s", max(c.MaxImagePull, cat.InstallCreateContainerTimeout()))
 	ds, err := c.Client.AppsV1().DaemonSets(c.Namespace).Get(ctx, c.Remediate, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if _, caaErr := c.Client.AppsV1().DaemonSets(c.Namespace).Get(ctx, c.DaemonSet, metav1.GetOptions{}); apierrors.IsNotFound(caaErr) && row.Default.Duration < c.MaxImagePull {
