@@ -358,6 +358,15 @@ func TestGuideHelmSection(t *testing.T) {
 	if img := reaper.Spec.Template.Spec.Containers[0].Image; img != ds.Spec.Template.Spec.Containers[0].Image || img != "ghcr.io/your-org/caa-gcp-t4:v1" {
 		t.Errorf("reaper image %s, CAA image %s", img, ds.Spec.Template.Spec.Containers[0].Image)
 	}
+	// The node sidecar, as gcp-t4 install adds it: the chart's image, and
+	// kata-remote's create_container_timeout for the in-guest pull.
+	sidecar, err := g.cs.AppsV1().DaemonSets(ns).Get(ctx, "gcp-t4-remediate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the node sidecar: %v", err)
+	}
+	if c := sidecar.Spec.Template.Spec.Containers[0]; c.Image != "ghcr.io/your-org/caa-gcp-t4:v1" || !slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--create-container-timeout=") }) {
+		t.Errorf("node sidecar image %s, args %v: want the chart's image and --create-container-timeout", c.Image, c.Args)
+	}
 	if _, err := g.cs.CoreV1().ResourceQuotas(ns).Get(ctx, "caa-gcp-t4-critical-pods", metav1.GetOptions{}); err != nil {
 		t.Errorf("the system-node-critical quota: %v", err)
 	}
@@ -370,9 +379,9 @@ func TestGuideHelmSection(t *testing.T) {
 			t.Errorf("pod-viewer still lists Secrets cluster-wide: %v", role.Rules)
 		}
 	}
-	t.Logf("installed %v; DaemonSet nodeSelector %v, grace %d s, priority %s; reaper image %s; GCP_CLUSTER_ID %s",
+	t.Logf("installed %v; DaemonSet nodeSelector %v, grace %d s, priority %s; reaper image %s; sidecar args %v; GCP_CLUSTER_ID %s",
 		g.installed, ds.Spec.Template.Spec.NodeSelector, *ds.Spec.Template.Spec.TerminationGracePeriodSeconds, ds.Spec.Template.Spec.PriorityClassName,
-		reaper.Spec.Template.Spec.Containers[0].Image, cm.Data["GCP_CLUSTER_ID"])
+		reaper.Spec.Template.Spec.Containers[0].Image, sidecar.Spec.Template.Spec.Containers[0].Args, cm.Data["GCP_CLUSTER_ID"])
 
 	// Without the cluster ID the post-renderer refuses, naming the command.
 	vals := values(t, "")

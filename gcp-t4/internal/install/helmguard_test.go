@@ -2,12 +2,15 @@ package install
 
 import (
 	"bytes"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
 )
 
 // helmChartOutput is what upstream's peerpods chart renders for
@@ -47,30 +50,36 @@ spec:
 `
 }
 
+// postRender runs the Helm post-renderer over helmChartOutput("peerpods")
+// with the real kustomize CLI and env, and returns the objects it printed
+// by kind/name, its stderr and its error.
+func postRender(t *testing.T, env ...string) (map[string]map[string]any, string, error) {
+	t.Helper()
+	bin := kustomizeCLI(t)
+	script := filepath.Join("..", "..", "..", "install", "helm", "post-render", "post-render.sh")
+	cmd := exec.Command("sh", script)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "KUSTOMIZE=" + bin}, env...)
+	cmd.Stdin = strings.NewReader(helmChartOutput("peerpods"))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	objs := map[string]map[string]any{}
+	for _, doc := range strings.Split(out.String(), "\n---\n") {
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil || o == nil {
+			continue
+		}
+		md, _ := o["metadata"].(map[string]any)
+		objs[o["kind"].(string)+"/"+md["name"].(string)] = o
+	}
+	return objs, errb.String(), err
+}
+
 // The Helm path installs the cost guard as `gcp-t4 install` does, on by
 // default, with its limits read from the release's namespace; COST_GUARD=off
 // leaves it out. Rendered by the post-renderer with the real kustomize CLI.
 func TestHelmPostRendererAddsTheCostGuard(t *testing.T) {
-	bin := kustomizeCLI(t)
-	script := filepath.Join("..", "..", "..", "install", "helm", "post-render", "post-render.sh")
-	render := func(env ...string) (map[string]map[string]any, string, error) {
-		cmd := exec.Command("sh", script)
-		cmd.Env = append([]string{"PATH=/usr/bin:/bin", "KUSTOMIZE=" + bin}, env...)
-		cmd.Stdin = strings.NewReader(helmChartOutput("peerpods"))
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		objs := map[string]map[string]any{}
-		for _, doc := range strings.Split(out.String(), "\n---\n") {
-			var o map[string]any
-			if err := yaml.Unmarshal([]byte(doc), &o); err != nil || o == nil {
-				continue
-			}
-			md, _ := o["metadata"].(map[string]any)
-			objs[o["kind"].(string)+"/"+md["name"].(string)] = o
-		}
-		return objs, errb.String(), err
-	}
+	render := func(env ...string) (map[string]map[string]any, string, error) { return postRender(t, env...) }
 	objs, errs, err := render()
 	if err != nil {
 		t.Fatalf("post-render: %v\n%s", err, errs)
@@ -103,5 +112,71 @@ func TestHelmPostRendererAddsTheCostGuard(t *testing.T) {
 	}
 	if _, errs, err = render("COST_GUARD=maybe"); err == nil || !strings.Contains(errs, "COST_GUARD=maybe") {
 		t.Errorf("COST_GUARD=maybe: %v %s, want a refusal naming it", err, errs)
+	}
+}
+
+// The Helm path runs the node sidecar as `gcp-t4 install` does, on by
+// default: the chart's image, the release's namespace for it and its
+// identity, and install's create_container_timeout (the catalogue's), so
+// both install paths set kata-remote's bound on the in-guest pull.
+// REMEDIATION=off leaves it out; another value is refused.
+func TestHelmPostRendererAddsTheNodeSidecar(t *testing.T) {
+	objs, errs, err := postRender(t)
+	if err != nil {
+		t.Fatalf("post-render: %v\n%s", err, errs)
+	}
+	ds := objs["DaemonSet/gcp-t4-remediate"]
+	if ds == nil {
+		t.Fatal("the Helm path's render has no node sidecar")
+	}
+	if ns := ds["metadata"].(map[string]any)["namespace"]; ns != "peerpods" {
+		t.Errorf("the sidecar runs in %v, want the release's namespace peerpods", ns)
+	}
+	c := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	if c["image"] != "ghcr.io/example/caa-gcp-t4:v1" {
+		t.Errorf("the sidecar runs %v, want the chart's image", c["image"])
+	}
+	cat, err := startup.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("--create-container-timeout=%ds", int64(cat.InstallCreateContainerTimeout().Seconds()))
+	if args := fmt.Sprint(c["args"]); !strings.Contains(args, want) {
+		t.Errorf("the sidecar's args %s lack %s", args, want)
+	}
+	for _, k := range []string{"ServiceAccount/gcp-t4-remediate", "NetworkPolicy/gcp-t4-remediate-metrics", "Role/caa-gcp-t4-remediate-self", "RoleBinding/caa-gcp-t4-remediate-self"} {
+		if o := objs[k]; o == nil || o["metadata"].(map[string]any)["namespace"] != "peerpods" {
+			t.Errorf("%s is missing or not in the release's namespace", k)
+		}
+	}
+	for _, k := range []string{"ClusterRoleBinding/caa-gcp-t4-remediate", "RoleBinding/caa-gcp-t4-remediate-self", "RoleBinding/caa-gcp-t4-remediate-events"} {
+		o := objs[k]
+		if o == nil {
+			t.Errorf("%s is missing", k)
+			continue
+		}
+		for _, s := range o["subjects"].([]any) {
+			if ns := s.(map[string]any)["namespace"]; ns != "peerpods" {
+				t.Errorf("%s binds the sidecar's ServiceAccount in %v, want peerpods", k, ns)
+			}
+		}
+	}
+	if o := objs["RoleBinding/caa-gcp-t4-remediate-events"]; o != nil && o["metadata"].(map[string]any)["namespace"] != "default" {
+		t.Errorf("the Events RoleBinding moved out of default, where Node Events go")
+	}
+	objs, errs, err = postRender(t, "REMEDIATION=off")
+	if err != nil {
+		t.Fatalf("post-render with REMEDIATION=off: %v\n%s", err, errs)
+	}
+	for k := range objs {
+		if strings.Contains(k, "remediate") {
+			t.Errorf("REMEDIATION=off still renders %s", k)
+		}
+	}
+	if objs["ValidatingAdmissionPolicy/gcp-t4-cost-guard"] == nil {
+		t.Error("REMEDIATION=off dropped the cost guard too")
+	}
+	if _, errs, err = postRender(t, "REMEDIATION=maybe"); err == nil || !strings.Contains(errs, "REMEDIATION=maybe") {
+		t.Errorf("REMEDIATION=maybe: %v %s, want a refusal naming it", err, errs)
 	}
 }

@@ -13,8 +13,10 @@
 # remediation component's node selection), the quota system-node-critical
 # needs outside kube-system, CAA's Secrets access narrowed to get, and the
 # podVM reaper (install/components/reaper) with the chart's image and
-# namespace, CAA's read of kube-system's UID (caa-cluster-id-rbac.yaml), and
-# the cost guard (install/components/cost-guard; COST_GUARD=off leaves it out).
+# namespace, CAA's read of kube-system's UID (caa-cluster-id-rbac.yaml), the
+# cost guard (install/components/cost-guard; COST_GUARD=off leaves it out)
+# and the node sidecar (install/components/gke-remediation; REMEDIATION=off
+# leaves it out).
 # It refuses a release without GCP_CLUSTER_ID, or with another provider,
 # TLS_SKIP_VERIFY or custom certificates (which the image's entrypoint also
 # refuses at start, for every install path).
@@ -65,6 +67,7 @@ if grep -Eq '^  (CACERT_FILE|CERT_FILE|CERT_KEY): "[^"]+"$' "$work/chart.yaml"; 
 fi
 
 cp "$here/kustomization.yaml" "$here/daemonset.yaml" "$work/"
+components=""
 # The cost guard (install/components/cost-guard), on by default as with
 # `gcp-t4 install`; COST_GUARD=off leaves it out. Its limits ConfigMap and
 # the bindings' paramRef follow the release's namespace (kustomization.yaml's
@@ -73,7 +76,7 @@ case "${COST_GUARD:-on}" in
 on)
 	mkdir "$work/cost-guard"
 	cp "$repo"/install/components/cost-guard/*.yaml "$work/cost-guard/"
-	printf 'components:\n  - cost-guard\n' >>"$work/kustomization.yaml"
+	components="$components cost-guard"
 	;;
 off) ;;
 *)
@@ -81,6 +84,30 @@ off) ;;
 	exit 1
 	;;
 esac
+# The node sidecar (install/components/gke-remediation), on by default as
+# with `gcp-t4 install`: it keeps kata-remote in containerd's configuration
+# through GKE's rewrites and sets kata-remote's create_container_timeout
+# (the in-guest image pull's bound) in kata's config.d. REMEDIATION=off
+# leaves it out. It runs the chart's image in the release's namespace
+# (kustomization.yaml's replacements).
+case "${REMEDIATION:-on}" in
+on)
+	mkdir "$work/gke-remediation"
+	cp "$repo"/install/components/gke-remediation/*.yaml "$work/gke-remediation/"
+	components="$components gke-remediation"
+	;;
+off) ;;
+*)
+	echo "gcp-t4 post-renderer: REMEDIATION=$REMEDIATION: use on (the default) or off" >&2
+	exit 1
+	;;
+esac
+if [ -n "$components" ]; then
+	printf 'components:\n' >>"$work/kustomization.yaml"
+	for c in $components; do
+		printf '  - %s\n' "$c" >>"$work/kustomization.yaml"
+	done
+fi
 cp "$repo/install/base/resourcequota.yaml" "$work/resourcequota.yaml"
 cp "$repo/install/helm/caa-cluster-id-rbac.yaml" "$work/caa-cluster-id-rbac.yaml"
 for f in peerpod-crd rbac deployment networkpolicy; do
