@@ -10,40 +10,18 @@ import (
 )
 
 // chartOutput is what upstream's peerpods chart renders for peer-pods-cm
-// and CAA's DaemonSet, in the form its templates write (configmap.yaml at
-// CAA v0.22.0, 38d0fcf7: `  CLOUD_PROVIDER: "{{ .Values.provider }}"`, then
-// each providerConfigs value as `  KEY: "VALUE"`), with data appended.
-func chartOutput(data string) string {
-	return `---
-# Source: peerpods/templates/configmap.yaml
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: peer-pods-cm
-  namespace: confidential-containers-system
-data:
-` + data + `---
-# Source: peerpods/templates/daemonset.yaml
-apiVersion: apps/v1
-kind: DaemonSet
-metadata:
-  name: cloud-api-adaptor-daemonset
-  namespace: confidential-containers-system
-spec:
-  selector:
-    matchLabels:
-      app: cloud-api-adaptor
-  template:
-    metadata:
-      labels:
-        app: cloud-api-adaptor
-    spec:
-      containers:
-      - command:
-        - /usr/local/bin/entrypoint.sh
-        image: ghcr.io/example/caa-gcp-t4:v1
-        name: cloud-api-adaptor-con
-`
+// and CAA's DaemonSet (install/helm/post-render/testdata, the fixture
+// gcp-t4/internal/install's post-render tests read too), with data as the
+// ConfigMap's lines.
+func chartOutput(t *testing.T, data string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "install", "helm", "post-render", "testdata", "chart-output.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.Expand(string(b), func(k string) string {
+		return map[string]string{"NAMESPACE": "confidential-containers-system", "DATA": data}[k]
+	})
 }
 
 // runPostRender feeds the chart's output to install/helm/post-render's
@@ -93,7 +71,7 @@ func TestPostRendererRefusesWhatLiftsTheGuard(t *testing.T) {
 		{"provider gcp", "  CLOUD_PROVIDER: \"gcp\"\n  GCP_CLUSTER_ID: \"2f1c7c5e-0000-4000-8000-000000000001\"\n", true, []string{"CLOUD_PROVIDER", "--set provider=gcp-t4"}},
 		{"custom CA", base + "  CACERT_FILE: \"/etc/certificates/ca.crt\"\n", true, []string{"CACERT_FILE", "unset them"}},
 	} {
-		code, rendered, stderr := runPostRender(t, chartOutput(c.data))
+		code, rendered, stderr := runPostRender(t, chartOutput(t, c.data))
 		if !c.refused {
 			if code != 0 || !rendered {
 				t.Errorf("%s: exit %d, rendered %v, stderr %q; want it rendered", c.name, code, rendered, stderr)

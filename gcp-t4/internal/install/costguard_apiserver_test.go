@@ -289,9 +289,9 @@ func TestCostGuardUpdatesAndShapesOnAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a 1-GPU peer pod under the default limit of 1: %v", err)
 	}
-	// refusedUpdate applies change to the live pod and wants the
-	// annotations policy's refusal naming the annotation and the fix.
-	refusedUpdate := func(what, annot string, change func(*corev1.Pod)) {
+	// update applies change to the live pod and returns the API server's
+	// answer.
+	update := func(change func(*corev1.Pod)) error {
 		t.Helper()
 		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
@@ -302,6 +302,13 @@ func TestCostGuardUpdatesAndShapesOnAPIServer(t *testing.T) {
 		}
 		change(p)
 		_, err = pods.Update(ctx, p, metav1.UpdateOptions{})
+		return err
+	}
+	// refusedUpdate wants the annotations policy's refusal naming the
+	// annotation and the fix.
+	refusedUpdate := func(what, annot string, change func(*corev1.Pod)) {
+		t.Helper()
+		err := update(change)
 		if err == nil {
 			t.Errorf("%s: admitted, want refused", what)
 			return
@@ -315,15 +322,7 @@ func TestCostGuardUpdatesAndShapesOnAPIServer(t *testing.T) {
 	}
 	admittedUpdate := func(what string, change func(*corev1.Pod)) {
 		t.Helper()
-		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{} // an earlier change may have removed the last one
-		}
-		change(p)
-		if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		if err := update(change); err != nil {
 			t.Errorf("%s: refused: %v", what, err)
 		}
 	}

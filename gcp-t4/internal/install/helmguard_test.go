@@ -3,6 +3,7 @@ package install
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,43 +15,20 @@ import (
 )
 
 // helmChartOutput is what upstream's peerpods chart renders for
-// peer-pods-cm and CAA's DaemonSet in namespace ns, in the form its
-// templates write (configmap.yaml and daemonset.yaml at CAA v0.22.0,
-// 38d0fcf7).
-func helmChartOutput(ns string) string {
-	return `---
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: peer-pods-cm
-  namespace: ` + ns + `
-data:
-  CLOUD_PROVIDER: "gcp-t4"
-  GCP_CLUSTER_ID: "9d0e8c4a-1b2f-4c3d-8e5f-6a7b8c9d0e1f"
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata:
-  name: cloud-api-adaptor-daemonset
-  namespace: ` + ns + `
-spec:
-  selector:
-    matchLabels:
-      app: cloud-api-adaptor
-  template:
-    metadata:
-      labels:
-        app: cloud-api-adaptor
-    spec:
-      containers:
-      - command:
-        - /usr/local/bin/entrypoint.sh
-        image: ghcr.io/example/caa-gcp-t4:v1
-        name: cloud-api-adaptor-con
-`
+// peer-pods-cm and CAA's DaemonSet in namespace ns (the fixture
+// test/upstream's post-render tests read too).
+func helmChartOutput(t *testing.T, ns string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "install", "helm", "post-render", "testdata", "chart-output.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.Expand(string(b), func(k string) string {
+		return map[string]string{"NAMESPACE": ns, "DATA": "  CLOUD_PROVIDER: \"gcp-t4\"\n  GCP_CLUSTER_ID: \"9d0e8c4a-1b2f-4c3d-8e5f-6a7b8c9d0e1f\"\n"}[k]
+	})
 }
 
-// postRender runs the Helm post-renderer over helmChartOutput("peerpods")
+// postRender runs the Helm post-renderer over helmChartOutput(t, "peerpods")
 // with the real kustomize CLI and env, and returns the objects it printed
 // by kind/name, its stderr and its error.
 func postRender(t *testing.T, env ...string) (map[string]map[string]any, string, error) {
@@ -59,7 +37,7 @@ func postRender(t *testing.T, env ...string) (map[string]map[string]any, string,
 	script := filepath.Join("..", "..", "..", "install", "helm", "post-render", "post-render.sh")
 	cmd := exec.Command("sh", script)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "KUSTOMIZE=" + bin}, env...)
-	cmd.Stdin = strings.NewReader(helmChartOutput("peerpods"))
+	cmd.Stdin = strings.NewReader(helmChartOutput(t, "peerpods"))
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
