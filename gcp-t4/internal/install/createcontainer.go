@@ -25,17 +25,17 @@ import (
 // katatimeout.go). The component's YAML carries the startup catalogue's
 // value (internal/startup, row kata-create-container); a test holds the two
 // equal. Install rewrites that one argument.
-const createContainerArg = "--create-container-timeout="
+const createContainerArg = "--" + startup.SidecarFlag + "="
 
 // CheckCreateContainerTimeout validates --create-container-timeout as the
 // sidecar reads it: 0 (leave kata-remote's configuration alone) or whole
 // seconds.
 func CheckCreateContainerTimeout(v string) error {
 	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 || d%time.Second != 0 {
-		return fmt.Errorf("--create-container-timeout %q: want 0 (leave kata-remote's configuration alone) or a whole number of seconds, e.g. 1200s", v)
+	if err != nil {
+		return fmt.Errorf("--%s %q: want 0 (leave kata-remote's configuration alone) or a whole number of seconds, e.g. 1200s", startup.SidecarFlag, v)
 	}
-	return nil
+	return startup.CheckSidecarTimeout(d)
 }
 
 // DefaultCreateContainerTimeout is the catalogue's value, in the form the
@@ -100,11 +100,11 @@ func readCreateContainerTimeout(ctx context.Context, cs kubernetes.Interface, ns
 		if c.Name != "remediate" {
 			continue
 		}
-		for _, a := range c.Args {
-			if v, ok := strings.CutPrefix(a, createContainerArg); ok {
-				return v, nil
-			}
+		v, _, err := startup.SidecarTimeoutArg(append(append([]string(nil), c.Command...), c.Args...))
+		if err != nil {
+			return "", fmt.Errorf("daemonset %s/%s: %w", ns, RemediationDaemonSet, err)
 		}
+		return v, nil
 	}
 	return "", nil
 }

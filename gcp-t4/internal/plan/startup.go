@@ -31,12 +31,13 @@ type startupFlags struct {
 func registerStartup(fs *flag.FlagSet, cat *startup.Catalog) *startupFlags {
 	sf := &startupFlags{cat: cat, fixed: map[string]*time.Duration{}, sizes: map[string]*string{},
 		rates: map[string]*float64{}, settings: map[string]*time.Duration{}}
+	// A phase's flag sets its fixed part, or, without one, its size
+	// (startup.Phase.Flag).
 	for _, p := range cat.Phases {
-		switch {
-		case p.Size != "" && sf.sizes[p.Size] == nil && p.Flag != "" && !strings.HasSuffix(p.Flag, "-time"):
-			sf.sizes[p.Size] = fs.String(p.Flag, "", fmt.Sprintf("start-up: the %s size (e.g. 12GB); default: the catalogue's figure for the manifest's %s", p.Size, p.Size))
-		case p.Fixed != nil:
+		if p.Fixed != nil {
 			sf.fixed[p.ID] = fs.Duration(p.Flag, p.Fixed.Duration, fmt.Sprintf("start-up: %s (%s)", p.Title, p.Kind))
+		} else if p.Size != "" {
+			sf.sizes[p.Size] = fs.String(p.Flag, "", fmt.Sprintf("start-up: the %s size (e.g. 12GB); default: the catalogue's figure for the manifest's %s", p.Size, p.Size))
 		}
 	}
 	for _, r := range cat.Rates {
@@ -93,10 +94,12 @@ func (sf *startupFlags) startOf(w Workload, g Group) (GroupStart, error) {
 	// The image: the largest of the pod's containers (each is pulled
 	// inside the podVM, one after another).
 	var imageBytes int64
+	known := true
 	for _, c := range append(slices.Clone(g.Spec.InitContainers), g.Spec.Containers...) {
 		im, ok := cat.LookupImage(c.Image)
 		if !ok {
 			gs.Notes = append(gs.Notes, fmt.Sprintf("image %s is not in the start-up catalogue: give --image-size", c.Image))
+			known = false
 			continue
 		}
 		if b := int64(im.MB * 1e6); b > imageBytes {
@@ -104,20 +107,24 @@ func (sf *startupFlags) startOf(w Workload, g Group) (GroupStart, error) {
 		}
 		gs.Notes = append(gs.Notes, fmt.Sprintf("image %s: %.1f GB (%s, %s)", c.Image, im.MB/1e3, im.Kind, refOf(cat, im.Source)))
 	}
-	in.Sizes["image"] = imageBytes
+	if known {
+		in.Sizes["image"] = imageBytes
+	}
 	// Weights: every GPU pod of a Serve LLM cluster downloads the model.
 	var weights int64
-	nat := true
+	weightsKnown := true
 	if podGPUs(g) > 0 {
 		for _, m := range w.Models {
 			if strings.HasPrefix(m, "gs://") {
-				nat = false
+				in.OffNAT["weights"] = true
 				gs.Notes = append(gs.Notes, fmt.Sprintf("model %s: from Cloud Storage (Private Google Access, not Cloud NAT); give --weights-size", m))
+				weightsKnown = false
 				continue
 			}
 			mod, err := fit.LookupModel(m)
 			if err != nil {
 				gs.Notes = append(gs.Notes, fmt.Sprintf("model %s is not in plan serve's catalogue: give --weights-size", m))
+				weightsKnown = false
 				continue
 			}
 			b := mod.CheckpointBytes()
@@ -125,7 +132,9 @@ func (sf *startupFlags) startOf(w Workload, g Group) (GroupStart, error) {
 			gs.Notes = append(gs.Notes, fmt.Sprintf("model %s: %.1f GB of weights (plan serve's catalogue)", m, float64(b)/1e9))
 		}
 	}
-	in.Sizes["weights"] = weights
+	if weightsKnown {
+		in.Sizes["weights"] = weights
+	}
 	for name, v := range sf.sizes {
 		if *v == "" {
 			continue
@@ -135,9 +144,6 @@ func (sf *startupFlags) startOf(w Workload, g Group) (GroupStart, error) {
 			return gs, fmt.Errorf("--%s: %w", sizeFlag(cat, name), err)
 		}
 		in.Sizes[name] = b
-	}
-	if in.Sizes["weights"] == 0 && !sf.set["engine-time"] {
-		in.Fixed["engine"] = 0
 	}
 	// What the manifest sets: annotations on the pod (kata) or the
 	// object (KubeRay), environment variables on the containers.
@@ -153,13 +159,6 @@ func (sf *startupFlags) startOf(w Workload, g Group) (GroupStart, error) {
 	st, err := cat.Model(in)
 	if err != nil {
 		return gs, err
-	}
-	if !nat {
-		for i := range st.Phases {
-			if st.Phases[i].ID == "weights" {
-				st.NATBytes -= st.Phases[i].Bytes
-			}
-		}
 	}
 	gs.Start = st
 	return gs, nil
@@ -246,7 +245,7 @@ func rateFlag(cat *startup.Catalog, id string) string {
 
 func sizeFlag(cat *startup.Catalog, name string) string {
 	for _, p := range cat.Phases {
-		if p.Size == name && !strings.HasSuffix(p.Flag, "-time") {
+		if p.Size == name && p.Fixed == nil {
 			return p.Flag
 		}
 	}
@@ -255,7 +254,7 @@ func sizeFlag(cat *startup.Catalog, name string) string {
 
 // fixOf says what to do about a deadline not met.
 func fixOf(c startup.Check) string {
-	need := c.Need
+	need := c.Need.Duration
 	if c.Factor > 1 {
 		need = time.Duration(float64(need) / c.Factor)
 	}
@@ -306,7 +305,7 @@ func renderStarts(w io.Writer, starts []GroupStart, cat *startup.Catalog) (bool,
 				bounds += ".." + c.Deadline.To
 			}
 			have := c.Have.String()
-			if c.Have == 0 {
+			if c.Have.Duration == 0 {
 				have = "none"
 			}
 			verdict := "met"

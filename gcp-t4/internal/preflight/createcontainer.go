@@ -3,7 +3,6 @@ package preflight
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,30 +19,24 @@ const RemediateDaemonSet = "gcp-t4-remediate"
 // createContainerArg is the sidecar's argument that it writes into
 // kata-remote's config.d as create_container_timeout; the sidecar is Ready
 // only when kata-remote's effective value on its node is at least it.
-const createContainerArg = "create-container-timeout"
+const createContainerArg = startup.SidecarFlag
 
 // sidecarTimeout is the sidecar's --create-container-timeout; ok is false
 // when no container passes it.
 func sidecarTimeout(cs []corev1.Container) (d time.Duration, ok bool, err error) {
 	for _, c := range cs {
-		args := append(append([]string(nil), c.Command...), c.Args...)
-		for i, a := range args {
-			name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			if !strings.HasPrefix(a, "-") || name != createContainerArg {
-				continue
-			}
-			if !hasVal {
-				if i+1 >= len(args) {
-					return 0, false, fmt.Errorf("%s has no value", a)
-				}
-				val = args[i+1]
-			}
-			d, err := time.ParseDuration(val)
-			if err != nil {
-				return 0, false, fmt.Errorf("--%s=%s: %w", createContainerArg, val, err)
-			}
-			return d, true, nil
+		val, found, err := startup.SidecarTimeoutArg(append(append([]string(nil), c.Command...), c.Args...))
+		if err != nil {
+			return 0, false, err
 		}
+		if !found {
+			continue
+		}
+		d, err := time.ParseDuration(val)
+		if err != nil {
+			return 0, false, fmt.Errorf("--%s=%s: %w", createContainerArg, val, err)
+		}
+		return d, true, nil
 	}
 	return 0, false, nil
 }

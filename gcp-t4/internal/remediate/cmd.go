@@ -91,7 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.once, "once", false, "reconcile once and exit (installers, debugging); exit 1 when not converged")
 	fs.BoolVar(&o.cleanup, "cleanup", false, "restore every file the sidecar changed to its earlier content, restart containerd if a byte changed, and exit (uninstall)")
 	fs.BoolVar(&o.cfg.DryRun, "dry-run", false, "print the diff that would be written and exit; writes nothing, restarts nothing")
-	fs.DurationVar(&o.cfg.CreateContainerTimeout, "create-container-timeout", defaultCreateContainerTimeout(), "kata-remote's create_container_timeout (the agent's CreateContainer, guest pull included), kept in a drop-in of the sidecar's in the remote shim's config.d; /readyz fails while the effective value is lower; 0 leaves kata-remote's configuration alone")
+	fs.DurationVar(&o.cfg.CreateContainerTimeout, startup.SidecarFlag, defaultCreateContainerTimeout(), "kata-remote's create_container_timeout (the agent's CreateContainer, guest pull included), kept in a drop-in of the sidecar's in the remote shim's config.d; /readyz fails while the effective value is lower; 0 leaves kata-remote's configuration alone")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -144,7 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.daemonSet != "" && o.namespace == "" {
 		return nil, fmt.Errorf("--daemonset %q needs --namespace (or POD_NAMESPACE)", o.daemonSet)
 	}
-	if err := CheckCreateContainerTimeout(o.cfg.CreateContainerTimeout); err != nil {
+	if err := startup.CheckSidecarTimeout(o.cfg.CreateContainerTimeout); err != nil {
 		return nil, err
 	}
 	if o.once && o.cleanup {

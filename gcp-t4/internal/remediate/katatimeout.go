@@ -81,14 +81,6 @@ func kataDropIn(d time.Duration) []byte {
 		kataDropInMarker, int64(d/time.Second)))
 }
 
-// CheckCreateContainerTimeout validates a --create-container-timeout value.
-func CheckCreateContainerTimeout(d time.Duration) error {
-	if d < 0 || d%time.Second != 0 {
-		return fmt.Errorf("--create-container-timeout %s: want 0 (leave kata-remote's configuration alone) or a whole number of seconds, e.g. 1200s", d)
-	}
-	return nil
-}
-
 // kataFiles are the remote shim's configuration as this pod sees it: the
 // resolved base file and its config.d.
 type kataFiles struct {

@@ -10,7 +10,8 @@ import (
 // Inputs are a start's figures: the catalogue's, with the user's overrides
 // applied by the caller.
 type Inputs struct {
-	// Sizes in bytes, by the names phases use ("image", "weights").
+	// Sizes in bytes, by the names phases use ("image", "weights"); 0
+	// when there is nothing to move, absent when the size is unknown.
 	Sizes map[string]int64
 	// Rates in 10^6 bytes a second after efficiency, by rate id.
 	Rates map[string]float64
@@ -22,13 +23,16 @@ type Inputs struct {
 	// SetFrom says where each setting came from ("kata default", "gcp-t4
 	// install", "annotation", "--flag").
 	SetFrom map[string]string
+	// OffNAT names sizes that do not go through Cloud NAT this time (a
+	// model mirrored in Cloud Storage, read through Private Google Access).
+	OffNAT map[string]bool
 }
 
 // Defaults are the catalogue's own figures and each deadline's value once
 // gcp-t4 install has run (its install value, else the owner's default).
 func (c *Catalog) Defaults() Inputs {
 	in := Inputs{Sizes: map[string]int64{}, Rates: map[string]float64{}, Fixed: map[string]time.Duration{},
-		Settings: map[string]time.Duration{}, SetFrom: map[string]string{}}
+		Settings: map[string]time.Duration{}, SetFrom: map[string]string{}, OffNAT: map[string]bool{}}
 	for _, r := range c.Rates {
 		in.Rates[r.ID] = r.Effective()
 	}
@@ -49,8 +53,8 @@ func (c *Catalog) Defaults() Inputs {
 // PhaseTime is one phase of a modelled start.
 type PhaseTime struct {
 	Phase
-	Took  time.Duration `json:"took"`
-	Bytes int64         `json:"bytes,omitempty"`
+	Took  Duration `json:"took"`
+	Bytes int64    `json:"bytes,omitempty"`
 	// Figure says what it was computed from, in words.
 	Figure string `json:"figure"`
 }
@@ -58,9 +62,10 @@ type PhaseTime struct {
 // Check is one deadline against the phases it bounds.
 type Check struct {
 	Deadline
-	// Need is the time of the phases it bounds; Have the deadline in effect.
-	Need time.Duration `json:"need"`
-	Have time.Duration `json:"have"`
+	// Need is the time of the phases it bounds; Have the deadline in effect
+	// (0: none).
+	Need Duration `json:"need"`
+	Have Duration `json:"have"`
 	// From says where Have came from.
 	From string `json:"setFrom"`
 	Met  bool   `json:"met"`
@@ -69,8 +74,8 @@ type Check struct {
 // Start is a modelled start of one pod.
 type Start struct {
 	Phases []PhaseTime `json:"phases"`
-	Total  time.Duration
-	Checks []Check `json:"deadlines"`
+	Total  Duration    `json:"total"`
+	Checks []Check     `json:"deadlines"`
 	// NATBytes moves through Cloud NAT on every start of the pod.
 	NATBytes int64 `json:"natBytes"`
 }
@@ -81,44 +86,15 @@ func (c *Catalog) Model(in Inputs) (Start, error) {
 	var s Start
 	took := map[string]time.Duration{}
 	for _, p := range c.Phases {
-		pt := PhaseTime{Phase: p}
-		var parts []string
-		if p.Fixed != nil {
-			f, ok := in.Fixed[p.ID]
-			if !ok {
-				f = p.Fixed.Duration
-			}
-			pt.Took += f
-			parts = append(parts, f.String())
+		d, pt, err := phaseTime(p, in)
+		if err != nil {
+			return Start{}, err
 		}
-		if p.Size != "" {
-			size, ok := in.Sizes[p.Size]
-			if !ok {
-				return Start{}, fmt.Errorf("phase %s: no %s size: give --%s", p.ID, p.Size, p.Flag)
-			}
-			// Several rates: the stages overlap (a layer unpacks while the
-			// next downloads), so the slowest sets the pace.
-			rate := 0.0
-			for _, id := range strings.Split(p.Rate, ",") {
-				r := in.Rates[strings.TrimSpace(id)]
-				if r <= 0 {
-					return Start{}, fmt.Errorf("phase %s: rate %s must be above 0", p.ID, id)
-				}
-				if rate == 0 || r < rate {
-					rate = r
-				}
-			}
-			secs := float64(size) / (rate * 1e6)
-			pt.Took += time.Duration(secs * float64(time.Second)).Round(time.Second)
-			pt.Bytes = size
-			parts = append(parts, fmt.Sprintf("%.1f GB at %.3g MB/s", float64(size)/1e9, rate))
-			if p.NAT {
-				s.NATBytes += size
-			}
+		if p.NAT && !in.OffNAT[p.Size] {
+			s.NATBytes += pt.Bytes
 		}
-		pt.Figure = joinPlus(parts)
-		took[p.ID] = pt.Took
-		s.Total += pt.Took
+		took[p.ID] = d
+		s.Total.Duration += d
 		s.Phases = append(s.Phases, pt)
 	}
 	ids := make([]string, len(c.Phases))
@@ -137,18 +113,55 @@ func (c *Catalog) Model(in Inputs) (Start, error) {
 		}
 		have = d.Scale(have)
 		// 0: the owner sets no deadline (KubeRay without the annotation).
-		s.Checks = append(s.Checks, Check{Deadline: d, Need: need, Have: have, From: in.SetFrom[d.ID], Met: have == 0 || need <= have})
+		s.Checks = append(s.Checks, Check{Deadline: d, Need: Duration{need}, Have: Duration{have}, From: in.SetFrom[d.ID], Met: have == 0 || need <= have})
 	}
 	return s, nil
 }
 
-func joinPlus(parts []string) string {
-	out := ""
-	for i, p := range parts {
-		if i > 0 {
-			out += " + "
+// phaseTime is one phase's time: its fixed part plus its bytes at the
+// slowest of its rates. A phase that moves bytes has nothing to do when
+// there are none (no model: no download and no engine load).
+func phaseTime(p Phase, in Inputs) (time.Duration, PhaseTime, error) {
+	pt := PhaseTime{Phase: p}
+	var took time.Duration
+	var parts []string
+	if p.Size != "" {
+		size, ok := in.Sizes[p.Size]
+		if !ok {
+			// Counted as nothing, and said so: the caller's notes name the
+			// flag that gives it.
+			pt.Figure = "unknown " + p.Size + " size: not counted"
+			return 0, pt, nil
 		}
-		out += p
+		if size == 0 {
+			pt.Figure = "none (no " + p.Size + ")"
+			return 0, pt, nil
+		}
+		// Several rates: the stages overlap (a layer unpacks while the
+		// next downloads), so the slowest sets the pace.
+		rate := 0.0
+		for _, id := range strings.Split(p.Rate, ",") {
+			r := in.Rates[strings.TrimSpace(id)]
+			if r <= 0 {
+				return 0, pt, fmt.Errorf("phase %s: rate %s must be above 0", p.ID, id)
+			}
+			if rate == 0 || r < rate {
+				rate = r
+			}
+		}
+		took = time.Duration(float64(size) / (rate * 1e6) * float64(time.Second)).Round(time.Second)
+		pt.Bytes = size
+		parts = append(parts, fmt.Sprintf("%.1f GB at %.3g MB/s", float64(size)/1e9, rate))
 	}
-	return out
+	if p.Fixed != nil {
+		f, ok := in.Fixed[p.ID]
+		if !ok {
+			f = p.Fixed.Duration
+		}
+		took += f
+		parts = append([]string{f.String()}, parts...)
+	}
+	pt.Took = Duration{took}
+	pt.Figure = strings.Join(parts, " + ")
+	return took, pt, nil
 }

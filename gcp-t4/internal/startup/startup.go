@@ -163,8 +163,10 @@ type Phase struct {
 	Size  string    `json:"size,omitempty"`
 	Rate  string    `json:"rate,omitempty"`
 	// NAT: the bytes of this phase go through Cloud NAT.
-	NAT    bool   `json:"nat,omitempty"`
-	Kind   string `json:"kind"`
+	NAT  bool   `json:"nat,omitempty"`
+	Kind string `json:"kind"`
+	// Flag is gcp-t4 plan's flag for the phase's fixed part, or, for a
+	// phase without one, for its size.
 	Flag   string `json:"flag"`
 	Source string `json:"source"`
 	Note   string `json:"note,omitempty"`

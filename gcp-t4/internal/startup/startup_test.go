@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCatalogueLoads(t *testing.T) {
@@ -73,5 +74,76 @@ func TestMeasuredFiguresAreInTheirBenchmarks(t *testing.T) {
 	}
 	if checked < 2 {
 		t.Fatalf("checked %d figures against their benchmarks, want the boot time and the pull efficiency", checked)
+	}
+}
+
+// The sidecar's flag is found in each form a DaemonSet may carry it, and
+// only whole seconds (or 0) are accepted, as kata reads the setting.
+func TestSidecarTimeoutArg(t *testing.T) {
+	for _, c := range []struct {
+		argv  []string
+		value string
+		found bool
+		err   bool
+	}{
+		{[]string{"/bin/x", "--create-container-timeout=1200s"}, "1200s", true, false},
+		{[]string{"-create-container-timeout", "20m"}, "20m", true, false},
+		{[]string{"--host-root=/host", "create-container-timeout=5s"}, "", false, false},
+		{[]string{"--create-container-timeout"}, "", false, true},
+		{[]string{"--create-container-timeouts=5s"}, "", false, false},
+	} {
+		v, found, err := SidecarTimeoutArg(c.argv)
+		if v != c.value || found != c.found || (err != nil) != c.err {
+			t.Errorf("%q: %q %v %v, want %q %v err=%v", c.argv, v, found, err, c.value, c.found, c.err)
+		}
+	}
+	for d, ok := range map[time.Duration]bool{0: true, 1200 * time.Second: true, 1500 * time.Millisecond: false, -time.Second: false} {
+		if err := CheckSidecarTimeout(d); (err == nil) != ok {
+			t.Errorf("CheckSidecarTimeout(%s): %v", d, err)
+		}
+	}
+}
+
+// The model: a phase with nothing to move takes no time (its fixed part
+// included), an unknown size is not counted and says so, the slowest of a
+// phase's rates paces it, and bytes kept off Cloud NAT are not counted
+// there.
+func TestModelPhases(t *testing.T) {
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	phase := func(s Start, id string) PhaseTime {
+		for _, p := range s.Phases {
+			if p.ID == id {
+				return p
+			}
+		}
+		t.Fatalf("no phase %s", id)
+		return PhaseTime{}
+	}
+	in := c.Defaults()
+	in.Sizes["weights"] = 0
+	s, err := c.Model(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := phase(s, "engine"); e.Took.Duration != 0 || e.Figure != "none (no weights)" {
+		t.Errorf("engine without weights: %s %q", e.Took, e.Figure)
+	}
+	if i := phase(s, "image"); i.Took.Duration != 0 || !strings.Contains(i.Figure, "unknown image size") {
+		t.Errorf("image of unknown size: %s %q", i.Took, i.Figure)
+	}
+	in.Sizes["image"], in.Sizes["weights"] = 4e9, 10e9
+	in.Rates["registry"], in.Rates["unpack"] = 100, 40
+	in.OffNAT["weights"] = true
+	if s, err = c.Model(in); err != nil {
+		t.Fatal(err)
+	}
+	if i := phase(s, "image"); i.Took.Duration != 100*time.Second {
+		t.Errorf("4 GB at min(100, 40) MB/s took %s, want 1m40s", i.Took)
+	}
+	if s.NATBytes != 4e9 {
+		t.Errorf("NAT bytes %d, want the image's 4e9 only", s.NATBytes)
 	}
 }
