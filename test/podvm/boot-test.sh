@@ -399,26 +399,42 @@ grep -q 'reboot: Power down' <<<"$ttext" || fail "tampered root: no clean power-
 	fail "tampered root: the initrd waited out the root device's timeout instead of failing on the verity error"
 log=$work/console.log
 
+# boot_scenario NAME WHAT UNTIL: boots a copy of the image (with meta_extra
+# as the caller set it) and polls its console every 2 s until the function
+# UNTIL, given the cleaned console text, succeeds (it may fail the test
+# itself); WHAT names the awaited event in failures. Leaves the console
+# text in scenario_text and the seconds it took in scenario_s, the VM
+# stopped and log pointing at its console.
+boot_scenario() {
+	local name=$1 what=$2 until=$3 start
+	qemu-img create -q -f qcow2 -b "$(realpath "$dir/podvm.raw")" -F raw "$work/$name.qcow2" "$disk_bytes"
+	log=$work/$name.log
+	start=$(date +%s)
+	start_vm "$work/$name.qcow2" "$log"
+	while :; do
+		kill -0 "$qpid" 2>/dev/null || fail "$name: QEMU exited before $what"
+		[ $(($(date +%s) - start)) -lt "$timeout" ] || fail "$name: no $what within ${timeout}s"
+		if [ -f "$log" ]; then
+			scenario_text=$(clean)
+			"$until" "$scenario_text" && break
+		fi
+		sleep 2
+	done
+	scenario_s=$(($(date +%s) - start))
+	scenario_text=$(clean)
+	stop_vm
+}
+
 # CDH that never listens (the stand-in, asked through a metadata attribute):
 # kata-agent must not start, and the console must say why in one line.
 cdh_line=""
 if grep -qw confidential-data-hub <<<"$standins" && grep -qw kata-agent <<<"$standins"; then
 	printf never-listen >"$work/cdh-mode"
 	meta_extra="caa-gcp-t4-standin-cdh=$work/cdh-mode"
-	qemu-img create -q -f qcow2 -b "$(realpath "$dir/podvm.raw")" -F raw "$work/nocdh.qcow2" "$disk_bytes"
-	nlog=$work/nocdh.log
-	log=$nlog
-	nstart=$(date +%s)
-	start_vm "$work/nocdh.qcow2" "$nlog"
-	while :; do
-		kill -0 "$qpid" 2>/dev/null || fail "no CDH: QEMU exited before the CDH failure line"
-		[ $(($(date +%s) - nstart)) -lt "$timeout" ] || fail "no CDH: no CAA-GCP-T4-CDH-FAILED line within ${timeout}s"
-		if [ -f "$nlog" ] && clean | grep -q 'CAA-GCP-T4-CDH-FAILED {'; then break; fi
-		sleep 2
-	done
-	nocdh_s=$(($(date +%s) - nstart))
-	ntext=$(clean)
-	stop_vm
+	cdh_failed() { grep -q 'CAA-GCP-T4-CDH-FAILED {' <<<"$1"; }
+	boot_scenario nocdh "the CDH failure line (CAA-GCP-T4-CDH-FAILED)" cdh_failed
+	nocdh_s=$scenario_s
+	ntext=$scenario_text
 	meta_extra=""
 	grep -q 'CAA-GCP-T4-STANDIN {"name":"confidential-data-hub".*"mode":"never-listen"' <<<"$ntext" ||
 		fail "no CDH: the CDH stand-in did not run in never-listen mode (metadata attribute not served?)"
@@ -446,28 +462,17 @@ digest_line=""
 if grep -qw process-user-data <<<"$standins" && grep -qw kata-agent <<<"$standins"; then
 	printf no-digest >"$work/pud-mode"
 	meta_extra="caa-gcp-t4-standin-process-user-data=$work/pud-mode"
-	qemu-img create -q -f qcow2 -b "$(realpath "$dir/podvm.raw")" -F raw "$work/nodigest.qcow2" "$disk_bytes"
-	dlog=$work/nodigest.log
-	log=$dlog
 	# systemd's status lines on the console cut a unit's description to the
 	# console's width ("kata…ontainers agent (caa-gcp-t4 slot)"); the journal
-	# form names the unit. Either ends the wait.
+	# form names the unit. Either counts.
 	dep_failed='Dependency failed for (kata-agent\.service - Kata Containers agent|Kata Containers agent|kata.*ontainers agent)'
-	dstart=$(date +%s)
-	start_vm "$work/nodigest.qcow2" "$dlog"
-	while :; do
-		kill -0 "$qpid" 2>/dev/null || fail "no digest: QEMU exited before systemd refused kata-agent"
-		[ $(($(date +%s) - dstart)) -lt "$timeout" ] || fail "no digest: systemd did not refuse kata-agent twice (Dependency failed) within ${timeout}s"
-		if [ -f "$dlog" ]; then
-			dtext=$(clean)
-			grep -q 'CAA-GCP-T4-STANDIN {"name":"kata-agent"' <<<"$dtext" && fail "no digest: kata-agent started although measure-initdata failed"
-			[ "$(grep -Ec "$dep_failed" <<<"$dtext")" -ge 2 ] && break
-		fi
-		sleep 2
-	done
-	nodigest_s=$(($(date +%s) - dstart))
-	dtext=$(clean)
-	stop_vm
+	refused_twice() {
+		! grep -q 'CAA-GCP-T4-STANDIN {"name":"kata-agent"' <<<"$1" || fail "no digest: kata-agent started although measure-initdata failed"
+		[ "$(grep -Ec "$dep_failed" <<<"$1")" -ge 2 ]
+	}
+	boot_scenario nodigest "systemd's second refusal of kata-agent (Dependency failed)" refused_twice
+	nodigest_s=$scenario_s
+	dtext=$scenario_text
 	meta_extra=""
 	grep -q 'CAA-GCP-T4-STANDIN {"name":"process-user-data".*"mode":"no-digest"' <<<"$dtext" ||
 		fail "no digest: the process-user-data stand-in did not run in no-digest mode (metadata attribute not served?)"
