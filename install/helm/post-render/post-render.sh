@@ -68,40 +68,34 @@ fi
 
 cp "$here/kustomization.yaml" "$here/daemonset.yaml" "$work/"
 components=""
+# add_component DIR SWITCH VALUE: lays install/components/DIR over the
+# chart's output when VALUE is on (the default), not when it is off.
+add_component() {
+	case "$3" in
+	on)
+		mkdir "$work/$1"
+		cp "$repo/install/components/$1"/*.yaml "$work/$1/"
+		components="$components $1"
+		;;
+	off) ;;
+	*)
+		echo "gcp-t4 post-renderer: $2=$3: use on (the default) or off" >&2
+		exit 1
+		;;
+	esac
+}
 # The cost guard (install/components/cost-guard), on by default as with
 # `gcp-t4 install`; COST_GUARD=off leaves it out. Its limits ConfigMap and
 # the bindings' paramRef follow the release's namespace (kustomization.yaml's
 # replacements).
-case "${COST_GUARD:-on}" in
-on)
-	mkdir "$work/cost-guard"
-	cp "$repo"/install/components/cost-guard/*.yaml "$work/cost-guard/"
-	components="$components cost-guard"
-	;;
-off) ;;
-*)
-	echo "gcp-t4 post-renderer: COST_GUARD=$COST_GUARD: use on (the default) or off" >&2
-	exit 1
-	;;
-esac
+add_component cost-guard COST_GUARD "${COST_GUARD:-on}"
 # The node sidecar (install/components/gke-remediation), on by default as
 # with `gcp-t4 install`: it keeps kata-remote in containerd's configuration
 # through GKE's rewrites and sets kata-remote's create_container_timeout
 # (the in-guest image pull's bound) in kata's config.d. REMEDIATION=off
 # leaves it out. It runs the chart's image in the release's namespace
 # (kustomization.yaml's replacements).
-case "${REMEDIATION:-on}" in
-on)
-	mkdir "$work/gke-remediation"
-	cp "$repo"/install/components/gke-remediation/*.yaml "$work/gke-remediation/"
-	components="$components gke-remediation"
-	;;
-off) ;;
-*)
-	echo "gcp-t4 post-renderer: REMEDIATION=$REMEDIATION: use on (the default) or off" >&2
-	exit 1
-	;;
-esac
+add_component gke-remediation REMEDIATION "${REMEDIATION:-on}"
 if [ -n "$components" ]; then
 	printf 'components:\n' >>"$work/kustomization.yaml"
 	for c in $components; do
