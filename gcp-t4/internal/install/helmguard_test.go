@@ -157,4 +157,22 @@ func TestHelmPostRendererAddsTheNodeSidecar(t *testing.T) {
 	if _, errs, err = postRender(t, "REMEDIATION=maybe"); err == nil || !strings.Contains(errs, "REMEDIATION=maybe") {
 		t.Errorf("REMEDIATION=maybe: %v %s, want a refusal naming it", err, errs)
 	}
+	// CREATE_CONTAINER_TIMEOUT sets the value as install's flag does.
+	objs, errs, err = postRender(t, "CREATE_CONTAINER_TIMEOUT=30m")
+	if err != nil {
+		t.Fatalf("post-render with CREATE_CONTAINER_TIMEOUT=30m: %v\n%s", err, errs)
+	}
+	c = objs["DaemonSet/gcp-t4-remediate"]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	if args := fmt.Sprint(c["args"]); !strings.Contains(args, "--create-container-timeout=30m ") && !strings.HasSuffix(args, "--create-container-timeout=30m]") {
+		t.Errorf("CREATE_CONTAINER_TIMEOUT=30m: the sidecar's args are %s", args)
+	}
+	for env, want := range map[string]string{
+		"CREATE_CONTAINER_TIMEOUT=soon":                "CREATE_CONTAINER_TIMEOUT=soon",
+		"CREATE_CONTAINER_TIMEOUT=1.5s":                "whole seconds",
+		"CREATE_CONTAINER_TIMEOUT=30m REMEDIATION=off": "REMEDIATION=off",
+	} {
+		if _, errs, err = postRender(t, strings.Fields(env)...); err == nil || !strings.Contains(errs, want) {
+			t.Errorf("%s: %v %s, want a refusal saying %q", env, err, errs, want)
+		}
+	}
 }

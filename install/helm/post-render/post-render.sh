@@ -16,7 +16,7 @@
 # namespace, CAA's read of kube-system's UID (caa-cluster-id-rbac.yaml), the
 # cost guard (install/components/cost-guard; COST_GUARD=off leaves it out)
 # and the node sidecar (install/components/gke-remediation; REMEDIATION=off
-# leaves it out).
+# leaves it out, CREATE_CONTAINER_TIMEOUT sets its kata-remote bound).
 # It refuses a release without GCP_CLUSTER_ID, or with another provider,
 # TLS_SKIP_VERIFY or custom certificates (which the image's entrypoint also
 # refuses at start, for every install path).
@@ -96,6 +96,21 @@ add_component cost-guard COST_GUARD "${COST_GUARD:-on}"
 # leaves it out. It runs the chart's image in the release's namespace
 # (kustomization.yaml's replacements).
 add_component gke-remediation REMEDIATION "${REMEDIATION:-on}"
+# CREATE_CONTAINER_TIMEOUT replaces the sidecar's --create-container-timeout
+# (the component's YAML carries install's default), as gcp-t4 install's flag
+# of that name does: a Go duration of whole seconds, or 0 to leave
+# kata-remote's configuration alone.
+if [ -n "${CREATE_CONTAINER_TIMEOUT:-}" ]; then
+	if ! printf '%s\n' "$CREATE_CONTAINER_TIMEOUT" | grep -Eq '^(0|([0-9]+[hms])+)$'; then
+		echo "gcp-t4 post-renderer: CREATE_CONTAINER_TIMEOUT=$CREATE_CONTAINER_TIMEOUT: give a duration in whole seconds, e.g. 1200s or 30m, or 0" >&2
+		exit 1
+	fi
+	if [ ! -d "$work/gke-remediation" ]; then
+		echo "gcp-t4 post-renderer: CREATE_CONTAINER_TIMEOUT with REMEDIATION=off: the node sidecar sets it; drop one" >&2
+		exit 1
+	fi
+	sed -i "s/--create-container-timeout=[0-9hms]*/--create-container-timeout=$CREATE_CONTAINER_TIMEOUT/" "$work/gke-remediation/daemonset.yaml"
+fi
 if [ -n "$components" ]; then
 	printf 'components:\n' >>"$work/kustomization.yaml"
 	for c in $components; do
