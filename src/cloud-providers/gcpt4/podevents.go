@@ -1,0 +1,585 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
+package gcpt4
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// A podVM's start-up, told on its pod. Between `kubectl apply` and a
+// running pod the kubelet shows only ContainerCreating; what happens in
+// between (the zones tried, the VM created, its boot, its GPU) is known
+// here, inside CAA, and nowhere else. So the provider records one Event
+// per phase on the pod, where `kubectl describe pod` and `kubectl get
+// events` show it, and where `gcp-t4 status` and the reaper's metrics read
+// it back through the labels and annotations below (the message is for
+// people; tools read the annotations).
+//
+// It posts them itself, with one HTTPS request each and the pod's
+// ServiceAccount, as the cluster ID check does (clusterid.go): this
+// module carries no client-go, and an Event is one small object.
+
+// Phases of a podVM's start-up, in the order they happen. Each is at most
+// one Event per podVM: a phase that repeats (a stockout in a second zone)
+// updates its Event's count and message instead of adding one.
+const (
+	// PhaseRequested: the first insert is about to be sent (shape, zone,
+	// provisioning model, price per hour).
+	PhaseRequested = "requested"
+	// PhaseStockout: a zone had no capacity for the shape; the next is
+	// tried.
+	PhaseStockout = "stockout"
+	// PhaseQuota: a quota refused the insert (metric, region, the fix).
+	PhaseQuota = "quota"
+	// PhaseCreated: the VM runs (name, internal IP, zone, price).
+	PhaseCreated = "created"
+	// PhaseBooted: gpu-init's readiness line reached the serial console
+	// (driver, GPU count), or it reported a podVM without a GPU.
+	PhaseBooted = "booted"
+	// PhaseReachable: CAA reached the podVM's agent: the pod's sandbox is
+	// ready (its PodReadyToStartContainers condition is True).
+	PhaseReachable = "reachable"
+	// PhaseFailed: the terminal failure, with its class (FailureAnnotation).
+	PhaseFailed = "failed"
+)
+
+// Phases lists the phases in order.
+var Phases = []string{PhaseRequested, PhaseStockout, PhaseQuota, PhaseCreated, PhaseBooted, PhaseReachable, PhaseFailed}
+
+// The Event reason of each phase.
+const (
+	ReasonRequested = "PodVMRequested"
+	ReasonStockout  = "PodVMZoneStockout"
+	ReasonQuota     = "PodVMQuotaExceeded"
+	ReasonCreated   = "PodVMCreated"
+	ReasonBooted    = "PodVMBooted"
+	ReasonReachable = "PodVMAgentReachable"
+	ReasonFailed    = "PodVMFailed"
+)
+
+// PhaseReason is the Event reason of a phase.
+func PhaseReason(phase string) string {
+	return map[string]string{
+		PhaseRequested: ReasonRequested, PhaseStockout: ReasonStockout, PhaseQuota: ReasonQuota,
+		PhaseCreated: ReasonCreated, PhaseBooted: ReasonBooted, PhaseReachable: ReasonReachable, PhaseFailed: ReasonFailed,
+	}[phase]
+}
+
+// Labels on every start-up Event, so that a reader selects them without
+// parsing reasons: kubectl get events -l caa-gcp-t4/phase.
+const (
+	// EventPhaseLabel is the phase (Phases).
+	EventPhaseLabel = "caa-gcp-t4/phase"
+	// EventPodVMLabel is the podVM's instance name (GCE names fit a label).
+	EventPodVMLabel = "caa-gcp-t4/podvm"
+)
+
+// Annotations on start-up Events: the phase's facts, for tools. Each is
+// set only where the phase knows it.
+const (
+	// EventAtAnnotation is when the phase happened (RFC 3339, nanoseconds);
+	// for a repeated phase, the last time.
+	EventAtAnnotation = "caa-gcp-t4/at"
+	// EventZoneAnnotation is the zone (requested, quota, created).
+	EventZoneAnnotation = "caa-gcp-t4/zone"
+	// EventZonesAnnotation lists the zones that stocked out, in order,
+	// comma-separated (stockout).
+	EventZonesAnnotation = "caa-gcp-t4/zones"
+	// EventMachineTypeAnnotation is the machine type, or template:URL.
+	EventMachineTypeAnnotation = "caa-gcp-t4/machine-type"
+	// EventGPUAnnotation is the accelerator type ("" for none).
+	EventGPUAnnotation = "caa-gcp-t4/gpu"
+	// EventGPUCountAnnotation is the number of GPUs (decimal).
+	EventGPUCountAnnotation = "caa-gcp-t4/gpu-count"
+	// EventProvisioningModelAnnotation is SPOT or STANDARD (…).
+	EventProvisioningModelAnnotation = "caa-gcp-t4/provisioning-model"
+	// EventPriceAnnotation is the list price in USD per hour (decimal);
+	// absent when the price table does not know the shape.
+	EventPriceAnnotation = "caa-gcp-t4/price-per-hour"
+	// EventIPAnnotation is the podVM's internal IP (created).
+	EventIPAnnotation = "caa-gcp-t4/ip"
+	// EventQuotaMetricAnnotation and EventRegionAnnotation name a quota
+	// refusal (quota).
+	EventQuotaMetricAnnotation = "caa-gcp-t4/quota-metric"
+	EventRegionAnnotation      = "caa-gcp-t4/region"
+	// EventDriverAnnotation is the NVIDIA driver version gpu-init read
+	// (booted).
+	EventDriverAnnotation = "caa-gcp-t4/driver"
+	// EventFailureAnnotation classifies a failure (the Failure… values).
+	EventFailureAnnotation = "caa-gcp-t4/failure"
+)
+
+// Failure classes (EventFailureAnnotation), each with its own fix.
+const (
+	// FailureNotAllowed: the admin's settings refuse the pod's request.
+	FailureNotAllowed = "not-allowed"
+	// FailureNoCapacity: every zone and model tried was out of capacity
+	// (or skipped for quota).
+	FailureNoCapacity = "no-capacity"
+	// FailureQuota: a project-wide quota that no other zone relieves.
+	FailureQuota = "quota"
+	// FailureCreate: GCE refused or failed the create for another reason.
+	FailureCreate = "create-failed"
+	// FailureBoot: the podVM reported that its boot failed (CAA-GCP-T4-BOOT-FAILED).
+	FailureBoot = "boot-failed"
+	// FailureGPU: gpu-init reported the GPU unusable.
+	FailureGPU = "gpu-failed"
+	// FailureCDH: the confidential data hub never came up, so the agent
+	// was not started (CAA-GCP-T4-CDH-FAILED).
+	FailureCDH = "cdh-failed"
+	// FailureAgentUnreachable: the podVM booted but CAA never reached its
+	// agent before giving up on it.
+	FailureAgentUnreachable = "agent-unreachable"
+	// FailureNotReady: deleted before it reported a boot.
+	FailureNotReady = "deleted-before-ready"
+)
+
+// EventComponent is the source component of the provider's Events.
+const EventComponent = "cloud-api-adaptor/gcp-t4"
+
+// Bounds of the recorder: Events must never slow or block a create, and a
+// burst of pods (a RayCluster scaling up) must not flood the API server,
+// which also serves the kubelet. The kubelet's own recorder allows 50 per
+// second (eventRecordQPS's default); one node's adaptor needs far fewer.
+const (
+	eventsPerSecond = 10
+	eventBurst      = 50
+	eventQueue      = 1024
+	eventTimeout    = 10 * time.Second
+	// maxEventMessage keeps an Event readable in `kubectl describe` and far
+	// below the object size limit; a console tail is cut to fit.
+	maxEventMessage = 4096
+)
+
+// podEvent is one phase of one podVM, as the create walk, the boot watch
+// and the delete record it.
+type podEvent struct {
+	namespace, pod, podVM string
+	phase                 string
+	warning               bool
+	message               string
+	at                    time.Time
+	annotations           map[string]string
+	// zone is appended to EventZonesAnnotation for a repeated stockout.
+	zone string
+}
+
+// eventRecorder posts podEvents as core/v1 Events, one worker in the
+// background; record never blocks.
+type eventRecorder struct {
+	api    ClusterAPI
+	client *http.Client
+	log    *log.Logger
+	node   string
+	limit  *rate.Limiter
+	queue  chan podEvent
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// Owned by the worker: what was posted per podVM and phase, and the
+	// pods' UIDs (an Event names the pod incarnation it is about).
+	posted map[string]*postedEvent
+	uids   map[string]string
+
+	mu      sync.Mutex
+	closed  bool
+	refused bool // RBAC refused an Event once: said, not repeated
+}
+
+type postedEvent struct {
+	name  string
+	count int
+	zones []string
+}
+
+// newEventRecorder starts the worker. A nil recorder records nothing (no
+// cluster API: tools, tests, peerpod-ctrl).
+func newEventRecorder(api ClusterAPI, node string, logger *log.Logger) (*eventRecorder, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(api.CAPEM) {
+		return nil, errors.New("the cluster's CA bundle holds no PEM certificate")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &eventRecorder{
+		api: api,
+		client: &http.Client{Timeout: eventTimeout, Transport: &http.Transport{
+			Proxy:           http.ProxyFromEnvironment,
+			TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		}},
+		log:    logger,
+		node:   node,
+		limit:  rate.NewLimiter(eventsPerSecond, eventBurst),
+		queue:  make(chan podEvent, eventQueue),
+		ctx:    ctx,
+		cancel: cancel,
+		done:   make(chan struct{}),
+		posted: map[string]*postedEvent{},
+		uids:   map[string]string{},
+	}
+	go r.run()
+	return r, nil
+}
+
+// record queues ev; a full queue drops it with a log line, never waits.
+func (r *eventRecorder) record(ev podEvent) {
+	if r == nil || ev.pod == "" || ev.namespace == "" {
+		return
+	}
+	if ev.at.IsZero() {
+		ev.at = time.Now()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	select {
+	case r.queue <- ev:
+	default:
+		r.log.Printf("pod %s/%s, podVM %s: Event queue full, dropped %s: %s", ev.namespace, ev.pod, ev.podVM, ev.phase, ev.message)
+	}
+}
+
+// close posts what is queued, within ctx, and stops the worker.
+func (r *eventRecorder) close(ctx context.Context) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.queue)
+	}
+	r.mu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		r.cancel()
+		<-r.done
+	}
+	r.cancel()
+	r.client.CloseIdleConnections()
+}
+
+func (r *eventRecorder) run() {
+	defer close(r.done)
+	for ev := range r.queue {
+		if ev.phase == "" {
+			// A podVM is gone: forget it.
+			for _, ph := range Phases {
+				delete(r.posted, ev.podVM+"/"+ph)
+			}
+			delete(r.uids, ev.podVM)
+			continue
+		}
+		if err := r.limit.Wait(r.ctx); err != nil {
+			continue
+		}
+		if err := r.post(r.ctx, ev); err != nil {
+			r.mu.Lock()
+			quiet := r.refused && errors.Is(err, errForbidden)
+			if errors.Is(err, errForbidden) {
+				r.refused = true
+			}
+			r.mu.Unlock()
+			if !quiet {
+				r.log.Printf("pod %s/%s, podVM %s: recording Event %s failed: %v", ev.namespace, ev.pod, ev.podVM, PhaseReason(ev.phase), err)
+			}
+		}
+	}
+}
+
+var errForbidden = errors.New("forbidden")
+
+// EventName is the name of a podVM's Event for a phase: fixed, so that an
+// adaptor restarted mid-create, or a second record of the phase, finds the
+// Event already there instead of adding one.
+func EventName(pod, podVM, phase string) string {
+	sum := sha256.Sum256([]byte(podVM + "/" + phase))
+	if len(pod) > 200 {
+		pod = pod[:200]
+	}
+	return pod + ".gcp-t4-" + hex.EncodeToString(sum[:8])
+}
+
+// eventObject is the core/v1 Event the recorder writes (the fields it
+// sets; the API server fills the rest).
+type eventObject struct {
+	APIVersion     string            `json:"apiVersion"`
+	Kind           string            `json:"kind"`
+	Metadata       eventMeta         `json:"metadata"`
+	InvolvedObject objectReference   `json:"involvedObject"`
+	Reason         string            `json:"reason"`
+	Message        string            `json:"message"`
+	Type           string            `json:"type"`
+	Source         map[string]string `json:"source"`
+	FirstTimestamp string            `json:"firstTimestamp"`
+	LastTimestamp  string            `json:"lastTimestamp"`
+	Count          int               `json:"count"`
+}
+
+type eventMeta struct {
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+type objectReference struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	UID        string `json:"uid,omitempty"`
+}
+
+// post writes ev: a new Event, or for a phase already posted (by this
+// process or, found by its fixed name, an earlier one) an update of its
+// count, message and annotations when the phase repeats.
+func (r *eventRecorder) post(ctx context.Context, ev podEvent) error {
+	key := ev.podVM + "/" + ev.phase
+	name := EventName(ev.pod, ev.podVM, ev.phase)
+	prev := r.posted[key]
+	if prev != nil {
+		if ev.phase != PhaseStockout {
+			return nil
+		}
+		return r.repeat(ctx, ev, prev)
+	}
+	obj := r.object(ev, name)
+	status, body, err := r.do(ctx, http.MethodPost, r.eventsURL(ev.namespace, ""), "application/json", obj)
+	if err != nil {
+		return err
+	}
+	switch {
+	case status == http.StatusCreated || status == http.StatusOK:
+		r.posted[key] = &postedEvent{name: name, count: 1, zones: zonesOf(ev)}
+		return nil
+	case status == http.StatusConflict:
+		// Posted before this process started (or by a create retried
+		// after a restart): one Event per phase, so update it, or leave
+		// it for a phase that happens once.
+		prev, err := r.existing(ctx, ev.namespace, name)
+		if err != nil {
+			return err
+		}
+		r.posted[key] = prev
+		if ev.phase != PhaseStockout {
+			return nil
+		}
+		return r.repeat(ctx, ev, prev)
+	default:
+		return statusError("creating Event "+name, status, body)
+	}
+}
+
+// repeat records one more occurrence of a posted phase.
+func (r *eventRecorder) repeat(ctx context.Context, ev podEvent, prev *postedEvent) error {
+	prev.count++
+	for _, z := range zonesOf(ev) {
+		if !containsString(prev.zones, z) {
+			prev.zones = append(prev.zones, z)
+		}
+	}
+	ann := map[string]string{}
+	for k, v := range ev.annotations {
+		ann[k] = v
+	}
+	ann[EventAtAnnotation] = ev.at.UTC().Format(time.RFC3339Nano)
+	if len(prev.zones) > 0 {
+		ann[EventZonesAnnotation] = strings.Join(prev.zones, ",")
+	}
+	patch := map[string]any{
+		"metadata":      map[string]any{"annotations": ann},
+		"message":       truncateMessage(ev.message),
+		"count":         prev.count,
+		"lastTimestamp": ev.at.UTC().Format(time.RFC3339),
+	}
+	status, body, err := r.do(ctx, http.MethodPatch, r.eventsURL(ev.namespace, prev.name), "application/merge-patch+json", patch)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return statusError("updating Event "+prev.name, status, body)
+	}
+	return nil
+}
+
+// existing reads an Event posted earlier, for its count and zones.
+func (r *eventRecorder) existing(ctx context.Context, namespace, name string) (*postedEvent, error) {
+	status, body, err := r.do(ctx, http.MethodGet, r.eventsURL(namespace, name), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, statusError("reading Event "+name, status, body)
+	}
+	var obj struct {
+		Metadata eventMeta `json:"metadata"`
+		Count    int       `json:"count"`
+	}
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return nil, fmt.Errorf("reading Event %s: %w", name, err)
+	}
+	prev := &postedEvent{name: name, count: max(obj.Count, 1)}
+	if z := obj.Metadata.Annotations[EventZonesAnnotation]; z != "" {
+		prev.zones = strings.Split(z, ",")
+	}
+	return prev, nil
+}
+
+func (r *eventRecorder) object(ev podEvent, name string) eventObject {
+	ann := map[string]string{EventAtAnnotation: ev.at.UTC().Format(time.RFC3339Nano)}
+	for k, v := range ev.annotations {
+		if v != "" {
+			ann[k] = v
+		}
+	}
+	if zs := zonesOf(ev); len(zs) > 0 {
+		ann[EventZonesAnnotation] = strings.Join(zs, ",")
+	}
+	typ := "Normal"
+	if ev.warning {
+		typ = "Warning"
+	}
+	source := map[string]string{"component": EventComponent}
+	if r.node != "" {
+		source["host"] = r.node
+	}
+	ts := ev.at.UTC().Format(time.RFC3339)
+	return eventObject{
+		APIVersion: "v1",
+		Kind:       "Event",
+		Metadata: eventMeta{
+			Name:        name,
+			Namespace:   ev.namespace,
+			Labels:      map[string]string{EventPhaseLabel: ev.phase, EventPodVMLabel: labelValue(ev.podVM)},
+			Annotations: ann,
+		},
+		InvolvedObject: objectReference{APIVersion: "v1", Kind: "Pod", Namespace: ev.namespace, Name: ev.pod, UID: r.podUID(ev)},
+		Reason:         PhaseReason(ev.phase),
+		Message:        truncateMessage(ev.message),
+		Type:           typ,
+		Source:         source,
+		FirstTimestamp: ts,
+		LastTimestamp:  ts,
+		Count:          1,
+	}
+}
+
+// podUID reads the pod's UID once per podVM: `kubectl describe pod`
+// selects Events by the pod's UID as well as its name, and a pod deleted
+// and made again under its name (a RayCluster's workers) is another pod.
+// "" when the pod cannot be read; the Event still names the pod.
+func (r *eventRecorder) podUID(ev podEvent) string {
+	if uid, ok := r.uids[ev.podVM]; ok {
+		return uid
+	}
+	status, body, err := r.do(r.ctx, http.MethodGet, r.api.URL+"/api/v1/namespaces/"+url.PathEscape(ev.namespace)+"/pods/"+url.PathEscape(ev.pod), "", nil)
+	if err != nil || status != http.StatusOK {
+		return ""
+	}
+	var pod struct {
+		Metadata struct {
+			UID string `json:"uid"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(body, &pod) != nil {
+		return ""
+	}
+	r.uids[ev.podVM] = pod.Metadata.UID
+	return pod.Metadata.UID
+}
+
+func (r *eventRecorder) eventsURL(namespace, name string) string {
+	u := strings.TrimSuffix(r.api.URL, "/") + "/api/v1/namespaces/" + url.PathEscape(namespace) + "/events"
+	if name != "" {
+		u += "/" + url.PathEscape(name)
+	}
+	return u
+}
+
+func (r *eventRecorder) do(ctx context.Context, method, u, contentType string, in any) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, eventTimeout)
+	defer cancel()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+r.api.Token)
+	req.Header.Set("Accept", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode, out, nil
+}
+
+func statusError(what string, status int, body []byte) error {
+	err := fmt.Errorf("%s: HTTP %d: %s", what, status, apiMessage(body))
+	if status == http.StatusForbidden || status == http.StatusUnauthorized {
+		return fmt.Errorf("%w (%w: the adaptor's ServiceAccount needs RBAC create, get and patch on events; install/base/rbac.yaml grants them)", err, errForbidden)
+	}
+	return err
+}
+
+func zonesOf(ev podEvent) []string {
+	if ev.phase == PhaseStockout && ev.zone != "" {
+		return []string{ev.zone}
+	}
+	return nil
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// truncateMessage keeps the head of an over-long message (a console tail
+// is written newest last, so it cuts the oldest lines instead).
+func truncateMessage(s string) string {
+	if len(s) <= maxEventMessage {
+		return s
+	}
+	return s[:maxEventMessage-3] + "..."
+}
