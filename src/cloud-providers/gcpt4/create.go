@@ -64,6 +64,9 @@ type walkStep struct {
 	machineType, accelerator string
 	count                    int64
 	build                    func(zone string) *computepb.Instance
+	// templateMachineType is a template step's machine type (shown in
+	// Events and priced); "" for profile steps.
+	templateMachineType string
 }
 
 func (st walkStep) shapeKey() string {
@@ -91,7 +94,7 @@ func (cp createPlan) models() []string {
 // that stocked out within the TTL and regions whose quota is exhausted,
 // and falls back from Spot to standard when allowed. Calling it again for
 // the same pod and sandbox returns the same VM instead of making a second.
-func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string, cloudConfig cloudinit.CloudConfigGenerator, spec provider.InstanceTypeSpec) (*provider.Instance, error) {
+func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string, cloudConfig cloudinit.CloudConfigGenerator, spec provider.InstanceTypeSpec) (_ *provider.Instance, err error) {
 	if err := p.enter(); err != nil {
 		return nil, err
 	}
@@ -102,6 +105,9 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 	ctx, cancel := context.WithTimeout(ctx, p.createTimeout)
 	defer cancel()
 	name := util.GenerateInstanceName(podName, sandboxID, maxInstanceName)
+	vm := podVM{name: name, podName: podName, sandboxID: sandboxID, namespace: podNamespace(cloudConfig)}
+	// Every way a create ends without a VM is told on the pod, once.
+	defer func() { p.recordCreateFailed(vm, err) }()
 	userData, err := cloudConfig.Generate()
 	if err != nil {
 		return nil, fmt.Errorf("generating the podVM cloud-config: %w", err)
@@ -110,10 +116,10 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 	// mode swaps the image into the template's boot disk, so it must pass
 	// the same list. What is sent is the form that was compared.
 	if spec.Image, err = p.cfg.admitImage(p.catalog, spec.Image); err != nil {
-		return nil, err
+		return nil, notAllowed(err)
 	}
-	vm := podVM{name: name, podName: podName, sandboxID: sandboxID, namespace: podNamespace(cloudConfig),
-		userData: base64.StdEncoding.EncodeToString([]byte(userData)), image: spec.Image}
+	vm.userData = base64.StdEncoding.EncodeToString([]byte(userData))
+	vm.image = spec.Image
 
 	plan, err := p.planCreate(ctx, vm, spec)
 	if err != nil {
@@ -141,6 +147,9 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 		}
 		inst, done, err := p.tryZones(ctx, vlog, vm, plan, st, zones, &tried, quotaRegions[st.model])
 		if done {
+			if err == nil {
+				p.watchBoot(vm, inst)
+			}
 			return inst, err
 		}
 	}
@@ -186,8 +195,18 @@ func (p *Provider) tryZones(ctx context.Context, vlog *log.Logger, vm podVM, pla
 			tried.add(zone, model, "skipped: out of capacity until "+until.UTC().Format(time.TimeOnly))
 			continue
 		}
+		if !tried.requested {
+			tried.requested = true
+			tried.since = time.Now()
+			p.recordRequested(vm, st, zone)
+		}
 		inst, gerr, err := p.createInZone(ctx, vlog, vm, zone, st, st.build(zone))
 		if err == nil {
+			ip := ""
+			if len(inst.IPs) > 0 {
+				ip = inst.IPs[0].String()
+			}
+			p.recordCreated(vm, st, zone, ip, tried.since)
 			return inst, true, nil
 		}
 		if gerr == nil {
@@ -200,9 +219,11 @@ func (p *Provider) tryZones(ctx context.Context, vlog *log.Logger, vm podVM, pla
 			tried.stockouts++
 			vlog.Printf("%s out of capacity for %s %s (%s), trying the next zone; GCE names zones with capacity: %v", zone, model, st.describe, gerr.code, gerr.zonesAvailable)
 			queue = preferZones(queue, gerr.zonesAvailable)
+			p.recordStockout(vm, st, zone, gerr.code, p.nextZone(queue, quotaRegions, st))
 		case failQuota:
 			tried.add(zone, model, "QUOTA_EXCEEDED "+gerr.quotaMetric)
 			tried.quota = append(tried.quota, quotaHit{metric: gerr.quotaMetric, region: regionOf(zone), model: model})
+			p.recordQuota(vm, st, zone, gerr.quotaMetric)
 			if globalQuota(gerr.quotaMetric) {
 				// No zone, region or model can help: fail now.
 				return inst, true, fmt.Errorf("%w: %w", tried.noCapacity(vm.name, plan, p.cfg), gerr)
@@ -216,6 +237,21 @@ func (p *Provider) tryZones(ctx context.Context, vlog *log.Logger, vm podVM, pla
 	return nil, false, nil
 }
 
+// nextZone is the zone the walk tries after a stockout, for the Event:
+// the first in queue not skipped for quota or a recent stockout.
+func (p *Provider) nextZone(queue []string, quotaRegions map[string]string, st walkStep) string {
+	for _, z := range queue {
+		if _, ok := quotaRegions[regionOf(z)]; ok {
+			continue
+		}
+		if _, ok := p.offerings.unavailableUntil(st.offering(z)); ok {
+			continue
+		}
+		return z
+	}
+	return ""
+}
+
 // globalQuota reports quotas that no other zone or region can relieve.
 func globalQuota(metric string) bool {
 	return strings.HasSuffix(metric, "_ALL_REGIONS")
@@ -226,6 +262,9 @@ type attempts struct {
 	lines     []string
 	stockouts int
 	quota     []quotaHit
+	// requested is set at the walk's first insert, since is its time.
+	requested bool
+	since     time.Time
 }
 
 type quotaHit struct{ metric, region, model string }
@@ -295,7 +334,7 @@ func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.Insta
 	}
 	sel, err := p.cfg.selectShape(p.catalog, spec)
 	if err != nil {
-		return createPlan{}, err
+		return createPlan{}, notAllowed(err)
 	}
 	chosen := sel.firstChoice().Profile
 	plan := createPlan{describe: fmt.Sprintf("profile %s: %s", chosen.Name, describeProfile(chosen)), accelerator: chosen.gpuModel}
@@ -329,11 +368,11 @@ func (p *Provider) planTemplate(ctx context.Context, vm podVM, spec provider.Ins
 		return createPlan{}, err
 	}
 	if err := p.cfg.checkTemplateShape(p.catalog, props, spec); err != nil {
-		return createPlan{}, err
+		return createPlan{}, notAllowed(err)
 	}
 	models, err := p.cfg.templateModels(props)
 	if err != nil {
-		return createPlan{}, err
+		return createPlan{}, notAllowed(err)
 	}
 	ref, _ := parseTemplateURL(p.cfg.InstanceTemplate, p.cfg.ProjectID)
 	accel := ""
@@ -349,6 +388,8 @@ func (p *Provider) planTemplate(ctx context.Context, vm podVM, spec provider.Ins
 			describe:    "template " + ref.name,
 			model:       model,
 			machineType: "template:" + ref.url(),
+			// Shown and priced as the template's own machine type.
+			templateMachineType: lastSegment(props.GetMachineType()),
 			accelerator: accel,
 			count:       templateGPUs(props),
 			build:       func(zone string) *computepb.Instance { return p.cfg.buildFromTemplate(vm, props, zone, model) },

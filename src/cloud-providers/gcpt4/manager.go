@@ -110,18 +110,27 @@ func (m *Manager) Start(ctx context.Context, cluster func() (ClusterAPI, error))
 	if err != nil {
 		return nil, err
 	}
+	var api *ClusterAPI
 	if m.cfg.ClusterID != "" {
-		api, err := cluster()
+		a, err := cluster()
 		if err != nil {
 			return nil, fmt.Errorf("cannot check GCP_CLUSTER_ID %s against this cluster: %w", m.cfg.ClusterID, err)
 		}
-		if err := checkClusterID(ctx, m.cfg.ClusterID, api); err != nil {
+		if err := checkClusterID(ctx, m.cfg.ClusterID, a); err != nil {
 			return nil, err
 		}
+		api = &a
 	}
 	p, err := NewProvider(ctx, m.cfg, nil)
 	if err != nil {
 		return nil, err
+	}
+	if api != nil {
+		// The API answered the identity check, so its CA parses.
+		if p.events, err = newEventRecorder(*api, m.cfg.NodeName, p.log); err != nil {
+			_ = p.Teardown()
+			return nil, fmt.Errorf("start-up Events: %w", err)
+		}
 	}
 	p.log.Printf("gcp-t4 provider configured: project %s, zones %s, credentials %s, cluster %s", m.cfg.ProjectID, strings.Join(m.cfg.Zones(), ","), info, m.cfg.ClusterID)
 	return p, nil

@@ -58,6 +58,13 @@ type Provider struct {
 	// gpuTotals enforces GCP_MAX_GPUS_TOTAL and _PER_NAMESPACE (totals.go).
 	gpuTotals gpuTotals
 
+	// events posts start-up Events on pods (podevents.go); nil outside a
+	// cluster (tools, peerpod-ctrl), which also means no boot watches.
+	events *eventRecorder
+	// bootPoll is the boot watch's first interval (bootwatch.go; tests
+	// shorten it); 0 means bootPollFirst.
+	bootPoll time.Duration
+
 	mu sync.Mutex
 	// imageSizeGB are the images' disk sizes (by the configured name) once
 	// ConfigVerifier looked them up, so creates need no image call.
@@ -70,6 +77,8 @@ type Provider struct {
 	// closed is set by Teardown; inflight counts calls it waits for.
 	closed   bool
 	inflight sync.WaitGroup
+	// watches are the boot watches of podVMs starting, by instance name.
+	watches map[string]*bootWatch
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -352,6 +361,9 @@ func (p *Provider) DeleteInstance(ctx context.Context, instanceID string) error 
 	defer p.inflight.Done()
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
+	if zone, name := parseInstanceID(instanceID); name != "" {
+		p.beforeDelete(ctx, zone, name)
+	}
 	return p.deleteInstance(ctx, instanceID)
 }
 
@@ -426,6 +438,10 @@ func (p *Provider) Teardown() error {
 	p.closed = true
 	p.mu.Unlock()
 	p.inflight.Wait()
+	p.stopWatches()
+	ctx, cancel := context.WithTimeout(context.Background(), eventTimeout)
+	p.events.close(ctx)
+	cancel()
 	var errs []error
 	for _, c := range p.closers {
 		errs = append(errs, c.Close())

@@ -97,10 +97,10 @@ func (p *Provider) reserveGPUs(ctx context.Context, vm podVM, plan createPlan) (
 		}
 	}
 	if lim := int64(p.cfg.MaxGPUsPerNamespace); lim > 0 && inNS+want > lim {
-		return none, fmt.Errorf("namespace %s: %d GPU(s) in use + %d > GCP_MAX_GPUS_PER_NAMESPACE=%d; delete a GPU pod, or ask the admin to raise it", vm.namespace, inNS, want, lim)
+		return none, notAllowed(fmt.Errorf("namespace %s: %d GPU(s) in use + %d > GCP_MAX_GPUS_PER_NAMESPACE=%d; delete a GPU pod, or ask the admin to raise it", vm.namespace, inNS, want, lim))
 	}
 	if lim := int64(p.cfg.MaxGPUsTotal); lim > 0 && total+want > lim {
-		return none, fmt.Errorf("cluster: %d GPU(s) in use + %d > GCP_MAX_GPUS_TOTAL=%d; wait for GPU pods to end, or ask the admin to raise it", total, want, lim)
+		return none, notAllowed(fmt.Errorf("cluster: %d GPU(s) in use + %d > GCP_MAX_GPUS_TOTAL=%d; wait for GPU pods to end, or ask the admin to raise it", total, want, lim))
 	}
 	if t.inflight == nil {
 		t.inflight = map[string]int64{}

@@ -1,0 +1,356 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
+package gcpt4
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/api/googleapi"
+	"google.golang.org/protobuf/proto"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+)
+
+// After CreateInstance returns, CAA waits for the podVM's agent and the
+// provider hears nothing more until DeleteInstance. What happens in
+// between (the boot, the GPU, a failure) is printed on the VM's serial
+// console, which GCE keeps while the VM exists and which is gone with it.
+// So for each podVM it created, the provider reads the console while the
+// podVM starts (instances.getSerialPortOutput, from where it last read)
+// and tells the pod what it finds; it watches the pod for the sandbox to
+// become ready (CAA reached the agent), which ends the watch. And when CAA
+// deletes a podVM that never got that far, the provider reads the console
+// once more first and keeps its last lines (an Event and its log), so
+// nobody has to race the delete for them.
+
+// Bounds of the watch: the first read is at once (a fast boot is seen
+// fast), then the interval grows to at most bootPollMax, so a podVM costs
+// a few dozen reads. bootWatchLimit ends a watch that saw nothing
+// conclusive: the kubelet's longest wait for a sandbox is the kata-remote
+// create budget (docs/startup.md), far below it.
+const (
+	bootPollFirst  = time.Second
+	bootPollMax    = 10 * time.Second
+	bootWatchLimit = 45 * time.Minute
+	consoleTimeout = 20 * time.Second
+)
+
+// bootWatch is one podVM's watch.
+type bootWatch struct {
+	vm      podVM
+	zone    string
+	ip      string
+	gpus    int64
+	created time.Time
+	cancel  context.CancelFunc
+	done    chan struct{}
+
+	mu        sync.Mutex
+	console   consoleReader
+	booted    bool
+	reachable bool
+	failed    bool
+	// noConsole is set once reading the console was refused (the IAM
+	// permission is missing): said once, then only the pod is watched.
+	noConsole bool
+}
+
+// watchBoot starts the watch of a podVM CreateInstance returns. Without a
+// cluster API (no Events to post) there is nothing to watch for.
+func (p *Provider) watchBoot(vm podVM, inst *provider.Instance) {
+	if p.events == nil || inst == nil {
+		return
+	}
+	zone, name := parseInstanceID(inst.ID)
+	w := &bootWatch{vm: vm, zone: zone, created: time.Now(), done: make(chan struct{})}
+	if len(inst.IPs) > 0 {
+		w.ip = inst.IPs[0].String()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		cancel()
+		return
+	}
+	if p.watches == nil {
+		p.watches = map[string]*bootWatch{}
+	}
+	if old := p.watches[name]; old != nil {
+		// CAA retried the create of the same pod and sandbox and got the
+		// same VM back: one watch is enough.
+		p.mu.Unlock()
+		cancel()
+		return
+	}
+	p.watches[name] = w
+	p.mu.Unlock()
+	go p.runWatch(ctx, w)
+}
+
+func (p *Provider) runWatch(ctx context.Context, w *bootWatch) {
+	defer close(w.done)
+	interval := p.bootPoll
+	if interval == 0 {
+		interval = bootPollFirst
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		if !w.isNoConsole() {
+			p.readConsole(ctx, w)
+		}
+		if w.isFinished() || p.checkSandbox(ctx, w) || time.Since(w.created) > bootWatchLimit {
+			return
+		}
+		timer.Reset(interval)
+		interval = min(interval*3/2, max(p.bootPoll, bootPollMax))
+	}
+}
+
+func (w *bootWatch) isNoConsole() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.noConsole
+}
+
+func (w *bootWatch) isFinished() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reachable || w.failed
+}
+
+// readConsole reads what the console printed since the last read and
+// records the phases its lines tell.
+func (p *Provider) readConsole(ctx context.Context, w *bootWatch) {
+	ctx, cancel := context.WithTimeout(ctx, consoleTimeout)
+	defer cancel()
+	w.mu.Lock()
+	start := w.console.next
+	w.mu.Unlock()
+	out, err := p.instances.GetSerialPortOutput(ctx, &computepb.GetSerialPortOutputInstanceRequest{
+		Project: p.cfg.ProjectID, Zone: w.zone, Instance: w.vm.name, Port: proto.Int32(1), Start: proto.Int64(start),
+	})
+	if err != nil {
+		var ge *googleapi.Error
+		if errors.As(err, &ge) && ge.Code == http.StatusForbidden {
+			w.mu.Lock()
+			w.noConsole = true
+			w.mu.Unlock()
+			p.log.Printf("pod %s/%s, podVM %s: reading its serial console was refused (%v): grant compute.instances.getSerialPortOutput on podvm-* instances (gcp-t4 preflight prints the role); its boot is not reported on the pod", w.vm.namespace, w.vm.podName, w.vm.name, err)
+		}
+		return
+	}
+	w.mu.Lock()
+	lines := w.console.feed(out.GetStart(), out.GetNext(), out.GetContents())
+	w.mu.Unlock()
+	for _, l := range lines {
+		p.consoleLineSeen(w, l)
+	}
+}
+
+// consoleLineSeen records the phase a console line tells, once.
+func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed {
+		return
+	}
+	now := time.Now()
+	ev := podEvent{namespace: w.vm.namespace, pod: w.vm.podName, podVM: w.vm.name, at: now}
+	switch {
+	case l.gpu != nil && l.gpu.State == "ready" && !w.booted:
+		w.booted = true
+		ev.phase = PhaseBooted
+		ev.annotations = map[string]string{EventDriverAnnotation: l.gpu.Driver, EventGPUCountAnnotation: strconv.Itoa(l.gpu.GPUs), EventZoneAnnotation: w.zone}
+		ev.message = fmt.Sprintf("podVM %s booted, GPU ready: %d GPU(s), NVIDIA driver %s (gpu-init took %s), %s after it was created", w.vm.name, l.gpu.GPUs, l.gpu.Driver, (time.Duration(l.gpu.Ms) * time.Millisecond).Round(100*time.Millisecond), now.Sub(w.created).Round(time.Second))
+	case l.gpu != nil && l.gpu.State == "no-gpu" && !w.booted:
+		w.booted = true
+		ev.phase = PhaseBooted
+		ev.annotations = map[string]string{EventGPUCountAnnotation: "0", EventZoneAnnotation: w.zone}
+		ev.message = fmt.Sprintf("podVM %s booted without a GPU, %s after it was created", w.vm.name, now.Sub(w.created).Round(time.Second))
+	case l.gpu != nil && l.gpu.State == "failed":
+		w.failed = true
+		ev.phase, ev.warning = PhaseFailed, true
+		ev.annotations = map[string]string{EventFailureAnnotation: FailureGPU}
+		ev.message = fmt.Sprintf("%s: gpu-init failed at %s: %s; %s", failureTitle(FailureGPU), l.gpu.Step, l.gpu.Reason, consoleFacts(w.console.lastLines()))
+	case l.failure != "":
+		w.failed = true
+		ev.phase, ev.warning = PhaseFailed, true
+		ev.annotations = map[string]string{EventFailureAnnotation: l.failure}
+		ev.message = fmt.Sprintf("%s (podVM %s); %s", failureTitle(l.failure), w.vm.name, consoleFacts(w.console.lastLines()))
+	default:
+		return
+	}
+	if ev.phase == PhaseFailed {
+		p.log.Printf("pod %s/%s, podVM %s: %s", w.vm.namespace, w.vm.podName, w.vm.name, ev.message)
+	}
+	p.events.record(ev)
+}
+
+// checkSandbox reads the pod; true ends the watch: the sandbox is ready
+// (CAA reached the agent), or the pod is gone or is another pod now.
+func (p *Provider) checkSandbox(ctx context.Context, w *bootWatch) bool {
+	pod, status, err := p.events.pod(ctx, w.vm.namespace, w.vm.podName)
+	if err != nil {
+		return false
+	}
+	if status == http.StatusNotFound {
+		return true
+	}
+	if status != http.StatusOK {
+		return false
+	}
+	at, ready := pod.sandboxReady()
+	if !ready {
+		return false
+	}
+	w.mu.Lock()
+	w.reachable = true
+	w.mu.Unlock()
+	if at.IsZero() {
+		at = time.Now()
+	}
+	p.events.record(podEvent{
+		namespace: w.vm.namespace, pod: w.vm.podName, podVM: w.vm.name, phase: PhaseReachable, at: at,
+		annotations: map[string]string{EventIPAnnotation: w.ip, EventZoneAnnotation: w.zone},
+		message:     fmt.Sprintf("the adaptor reached the agent of podVM %s at %s: the pod's sandbox is ready, %s after the podVM was created", w.vm.name, w.ip, at.Sub(w.created).Round(time.Second)),
+	})
+	return true
+}
+
+// podState is the part of a pod the watch reads.
+type podState struct {
+	Status struct {
+		Phase      string `json:"phase"`
+		Conditions []struct {
+			Type               string `json:"type"`
+			Status             string `json:"status"`
+			LastTransitionTime string `json:"lastTransitionTime"`
+		} `json:"conditions"`
+		ContainerStatuses []struct {
+			State map[string]json.RawMessage `json:"state"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+// sandboxReady: the kubelet sets PodReadyToStartContainers once the
+// sandbox is created and its network configured (on by default since
+// Kubernetes 1.29); for kata-remote that is after CAA's StartVM returned,
+// which is when CAA reached the agent. A container already started or
+// ended says the same on clusters without the condition.
+func (ps podState) sandboxReady() (time.Time, bool) {
+	for _, c := range ps.Status.Conditions {
+		if c.Type == "PodReadyToStartContainers" && c.Status == "True" {
+			at, _ := time.Parse(time.RFC3339, c.LastTransitionTime)
+			return at, true
+		}
+	}
+	for _, cs := range ps.Status.ContainerStatuses {
+		if cs.State["running"] != nil || cs.State["terminated"] != nil {
+			return time.Time{}, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// pod reads a pod with the adaptor's ServiceAccount (RBAC get on pods,
+// which CAA has for its PeerPods).
+func (r *eventRecorder) pod(ctx context.Context, namespace, name string) (podState, int, error) {
+	var ps podState
+	status, body, err := r.do(ctx, http.MethodGet, strings.TrimSuffix(r.api.URL, "/")+"/api/v1/namespaces/"+url.PathEscape(namespace)+"/pods/"+url.PathEscape(name), "", nil)
+	if err != nil || status != http.StatusOK {
+		return ps, status, err
+	}
+	if err := json.Unmarshal(body, &ps); err != nil {
+		return ps, status, fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
+	}
+	return ps, status, nil
+}
+
+// stopWatch ends a podVM's watch and returns it (nil if none).
+func (p *Provider) stopWatch(name string) *bootWatch {
+	p.mu.Lock()
+	w := p.watches[name]
+	delete(p.watches, name)
+	p.mu.Unlock()
+	if w != nil {
+		w.cancel()
+		<-w.done
+	}
+	return w
+}
+
+// beforeDelete runs before CAA's delete of a podVM: a podVM whose agent
+// was never reached failed to start (or its pod went away first), and its
+// console is read once more so that its last lines outlive it, in an
+// Event on the pod and the adaptor's log.
+func (p *Provider) beforeDelete(ctx context.Context, zone, name string) {
+	w := p.stopWatch(name)
+	if w == nil {
+		return
+	}
+	defer p.events.record(podEvent{podVM: name, namespace: w.vm.namespace, pod: w.vm.podName}) // forget it
+	if w.reachable {
+		return
+	}
+	if zone == "" {
+		zone = w.zone
+	}
+	if !w.noConsole {
+		p.readConsole(ctx, w)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tail := w.console.lastLines()
+	p.log.Printf("pod %s/%s, podVM %s is deleted before its agent was reached; %s", w.vm.namespace, w.vm.podName, name, consoleFacts(tail))
+	if w.failed {
+		return
+	}
+	w.failed = true
+	class := FailureNotReady
+	if w.booted {
+		class = FailureAgentUnreachable
+	}
+	msg := fmt.Sprintf("%s (podVM %s in %s, deleted %s after it was created)", failureTitle(class), name, zone, time.Since(w.created).Round(time.Second))
+	if class == FailureAgentUnreachable {
+		msg += fmt.Sprintf("; check that the firewall lets the nodes reach podVMs on tcp:15150 and udp:4789 (gcp-t4 preflight checks it) and the adaptor's log on node %s", p.cfg.NodeName)
+	} else {
+		msg += "; if the pod was not deleted, the adaptor gave up waiting for it (see the pod's other Events and the kata-remote timeouts in docs/startup.md)"
+	}
+	p.events.record(podEvent{
+		namespace: w.vm.namespace, pod: w.vm.podName, podVM: name, phase: PhaseFailed, warning: true, at: time.Now(),
+		annotations: map[string]string{EventFailureAnnotation: class, EventZoneAnnotation: zone},
+		message:     msg + "; " + consoleFacts(tail),
+	})
+}
+
+// stopWatches ends every watch (Teardown).
+func (p *Provider) stopWatches() {
+	p.mu.Lock()
+	names := make([]string, 0, len(p.watches))
+	for n := range p.watches {
+		names = append(names, n)
+	}
+	p.mu.Unlock()
+	for _, n := range names {
+		p.stopWatch(n)
+	}
+}

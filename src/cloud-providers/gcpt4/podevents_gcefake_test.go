@@ -1,0 +1,503 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
+package gcpt4
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
+)
+
+// eventAPI stands in for the API server's Event and Pod endpoints, as the
+// recorder uses them: create (409 on a taken name), get, merge patch, and
+// pod reads. It records what a real server would store; the real
+// kube-apiserver runs the same flow in gcp-t4's startup tests, which this
+// module cannot import.
+type eventAPI struct {
+	srv *httptest.Server
+
+	mu     sync.Mutex
+	events map[string]map[string]any // ns/name → object
+	order  []string
+	pods   map[string]map[string]any // ns/name → pod
+	block  chan struct{}             // when set, every request waits on it
+}
+
+func newEventAPI(t *testing.T) *eventAPI {
+	a := &eventAPI{events: map[string]map[string]any{}, pods: map[string]map[string]any{}}
+	a.srv = httptest.NewTLSServer(http.HandlerFunc(a.serve))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *eventAPI) clusterAPI() ClusterAPI {
+	return ClusterAPI{URL: a.srv.URL, Token: "t", CAPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.srv.Certificate().Raw})}
+}
+
+func (a *eventAPI) serve(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	block := a.block
+	a.mu.Unlock()
+	if block != nil {
+		<-block
+	}
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/api/v1/namespaces/"), "/")
+	if len(parts) < 2 || r.Header.Get("Authorization") != "Bearer t" {
+		http.Error(w, `{"message":"no"}`, http.StatusForbidden)
+		return
+	}
+	ns, kind := parts[0], parts[1]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case kind == "pods" && len(parts) == 3 && r.Method == http.MethodGet:
+		pod, ok := a.pods[ns+"/"+parts[2]]
+		if !ok {
+			http.Error(w, `{"message":"not found"}`, http.StatusNotFound)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(pod)
+	case kind == "events" && len(parts) == 2 && r.Method == http.MethodPost:
+		var obj map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&obj)
+		name := obj["metadata"].(map[string]any)["name"].(string)
+		if _, ok := a.events[ns+"/"+name]; ok {
+			http.Error(w, `{"message":"already exists"}`, http.StatusConflict)
+			return
+		}
+		a.events[ns+"/"+name] = obj
+		a.order = append(a.order, ns+"/"+name)
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(obj)
+	case kind == "events" && len(parts) == 3:
+		obj, ok := a.events[ns+"/"+parts[2]]
+		if !ok {
+			http.Error(w, `{"message":"not found"}`, http.StatusNotFound)
+			return
+		}
+		if r.Method == http.MethodPatch {
+			if r.Header.Get("Content-Type") != "application/merge-patch+json" {
+				http.Error(w, `{"message":"unsupported patch"}`, http.StatusUnsupportedMediaType)
+				return
+			}
+			var patch map[string]any
+			_ = json.NewDecoder(r.Body).Decode(&patch)
+			mergePatch(obj, patch)
+		}
+		_ = json.NewEncoder(w).Encode(obj)
+	default:
+		http.Error(w, `{"message":"unexpected"}`, http.StatusBadRequest)
+	}
+}
+
+// mergePatch applies an RFC 7386 merge patch (objects merge, the rest
+// replaces).
+func mergePatch(dst, patch map[string]any) {
+	for k, v := range patch {
+		if pm, ok := v.(map[string]any); ok {
+			dm, _ := dst[k].(map[string]any)
+			if dm == nil {
+				dm = map[string]any{}
+				dst[k] = dm
+			}
+			mergePatch(dm, pm)
+			continue
+		}
+		dst[k] = v
+	}
+}
+
+func (a *eventAPI) addPod(ns, name, uid string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pods[ns+"/"+name] = map[string]any{"metadata": map[string]any{"name": name, "namespace": ns, "uid": uid}, "status": map[string]any{"phase": "Pending"}}
+}
+
+func (a *eventAPI) sandboxReady(ns, name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pods[ns+"/"+name]["status"] = map[string]any{"phase": "Pending", "conditions": []any{
+		map[string]any{"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)},
+	}}
+}
+
+type storedEvent struct {
+	Reason, Message, Type string
+	Count                 int
+	Labels, Annotations   map[string]string
+	UID                   string
+	raw                   []byte
+}
+
+// list returns the stored Events in creation order.
+func (a *eventAPI) list() []storedEvent {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []storedEvent
+	for _, k := range a.order {
+		raw, _ := json.Marshal(a.events[k])
+		var e struct {
+			Reason, Message, Type string
+			Count                 int
+			Metadata              struct{ Labels, Annotations map[string]string }
+			InvolvedObject        struct{ UID string }
+		}
+		_ = json.Unmarshal(raw, &e)
+		out = append(out, storedEvent{Reason: e.Reason, Message: e.Message, Type: e.Type, Count: e.Count, Labels: e.Metadata.Labels, Annotations: e.Metadata.Annotations, UID: e.InvolvedObject.UID, raw: raw})
+	}
+	return out
+}
+
+func reasons(evs []storedEvent) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+// waitEvents waits until cond holds over the stored Events; the deadline
+// is far beyond any run, a hang guard rather than a timing assertion.
+func (a *eventAPI) waitEvents(t *testing.T, what string, cond func([]storedEvent) bool) []storedEvent {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		evs := a.list()
+		if cond(evs) {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: Events are %v", what, reasons(evs))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func hasReason(r string) func([]storedEvent) bool {
+	return func(evs []storedEvent) bool { return slices.Contains(reasons(evs), r) }
+}
+
+// podCloudConfig is CAA's cloud-config for a pod, with a secret in it as
+// CAA's has (the agent's TLS key).
+func podCloudConfig(ns, pod string) cloudinit.CloudConfigGenerator {
+	return &cloudinit.CloudConfig{WriteFiles: []cloudinit.WriteFile{
+		{Path: "/run/peerpod/apf.json", Content: `{"pod-name":"` + pod + `","pod-namespace":"` + ns + `"}`},
+		{Path: "/run/peerpod/tls/tls.key", Content: testSecretKey},
+	}}
+}
+
+const testSecretKey = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBsecretSECRETsecret0123456789abcdefABCDEF0123456789oAoGCCqGSM49\n-----END EC PRIVATE KEY-----\n"
+
+// newEventProvider is a provider on fake with Events to api, as Start
+// makes it in CAA, watching boots every few milliseconds.
+func newEventProvider(t *testing.T, fake *gcefake.Server, api *eventAPI, logs io.Writer, mutate func(*Config)) *Provider {
+	t.Helper()
+	p, _ := newTestProviderOn(t, fake, mutate)
+	p.log = log.New(logs, "", 0)
+	var err error
+	if p.events, err = newEventRecorder(api.clusterAPI(), "node-1", p.log); err != nil {
+		t.Fatal(err)
+	}
+	p.bootPoll = 2 * time.Millisecond
+	return p
+}
+
+const gpuReadyLine = `CAA-GCP-T4-GPU {"state":"ready","gpus":1,"pci":["0000:00:04.0"],"driver":"550.163.01","cdi":"/var/run/cdi/nvidia.json","elapsed_ms":2300}`
+
+func TestStartupEventsInOrder(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	p := newEventProvider(t, fake, api, io.Discard, func(c *Config) { c.FallbackZones = commaList{"us-central1-b"} })
+	fake.SetStockout("us-central1-a", true)
+	ctx := context.Background()
+	inst, err := p.CreateInstance(ctx, "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.SetSerialOutput("us-central1-b", inst.Name, "[    0.000000] Linux version 6.1\n"+gpuReadyLine+"\n")
+	api.waitEvents(t, "booted", hasReason(ReasonBooted))
+	api.sandboxReady("ml", "llm-0")
+	evs := api.waitEvents(t, "reachable", hasReason(ReasonReachable))
+	want := []string{ReasonRequested, ReasonStockout, ReasonCreated, ReasonBooted, ReasonReachable}
+	if got := reasons(evs); !slices.Equal(got, want) {
+		t.Fatalf("Events %v, want %v", got, want)
+	}
+	req, stock, created, booted := evs[0], evs[1], evs[2], evs[3]
+	if req.Annotations[EventZoneAnnotation] != "us-central1-a" || !strings.Contains(req.Message, "us-central1-a") {
+		t.Errorf("requested: %v %q", req.Annotations, req.Message)
+	}
+	if stock.Type != "Warning" || stock.Annotations[EventZonesAnnotation] != "us-central1-a" || !strings.Contains(stock.Message, "trying us-central1-b") {
+		t.Errorf("stockout: %s %v %q", stock.Type, stock.Annotations, stock.Message)
+	}
+	price := created.Annotations[EventPriceAnnotation]
+	if created.Annotations[EventZoneAnnotation] != "us-central1-b" || price == "" || price == "0.0000" ||
+		created.Annotations[EventIPAnnotation] != inst.IPs[0].String() || !strings.Contains(created.Message, "$") || !strings.Contains(created.Message, inst.Name) {
+		t.Errorf("created: %v %q", created.Annotations, created.Message)
+	}
+	if booted.Annotations[EventDriverAnnotation] != "550.163.01" || booted.Annotations[EventGPUCountAnnotation] != "1" {
+		t.Errorf("booted: %v %q", booted.Annotations, booted.Message)
+	}
+	for _, e := range evs {
+		if e.UID != "uid-1" || e.Labels[EventPodVMLabel] != inst.Name || e.Labels[EventPhaseLabel] == "" || e.Annotations[EventAtAnnotation] == "" {
+			t.Errorf("%s: uid %q labels %v annotations %v", e.Reason, e.UID, e.Labels, e.Annotations)
+		}
+	}
+	// A normal delete after the agent was reached reads no console and
+	// adds no Event.
+	reads := fake.CountCalls("instances.getSerialPortOutput")
+	if err := p.DeleteInstance(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := fake.CountCalls("instances.getSerialPortOutput"); n != reads {
+		t.Errorf("delete of a running podVM read its console (%d → %d)", reads, n)
+	}
+	if err := p.Teardown(); err != nil {
+		t.Fatal(err)
+	}
+	if got := reasons(api.list()); len(got) != len(want) {
+		t.Errorf("after delete: %v", got)
+	}
+}
+
+func TestStockoutEventCountsZones(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	p := newEventProvider(t, fake, api, io.Discard, func(c *Config) { c.FallbackZones = commaList{"us-central1-b", "us-central1-f"} })
+	for _, z := range []string{"us-central1-a", "us-central1-b", "us-central1-f"} {
+		fake.SetStockout(z, true)
+	}
+	_, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+	if !errors.Is(err, ErrNoCapacity) {
+		t.Fatalf("err = %v", err)
+	}
+	evs := api.waitEvents(t, "the failure", hasReason(ReasonFailed))
+	if got, want := reasons(evs), []string{ReasonRequested, ReasonStockout, ReasonFailed}; !slices.Equal(got, want) {
+		t.Fatalf("Events %v, want %v", got, want)
+	}
+	stock, failed := evs[1], evs[2]
+	if stock.Count != 3 || stock.Annotations[EventZonesAnnotation] != "us-central1-a,us-central1-b,us-central1-f" || !strings.Contains(stock.Message, "us-central1-f has no capacity") || !strings.Contains(stock.Message, "no zone left") {
+		t.Errorf("stockout Event: count %d %v %q", stock.Count, stock.Annotations, stock.Message)
+	}
+	if failed.Annotations[EventFailureAnnotation] != FailureNoCapacity || !strings.Contains(failed.Message, "GCP_ZONES") {
+		t.Errorf("failed Event: %v %q", failed.Annotations, failed.Message)
+	}
+
+	// An adaptor restarted mid-walk finds the Event by its name and
+	// counts on it: still one Event per phase.
+	p2 := newEventProvider(t, fake, api, io.Discard, nil)
+	p2.events.record(podEvent{namespace: "ml", pod: "llm-0", podVM: "podvm-llm-0-01234567", phase: PhaseStockout, zone: "us-east1-c", message: "again", at: time.Now()})
+	p2.events.record(podEvent{namespace: "ml", pod: "llm-0", podVM: "podvm-llm-0-01234567", phase: PhaseFailed, message: "again", at: time.Now()})
+	p2.events.close(context.Background())
+	got := map[string]int{}
+	for _, e := range api.list() {
+		got[e.Reason]++
+		if e.Reason == ReasonStockout && (e.Count != 4 || e.Annotations[EventZonesAnnotation] != "us-central1-a,us-central1-b,us-central1-f,us-east1-c") {
+			t.Errorf("after restart: stockout count %d zones %q", e.Count, e.Annotations[EventZonesAnnotation])
+		}
+		if e.Reason == ReasonFailed && e.Message == "again" {
+			t.Errorf("a once-only phase was overwritten")
+		}
+	}
+	for r, n := range got {
+		if n != 1 {
+			t.Errorf("%d Events of %s", n, r)
+		}
+	}
+}
+
+func TestBootFailureLineReachesThePod(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	p := newEventProvider(t, fake, api, lockedWriter{&logs, &logMu}, nil)
+	ctx := context.Background()
+	inst, err := p.CreateInstance(ctx, "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := `CAA-GCP-T4-BOOT-FAILED {"stage":"initrd","target":"emergency","failed":["sysroot.mount"]}`
+	fake.SetSerialOutput("us-central1-a", inst.Name, "\x1b[0;1;31mFAILED\x1b[0m Failed to mount sysroot.mount\n"+failed+"\n")
+	evs := api.waitEvents(t, "failed", hasReason(ReasonFailed))
+	var f storedEvent
+	for _, e := range evs {
+		if e.Reason == ReasonFailed {
+			f = e
+		}
+	}
+	if f.Type != "Warning" || f.Annotations[EventFailureAnnotation] != FailureBoot || !strings.Contains(f.Message, failed) || strings.Contains(f.Message, "\x1b") {
+		t.Errorf("failed Event: %v %q", f.Annotations, f.Message)
+	}
+	// CAA deletes the podVM: the console is read once more and logged,
+	// and the failure is not told twice.
+	if err := p.DeleteInstance(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Teardown()
+	n := 0
+	for _, e := range api.list() {
+		if e.Reason == ReasonFailed {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d failed Events", n)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if !strings.Contains(logs.String(), failed) {
+		t.Errorf("the adaptor's log lacks the console's line:\n%s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	b  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func TestDeleteKeepsTheConsoleTail(t *testing.T) {
+	for _, tc := range []struct {
+		name, console, class string
+	}{
+		{"agent never reached", "boot\n" + gpuReadyLine + "\nkata-agent waiting\n", FailureAgentUnreachable},
+		{"never booted", "[    1.2] EXT4-fs error (device sda1): bad block\nsecret=hunter2 token: abc.def\n" + strings.TrimSuffix(testSecretKey, "\n") + "\nlast words", FailureNotReady},
+		{"cdh", "boot\n" + gpuReadyLine + "\nCAA-GCP-T4-CDH-FAILED {\"reason\":\"did not listen\"} kata-agent not started\n", FailureCDH},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := gcefake.New()
+			t.Cleanup(fake.Close)
+			api := newEventAPI(t)
+			api.addPod("ml", "llm-0", "uid-1")
+			p := newEventProvider(t, fake, api, io.Discard, nil)
+			ctx := context.Background()
+			inst, err := p.CreateInstance(ctx, "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fake.SetSerialOutput("us-central1-a", inst.Name, tc.console)
+			if err := p.DeleteInstance(ctx, inst.ID); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Teardown(); err != nil {
+				t.Fatal(err)
+			}
+			var f []storedEvent
+			for _, e := range api.list() {
+				if e.Reason == ReasonFailed {
+					f = append(f, e)
+				}
+				for _, secret := range []string{"hunter2", "abc.def", "MHcCAQEE", "BEGIN EC PRIVATE", "oAoGCCqGSM49"} {
+					if bytes.Contains(e.raw, []byte(secret)) {
+						t.Errorf("%s Event carries %q: %s", e.Reason, secret, e.raw)
+					}
+				}
+			}
+			if len(f) != 1 || f[0].Annotations[EventFailureAnnotation] != tc.class {
+				t.Fatalf("failed Events %+v, want one of class %s", f, tc.class)
+			}
+			last := strings.Split(strings.TrimSpace(tc.console), "\n")
+			if l := last[len(last)-1]; !strings.Contains(f[0].Message, cleanConsoleLine(l)) && tc.class != FailureNotReady {
+				t.Errorf("message lacks the console's last line %q: %q", l, f[0].Message)
+			}
+			if tc.class == FailureNotReady && (!strings.Contains(f[0].Message, "EXT4-fs error") || !strings.Contains(f[0].Message, "last words") || !strings.Contains(f[0].Message, "secret=[redacted]")) {
+				t.Errorf("message: %q", f[0].Message)
+			}
+		})
+	}
+}
+
+func TestRefusedCreateIsToldOnce(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	p := newEventProvider(t, fake, api, io.Discard, nil)
+	spec := oneT4
+	spec.Image = "projects/other/global/images/x"
+	for range 2 {
+		if _, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), spec); err == nil {
+			t.Fatal("a foreign image was accepted")
+		}
+	}
+	_ = p.Teardown()
+	evs := api.list()
+	if len(evs) != 1 || evs[0].Reason != ReasonFailed || evs[0].Annotations[EventFailureAnnotation] != FailureNotAllowed || !strings.Contains(evs[0].Message, "GCP_ALLOWED_IMAGES") {
+		t.Errorf("Events: %+v", evs)
+	}
+	if n := fake.CountCalls("instances.insert"); n != 0 {
+		t.Errorf("%d inserts", n)
+	}
+}
+
+func TestEventsNeverHoldACreate(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	release := make(chan struct{})
+	api.block = release
+	p := newEventProvider(t, fake, api, io.Discard, nil)
+	// The API server answers nothing until release: the create must
+	// finish without it.
+	if _, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+}
+
+func TestRedactConsoleLine(t *testing.T) {
+	for in, want := range map[string]string{
+		"Started kata-agent.service - Kata Containers agent.":                       "Started kata-agent.service - Kata Containers agent.",
+		"password=s3cret and more":                                                  "password=[redacted] and more",
+		`"api_key": "abc"`:                                                          `"api_key": [redacted]`,
+		"Authorization: Bearer eyJhbGciOi.J9x":                                      "Authorization: [redacted]",
+		"ud=I2Nsb3VkLWNvbmZpZwp3cml0ZV9maWxlczoKLSBwYXRoOiAvcnVuL3BlZXJwb2QvYXBm.":  "[redacted].",
+		"sha256:4f9c2d0e8b7a6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e": "sha256:4f9c2d0e8b7a6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e",
+	} {
+		inPEM := false
+		if got := redactConsoleLine(in, &inPEM); got != want {
+			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestConsoleReaderFollowsGCEPositions(t *testing.T) {
+	var c consoleReader
+	lines := c.feed(0, 10, "one\ntwo\nth")
+	lines = append(lines, c.feed(10, 16, "ree\nfo")...)
+	// Output between 16 and 100 was overwritten: the partial line is lost.
+	lines = append(lines, c.feed(100, 110, "ur\nfive\n")...)
+	var got []string
+	for _, l := range lines {
+		got = append(got, l.text)
+	}
+	if want := []string{"one", "two", "three", "ur", "five"}; !slices.Equal(got, want) || !c.lost || c.next != 110 {
+		t.Errorf("lines %q lost %v next %d", got, c.lost, c.next)
+	}
+}
