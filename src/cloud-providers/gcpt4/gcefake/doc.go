@@ -31,5 +31,8 @@
 // targets a specific reservation is accepted as if it existed. Firewall rules and Cloud
 // Routers are added through Server methods (validated as their inserts are)
 // and read through the API; Resource Manager's testIamPermissions is served
-// at its own /v3 path against a permission set the tests control.
+// at its own /v3 path against a permission set the tests control. Serial
+// port output is written by tests (SetSerialOutput, AppendSerialOutput,
+// SetBootConsole) and read through getSerialPortOutput with GCE's absolute
+// positions and per-port buffer (serial.go).
 package gcefake

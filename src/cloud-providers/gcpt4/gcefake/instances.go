@@ -29,6 +29,8 @@ type instanceRecord struct {
 	gpus        int32
 	preemptible bool
 	ips         []string
+	// console is the serial port output (serial.go); nil until written.
+	console *console
 }
 
 func (s *Server) fingerprint() string {
@@ -146,6 +148,7 @@ func (s *Server) handleInstancesInsert(rc *reqCtx) (proto.Message, error) {
 			if s.instances[key] == ir && ir.inst.GetStatus() == "PROVISIONING" {
 				ir.inst.Status = proto.String("RUNNING")
 				ir.inst.LastStartTimestamp = proto.String(s.stamp())
+				s.booted(ir)
 			}
 		}
 	}
@@ -479,43 +482,11 @@ func (s *Server) handleInstancesAggregated(rc *reqCtx) (proto.Message, error) {
 	return out, nil
 }
 
-func (s *Server) handleSerialPort(rc *reqCtx) (proto.Message, error) {
-	rec, err := s.lookupInstance(rc)
-	if err != nil {
-		return nil, err
-	}
-	port := 1
-	if v, ok := rc.query("port"); ok {
-		if port, err = strconv.Atoi(v); err != nil || port < 1 || port > 4 {
-			return nil, invalidField("port", v, "Must be between 1 and 4.")
-		}
-	}
-	var start int64
-	if v, ok := rc.query("start"); ok {
-		if start, err = strconv.ParseInt(v, 10, 64); err != nil {
-			return nil, invalidField("start", v, "Must be an integer.")
-		}
-	}
-	text := ""
-	if port == 1 {
-		text = s.serial[rec.zone+"/"+rec.inst.GetName()]
-	}
-	end := int64(len(text))
-	// GCE clamps out-of-range starts to what the buffer holds and reports
-	// the adjusted start, which is how callers detect lost output.
-	start = min(max(start, 0), end)
-	return &computepb.SerialPortOutput{
-		Kind:     proto.String("compute#serialPortOutput"),
-		SelfLink: proto.String(rec.inst.GetSelfLink() + "/serialPort"),
-		Contents: proto.String(text[start:]),
-		Start:    proto.Int64(start),
-		Next:     proto.Int64(end),
-	}, nil
-}
-
 // AddInstance stores a pre-existing VM (for example an orphan from an earlier
 // run) as RUNNING, bypassing validation: it models state that already
-// exists, not a request. Bare machine type names are resolved in the zone,
+// exists, not a request. A Status set on inst is kept instead, e.g.
+// TERMINATED for a stopped or preempted VM (its quota still counts, like
+// every stored instance's). Bare machine type names are resolved in the zone,
 // and a missing network interface gets nic0 with an address on the default
 // subnet. An unknown zone panics: it is a bug in the calling test, and there
 // is no error return to report it through.
@@ -567,7 +538,7 @@ func (s *Server) AddInstance(zone string, inst *computepb.Instance) {
 	if id == 0 {
 		id = s.newInstanceID()
 	}
-	rec := s.storeInstance(plan, inst, id, "RUNNING")
+	rec := s.storeInstance(plan, inst, id, orDefault(inst.GetStatus(), "RUNNING"))
 	if ts := inst.GetCreationTimestamp(); ts != "" {
 		rec.inst.CreationTimestamp = proto.String(ts)
 	}

@@ -48,6 +48,11 @@ type Server struct {
 	fakeClock bool
 	longPoll  time.Duration
 
+	// serialBuffer is how many bytes each serial port retains; bootConsole
+	// is what an inserted instance writes when it boots (serial.go).
+	serialBuffer int
+	bootConsole  func(zone string, inst *computepb.Instance) string
+
 	world *world
 	mux   *http.ServeMux
 
@@ -55,7 +60,6 @@ type Server struct {
 	ops        map[string]*opRecord       // key operation name
 	opOrder    []*opRecord
 	requestIDs map[string]string // requestId -> operation name
-	serial     map[string]string // key zone/name
 	usedIPs    map[string]bool
 	nextHost   map[string]uint32 // region -> next host offset in the subnet
 	nextNAT    uint32
@@ -105,6 +109,17 @@ func WithLongPollLimit(d time.Duration) Option {
 	return func(s *Server) { s.longPoll = d }
 }
 
+// WithSerialBufferSize sets how many of the newest bytes each serial port
+// keeps readable (GCE: 1 MB), so tests can make output roll over without
+// writing a megabyte. Positions keep counting every byte written. n below 1
+// panics: it is a bug in the calling test.
+func WithSerialBufferSize(n int) Option {
+	if n < 1 {
+		panic(fmt.Sprintf("gcefake: WithSerialBufferSize(%d): a serial port keeps at least one byte", n))
+	}
+	return func(s *Server) { s.serialBuffer = n }
+}
+
 // Call is one recorded HTTP request.
 type Call struct {
 	Method   string
@@ -137,11 +152,11 @@ func newServer(routes []route, opts ...Option) *Server {
 		instances:  map[string]*instanceRecord{},
 		ops:        map[string]*opRecord{},
 		requestIDs: map[string]string{},
-		serial:     map[string]string{},
 		usedIPs:    map[string]bool{},
 		nextHost:   map[string]uint32{},
 		stockout:   map[string]bool{},
 	}
+	s.serialBuffer = defaultSerialBuffer
 	for _, o := range opts {
 		o(s)
 	}

@@ -416,10 +416,3 @@ func (s *Server) SetQuota(region, metric string, limit float64) {
 	}
 	s.world.quotas[region][metric] = limit
 }
-
-// SetSerialOutput sets the whole serial port 1 buffer of an instance.
-func (s *Server) SetSerialOutput(zone, instance, text string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.serial[zone+"/"+instance] = text
-}
