@@ -85,14 +85,14 @@ func (k *kube) podAPI(t *testing.T, sa string) gcpt4.ClusterAPI {
 // startCAA is CAA's start path with gcp-t4: the Manager in upstream's
 // provider table parses the DaemonSet's settings (peer-pods-cm) and
 // NewProvider runs with the pod's own cluster API.
-func startCAA(t *testing.T, fake *gcefake.Server, clusterID string, api gcpt4.ClusterAPI) (*gcpt4.Provider, error) {
+func startCAA(t *testing.T, fake *gcefake.Server, clusterID string, api gcpt4.ClusterAPI, extra ...string) (*gcpt4.Provider, error) {
 	t.Helper()
 	var m gcpt4.Manager
 	fs := flag.NewFlagSet("cloud-api-adaptor", flag.ContinueOnError)
 	m.ParseCmd(fs)
-	if err := fs.Parse([]string{"-gcp-endpoint", fake.URL(), "-gcp-project-id", fake.Project(), "-zone", "us-central1-a",
+	if err := fs.Parse(append([]string{"-gcp-endpoint", fake.URL(), "-gcp-project-id", fake.Project(), "-zone", "us-central1-a",
 		"-image-name", "podvm-t4", "-network", "global/networks/default", "-subnetwork", "default",
-		"-cluster-id", clusterID, "-node-name", "worker-b"}); err != nil {
+		"-cluster-id", clusterID, "-node-name", "worker-b"}, extra...)); err != nil {
 		t.Fatal(err)
 	}
 	p, err := m.Start(t.Context(), func() (gcpt4.ClusterAPI, error) { return api, nil })

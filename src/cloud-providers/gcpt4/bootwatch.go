@@ -59,6 +59,7 @@ type bootWatch struct {
 	mu        sync.Mutex
 	console   consoleReader
 	booted    bool
+	bootedAt  time.Time
 	reachable bool
 	failed    bool
 	// noConsole is set once reading the console was refused (the IAM
@@ -150,6 +151,10 @@ func (p *Provider) readConsole(ctx context.Context, w *bootWatch) {
 	})
 	if err != nil {
 		var ge *googleapi.Error
+		if errors.As(err, &ge) && ge.Code == http.StatusBadRequest && len(ge.Errors) > 0 && ge.Errors[0].Reason == "resourceNotReady" {
+			p.consoleGone(ctx, w)
+			return
+		}
 		if errors.As(err, &ge) && ge.Code == http.StatusForbidden {
 			w.mu.Lock()
 			w.noConsole = true
@@ -166,6 +171,28 @@ func (p *Provider) readConsole(ctx context.Context, w *bootWatch) {
 	}
 }
 
+// consoleGone: GCE serves a console only while its VM runs. A podVM that
+// stopped before its agent was reached either powered itself off (its
+// boot failed: podvm's boot-failed) or was preempted (Spot); either way
+// what the console said so far is all there will be.
+func (p *Provider) consoleGone(ctx context.Context, w *bootWatch) {
+	inst, err := p.getInstance(ctx, w.zone, w.vm.name)
+	if err != nil || inst.GetStatus() == "RUNNING" || inst.GetStatus() == "PROVISIONING" || inst.GetStatus() == "STAGING" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed {
+		return
+	}
+	w.failed = true
+	msg := fmt.Sprintf("%s (podVM %s is %s): a Spot preemption, or its boot failed and it powered itself off; GCE serves no console of a stopped VM, so %s",
+		failureTitle(FailureStopped), w.vm.name, inst.GetStatus(), consoleFacts(w.console.lastLines()))
+	p.log.Printf("pod %s/%s, podVM %s: %s", w.vm.namespace, w.vm.podName, w.vm.name, msg)
+	p.events.record(podEvent{namespace: w.vm.namespace, pod: w.vm.podName, podVM: w.vm.name, phase: PhaseFailed, warning: true, at: time.Now(),
+		annotations: map[string]string{EventFailureAnnotation: FailureStopped, EventZoneAnnotation: w.zone}, message: msg})
+}
+
 // consoleLineSeen records the phase a console line tells, once.
 func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 	w.mu.Lock()
@@ -177,12 +204,12 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 	ev := podEvent{namespace: w.vm.namespace, pod: w.vm.podName, podVM: w.vm.name, at: now}
 	switch {
 	case l.gpu != nil && l.gpu.State == "ready" && !w.booted:
-		w.booted = true
+		w.booted, w.bootedAt = true, now
 		ev.phase = PhaseBooted
 		ev.annotations = map[string]string{EventDriverAnnotation: l.gpu.Driver, EventGPUCountAnnotation: strconv.Itoa(l.gpu.GPUs), EventZoneAnnotation: w.zone}
 		ev.message = fmt.Sprintf("podVM %s booted, GPU ready: %d GPU(s), NVIDIA driver %s (gpu-init took %s), %s after it was created", w.vm.name, l.gpu.GPUs, l.gpu.Driver, (time.Duration(l.gpu.Ms) * time.Millisecond).Round(100*time.Millisecond), now.Sub(w.created).Round(time.Second))
 	case l.gpu != nil && l.gpu.State == "no-gpu" && !w.booted:
-		w.booted = true
+		w.booted, w.bootedAt = true, now
 		ev.phase = PhaseBooted
 		ev.annotations = map[string]string{EventGPUCountAnnotation: "0", EventZoneAnnotation: w.zone}
 		ev.message = fmt.Sprintf("podVM %s booted without a GPU, %s after it was created", w.vm.name, now.Sub(w.created).Round(time.Second))
@@ -224,10 +251,16 @@ func (p *Provider) checkSandbox(ctx context.Context, w *bootWatch) bool {
 	}
 	w.mu.Lock()
 	w.reachable = true
-	w.mu.Unlock()
-	if at.IsZero() {
-		at = time.Now()
+	// The condition's time has one-second resolution and the console is
+	// read every few seconds: a boot seen after the condition's second
+	// still came first.
+	if at.IsZero() || at.Before(w.bootedAt) {
+		at = w.created
+		if w.bootedAt.After(at) {
+			at = w.bootedAt
+		}
 	}
+	w.mu.Unlock()
 	p.events.record(podEvent{
 		namespace: w.vm.namespace, pod: w.vm.podName, podVM: w.vm.name, phase: PhaseReachable, at: at,
 		annotations: map[string]string{EventIPAnnotation: w.ip, EventZoneAnnotation: w.zone},

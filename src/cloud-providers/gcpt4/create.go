@@ -390,9 +390,9 @@ func (p *Provider) planTemplate(ctx context.Context, vm podVM, spec provider.Ins
 			machineType: "template:" + ref.url(),
 			// Shown and priced as the template's own machine type.
 			templateMachineType: lastSegment(props.GetMachineType()),
-			accelerator: accel,
-			count:       templateGPUs(props),
-			build:       func(zone string) *computepb.Instance { return p.cfg.buildFromTemplate(vm, props, zone, model) },
+			accelerator:         accel,
+			count:               templateGPUs(props),
+			build:               func(zone string) *computepb.Instance { return p.cfg.buildFromTemplate(vm, props, zone, model) },
 		})
 	}
 	return plan, nil

@@ -148,6 +148,9 @@ const (
 	// FailureAgentUnreachable: the podVM booted but CAA never reached its
 	// agent before giving up on it.
 	FailureAgentUnreachable = "agent-unreachable"
+	// FailureStopped: the VM stopped while it started (its boot failed and
+	// it powered itself off, or Spot preempted it).
+	FailureStopped = "stopped"
 	// FailureNotReady: deleted before it reported a boot.
 	FailureNotReady = "deleted-before-ready"
 )

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/compute/apiv1/computepb"
+
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
@@ -499,5 +501,52 @@ func TestConsoleReaderFollowsGCEPositions(t *testing.T) {
 	}
 	if want := []string{"one", "two", "three", "ur", "five"}; !slices.Equal(got, want) || !c.lost || c.next != 110 {
 		t.Errorf("lines %q lost %v next %d", got, c.lost, c.next)
+	}
+}
+
+func TestStoppedPodVMIsTold(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	fake.SetBootConsole(func(string, *computepb.Instance) string { return "[    2.1] systemd[1]: Mounting sysroot.mount\n" })
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	p := newEventProvider(t, fake, api, io.Discard, nil)
+	p.bootPoll = time.Hour // one read at once, then none until the delete
+	ctx := context.Background()
+	inst, err := p.CreateInstance(ctx, "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the watch's first read to be taken in (a hang guard, not
+	// a timing assertion).
+	p.mu.Lock()
+	w := p.watches[inst.Name]
+	p.mu.Unlock()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Millisecond) {
+		w.mu.Lock()
+		read := w.console.next > 0
+		w.mu.Unlock()
+		if read {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the boot watch never read the console")
+		}
+	}
+	// The guest powers its VM off (its boot failed before it could say
+	// why, or Spot took it): GCE answers no console for it any more.
+	fake.PowerOff("us-central1-a", inst.Name)
+	if err := p.DeleteInstance(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Teardown()
+	var f []storedEvent
+	for _, e := range api.list() {
+		if e.Reason == ReasonFailed {
+			f = append(f, e)
+		}
+	}
+	if len(f) != 1 || f[0].Annotations[EventFailureAnnotation] != FailureStopped || !strings.Contains(f[0].Message, "TERMINATED") || !strings.Contains(f[0].Message, "Mounting sysroot.mount") {
+		t.Fatalf("failed Events %+v", f)
 	}
 }

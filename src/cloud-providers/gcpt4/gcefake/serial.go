@@ -243,3 +243,14 @@ func (p *portBuffer) read(start int64, size int) (int64, string) {
 	// caller must continue from next, not from start+len(contents).
 	return from, strings.ToValidUTF8(out, "\uFFFD")
 }
+
+// PowerOff models the guest powering its VM off (a podVM whose boot
+// failed does, rather than waiting at an emergency shell): the instance
+// turns TERMINATED, as GCE shows a VM shut down from inside, and keeps
+// its disks and console history; the console can no longer be read
+// (handleSerialPort: only RUNNING VMs answer).
+func (s *Server) PowerOff(zone, instance string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mustInstance("PowerOff", zone, instance).inst.Status = proto.String("TERMINATED")
+}
