@@ -379,6 +379,7 @@ func TestGuideHelmSection(t *testing.T) {
 			t.Errorf("pod-viewer still lists Secrets cluster-wide: %v", role.Rules)
 		}
 	}
+	checkCAARules(t, g.cp, g.cs, ns)
 	t.Logf("installed %v; DaemonSet nodeSelector %v, grace %d s, priority %s; reaper image %s; sidecar args %v; GCP_CLUSTER_ID %s",
 		g.installed, ds.Spec.Template.Spec.NodeSelector, *ds.Spec.Template.Spec.TerminationGracePeriodSeconds, ds.Spec.Template.Spec.PriorityClassName,
 		reaper.Spec.Template.Spec.Containers[0].Image, sidecar.Spec.Template.Spec.Containers[0].Args, cm.Data["GCP_CLUSTER_ID"])
@@ -421,5 +422,62 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	}
 	if spec.PriorityClassName != "system-node-critical" {
 		t.Errorf("priorityClassName %q", spec.PriorityClassName)
+	}
+}
+
+// docCanI is docs/install.md's `<!-- can-i: NAME -->` table, as
+// `kubectl auth can-i --list` prints it.
+func docCanI(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "\n<!-- can-i: "+name+" -->\n```")
+	if !ok {
+		t.Fatalf("docs/install.md has no fenced block after `<!-- can-i: %s -->`", name)
+	}
+	_, rest, _ = strings.Cut(rest, "\n")
+	table, _, ok := strings.Cut(rest, "```\n")
+	if !ok {
+		t.Fatalf("docs/install.md: the `<!-- can-i: %s -->` block does not end", name)
+	}
+	return table
+}
+
+// checkCAARules: what CAA's ServiceAccount may do in a workload namespace
+// on the Helm path (the chart's ClusterRoles, pod-viewer as the
+// post-renderer narrows it, and install/helm/caa-provider-rbac.yaml: kube-system's
+// UID and the Events on a podVM's pod), as the API server answers the
+// SelfSubjectRulesReview `kubectl auth can-i --list` sends, is the table
+// docs/install.md records for this path; and the post-renderer's ClusterRole
+// grants Events create, get and patch, nothing more.
+func checkCAARules(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	ctx := t.Context()
+	const workload = "ml"
+	if err := cp.WaitForBindings(ctx, ns, "cloud-api-adaptor", workload); err != nil {
+		t.Fatal(err)
+	}
+	user := "system:serviceaccount:" + ns + ":cloud-api-adaptor"
+	st, err := cp.RulesReview(ctx, user, workload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := controlplane.CanIList(st), docCanI(t, "helm"); got != want {
+		t.Errorf("the API server's answer for %s in %s:\n%s\ndocs/install.md (<!-- can-i: helm -->):\n%s", user, workload, got, want)
+	}
+	role, err := cs.RbacV1().ClusterRoles().Get(ctx, "caa-gcp-t4-provider", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the post-renderer's ClusterRole for CAA: %v", err)
+	}
+	var events []string
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "events") {
+			events = append(events, r.Verbs...)
+		}
+	}
+	if !slices.Equal(events, []string{"create", "get", "patch"}) {
+		t.Errorf("caa-gcp-t4-provider grants %v on events, want create get patch", events)
 	}
 }

@@ -468,8 +468,10 @@ func (e *env) testGeneric(t *testing.T) {
 	if _, err := e.cs.NodeV1().RuntimeClasses().Get(t.Context(), runtimeClassName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("runtimeclass=auto must leave the RuntimeClass to kata-deploy: %v", err)
 	}
-	if e.can(t, "create", "", "events", "", "default") {
-		t.Error("CAA may create events without the remediation component")
+	// CAA posts start-up Events on a podVM's pod wherever it runs, with or
+	// without the remediation component; it never lists them.
+	if !e.can(t, "create", "", "events", "", "default") || e.can(t, "list", "", "events", "", "default") {
+		t.Error("CAA's ServiceAccount: want create on events, not list")
 	}
 
 	before := e.resourceVersions(t)
@@ -603,14 +605,16 @@ func (e *env) testGKEUbuntu(t *testing.T) {
 		want                      bool
 	}{
 		{"get", "", "nodes", "", "", true},
-		{"create", "", "events", "", "default", false}, // the sidecar's, not CAA's
+		{"create", "", "events", "", "default", true}, // start-up Events on the pod a podVM is for
+		{"list", "", "events", "", "default", false},
 		{"patch", "", "nodes", "status", "", true},
 		{"create", "confidentialcontainers.org", "peerpods", "", "ml", true},
 		{"get", "", "secrets", "", "ml", true},
 		{"list", "", "pods", "", "", true},
 		{"patch", "", "nodes", "", "", false},
 		{"list", "", "secrets", "", "ml", false},
-		{"create", "", "events", "", "kube-system", false},
+		{"patch", "", "events", "", "ml", true},
+		{"delete", "", "events", "", "ml", false},
 		{"delete", "", "pods", "", "ml", false},
 	} {
 		if got := e.can(t, c.verb, c.group, c.res, c.sub, c.ns); got != c.want {

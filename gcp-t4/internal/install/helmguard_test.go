@@ -3,12 +3,16 @@ package install
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
@@ -174,5 +178,51 @@ func TestHelmPostRendererAddsTheNodeSidecar(t *testing.T) {
 		if _, errs, err = postRender(t, strings.Fields(env)...); err == nil || !strings.Contains(errs, want) {
 			t.Errorf("%s: %v %s, want a refusal saying %q", env, err, errs, want)
 		}
+	}
+}
+
+// TestHelmPostRendererGrantsCAAEvents: the Helm path's ClusterRole for
+// what the gcp-t4 provider calls beyond upstream's chart
+// (install/helm/caa-provider-rbac.yaml) grants Events the verbs
+// install/base/rbac.yaml grants (create, get, patch: start-up Events on
+// the pod a podVM is for; no list, watch or delete) and the kube-system
+// read, bound to CAA's ServiceAccount in the release's namespace.
+func TestHelmPostRendererGrantsCAAEvents(t *testing.T) {
+	objs, errs, err := postRender(t)
+	if err != nil {
+		t.Fatalf("post-render: %v\n%s", err, errs)
+	}
+	var helmRole rbacv1.ClusterRole
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["ClusterRole/caa-gcp-t4-provider"], &helmRole); err != nil {
+		t.Fatalf("the Helm path's ClusterRole caa-gcp-t4-provider: %v (rendered: %v)", err, slices.Sorted(maps.Keys(objs)))
+	}
+	eventVerbs := func(rules []rbacv1.PolicyRule) []string {
+		var verbs []string
+		for _, r := range rules {
+			if slices.Contains(r.Resources, "events") {
+				verbs = append(verbs, r.Verbs...)
+			}
+		}
+		return verbs
+	}
+	want := []string{"create", "get", "patch"}
+	if got := eventVerbs(helmRole.Rules); !slices.Equal(got, want) {
+		t.Errorf("the Helm path grants CAA %v on events, want %v", got, want)
+	}
+	base := decode[rbacv1.ClusterRole](t, mustRender(t, Settings{Config: map[string]string{"GCP_PROJECT_ID": "p", "GCP_ZONE": "us-central1-a"}}), "ClusterRole", "caa-gcp-t4-cloud-api-adaptor")
+	if got := eventVerbs(base.Rules); !slices.Equal(got, want) {
+		t.Errorf("gcp-t4 install grants CAA %v on events, want %v", got, want)
+	}
+	if !slices.ContainsFunc(helmRole.Rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Equal(r.Resources, []string{"namespaces"}) && slices.Equal(r.ResourceNames, []string{"kube-system"}) && slices.Equal(r.Verbs, []string{"get"})
+	}) {
+		t.Errorf("the Helm path's ClusterRole lost the kube-system read (CAA's cluster ID check): %v", helmRole.Rules)
+	}
+	var binding rbacv1.ClusterRoleBinding
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["ClusterRoleBinding/caa-gcp-t4-provider"], &binding); err != nil {
+		t.Fatal(err)
+	}
+	if binding.RoleRef.Name != helmRole.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "cloud-api-adaptor" || binding.Subjects[0].Namespace != "peerpods" {
+		t.Errorf("binding %+v: want ClusterRole %s for ServiceAccount cloud-api-adaptor in the release's namespace peerpods", binding, helmRole.Name)
 	}
 }

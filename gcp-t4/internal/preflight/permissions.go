@@ -21,9 +21,11 @@ const (
 	// PodVMCondition limits the role's instance permissions to instances
 	// named as the provider names podVMs (util.GenerateInstanceName:
 	// "podvm-<pod>-<sandbox>"): without it, compute.instances.setMetadata
-	// on the project is root on every GKE node VM. Other resource types
-	// (disks, images, subnetworks, the project for lists) pass. Compute
-	// Engine evaluates resource.type and resource.name in IAM Conditions
+	// on the project is root on every GKE node VM, and
+	// compute.instances.getSerialPortOutput would read every VM's console.
+	// Other resource types (disks, images, subnetworks, the project for
+	// lists) pass. Compute Engine evaluates resource.type and
+	// resource.name in IAM Conditions
 	// (https://cloud.google.com/compute/docs/access/granting-access-to-resources#conditions).
 	PodVMCondition = `resource.type != "compute.googleapis.com/Instance" || resource.name.extract("/instances/{name}").startsWith("podvm-")`
 	actAs          = "iam.serviceAccounts.actAs"
@@ -51,6 +53,12 @@ var methodPermissions = map[string]string{
 	"images.getFromFamily":            "compute.images.getFromFamily",
 	"instanceTemplates.get":           "compute.instanceTemplates.get",
 	"regionInstanceTemplates.get":     "compute.instanceTemplates.get",
+	// The podVM's serial console, read while it starts (gpu-init's
+	// readiness line, failure lines) and before a podVM that failed is
+	// deleted (its last lines); instances.getSerialPortOutput reference
+	// (https://cloud.google.com/compute/docs/reference/rest/v1/instances/getSerialPortOutput,
+	// "IAM Permissions").
+	"instances.getSerialPortOutput": "compute.instances.getSerialPortOutput",
 }
 
 // insertPermissions are what an instances.insert body needs beyond
@@ -100,7 +108,7 @@ func insertPermissions(inst *computepb.Instance, template bool) []string {
 // ProviderPermissions is the custom role for cfg (and, with
 // GCP_INSTANCE_TEMPLATE, the template's properties): exactly what the
 // provider's calls need to create, verify, delete and list its own
-// podVMs, derived from the code paths the configuration takes. A test runs
+// podVMs and read their serial consoles, derived from the code paths the configuration takes. A test runs
 // the provider on gcefake for each configuration and checks this list
 // against the calls it records.
 func ProviderPermissions(cfg gcpt4.Config, tmpl *computepb.InstanceProperties) []string {
@@ -116,6 +124,13 @@ func ProviderPermissions(cfg gcpt4.Config, tmpl *computepb.InstanceProperties) [
 	// GCP_NETWORK_TAGS is empty.
 	add("compute.instances.create", "compute.instances.get", "compute.instances.delete", "compute.instances.list",
 		"compute.zoneOperations.get", "compute.acceleratorTypes.get", "compute.instances.setMetadata", "compute.instances.setLabels")
+	// Every configuration reads its podVMs' serial consoles: the readiness
+	// and failure lines become Events on the pod while a podVM starts, and
+	// a failed podVM's last lines are kept before it is deleted. Like every
+	// instance permission of the role, PodVMCondition limits it to podvm-*
+	// instances, so CAA reads no other VM's console (a node's console may
+	// carry what its boot printed).
+	add("compute.instances.getSerialPortOutput")
 	if len(cfg.NetworkTags) > 0 {
 		add("compute.instances.setTags")
 	}

@@ -5,6 +5,9 @@ import (
 	"io"
 	"log"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -210,5 +213,133 @@ func TestPermissionFixIsLeastPrivilege(t *testing.T) {
 	a, _ := find(rs, "actAs")
 	if !strings.Contains(a.Fix, "gcloud iam service-accounts add-iam-policy-binding podvm@demo-project.iam.gserviceaccount.com") {
 		t.Errorf("actAs fix %q: want a binding on the podVM account", a.Fix)
+	}
+	// The role the fix creates reads podVM consoles (start-up Events, a
+	// failed podVM's last lines), under the same podvm- condition.
+	if perms := createdRolePermissions(t, r.Fix, RoleID); !slices.Contains(perms, "compute.instances.getSerialPortOutput") {
+		t.Errorf("gcloud iam roles create %s grants %v: want compute.instances.getSerialPortOutput", RoleID, perms)
+	}
+}
+
+// createdRolePermissions is the --permissions list of the `gcloud iam roles
+// create ROLE` command in fix.
+func createdRolePermissions(t *testing.T, fix, role string) []string {
+	t.Helper()
+	_, cmd, ok := strings.Cut(fix, "gcloud iam roles create "+role+" ")
+	if !ok {
+		t.Fatalf("fix has no `gcloud iam roles create %s`:\n%s", role, fix)
+	}
+	cmd, _, _ = strings.Cut(cmd, " && ")
+	for _, arg := range strings.Fields(cmd) {
+		if list, ok := strings.CutPrefix(arg, "--permissions="); ok {
+			return strings.Split(list, ",")
+		}
+	}
+	t.Fatalf("`gcloud iam roles create %s` has no --permissions:\n%s", role, fix)
+	return nil
+}
+
+// roleConfigs are the configurations whose calls differ (as
+// TestRoleIsExactlyWhatTheProviderCalls runs them), with the template's
+// properties where one is used.
+func roleConfigs(fake *gcefake.Server) map[string]struct {
+	cfg  gcpt4.Config
+	tmpl *computepb.InstanceProperties
+} {
+	type c = struct {
+		cfg  gcpt4.Config
+		tmpl *computepb.InstanceProperties
+	}
+	out := map[string]c{}
+	with := func(name string, f func(*gcpt4.Config), tmpl *computepb.InstanceProperties) {
+		cfg := baseConfig(fake)
+		if f != nil {
+			f(&cfg)
+		}
+		out[name] = c{cfg, tmpl}
+	}
+	with("image and subnetwork", nil, nil)
+	with("image family, network only", func(c *gcpt4.Config) {
+		c.ImageName, c.Subnetwork = "projects/demo-project/global/images/family/podvm-t4", ""
+	}, nil)
+	with("service account", func(c *gcpt4.Config) { c.ServiceAccount = "podvm@demo-project.iam.gserviceaccount.com" }, nil)
+	with("zones auto", func(c *gcpt4.Config) { c.FallbackZones = []string{gcpt4.ZonesAuto} }, nil)
+	with("no network tags", func(c *gcpt4.Config) { c.NetworkTags = nil }, nil)
+	with("template", func(c *gcpt4.Config) { c.ImageName, c.Network, c.Subnetwork, c.InstanceTemplate = "", "", "", "t4" },
+		&computepb.InstanceProperties{NetworkInterfaces: []*computepb.NetworkInterface{{Subnetwork: proto.String("regions/us-central1/subnetworks/default")}}})
+	return out
+}
+
+// TestRoleReadsPodVMConsoles: every configuration's role holds
+// compute.instances.getSerialPortOutput, the permission Compute Engine
+// checks for instances.getSerialPortOutput (the provider reads gpu-init's
+// readiness line and failure lines from a starting podVM's console, and a
+// failed podVM's last lines before deleting it); the reaper, which only
+// lists and deletes, does not get it.
+func TestRoleReadsPodVMConsoles(t *testing.T) {
+	const perm = "compute.instances.getSerialPortOutput"
+	if got := methodPermissions["instances.getSerialPortOutput"]; got != perm {
+		t.Errorf("methodPermissions maps instances.getSerialPortOutput to %q, want %s", got, perm)
+	}
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	for name, c := range roleConfigs(fake) {
+		if role := ProviderPermissions(c.cfg, c.tmpl); !slices.Contains(role, perm) {
+			t.Errorf("%s: role %v lacks %s", name, role, perm)
+		}
+	}
+	if slices.Contains(ReaperPermissions, perm) || strings.Contains(ReaperRoleFix("p", ""), perm) {
+		t.Errorf("the reaper's role %v reads consoles; it only lists and deletes", ReaperPermissions)
+	}
+}
+
+// TestDocsListTheRolesPermissions: docs/preflight.md's `permissions
+// serviceAccount:CAA` row names every permission the role holds in every
+// configuration (short forms: instances.X as X, compute. dropped; a/b/c
+// lists alternatives), and
+// docs/install.md says why the role reads consoles.
+func TestDocsListTheRolesPermissions(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "preflight.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The row's list: "(`ProviderPermissions`: create, get, …; depending
+	// on the settings disks.create and images.get/getFromFamily/…)".
+	var listed []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if _, rest, ok := strings.Cut(line, "| `permissions serviceAccount:CAA` | "); ok {
+			if _, list, ok := strings.Cut(rest, "(`ProviderPermissions`: "); ok {
+				list, _, _ = strings.Cut(list, " | ")
+				listed = regexp.MustCompile(`[A-Za-z.]+`).FindAllString(list, -1)
+			}
+		}
+	}
+	if len(listed) == 0 {
+		t.Fatal("docs/preflight.md has no `permissions serviceAccount:CAA` row listing (`ProviderPermissions`: …)")
+	}
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	common := map[string]int{}
+	configs := roleConfigs(fake)
+	for _, c := range configs {
+		for _, p := range ProviderPermissions(c.cfg, c.tmpl) {
+			common[p]++
+		}
+	}
+	for p, n := range common {
+		if n != len(configs) {
+			continue
+		}
+		short := strings.TrimPrefix(strings.TrimPrefix(p, "compute."), "instances.")
+		if !slices.Contains(listed, short) {
+			t.Errorf("docs/preflight.md's permissions row lists %v, not %s (%s, held in every configuration)", listed, short, p)
+		}
+	}
+	install, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(install), "`compute.instances.getSerialPortOutput`") {
+		t.Error("docs/install.md does not say why the role holds compute.instances.getSerialPortOutput")
 	}
 }

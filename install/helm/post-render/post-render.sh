@@ -13,7 +13,8 @@
 # remediation component's node selection), the quota system-node-critical
 # needs outside kube-system, CAA's Secrets access narrowed to get, and the
 # podVM reaper (install/components/reaper) with the chart's image and
-# namespace, CAA's read of kube-system's UID (caa-cluster-id-rbac.yaml), the
+# namespace, what the gcp-t4 provider calls that the chart does not grant
+# (caa-provider-rbac.yaml: kube-system's UID, the Events on a podVM's pod), the
 # cost guard (install/components/cost-guard; COST_GUARD=off leaves it out)
 # and the node sidecar (install/components/gke-remediation; REMEDIATION=off
 # leaves it out, CREATE_CONTAINER_TIMEOUT sets its kata-remote bound).
@@ -118,7 +119,7 @@ if [ -n "$components" ]; then
 	done
 fi
 cp "$repo/install/base/resourcequota.yaml" "$work/resourcequota.yaml"
-cp "$repo/install/helm/caa-cluster-id-rbac.yaml" "$work/caa-cluster-id-rbac.yaml"
+cp "$repo/install/helm/caa-provider-rbac.yaml" "$work/caa-provider-rbac.yaml"
 for f in peerpod-crd rbac deployment networkpolicy; do
 	cp "$repo/install/components/reaper/$f.yaml" "$work/reaper-$f.yaml"
 done

@@ -40,6 +40,7 @@ var knownPermissions = []string{
 	"compute.instances.create",
 	"compute.instances.delete",
 	"compute.instances.get",
+	"compute.instances.getSerialPortOutput",
 	"compute.instances.list",
 	"compute.instances.setLabels",
 	"compute.instances.setMetadata",
