@@ -2,8 +2,11 @@ package preflight
 
 import (
 	"context"
-	"io"
-	"log"
+	"encoding/pem"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -109,7 +112,6 @@ func TestRoleIsExactlyWhatTheProviderCalls(t *testing.T) {
 			// Inserts may attach only a service account that exists.
 			fake.AddServiceAccount(sa)
 			cfg := baseConfig(fake)
-			cfg.Endpoint = ""
 			// The second create names an image by annotation, which the
 			// admin must allow (GCP_ALLOWED_IMAGES).
 			cfg.AllowedImages = []string{"projects/demo-project/global/images/podvm-t4"}
@@ -127,10 +129,9 @@ func TestRoleIsExactlyWhatTheProviderCalls(t *testing.T) {
 				c.mutate(&cfg)
 			}
 			ctx := context.Background()
-			p, err := gcpt4.NewProvider(ctx, cfg, log.New(io.Discard, "", 0), fake.ClientOptions()...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			// Started as CAA starts it, with a cluster to tell pods their
+			// podVMs' start-up: it then reads podVM consoles too.
+			p := startAsCAA(t, cfg)
 			defer p.Teardown()
 			if err := p.ConfigVerifier(); err != nil {
 				t.Fatal(err)
@@ -342,4 +343,35 @@ func TestDocsListTheRolesPermissions(t *testing.T) {
 	if !strings.Contains(string(install), "`compute.instances.getSerialPortOutput`") {
 		t.Error("docs/install.md does not say why the role holds compute.instances.getSerialPortOutput")
 	}
+}
+
+// startAsCAA starts the provider as CAA's Manager does, with a stand-in
+// for the cluster's API that answers what the provider asks of it: the
+// kube-system namespace (the cluster ID check), Events (accepted) and
+// pods (gone, which ends a podVM's boot watch). The API server itself is
+// exercised in internal/gc's start-up scenario; this test is about the
+// calls the provider makes to GCE.
+func startAsCAA(t *testing.T, cfg gcpt4.Config) *gcpt4.Provider {
+	t.Helper()
+	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/kube-system":
+			fmt.Fprintf(w, `{"metadata":{"name":"kube-system","uid":%q}}`, cfg.ClusterID)
+		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/events"):
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, `{}`)
+		default:
+			http.Error(w, `{"message":"not found"}`, http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(api.Close)
+	var m gcpt4.Manager
+	m.ParseCmd(flag.NewFlagSet("cloud-api-adaptor", flag.ContinueOnError))
+	*m.GetConfig() = cfg
+	cluster := gcpt4.ClusterAPI{URL: api.URL, Token: "t", CAPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw})}
+	p, err := m.Start(context.Background(), func() (gcpt4.ClusterAPI, error) { return cluster, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

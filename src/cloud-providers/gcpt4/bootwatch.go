@@ -51,7 +51,6 @@ type bootWatch struct {
 	vm      podVM
 	zone    string
 	ip      string
-	gpus    int64
 	created time.Time
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -159,7 +158,7 @@ func (p *Provider) readConsole(ctx context.Context, w *bootWatch) {
 			w.mu.Lock()
 			w.noConsole = true
 			w.mu.Unlock()
-			p.log.Printf("pod %s/%s, podVM %s: reading its serial console was refused (%v): grant compute.instances.getSerialPortOutput on podvm-* instances (gcp-t4 preflight prints the role); its boot is not reported on the pod", w.vm.namespace, w.vm.podName, w.vm.name, err)
+			p.log.Printf("%s, podVM %s: reading its serial console was refused (%v): grant compute.instances.getSerialPortOutput on podvm-* instances (gcp-t4 preflight prints the role); its boot is not reported on the pod", w.vm.podRef(), w.vm.name, err)
 		}
 		return
 	}
@@ -188,7 +187,7 @@ func (p *Provider) consoleGone(ctx context.Context, w *bootWatch) {
 	w.failed = true
 	msg := fmt.Sprintf("%s (podVM %s is %s): a Spot preemption, or its boot failed and it powered itself off; GCE serves no console of a stopped VM, so %s",
 		failureTitle(FailureStopped), w.vm.name, inst.GetStatus(), consoleFacts(w.console.lastLines()))
-	p.log.Printf("pod %s/%s, podVM %s: %s", w.vm.namespace, w.vm.podName, w.vm.name, msg)
+	p.log.Printf("%s, podVM %s: %s", w.vm.podRef(), w.vm.name, msg)
 	p.events.record(podEvent{namespace: w.vm.namespace, pod: w.vm.podName, podVM: w.vm.name, phase: PhaseFailed, warning: true, at: time.Now(),
 		annotations: map[string]string{EventFailureAnnotation: FailureStopped, EventZoneAnnotation: w.zone}, message: msg})
 }
@@ -227,7 +226,7 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 		return
 	}
 	if ev.phase == PhaseFailed {
-		p.log.Printf("pod %s/%s, podVM %s: %s", w.vm.namespace, w.vm.podName, w.vm.name, ev.message)
+		p.log.Printf("%s, podVM %s: %s", w.vm.podRef(), w.vm.name, ev.message)
 	}
 	p.events.record(ev)
 }
@@ -353,7 +352,7 @@ func (p *Provider) beforeDelete(ctx context.Context, zone, name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	tail := w.console.lastLines()
-	p.log.Printf("pod %s/%s, podVM %s is deleted before its agent was reached; %s", w.vm.namespace, w.vm.podName, name, consoleFacts(tail))
+	p.log.Printf("%s, podVM %s is deleted before its agent was reached; %s", w.vm.podRef(), name, consoleFacts(tail))
 	if w.failed {
 		return
 	}
@@ -386,4 +385,13 @@ func (p *Provider) stopWatches() {
 	for _, n := range names {
 		p.stopWatch(n)
 	}
+}
+
+// podRef names the pod in log lines: namespace/name, or the name alone
+// when CAA's cloud-config did not say the namespace.
+func (vm podVM) podRef() string {
+	if vm.namespace == "" {
+		return "pod " + vm.podName
+	}
+	return "pod " + vm.namespace + "/" + vm.podName
 }

@@ -374,11 +374,11 @@ func (r *eventRecorder) post(ctx context.Context, ev podEvent) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case status == http.StatusCreated || status == http.StatusOK:
+	switch status {
+	case http.StatusCreated, http.StatusOK:
 		r.posted[key] = &postedEvent{name: name, count: 1, zones: zonesOf(ev)}
 		return nil
-	case status == http.StatusConflict:
+	case http.StatusConflict:
 		// Posted before this process started (or by a create retried
 		// after a restart): one Event per phase, so update it, or leave
 		// it for a phase that happens once.
