@@ -12,6 +12,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeletstandin"
 	"github.com/caa-gcp-t4/test/controlplane"
 	appsv1 "k8s.io/api/apps/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -121,6 +122,7 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 	expect(t, rs, "runtime handler kata-remote", Fail, "gke-pool-2", "logs ds/cloud-api-adaptor-daemonset")
 	expect(t, rs, "daemonset", Fail, "1 of 2 pods ready", "rollout status")
 	expect(t, rs, "rbac "+ns+"/cloud-api-adaptor", Fail, "may not get pods, list pods, get nodes, patch nodes/status, create peerpods", "gcp-t4 install --namespace "+ns)
+	expect(t, rs, "rbac "+ns+"/cloud-api-adaptor events", Warn, "may not create, get, patch events: podVM start-up phases will not show on pods", "caa-provider-rbac.yaml")
 	// The firewall checks used the subnet of the nodes' InternalIPs.
 	expect(t, rs, "firewall tcp:15150 nodes→podVMs", Pass, "default-allow-internal (nodes: node subnet default 10.128.0.0/20)", "")
 	if r, _ := find(rs, "firewall tcp:15150"); strings.Contains(r.Detail, "assumed") {
@@ -146,8 +148,15 @@ func TestClusterChecksOnARealAPIServer(t *testing.T) {
 	_, err = cs.AppsV1().DaemonSets(ns).UpdateStatus(c, ds, metav1.UpdateOptions{})
 	must(err)
 	binding.Subjects[0].Namespace = ns
+	role, err := cs.RbacV1().ClusterRoles().Get(c, "caa", metav1.GetOptions{})
+	must(err)
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "get", "patch"}})
+	_, err = cs.RbacV1().ClusterRoles().Update(c, role, metav1.UpdateOptions{})
+	must(err)
 	_, err = cs.RbacV1().ClusterRoleBindings().Update(c, binding, metav1.UpdateOptions{})
 	must(err)
+	// The authorizer learns RBAC changes from a watch: wait until it has.
+	must(cp.WaitForAccess(c, "system:serviceaccount:"+ns+":cloud-api-adaptor", authzv1.ResourceAttributes{Verb: "patch", Resource: "events", Namespace: "default"}, authzv1.ResourceAttributes{Verb: "list", Resource: "pods"}))
 	for _, k := range kubelets {
 		k.Set("30m0s")
 	}

@@ -52,6 +52,9 @@ func (c *Cluster) Run(ctx context.Context) []Result {
 	if r, ok := c.checkRBAC(ctx); ok {
 		rs = append(rs, r)
 	}
+	if r, ok := c.checkEventRBAC(ctx); ok {
+		rs = append(rs, r)
+	}
 	if r, ok := c.checkClusterID(ctx); ok {
 		rs = append(rs, r)
 	}
@@ -135,6 +138,37 @@ func (c *Cluster) checkRBAC(ctx context.Context) (Result, bool) {
 			"CAA's ServiceAccount may not %s", strings.Join(denied, ", ")), true
 	}
 	return pass(check, "CAA's ServiceAccount holds what CAA calls"), true
+}
+
+// checkEventRBAC: without create, get and patch on Events, CAA still
+// creates podVMs but its start-up Events are refused, and a waiting pod
+// says only ContainerCreating again: a warning, not a failure.
+func (c *Cluster) checkEventRBAC(ctx context.Context) (Result, bool) {
+	ds, err := c.Client.AppsV1().DaemonSets(c.Namespace).Get(ctx, c.DaemonSet, metav1.GetOptions{})
+	if err != nil {
+		return Result{}, false
+	}
+	sa := ds.Spec.Template.Spec.ServiceAccountName
+	check := fmt.Sprintf("rbac %s/%s events", c.Namespace, sa)
+	user := "system:serviceaccount:" + c.Namespace + ":" + sa
+	var denied []string
+	for _, verb := range []string{"create", "get", "patch"} {
+		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: user,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + c.Namespace, "system:authenticated"},
+			ResourceAttributes: &authzv1.ResourceAttributes{Verb: verb, Resource: "events"}}}
+		out, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			return Result{}, false
+		}
+		if !out.Status.Allowed {
+			denied = append(denied, verb)
+		}
+	}
+	if len(denied) > 0 {
+		return warn(check, "gcp-t4 install   # or kubectl apply -k install/overlays/gcp-t4; on the Helm path apply install/helm/caa-provider-rbac.yaml (docs/install.md, \"What the adaptor may do in the cluster\")",
+			"CAA's ServiceAccount may not %s events: podVM start-up phases will not show on pods (docs/startup-visibility.md)", strings.Join(denied, ", ")), true
+	}
+	return pass(check, "CAA may record start-up Events on pods"), true
 }
 
 // peerPodNodes are the nodes the CAA DaemonSet selects (all nodes when it
