@@ -98,7 +98,7 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 	if !reaper {
 		// The reaper's pod has peer-pods-cm in its env; a person running
 		// gc has it in the cluster.
-		filled, source, err := fromCluster(ctx, fs, kube, caaNamespace)
+		filled, source, err := FromCluster(ctx, fs, kube, caaNamespace)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return 2
@@ -161,6 +161,9 @@ func loop(ctx context.Context, c *Collector, kube kubernetes.Interface, interval
 		report.Events = &Events{Client: kube, Now: time.Now, Log: logger,
 			Pod: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Name: name, Namespace: ns, UID: types.UID(os.Getenv("POD_UID"))}}
 	}
+	// Start-up metrics from the provider's Events; only what ends after
+	// this start counts (Startup.Since).
+	report.Startup = &Startup{Client: kube, Metrics: m, Log: logger, Since: time.Now()}
 	c.Observer = report
 	if metricsAddr != "" {
 		l, err := net.Listen("tcp", metricsAddr)

@@ -254,7 +254,7 @@ func TestReaperCanOnlyWhatItNeeds(t *testing.T) {
 		t.Errorf("namespaces: resource names %q, want [kube-system] only", names["namespaces"])
 	}
 	want := map[string]string{
-		"events":                              "[create]",
+		"events":                              "[create list]",
 		"pods":                                "[list]",
 		"peerpods.confidentialcontainers.org": "[list patch]",
 		"namespaces":                          "[get]",

@@ -11,6 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 )
 
 // Metrics are the reaper's Prometheus metrics (docs/reaper.md
@@ -27,6 +30,13 @@ type Metrics struct {
 	lastSuccess    prometheus.Gauge
 	otherClusters  prometheus.Gauge
 	unownedAge     prometheus.Gauge
+
+	// Start-ups, from the provider's Events (Startup).
+	startup             *prometheus.HistogramVec
+	stockouts           *prometheus.CounterVec
+	quotaRefusals       *prometheus.CounterVec
+	failures            *prometheus.CounterVec
+	startupListFailures prometheus.Counter
 
 	mu   sync.Mutex
 	seen map[string]bool
@@ -54,9 +64,30 @@ func NewMetrics() *Metrics {
 			Help: "PodVMs in the project labelled with another cluster's ID (never touched)."}),
 		unownedAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gcp_t4_reaper_unowned_oldest_age_seconds",
 			Help: "Age of the oldest unowned podVM (a live pod's VM that no PeerPod names) at the last pass; 0 when there is none."}),
+		startup: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gcp_t4_reaper_podvm_startup_seconds",
+			Help:    "PodVM start-ups from the provider's Events, by span: create (requested to created), boot (created to booted), agent (booted to reachable), total (requested to reachable or failed).",
+			Buckets: startupBuckets}, []string{"phase"}),
+		stockouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gcp_t4_reaper_podvm_zone_stockouts_total",
+			Help: "Zones a podVM's create found out of capacity, by zone and accelerator (\"\" for none)."}, []string{"zone", "gpu"}),
+		quotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gcp_t4_reaper_podvm_quota_refusals_total",
+			Help: "PodVM creates a GCE quota refused, by region and quota metric."}, []string{"region", "metric"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gcp_t4_reaper_podvm_failures_total",
+			Help: "PodVM start-ups that failed, by failure class."}, []string{"failure"}),
+		startupListFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "gcp_t4_reaper_startup_event_list_failures_total",
+			Help: "Listings of the start-up Events that failed (the start-up metrics skipped that pass; clean-up is not affected)."}),
 		seen: map[string]bool{},
 	}
-	m.Registry.MustRegister(m.podVMs, m.orphansSeen, m.deleted, m.deleteFailures, m.released, m.passes, m.lastSuccess, m.otherClusters, m.unownedAge)
+	m.Registry.MustRegister(m.podVMs, m.orphansSeen, m.deleted, m.deleteFailures, m.released, m.passes, m.lastSuccess, m.otherClusters, m.unownedAge,
+		m.startup, m.stockouts, m.quotaRefusals, m.failures, m.startupListFailures)
+	// Every span and failure class from zero, so that rate() and
+	// increase() see the first one.
+	for _, span := range timeline.Spans {
+		m.startup.WithLabelValues(span)
+	}
+	for _, class := range []string{gcpt4.FailureNotAllowed, gcpt4.FailureNoCapacity, gcpt4.FailureQuota, gcpt4.FailureCreate, gcpt4.FailureBoot,
+		gcpt4.FailureGPU, gcpt4.FailureCDH, gcpt4.FailureAgentUnreachable, gcpt4.FailureNotReady} {
+		m.failures.WithLabelValues(class)
+	}
 	for _, v := range []Verdict{InUse, Creating, TooYoung, Orphan, Unowned, Unidentified, Deleted, DeleteErr} {
 		m.podVMs.WithLabelValues(string(v))
 	}
@@ -196,10 +227,13 @@ func (e *Events) emit(ctx context.Context, obj corev1.ObjectReference, typ, reas
 	}
 }
 
-// Report is the Observer of the reaper Deployment: metrics, then Events.
+// Report is the Observer of the reaper Deployment: metrics, then Events,
+// then the start-up metrics (after the pass's deletes, so that a slow or
+// refused listing of Events never holds up a clean-up).
 type Report struct {
 	Metrics *Metrics
 	Events  *Events
+	Startup *Startup
 	Now     func() time.Time
 }
 
@@ -210,5 +244,8 @@ func (r Report) Pass(ctx context.Context, p Pass, err error) {
 	}
 	if r.Events != nil && err == nil {
 		r.Events.Emit(ctx, p)
+	}
+	if r.Startup != nil {
+		r.Startup.Pass(ctx)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // upstream's chart): its envFrom names the peer-pods-cm CAA reads.
 const caaDaemonSet = "cloud-api-adaptor-daemonset"
 
-// fromCluster fills the provider flags (and -grace) that neither the
+// FromCluster fills the provider flags (and -grace) that neither the
 // command line nor the environment set from the peer-pods-cm the
 // installed CAA DaemonSet reads, as `gcp-t4 uninstall` does, so `gcp-t4 gc
 // -kubeconfig K` judges exactly the VMs CAA and the reaper create: the
@@ -25,7 +25,8 @@ const caaDaemonSet = "cloud-api-adaptor-daemonset"
 // empty then is this cluster's own, the kube-system namespace's UID
 // (what VerifyClusterID requires anyway). It returns what it filled, for
 // the user to see; with no CAA installed it fills nothing but the ID.
-func fromCluster(ctx context.Context, fs *flag.FlagSet, cs kubernetes.Interface, namespace string) (filled []string, source string, err error) {
+// `gcp-t4 status -gce` asks GCE with the same settings.
+func FromCluster(ctx context.Context, fs *flag.FlagSet, cs kubernetes.Interface, namespace string) (filled []string, source string, err error) {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	unset := func(flagName, env string) bool {

@@ -34,3 +34,17 @@ func Load(path, context, userAgent string) (*rest.Config, error) {
 	cfg.UserAgent = userAgent
 	return cfg, nil
 }
+
+// Namespace is the namespace a command acts in when it is given none, as
+// kubectl picks it: the kubeconfig context's (path and context as Load
+// takes them), else "default"; in a pod without a kubeconfig, the pod's
+// own.
+func Namespace(path, context string) (string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).Namespace()
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig: the current namespace: %w (pass -n)", err)
+	}
+	return ns, nil
+}

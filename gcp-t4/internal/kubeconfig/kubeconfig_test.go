@@ -48,3 +48,20 @@ func TestLoadMissingFileSaysWhatToDo(t *testing.T) {
 		t.Fatalf("want an error naming the fix, got %v", err)
 	}
 }
+
+// TestNamespaceIsTheContexts: a command without -n acts in the context's
+// namespace, as kubectl does, and in "default" when the context names none.
+func TestNamespaceIsTheContexts(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	path := filepath.Join(t.TempDir(), "config")
+	withNS := strings.Replace(twoContexts, "context: {cluster: b, user: u}", "context: {cluster: b, user: u, namespace: ml}", 1)
+	if err := os.WriteFile(path, []byte(withNS), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ns, err := Namespace(path, ""); err != nil || ns != "default" {
+		t.Errorf("ctx-a: %q, %v; want default", ns, err)
+	}
+	if ns, err := Namespace(path, "ctx-b"); err != nil || ns != "ml" {
+		t.Errorf("ctx-b: %q, %v; want ml", ns, err)
+	}
+}

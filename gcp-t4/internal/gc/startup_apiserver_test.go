@@ -1,0 +1,132 @@
+package gc
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+)
+
+// TestStartupMetricsOnARealAPIServer: the reaper, as its own
+// ServiceAccount with install/components/reaper/rbac.yaml, lists the
+// start-up Events of every namespace each pass and serves the start-up
+// metrics; a scrape of /metrics shows each podVM's spans once, its zones
+// out of stock, its quota refusal and its failure, however many passes
+// ran.
+func TestStartupMetricsOnARealAPIServer(t *testing.T) {
+	k := startKube(t)
+	k.applyRBAC(t, "install/components/reaper/rbac.yaml")
+	api := k.podAPI(t, "caa-gcp-t4-reaper")
+	reaper := kubernetes.NewForConfigOrDie(&rest.Config{Host: api.URL, BearerToken: api.Token, TLSClientConfig: rest.TLSClientConfig{CAData: api.CAPEM}})
+
+	start := time.Now().UTC().Truncate(time.Second)
+	cuda := startupOf("ml", "cuda-0", "podvm-cuda-0-aaaa0000", start)
+	train := startupOf("research", "train-0", "podvm-train-0-bbbb0000", start)
+	cpu := timelinetest.Startup{Namespace: "web", Pod: "api-0", PodVM: "podvm-api-0-cccc0000", Start: start, Zone: "us-east1-c", MachineType: "e2-standard-4", Model: "STANDARD", Price: "0.134"}
+	for _, ns := range []string{"ml", "research", "web"} {
+		k.namespace(t, ns)
+	}
+	record := func(evs ...timelinetest.Event) {
+		t.Helper()
+		if err := timelinetest.Record(t.Context(), k.cs, evs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record(
+		cuda.Phase(gcpt4.PhaseRequested, 0, nil),
+		cuda.Phase(gcpt4.PhaseStockout, 3*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-a"}),
+		cuda.Phase(gcpt4.PhaseStockout, 9*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-b"}),
+		cuda.Phase(gcpt4.PhaseCreated, 41*time.Second, map[string]string{gcpt4.EventZoneAnnotation: "us-central1-f"}),
+		cuda.Phase(gcpt4.PhaseBooted, 104*time.Second, nil),
+		cuda.Phase(gcpt4.PhaseReachable, 110*time.Second, nil),
+		train.Phase(gcpt4.PhaseRequested, 0, nil),
+		train.Phase(gcpt4.PhaseQuota, 2*time.Second, map[string]string{gcpt4.EventRegionAnnotation: "us-central1", gcpt4.EventQuotaMetricAnnotation: "NVIDIA_T4_GPUS"}),
+		train.Phase(gcpt4.PhaseFailed, 3*time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureNoCapacity}),
+		cpu.Phase(gcpt4.PhaseRequested, 0, nil),
+		cpu.Phase(gcpt4.PhaseStockout, time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-east1-c"}),
+		cpu.Phase(gcpt4.PhaseCreated, 20*time.Second, map[string]string{gcpt4.EventZoneAnnotation: "us-east1-d"}),
+	)
+	// The kubelet's Events on the same pod: not the reaper's to read.
+	if _, err := k.cs.CoreV1().Events("ml").Create(t.Context(), &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "cuda-0.scheduled", Namespace: "ml"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ml", Name: "cuda-0"}, Reason: "Scheduled", Message: "assigned", Type: corev1.EventTypeNormal},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	m := NewMetrics()
+	now := func() time.Time { return start.Add(time.Hour) }
+	c := &Collector{VMs: &recordingVMs{}, Cluster: newMemCluster(), Policy: DefaultPolicy(), Delete: true, Now: now, Log: quiet(),
+		Observer: Report{Metrics: m, Now: now, Startup: &Startup{Client: reaper, Metrics: m, Log: quiet(), Since: start.Add(-time.Minute)}}}
+	srv := httptest.NewServer(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	for range 3 {
+		if _, err := c.Run(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	const counters = `
+# HELP gcp_t4_reaper_podvm_quota_refusals_total PodVM creates a GCE quota refused, by region and quota metric.
+# TYPE gcp_t4_reaper_podvm_quota_refusals_total counter
+gcp_t4_reaper_podvm_quota_refusals_total{metric="NVIDIA_T4_GPUS",region="us-central1"} 1
+# HELP gcp_t4_reaper_podvm_zone_stockouts_total Zones a podVM's create found out of capacity, by zone and accelerator ("" for none).
+# TYPE gcp_t4_reaper_podvm_zone_stockouts_total counter
+gcp_t4_reaper_podvm_zone_stockouts_total{gpu="",zone="us-east1-c"} 1
+gcp_t4_reaper_podvm_zone_stockouts_total{gpu="nvidia-tesla-t4",zone="us-central1-a"} 1
+gcp_t4_reaper_podvm_zone_stockouts_total{gpu="nvidia-tesla-t4",zone="us-central1-b"} 1
+# HELP gcp_t4_reaper_startup_event_list_failures_total Listings of the start-up Events that failed (the start-up metrics skipped that pass; clean-up is not affected).
+# TYPE gcp_t4_reaper_startup_event_list_failures_total counter
+gcp_t4_reaper_startup_event_list_failures_total 0
+`
+	if err := testutil.ScrapeAndCompare(srv.URL, strings.NewReader(counters), "gcp_t4_reaper_podvm_quota_refusals_total",
+		"gcp_t4_reaper_podvm_zone_stockouts_total", "gcp_t4_reaper_startup_event_list_failures_total"); err != nil {
+		t.Error(err)
+	}
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scrape := string(body)
+	for _, line := range []string{
+		// cuda-0 (41 s) and api-0 (20 s) were created.
+		`gcp_t4_reaper_podvm_startup_seconds_count{phase="create"} 2`,
+		`gcp_t4_reaper_podvm_startup_seconds_sum{phase="create"} 61`,
+		`gcp_t4_reaper_podvm_startup_seconds_bucket{phase="create",le="20"} 1`,
+		`gcp_t4_reaper_podvm_startup_seconds_bucket{phase="create",le="45"} 2`,
+		`gcp_t4_reaper_podvm_startup_seconds_count{phase="boot"} 1`,
+		`gcp_t4_reaper_podvm_startup_seconds_sum{phase="boot"} 63`,
+		`gcp_t4_reaper_podvm_startup_seconds_count{phase="agent"} 1`,
+		`gcp_t4_reaper_podvm_startup_seconds_sum{phase="agent"} 6`,
+		// cuda-0 reachable at 110 s, train-0 failed at 3 s.
+		`gcp_t4_reaper_podvm_startup_seconds_count{phase="total"} 2`,
+		`gcp_t4_reaper_podvm_startup_seconds_sum{phase="total"} 113`,
+		`gcp_t4_reaper_podvm_startup_seconds_bucket{phase="total",le="5"} 1`,
+		`gcp_t4_reaper_podvm_failures_total{failure="no-capacity"} 1`,
+		`gcp_t4_reaper_podvm_failures_total{failure="boot-failed"} 0`,
+		`gcp_t4_reaper_passes_total{result="ok"} 3`,
+	} {
+		if !strings.Contains(scrape, line+"\n") {
+			t.Errorf("the scrape lacks %s", line)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scrape:\n%s", scrape)
+	}
+}

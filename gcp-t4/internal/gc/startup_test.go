@@ -1,0 +1,216 @@
+package gc
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
+	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+)
+
+func startupOf(ns, pod, podVM string, start time.Time) timelinetest.Startup {
+	return timelinetest.Startup{Namespace: ns, Pod: pod, PodVM: podVM, Start: start, Zone: "us-central1-a", MachineType: "n1-standard-4",
+		GPU: "nvidia-tesla-t4", GPUCount: "1", Model: "SPOT", Price: "0.17701"}
+}
+
+func build(evs ...timelinetest.Event) []timeline.Timeline {
+	objs := make([]corev1.Event, 0, len(evs))
+	for _, e := range evs {
+		objs = append(objs, *e.Object())
+	}
+	return timeline.Build(objs, timeline.Options{})
+}
+
+func histCount(t *testing.T, m *Metrics, span string) (uint64, float64) {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "gcp_t4_reaper_podvm_startup_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "phase" && l.GetValue() == span {
+					return mt.GetHistogram().GetSampleCount(), mt.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	t.Fatalf("no histogram series for phase %s", span)
+	return 0, 0
+}
+
+// TestStartupObservedOnce: each span of a podVM is observed once however
+// many passes see its Events, as each new zone of its stockouts, its
+// quota refusal and its failure; a podVM whose Events are gone is
+// forgotten; what ended before the reaper started is not counted.
+func TestStartupObservedOnce(t *testing.T) {
+	m := NewMetrics()
+	s := &Startup{Metrics: m, Log: quiet(), Since: t0}
+	a := startupOf("ml", "cuda-0", "podvm-cuda-0-aaaa0000", t0.Add(time.Minute))
+	b := startupOf("ml", "train-0", "podvm-train-0-bbbb0000", t0.Add(time.Minute))
+	old := startupOf("ml", "old-0", "podvm-old-0-cccc0000", t0.Add(-10*time.Minute))
+
+	first := []timelinetest.Event{
+		a.Phase(gcpt4.PhaseRequested, 0, nil),
+		a.Phase(gcpt4.PhaseStockout, 2*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-a"}),
+		a.Phase(gcpt4.PhaseCreated, 40*time.Second, nil),
+		b.Phase(gcpt4.PhaseRequested, 0, nil),
+		b.Phase(gcpt4.PhaseQuota, time.Second, map[string]string{gcpt4.EventRegionAnnotation: "us-central1", gcpt4.EventQuotaMetricAnnotation: "NVIDIA_T4_GPUS"}),
+		b.Phase(gcpt4.PhaseFailed, 3*time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureNoCapacity}),
+		// Reached before this reaper started: its predecessor counted it.
+		old.Phase(gcpt4.PhaseRequested, 0, nil),
+		old.Phase(gcpt4.PhaseStockout, time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-east1-c"}),
+		old.Phase(gcpt4.PhaseCreated, 30*time.Second, nil),
+	}
+	for range 3 {
+		s.Observe(build(first...))
+	}
+	if n, sum := histCount(t, m, timeline.Create); n != 1 || sum != 40 {
+		t.Errorf("create: %d samples summing %v, want cuda-0's 40 s once (old-0's ended before the reaper started)", n, sum)
+	}
+	if n, sum := histCount(t, m, timeline.Total); n != 1 || sum != 3 {
+		t.Errorf("total: %d samples summing %v, want train-0's failure at 3 s once", n, sum)
+	}
+	if got := testutil.ToFloat64(m.stockouts.WithLabelValues("us-central1-a", "nvidia-tesla-t4")); got != 1 {
+		t.Errorf("stockouts in us-central1-a = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.stockouts.WithLabelValues("us-east1-c", "nvidia-tesla-t4")); got != 0 {
+		t.Errorf("stockouts in us-east1-c = %v, want 0 (before this reaper)", got)
+	}
+	if got := testutil.ToFloat64(m.quotaRefusals.WithLabelValues("us-central1", "NVIDIA_T4_GPUS")); got != 1 {
+		t.Errorf("quota refusals = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.failures.WithLabelValues(gcpt4.FailureNoCapacity)); got != 1 {
+		t.Errorf("failures no-capacity = %v, want 1", got)
+	}
+
+	// cuda-0 goes on: a second zone out (the stockout Event updated, both
+	// zones listed), booted, reachable; old-0 boots after the start.
+	stock := a.Phase(gcpt4.PhaseStockout, 9*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-a,us-central1-b"})
+	stock.Count = 2
+	second := append(first[:1:1], stock, first[2],
+		a.Phase(gcpt4.PhaseBooted, 100*time.Second, nil), a.Phase(gcpt4.PhaseReachable, 106*time.Second, nil),
+		old.Phase(gcpt4.PhaseRequested, 0, nil), old.Phase(gcpt4.PhaseCreated, 30*time.Second, nil), old.Phase(gcpt4.PhaseBooted, 20*time.Minute, nil))
+	s.Observe(build(second...))
+	s.Observe(build(second...))
+	if got := testutil.ToFloat64(m.stockouts.WithLabelValues("us-central1-a", "nvidia-tesla-t4")) + testutil.ToFloat64(m.stockouts.WithLabelValues("us-central1-b", "nvidia-tesla-t4")); got != 2 {
+		t.Errorf("stockouts in a and b = %v, want 1 each", got)
+	}
+	for span, want := range map[string]uint64{timeline.Create: 1, timeline.Boot: 2, timeline.Agent: 1, timeline.Total: 2} {
+		if n, _ := histCount(t, m, span); n != want {
+			t.Errorf("%s: %d samples, want %d", span, n, want)
+		}
+	}
+	// train-0's Events expired: forgotten.
+	if len(s.seen) != 2 || s.seen["ml/podvm-train-0-bbbb0000"] != nil {
+		t.Errorf("remembers %d podVMs, want cuda-0 and old-0 only", len(s.seen))
+	}
+	s.Observe(nil)
+	if len(s.seen) != 0 {
+		t.Errorf("remembers %d podVMs with no Events left", len(s.seen))
+	}
+}
+
+// TestStartupListFailureLeavesThePassAlone: listing the Events refused
+// (RBAC without list on events) is logged and counted; the clean-up pass
+// deletes its orphan and counts as ok.
+func TestStartupListFailureLeavesThePassAlone(t *testing.T) {
+	cs := kubefake.NewClientset()
+	cs.PrependReactor("list", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "", nil)
+	})
+	m := NewMetrics()
+	vms := &recordingVMs{vms: []gcpt4.ManagedVM{vmAt("ml", "gone", "cccc3333", t0)}}
+	now := func() time.Time { return t0.Add(time.Hour) }
+	c := &Collector{VMs: vms, Cluster: newMemCluster(), Policy: DefaultPolicy(), Delete: true, Now: now, Log: quiet(),
+		Observer: Report{Metrics: m, Now: now, Startup: &Startup{Client: cs, Metrics: m, Log: quiet(), Since: t0}}}
+	p, err := c.Run(context.Background())
+	if err != nil || p.Count(Deleted) != 1 || len(vms.deleted) != 1 {
+		t.Fatalf("pass: %v, %d deleted; want the orphan deleted", err, p.Count(Deleted))
+	}
+	if got := testutil.ToFloat64(m.startupListFailures); got != 1 {
+		t.Errorf("start-up list failures = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.passes.WithLabelValues("ok")); got != 1 {
+		t.Errorf("passes ok = %v, want 1", got)
+	}
+	var lists int
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "events" {
+			lists++
+			if sel := a.(k8stesting.ListAction).GetListRestrictions().Labels.String(); sel != gcpt4.EventPhaseLabel || a.GetNamespace() != "" {
+				t.Errorf("listed events in %q with selector %q, want every namespace by %s", a.GetNamespace(), sel, gcpt4.EventPhaseLabel)
+			}
+		}
+	}
+	if lists != 1 {
+		t.Errorf("%d listings of events, want 1", lists)
+	}
+}
+
+// TestStartupDocsNameRegisteredMetrics: every gcp_t4_reaper_ series the
+// docs name (tables, PromQL, alert rules) is one the reaper registers, a
+// histogram's _bucket, _sum and _count included; and reaper.md's table
+// lists every metric the reaper registers.
+func TestStartupDocsNameRegisteredMetrics(t *testing.T) {
+	m := NewMetrics()
+	// A series in each vector, so that Gather returns every family.
+	m.stockouts.WithLabelValues("us-central1-a", "nvidia-tesla-t4").Inc()
+	m.quotaRefusals.WithLabelValues("us-central1", "NVIDIA_T4_GPUS").Inc()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := map[string]bool{}
+	for _, mf := range mfs {
+		registered[mf.GetName()] = true
+		if mf.GetType().String() == "HISTOGRAM" {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				registered[mf.GetName()+suffix] = true
+			}
+		}
+	}
+	name := regexp.MustCompile(`gcp_t4_reaper_[a-z0-9_]*[a-z0-9]`)
+	for _, doc := range []string{"startup-visibility.md", "reaper.md"} {
+		data, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, found := range name.FindAllString(string(data), -1) {
+			n++
+			if !registered[found] {
+				t.Errorf("docs/%s names %s, which the reaper does not serve", doc, found)
+			}
+		}
+		if n == 0 {
+			t.Errorf("docs/%s names no reaper metric", doc)
+		}
+		if doc != "reaper.md" {
+			continue
+		}
+		for _, mf := range mfs {
+			if !strings.Contains(string(data), "| `"+mf.GetName()) {
+				t.Errorf("docs/reaper.md's metrics table lacks %s", mf.GetName())
+			}
+		}
+	}
+}

@@ -1,0 +1,242 @@
+package status
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+)
+
+// maxDetail bounds a failure's message in the table: the first line of
+// what the provider wrote for people (the whole of it is in -o json and
+// kubectl describe pod).
+const maxDetail = 100
+
+func printJSON(w io.Writer, rep report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// printTable writes, per podVM, a header line (pod, podVM, shape, model,
+// zone, price, cost, pod phase, and GCE's word when asked) and its
+// phases in fixed columns; then the pods without Events, and why.
+func printTable(out io.Writer, rep report) error {
+	// Built whole, then written once: one error to check.
+	w := &bytes.Buffer{}
+	for i, p := range rep.PodVMs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w, header(p, rep.GCE.Asked))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TIME\tAFTER\tPHASE\tSPAN\tDETAILS")
+		for _, e := range p.Entries {
+			// A phase that repeated (stockouts) is shown when it began;
+			// its details say when it last happened.
+			at, off := e.At, e.Offset
+			if !e.First.IsZero() {
+				at, off = e.First, e.First.Sub(p.Start())
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", at.UTC().Format(time.RFC3339), after(off), e.Phase, span(p.Timeline, e.Phase), details(e))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(rep.PodVMs) > 0 && len(rep.WithoutEvents) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, n := range rep.WithoutEvents {
+		fmt.Fprintf(w, "%s/%s: no start-up Events: %s\n", n.Namespace, n.Pod, n.Reason)
+	}
+	if len(rep.PodVMs) == 0 && len(rep.WithoutEvents) == 0 {
+		fmt.Fprintf(w, "no start-up Events (the API server keeps Events for its --event-ttl, default %s)\n", human(DefaultEventTTL))
+	}
+	if rep.GCE.Error != "" {
+		fmt.Fprintf(w, "GCE %s: %s\n", rep.GCE.Note, rep.GCE.Error)
+	}
+	// An empty last cell leaves the padding before it: cut it.
+	var trimmed bytes.Buffer
+	for line := range strings.Lines(w.String()) {
+		trimmed.WriteString(strings.TrimRight(line, " \n") + "\n")
+	}
+	_, err := out.Write(trimmed.Bytes())
+	return err
+}
+
+func header(p podVM, gceAsked bool) string {
+	f := []string{p.Namespace + "/" + p.Pod, p.PodVM, orDash(shape(p.Timeline)), orDash(p.ProvisioningModel), orDash(p.Zone)}
+	if p.PricePerHour != nil {
+		f = append(f, fmt.Sprintf("$%.4f/h", *p.PricePerHour))
+	} else {
+		f = append(f, "price unknown")
+	}
+	switch c := p.Cost; {
+	case c == nil && p.PricePerHour != nil:
+		f = append(f, "no VM, no cost")
+	case c == nil:
+		f = append(f, "cost unknown")
+	case c.AtLeast:
+		f = append(f, fmt.Sprintf("at least $%.4f", c.USD))
+	case c.Ongoing:
+		f = append(f, fmt.Sprintf("$%.4f so far", c.USD))
+	default:
+		f = append(f, fmt.Sprintf("$%.4f in all", c.USD))
+	}
+	f = append(f, "pod "+p.PodPhase)
+	if gceAsked && p.VM != nil {
+		_, created := p.Entry(gcpt4.PhaseCreated)
+		switch {
+		case p.VM.Exists:
+			f = append(f, "GCE "+p.VM.Status)
+		case created:
+			f = append(f, "GCE gone")
+		default:
+			f = append(f, "GCE no VM")
+		}
+	}
+	return strings.Join(f, "  ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// shape is the machine type and its GPUs: n1-standard-4 + 1×nvidia-tesla-t4.
+func shape(t timeline.Timeline) string {
+	s := t.MachineType
+	if g := gpus(t.GPUCount, t.GPU); g != "" {
+		s += " + " + g
+	}
+	return s
+}
+
+func gpus(count int, gpu string) string {
+	if gpu == "" {
+		return ""
+	}
+	return fmt.Sprintf("%d×%s", max(count, 1), gpu)
+}
+
+// span is the duration a phase ends, in the SPAN column.
+func span(t timeline.Timeline, phase string) string {
+	var names []string
+	switch phase {
+	case gcpt4.PhaseCreated:
+		names = []string{timeline.Create}
+	case gcpt4.PhaseBooted:
+		names = []string{timeline.Boot}
+	case gcpt4.PhaseReachable:
+		names = []string{timeline.Agent, timeline.Total}
+	case gcpt4.PhaseFailed:
+		names = []string{timeline.Total}
+	}
+	var out []string
+	for _, n := range names {
+		if s, ok := t.Durations[n]; ok {
+			out = append(out, n+" "+human(time.Duration(s*float64(time.Second))))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// details are a phase's facts, in words: what the provider wrote for
+// tools, not its message (but a failure's first line, which says what
+// to do).
+func details(e timeline.Entry) string {
+	f := e.Facts
+	var d []string
+	add := func(s ...string) {
+		for _, v := range s {
+			if v != "" {
+				d = append(d, v)
+			}
+		}
+	}
+	price := func() string {
+		p, err := strconv.ParseFloat(f[gcpt4.EventPriceAnnotation], 64)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprintf("$%.4f/h", p)
+	}
+	count := func() int {
+		var n int
+		_, _ = fmt.Sscan(f[gcpt4.EventGPUCountAnnotation], &n)
+		return n
+	}
+	switch e.Phase {
+	case gcpt4.PhaseRequested:
+		add(f[gcpt4.EventZoneAnnotation], f[gcpt4.EventMachineTypeAnnotation], gpus(count(), f[gcpt4.EventGPUAnnotation]), f[gcpt4.EventProvisioningModelAnnotation], price())
+	case gcpt4.PhaseStockout:
+		add(strings.ReplaceAll(f[gcpt4.EventZonesAnnotation], ",", ", "))
+		if e.Count > 1 {
+			add(fmt.Sprintf("(%d stockouts, the last at %s)", e.Count, after(e.Offset)))
+		}
+	case gcpt4.PhaseQuota:
+		add(f[gcpt4.EventQuotaMetricAnnotation])
+		if r := f[gcpt4.EventRegionAnnotation]; r != "" {
+			add("in " + r)
+		}
+		if z := f[gcpt4.EventZoneAnnotation]; z != "" {
+			add("(" + z + ")")
+		}
+	case gcpt4.PhaseCreated:
+		add(f[gcpt4.EventIPAnnotation])
+		if z := f[gcpt4.EventZoneAnnotation]; z != "" {
+			add("in " + z)
+		}
+	case gcpt4.PhaseBooted:
+		var b []string
+		if v := f[gcpt4.EventDriverAnnotation]; v != "" {
+			b = append(b, "driver "+v)
+		}
+		if f[gcpt4.EventGPUCountAnnotation] != "" {
+			n := count()
+			b = append(b, fmt.Sprintf("%d GPU%s", n, map[bool]string{true: "", false: "s"}[n == 1]))
+		}
+		add(strings.Join(b, ", "))
+	case gcpt4.PhaseFailed:
+		if class := f[gcpt4.EventFailureAnnotation]; class != "" {
+			add(class + ":")
+		}
+		line, _, _ := strings.Cut(strings.TrimSpace(e.Message), "\n")
+		if len(line) > maxDetail {
+			line = line[:maxDetail-3] + "..."
+		}
+		add(line)
+	}
+	return strings.Join(d, " ")
+}
+
+// human is a duration rounded for people: 0s, 41s, 1m44s, 2h5m.
+func human(d time.Duration) string {
+	if d < 0 {
+		return "-" + human(-d)
+	}
+	if d >= time.Hour {
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return d.Round(time.Second).String()
+}
+
+// after is a phase's offset from the request: +41s (a clock behind the
+// first phase's would show -1s).
+func after(d time.Duration) string {
+	if d < 0 {
+		return human(d)
+	}
+	return "+" + human(d)
+}

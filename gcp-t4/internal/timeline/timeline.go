@@ -1,0 +1,397 @@
+// Package timeline turns a pod's start-up Events, as the gcp-t4 provider
+// records them (one core/v1 Event per phase per podVM, labelled
+// gcpt4.EventPhaseLabel; src/cloud-providers/gcpt4/podevents.go), into one
+// timeline per podVM: the phases in order, the time between them, the
+// zones that had no capacity, the shape the VM got and what it has cost.
+//
+// It reads only what the provider writes for tools (labels and
+// annotations), never the messages, which are for people. Its functions
+// are pure: the caller lists the Events (by label selector), says what
+// time it is and, if it asked GCE, whether each VM still exists.
+// `gcp-t4 status` prints the result; the reaper turns it into metrics.
+package timeline
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+)
+
+// The spans of a start-up, each between two phases. Their names are the
+// keys of Timeline.Durations and the reaper's histogram's phase label.
+const (
+	// Create is requested → created: the insert, its operation and every
+	// zone tried on the way.
+	Create = "create"
+	// Boot is created → booted: firmware, kernel, the GPU driver.
+	Boot = "boot"
+	// Agent is booted → reachable: the agent up and CAA connected to it.
+	Agent = "agent"
+	// Total is requested → reachable, or requested → failed.
+	Total = "total"
+)
+
+// Spans lists the span names in the order a start-up goes through them.
+var Spans = []string{Create, Boot, Agent, Total}
+
+// States of a timeline, from its phases.
+const (
+	// StateStarting: requested, neither reachable nor failed yet.
+	StateStarting = "starting"
+	// StateReachable: the pod's sandbox is ready on the podVM.
+	StateReachable = "reachable"
+	// StateFailed: the start-up ended in a failure (Timeline.Failure).
+	StateFailed = "failed"
+)
+
+// factAnnotations are the annotations an Entry carries as facts: the
+// schema's, but the time, which is the Entry's At.
+var factAnnotations = []string{
+	gcpt4.EventZoneAnnotation, gcpt4.EventZonesAnnotation, gcpt4.EventMachineTypeAnnotation,
+	gcpt4.EventGPUAnnotation, gcpt4.EventGPUCountAnnotation, gcpt4.EventProvisioningModelAnnotation,
+	gcpt4.EventPriceAnnotation, gcpt4.EventIPAnnotation, gcpt4.EventQuotaMetricAnnotation,
+	gcpt4.EventRegionAnnotation, gcpt4.EventDriverAnnotation, gcpt4.EventFailureAnnotation,
+}
+
+// Entry is one phase of a podVM's start-up.
+type Entry struct {
+	Phase  string `json:"phase"`
+	Reason string `json:"reason"`
+	// At is when the phase happened; for a phase that repeated (a
+	// stockout in a second zone), the last time.
+	At time.Time `json:"at"`
+	// First is when a repeated phase first happened (the Event's
+	// firstTimestamp, whole seconds); zero when it happened once.
+	First time.Time `json:"first,omitzero"`
+	// Offset is At less the requested phase's time (the first phase's
+	// when no requested Event is left).
+	Offset  time.Duration `json:"-"`
+	Seconds float64       `json:"offsetSeconds"`
+	Count   int           `json:"count"`
+	Warning bool          `json:"warning,omitempty"`
+	// Message is the Event's message, for people: a printer shows facts.
+	Message string `json:"message,omitempty"`
+	// Facts are the phase's annotations (gcpt4.Event…Annotation), by key.
+	Facts map[string]string `json:"facts,omitempty"`
+}
+
+// Quota is a quota refusal the create met (the quota phase).
+type Quota struct {
+	Region string `json:"region,omitempty"`
+	Metric string `json:"metric,omitempty"`
+	Zone   string `json:"zone,omitempty"`
+}
+
+// VM is what GCE says of a podVM, when the caller asked it.
+type VM struct {
+	// Exists: the instance is listed now.
+	Exists bool `json:"exists"`
+	// Status is GCE's (RUNNING, STOPPING, …) when it exists.
+	Status string `json:"status,omitempty"`
+}
+
+// Cost is what a podVM has cost at its list price.
+type Cost struct {
+	USD float64 `json:"usd"`
+	// From is the created phase; Until is now, or when the VM ended.
+	From  time.Time `json:"from"`
+	Until time.Time `json:"until"`
+	// Ongoing: the VM still bills (Until is now).
+	Ongoing bool `json:"ongoing"`
+	// AtLeast: GCE no longer lists the VM and nothing says when it went,
+	// so Until is the last phase the VM was known in and the cost a floor.
+	AtLeast bool `json:"atLeast,omitempty"`
+}
+
+// Timeline is one podVM's start-up.
+type Timeline struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	// PodUID is the pod the Events name (empty when the provider could
+	// not read it).
+	PodUID  string  `json:"podUID,omitempty"`
+	PodVM   string  `json:"podVM"`
+	Entries []Entry `json:"entries"`
+	// Durations are the spans (Create, Boot, Agent, Total) whose two
+	// phases are both known, in seconds.
+	Durations map[string]float64 `json:"durationsSeconds"`
+	// StockedOut are the zones that had no capacity, in the order tried.
+	StockedOut []string `json:"stockedOut,omitempty"`
+	Quota      *Quota   `json:"quota,omitempty"`
+	// The shape: from the created phase, else the latest phase that says.
+	Zone              string `json:"zone,omitempty"`
+	MachineType       string `json:"machineType,omitempty"`
+	GPU               string `json:"gpu,omitempty"`
+	GPUCount          int    `json:"gpuCount,omitempty"`
+	ProvisioningModel string `json:"provisioningModel,omitempty"`
+	IP                string `json:"ip,omitempty"`
+	Driver            string `json:"driver,omitempty"`
+	// PricePerHour is the list price in USD; nil when the provider's
+	// price table does not know the shape.
+	PricePerHour *float64 `json:"pricePerHour,omitempty"`
+	State        string   `json:"state"`
+	Failure      string   `json:"failure,omitempty"`
+	// Cost is nil until the VM was created, or without a price.
+	Cost *Cost `json:"cost,omitempty"`
+	// VM is GCE's word on the podVM, when the caller asked.
+	VM *VM `json:"vm,omitempty"`
+}
+
+// Entry returns the entry of a phase.
+func (t Timeline) Entry(phase string) (Entry, bool) {
+	for _, e := range t.Entries {
+		if e.Phase == phase {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
+// Start is when the start-up began: the requested phase, else the first
+// entry's time.
+func (t Timeline) Start() time.Time {
+	if e, ok := t.Entry(gcpt4.PhaseRequested); ok {
+		return e.At
+	}
+	if len(t.Entries) > 0 {
+		return t.Entries[0].At
+	}
+	return time.Time{}
+}
+
+// Options are what the caller knows beyond the Events.
+type Options struct {
+	// Now ends the cost of a VM that still bills.
+	Now time.Time
+	// VMs is GCE's word by podVM name; nil when GCE was not asked, and a
+	// podVM missing from a non-nil map is gone.
+	VMs map[string]VM
+	// Ended is when a podVM stopped billing, by podVM name, when the
+	// caller learned it elsewhere (its pod's containers finished).
+	Ended map[string]time.Time
+}
+
+// IsStartupEvent reports whether ev is one of the provider's start-up
+// Events: labelled with a known phase and a podVM.
+func IsStartupEvent(ev *corev1.Event) bool {
+	return slices.Contains(gcpt4.Phases, ev.Labels[gcpt4.EventPhaseLabel]) && ev.Labels[gcpt4.EventPodVMLabel] != ""
+}
+
+// Build groups the start-up Events among events by podVM and returns one
+// timeline each, in the order they started (then namespace, podVM).
+// Events that are not start-up Events are ignored, as is a second Event
+// of a phase already seen for a podVM (the newest wins).
+func Build(events []corev1.Event, opts Options) []Timeline {
+	type key struct{ namespace, podVM string }
+	groups := map[key][]*corev1.Event{}
+	var order []key
+	for i := range events {
+		ev := &events[i]
+		if !IsStartupEvent(ev) {
+			continue
+		}
+		k := key{ev.Namespace, ev.Labels[gcpt4.EventPodVMLabel]}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], ev)
+	}
+	out := make([]Timeline, 0, len(order))
+	for _, k := range order {
+		out = append(out, build(k.namespace, k.podVM, groups[k], opts))
+	}
+	slices.SortStableFunc(out, func(a, b Timeline) int {
+		return cmp.Or(a.Start().Compare(b.Start()), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.PodVM, b.PodVM))
+	})
+	return out
+}
+
+func build(namespace, podVM string, events []*corev1.Event, opts Options) Timeline {
+	t := Timeline{Namespace: namespace, PodVM: podVM, Durations: map[string]float64{}}
+	byPhase := map[string]Entry{}
+	var newest time.Time
+	for _, ev := range events {
+		e := entry(ev)
+		// The pod is the one the newest Event names (a podVM is one
+		// pod's; this only makes the choice independent of list order).
+		if t.Pod == "" || e.At.After(newest) {
+			t.Pod, t.PodUID, newest = ev.InvolvedObject.Name, string(ev.InvolvedObject.UID), e.At
+		}
+		if prev, ok := byPhase[e.Phase]; ok && !e.At.After(prev.At) {
+			continue
+		}
+		byPhase[e.Phase] = e
+	}
+	for _, ph := range gcpt4.Phases {
+		if e, ok := byPhase[ph]; ok {
+			t.Entries = append(t.Entries, e)
+		}
+	}
+	// Phases in time order; the schema's order breaks ties (a stockout and
+	// the next insert's quota refusal can share a timestamp).
+	slices.SortStableFunc(t.Entries, func(a, b Entry) int { return a.At.Compare(b.At) })
+	start := t.Start()
+	for i := range t.Entries {
+		t.Entries[i].Offset = t.Entries[i].At.Sub(start)
+		t.Entries[i].Seconds = t.Entries[i].Offset.Seconds()
+	}
+
+	span := func(name, from, to string) {
+		a, okA := byPhase[from]
+		b, okB := byPhase[to]
+		if okA && okB && !b.At.Before(a.At) {
+			t.Durations[name] = b.At.Sub(a.At).Seconds()
+		}
+	}
+	span(Create, gcpt4.PhaseRequested, gcpt4.PhaseCreated)
+	span(Boot, gcpt4.PhaseCreated, gcpt4.PhaseBooted)
+	span(Agent, gcpt4.PhaseBooted, gcpt4.PhaseReachable)
+	switch {
+	case has(byPhase, gcpt4.PhaseReachable):
+		t.State = StateReachable
+		span(Total, gcpt4.PhaseRequested, gcpt4.PhaseReachable)
+	case has(byPhase, gcpt4.PhaseFailed):
+		t.State = StateFailed
+		span(Total, gcpt4.PhaseRequested, gcpt4.PhaseFailed)
+	default:
+		t.State = StateStarting
+	}
+	if f, ok := byPhase[gcpt4.PhaseFailed]; ok {
+		t.Failure = f.Facts[gcpt4.EventFailureAnnotation]
+	}
+	if s, ok := byPhase[gcpt4.PhaseStockout]; ok {
+		t.StockedOut = splitZones(s.Facts[gcpt4.EventZonesAnnotation])
+	}
+	if q, ok := byPhase[gcpt4.PhaseQuota]; ok {
+		t.Quota = &Quota{Region: q.Facts[gcpt4.EventRegionAnnotation], Metric: q.Facts[gcpt4.EventQuotaMetricAnnotation], Zone: q.Facts[gcpt4.EventZoneAnnotation]}
+	}
+
+	// The shape the VM got is the created phase's; before it (or without
+	// it) the latest phase that names one: the requested insert, or a
+	// later try in another zone or model.
+	fact := func(key string) string {
+		if e, ok := byPhase[gcpt4.PhaseCreated]; ok && e.Facts[key] != "" {
+			return e.Facts[key]
+		}
+		for i := len(t.Entries) - 1; i >= 0; i-- {
+			if v := t.Entries[i].Facts[key]; v != "" {
+				return v
+			}
+		}
+		return ""
+	}
+	if _, ok := byPhase[gcpt4.PhaseCreated]; ok {
+		t.Zone = fact(gcpt4.EventZoneAnnotation)
+	} else if e, ok := byPhase[gcpt4.PhaseRequested]; ok {
+		t.Zone = e.Facts[gcpt4.EventZoneAnnotation]
+	}
+	t.MachineType = fact(gcpt4.EventMachineTypeAnnotation)
+	t.GPU = fact(gcpt4.EventGPUAnnotation)
+	t.GPUCount, _ = strconv.Atoi(fact(gcpt4.EventGPUCountAnnotation))
+	t.ProvisioningModel = fact(gcpt4.EventProvisioningModelAnnotation)
+	t.IP = fact(gcpt4.EventIPAnnotation)
+	t.Driver = fact(gcpt4.EventDriverAnnotation)
+	if p, err := strconv.ParseFloat(fact(gcpt4.EventPriceAnnotation), 64); err == nil && p >= 0 {
+		t.PricePerHour = &p
+	}
+
+	if opts.VMs != nil {
+		vm := opts.VMs[podVM] // missing: gone, the zero VM
+		t.VM = &vm
+	}
+	t.Cost = cost(t, byPhase, opts)
+	return t
+}
+
+// cost is the price times the time the VM billed: from created until now
+// while it still bills, or until it ended. GCE's word wins: a VM GCE
+// still lists bills even after a failed phase (its delete failed, and the
+// reaper collects it). Otherwise it ended at the failed phase, else when
+// the caller says (its pod finished); one GCE no longer lists, with no end
+// known, went at some time after its last phase (a floor); without GCE's
+// word a VM that has not failed still bills.
+func cost(t Timeline, byPhase map[string]Entry, opts Options) *Cost {
+	created, ok := byPhase[gcpt4.PhaseCreated]
+	if !ok || t.PricePerHour == nil {
+		return nil
+	}
+	c := &Cost{From: created.At}
+	failed, isFailed := byPhase[gcpt4.PhaseFailed]
+	ended := opts.Ended[t.PodVM]
+	switch {
+	case t.VM != nil && t.VM.Exists:
+		c.Until, c.Ongoing = opts.Now, true
+	case isFailed:
+		c.Until = failed.At
+	case !ended.IsZero():
+		c.Until = ended
+	case t.VM != nil:
+		c.Until, c.AtLeast = t.Entries[len(t.Entries)-1].At, true
+	default:
+		c.Until, c.Ongoing = opts.Now, true
+	}
+	if c.Until.Before(c.From) {
+		c.Until = c.From
+	}
+	c.USD = *t.PricePerHour * c.Until.Sub(c.From).Hours()
+	return c
+}
+
+func has(m map[string]Entry, phase string) bool {
+	_, ok := m[phase]
+	return ok
+}
+
+func entry(ev *corev1.Event) Entry {
+	e := Entry{
+		Phase:   ev.Labels[gcpt4.EventPhaseLabel],
+		Reason:  ev.Reason,
+		At:      eventTime(ev),
+		Count:   max(int(ev.Count), 1),
+		Warning: ev.Type == corev1.EventTypeWarning,
+		Message: ev.Message,
+	}
+	if e.Count > 1 && !ev.FirstTimestamp.IsZero() {
+		e.First = ev.FirstTimestamp.UTC()
+	}
+	for _, k := range factAnnotations {
+		if v := ev.Annotations[k]; v != "" {
+			if e.Facts == nil {
+				e.Facts = map[string]string{}
+			}
+			e.Facts[k] = v
+		}
+	}
+	return e
+}
+
+// eventTime is the phase's time: the provider's annotation (nanoseconds;
+// the Event's own timestamps hold whole seconds), else the Event's last
+// time it happened.
+func eventTime(ev *corev1.Event) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, ev.Annotations[gcpt4.EventAtAnnotation]); err == nil {
+		return t.UTC()
+	}
+	for _, t := range []time.Time{ev.LastTimestamp.Time, ev.EventTime.Time, ev.FirstTimestamp.Time, ev.CreationTimestamp.Time} {
+		if !t.IsZero() {
+			return t.UTC()
+		}
+	}
+	return time.Time{}
+}
+
+func splitZones(s string) []string {
+	var out []string
+	for z := range strings.SplitSeq(s, ",") {
+		if z = strings.TrimSpace(z); z != "" && !slices.Contains(out, z) {
+			out = append(out, z)
+		}
+	}
+	return out
+}

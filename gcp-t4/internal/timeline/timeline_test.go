@@ -1,0 +1,215 @@
+package timeline
+
+import (
+	"encoding/json"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+)
+
+var t0 = time.Date(2026, 5, 4, 9, 0, 0, 250_000_000, time.UTC)
+
+var gpuPod = timelinetest.Startup{Namespace: "ml", Pod: "cuda-0", PodUID: "uid-cuda-0", PodVM: "podvm-cuda-0-1a2b3c4d", Start: t0,
+	Zone: "us-central1-a", MachineType: "n1-standard-4", GPU: "nvidia-tesla-t4", GPUCount: "1", Model: "SPOT", Price: "0.2"}
+
+func objects(evs ...timelinetest.Event) []corev1.Event {
+	out := make([]corev1.Event, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, *e.Object())
+	}
+	return out
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// TestFullStartup: two zones out of stock, then created in a third,
+// booted, reachable: every span, the zones, the zone it got, the shape,
+// and the cost from created until now at the created phase's price.
+func TestFullStartup(t *testing.T) {
+	s := gpuPod
+	stock := s.Phase(gcpt4.PhaseStockout, 5*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-a,us-central1-b"})
+	stock.First, stock.Count = t0.Add(2*time.Second), 2
+	evs := objects(
+		// Listed out of order, as a List may return them.
+		s.Phase(gcpt4.PhaseBooted, 104*time.Second, map[string]string{gcpt4.EventDriverAnnotation: "535.183.01", gcpt4.EventGPUCountAnnotation: "1"}),
+		s.Phase(gcpt4.PhaseRequested, 0, nil),
+		stock,
+		s.Phase(gcpt4.PhaseCreated, 41*time.Second, map[string]string{gcpt4.EventZoneAnnotation: "us-central1-c", gcpt4.EventIPAnnotation: "10.0.0.7", gcpt4.EventPriceAnnotation: "0.25"}),
+		s.Phase(gcpt4.PhaseReachable, 110*time.Second, nil),
+	)
+	now := t0.Add(41*time.Second + 2*time.Hour)
+	tls := Build(evs, Options{Now: now})
+	if len(tls) != 1 {
+		t.Fatalf("%d timelines, want 1", len(tls))
+	}
+	tl := tls[0]
+	var phases []string
+	for _, e := range tl.Entries {
+		phases = append(phases, e.Phase)
+	}
+	if want := []string{"requested", "stockout", "created", "booted", "reachable"}; !slices.Equal(phases, want) {
+		t.Errorf("phases %v, want %v", phases, want)
+	}
+	want := map[string]float64{Create: 41, Boot: 63, Agent: 6, Total: 110}
+	for k, v := range want {
+		if !near(tl.Durations[k], v) {
+			t.Errorf("%s = %vs, want %v", k, tl.Durations[k], v)
+		}
+	}
+	if len(tl.Durations) != len(want) {
+		t.Errorf("durations %v", tl.Durations)
+	}
+	if e, _ := tl.Entry(gcpt4.PhaseStockout); e.Count != 2 || !e.First.Equal(t0.Add(2*time.Second).Truncate(time.Second)) || e.Offset != 5*time.Second || !e.Warning {
+		t.Errorf("stockout entry %+v", e)
+	}
+	if tl.Namespace != "ml" || tl.Pod != "cuda-0" || tl.PodUID != "uid-cuda-0" || tl.PodVM != s.PodVM || tl.State != StateReachable {
+		t.Errorf("identity %s/%s %s %s state %s", tl.Namespace, tl.Pod, tl.PodUID, tl.PodVM, tl.State)
+	}
+	if !slices.Equal(tl.StockedOut, []string{"us-central1-a", "us-central1-b"}) || tl.Zone != "us-central1-c" {
+		t.Errorf("stocked out %v, zone %s; want a, b and the created phase's c", tl.StockedOut, tl.Zone)
+	}
+	if tl.MachineType != "n1-standard-4" || tl.GPU != "nvidia-tesla-t4" || tl.GPUCount != 1 || tl.ProvisioningModel != "SPOT" || tl.IP != "10.0.0.7" || tl.Driver != "535.183.01" {
+		t.Errorf("shape %+v", tl)
+	}
+	if tl.PricePerHour == nil || *tl.PricePerHour != 0.25 {
+		t.Fatalf("price %v, want the created phase's 0.25", tl.PricePerHour)
+	}
+	if c := tl.Cost; c == nil || !near(c.USD, 0.5) || !c.Ongoing || c.AtLeast || !c.Until.Equal(now) || !c.From.Equal(t0.Add(41*time.Second)) {
+		t.Errorf("cost %+v, want 0.5 USD (2 h at 0.25), ongoing", c)
+	}
+	if tl.VM != nil {
+		t.Errorf("VM %+v without asking GCE", tl.VM)
+	}
+	// JSON carries spans in seconds and the facts by annotation key.
+	b, err := json.Marshal(tl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`"durationsSeconds":{`, `"total":110`, `"offsetSeconds":41`, `"` + gcpt4.EventIPAnnotation + `":"10.0.0.7"`} {
+		if !strings.Contains(string(b), s) {
+			t.Errorf("JSON lacks %s: %s", s, b)
+		}
+	}
+}
+
+// TestFailedStartup: a quota refusal, then no capacity anywhere: no VM,
+// so no cost; total runs to the failure.
+func TestFailedStartup(t *testing.T) {
+	s := gpuPod
+	evs := objects(
+		s.Phase(gcpt4.PhaseRequested, 0, nil),
+		s.Phase(gcpt4.PhaseQuota, 3*time.Second, map[string]string{gcpt4.EventRegionAnnotation: "us-central1", gcpt4.EventQuotaMetricAnnotation: "NVIDIA_T4_GPUS", gcpt4.EventZoneAnnotation: "us-central1-a"}),
+		s.Phase(gcpt4.PhaseFailed, 9*time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureNoCapacity}),
+	)
+	tl := Build(evs, Options{Now: t0.Add(time.Hour)})[0]
+	if tl.State != StateFailed || tl.Failure != gcpt4.FailureNoCapacity || !near(tl.Durations[Total], 9) || len(tl.Durations) != 1 {
+		t.Errorf("state %s failure %s durations %v", tl.State, tl.Failure, tl.Durations)
+	}
+	if tl.Quota == nil || *tl.Quota != (Quota{Region: "us-central1", Metric: "NVIDIA_T4_GPUS", Zone: "us-central1-a"}) {
+		t.Errorf("quota %+v", tl.Quota)
+	}
+	if tl.Cost != nil {
+		t.Errorf("cost %+v for a VM never created", tl.Cost)
+	}
+	if tl.Zone != "us-central1-a" {
+		t.Errorf("zone %q, want the requested one while none was created", tl.Zone)
+	}
+}
+
+// TestStartingHasNoSpansYet: only requested: no span, still starting.
+func TestStartingHasNoSpansYet(t *testing.T) {
+	tl := Build(objects(gpuPod.Phase(gcpt4.PhaseRequested, 0, nil)), Options{Now: t0})[0]
+	if tl.State != StateStarting || len(tl.Durations) != 0 || tl.Cost != nil {
+		t.Errorf("%+v", tl)
+	}
+}
+
+// TestCostEnds: until when a VM billed, by what is known.
+func TestCostEnds(t *testing.T) {
+	s := gpuPod
+	req, created := s.Phase(gcpt4.PhaseRequested, 0, nil), s.Phase(gcpt4.PhaseCreated, 30*time.Second, nil)
+	booted := s.Phase(gcpt4.PhaseBooted, 90*time.Second, nil)
+	failed := s.Phase(gcpt4.PhaseFailed, 30*time.Second+30*time.Minute, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureAgentUnreachable})
+	now := t0.Add(30*time.Second + 2*time.Hour)
+	ended := t0.Add(30*time.Second + time.Hour)
+	for _, c := range []struct {
+		name    string
+		events  []timelinetest.Event
+		opts    Options
+		usd     float64
+		ongoing bool
+		atLeast bool
+	}{
+		{"running, GCE not asked: until now", []timelinetest.Event{req, created, booted}, Options{Now: now}, 0.4, true, false},
+		{"failed: until the failure", []timelinetest.Event{req, created, booted, failed}, Options{Now: now}, 0.1, false, false},
+		{"failed, but GCE still lists it: until now", []timelinetest.Event{req, created, booted, failed},
+			Options{Now: now, VMs: map[string]VM{s.PodVM: {Exists: true, Status: "RUNNING"}}}, 0.4, true, false},
+		{"pod finished: until it ended", []timelinetest.Event{req, created, booted}, Options{Now: now, Ended: map[string]time.Time{s.PodVM: ended}}, 0.2, false, false},
+		{"gone from GCE, end unknown: a floor at the last phase", []timelinetest.Event{req, created, booted},
+			Options{Now: now, VMs: map[string]VM{"another": {Exists: true}}}, 0.2 * 60 / 3600, false, true},
+	} {
+		tl := Build(objects(c.events...), c.opts)[0]
+		if tl.Cost == nil || !near(tl.Cost.USD, c.usd) || tl.Cost.Ongoing != c.ongoing || tl.Cost.AtLeast != c.atLeast {
+			t.Errorf("%s: cost %+v, want %v USD ongoing=%v atLeast=%v", c.name, tl.Cost, c.usd, c.ongoing, c.atLeast)
+		}
+		if c.opts.VMs != nil && (tl.VM == nil || tl.VM.Exists != (c.opts.VMs[s.PodVM].Exists)) {
+			t.Errorf("%s: VM %+v", c.name, tl.VM)
+		}
+	}
+	noPrice := s
+	noPrice.Price = ""
+	tl := Build(objects(noPrice.Phase(gcpt4.PhaseRequested, 0, nil), noPrice.Phase(gcpt4.PhaseCreated, time.Second, nil)), Options{Now: now})[0]
+	if tl.PricePerHour != nil || tl.Cost != nil {
+		t.Errorf("without a price: price %v cost %+v, want none", tl.PricePerHour, tl.Cost)
+	}
+}
+
+// TestGroupsByPodVM: a pod whose sandbox was retried has two podVMs, two
+// timelines in the order they started; Events that are not start-up
+// Events (another reason, an unknown phase) are not read.
+func TestGroupsByPodVM(t *testing.T) {
+	first, second := gpuPod, gpuPod
+	second.PodVM, second.Start = "podvm-cuda-0-9f8e7d6c", t0.Add(10*time.Minute)
+	other := timelinetest.Startup{Namespace: "web", Pod: "api-0", PodVM: "podvm-api-0-00000000", Start: t0.Add(time.Minute)}
+	evs := objects(
+		second.Phase(gcpt4.PhaseRequested, 0, nil),
+		first.Phase(gcpt4.PhaseRequested, 0, nil),
+		first.Phase(gcpt4.PhaseFailed, time.Minute, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureBoot}),
+		other.Phase(gcpt4.PhaseRequested, 0, nil),
+	)
+	unknown := other.Phase(gcpt4.PhaseCreated, time.Second, nil).Object()
+	unknown.Labels[gcpt4.EventPhaseLabel] = "teleported"
+	kubelet := corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "cuda-0.1", Namespace: "ml"}, Reason: "Scheduled",
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "cuda-0", Namespace: "ml"}}
+	evs = append(evs, *unknown, kubelet)
+	tls := Build(evs, Options{Now: t0.Add(time.Hour)})
+	var got []string
+	for _, tl := range tls {
+		got = append(got, tl.Namespace+"/"+tl.PodVM+":"+tl.State+":"+string(rune('0'+len(tl.Entries))))
+	}
+	want := []string{"ml/podvm-cuda-0-1a2b3c4d:failed:2", "web/podvm-api-0-00000000:starting:1", "ml/podvm-cuda-0-9f8e7d6c:starting:1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("timelines %v, want %v", got, want)
+	}
+}
+
+// TestTimeWithoutAnnotation: an Event without the provider's time
+// annotation (edited by hand, or written by an older recorder) falls
+// back to its lastTimestamp.
+func TestTimeWithoutAnnotation(t *testing.T) {
+	ev := gpuPod.Phase(gcpt4.PhaseRequested, 0, nil).Object()
+	delete(ev.Annotations, gcpt4.EventAtAnnotation)
+	ev.LastTimestamp = metav1.NewTime(t0.Add(7 * time.Second).Truncate(time.Second))
+	tl := Build([]corev1.Event{*ev}, Options{Now: t0})[0]
+	if !tl.Entries[0].At.Equal(t0.Add(7 * time.Second).Truncate(time.Second)) {
+		t.Errorf("at %v, want lastTimestamp", tl.Entries[0].At)
+	}
+}
