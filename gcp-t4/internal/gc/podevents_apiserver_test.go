@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"log/slog"
 	"fmt"
 	"slices"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/gpuinit"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
@@ -180,6 +182,20 @@ func TestScenarioStartupVisible(t *testing.T) {
 	if n := strings.Count(strings.Join(eventReasons(evs), " "), gcpt4.ReasonFailed); n != 1 || failed.Reason != gcpt4.ReasonFailed ||
 		failed.Annotations[gcpt4.EventFailureAnnotation] != gcpt4.FailureBoot || !strings.Contains(failed.Message, bootFailed) || !strings.Contains(failed.Message, "data block 7 is corrupted") {
 		t.Errorf("broken-0's Events %v; last %v %q", eventReasons(evs), failed.Annotations, failed.Message)
+	}
+
+	// The reaper's start-up metrics from the same Events: one stockout in
+	// us-central1-a, one boot failure, and every span of llm-0's start.
+	m := NewMetrics()
+	(&Startup{Client: k.cs, Metrics: m, Log: slog.New(slog.DiscardHandler)}).Pass(t.Context())
+	if got := testutil.ToFloat64(m.stockouts.WithLabelValues("us-central1-a", "nvidia-tesla-t4")); got != 1 {
+		t.Errorf("stockouts in us-central1-a = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.failures.WithLabelValues(gcpt4.FailureBoot)); got != 1 {
+		t.Errorf("boot failures = %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(m.startup); n != 4 {
+		t.Errorf("start-up histograms = %d series, want create, boot, agent and total", n)
 	}
 
 	// Nothing of the cloud-config reaches an Event.

@@ -221,7 +221,9 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 		w.failed = true
 		ev.phase, ev.warning = PhaseFailed, true
 		ev.annotations = map[string]string{EventFailureAnnotation: l.failure}
-		ev.message = fmt.Sprintf("%s (podVM %s); %s", failureTitle(l.failure), w.vm.name, consoleFacts(w.console.lastLines()))
+		// The line itself first: readers that show one line (gcp-t4
+		// status, kubectl get events) show the cause.
+		ev.message = fmt.Sprintf("%s (podVM %s): %s; %s", failureTitle(l.failure), w.vm.name, l.text, consoleFacts(w.console.lastLines()))
 	default:
 		return
 	}
