@@ -2,8 +2,12 @@ package gc
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -15,11 +19,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/gpuinit"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // gpuReady is the readiness line gpu-init prints on a podVM with one T4,
@@ -160,6 +164,34 @@ func TestScenarioStartupVisible(t *testing.T) {
 	}
 	if booted.Annotations[gcpt4.EventDriverAnnotation] != "550.163.01" || !strings.Contains(booted.Message, "1 GPU(s)") {
 		t.Errorf("booted: %v %q", booted.Annotations, booted.Message)
+	}
+
+	// The doc's commands, as a pod author runs them.
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "startup-visibility.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatalf("kubectl is needed to run docs/startup-visibility.md's commands as a user would: %v", err)
+	}
+	cmds := regexp.MustCompile(`(?m)^kubectl (?:describe pod|get events) .*$`).FindAllString(string(doc), -1)
+	if len(cmds) != 2 {
+		t.Fatalf("docs/startup-visibility.md: want its two kubectl commands, found %q", cmds)
+	}
+	for _, line := range cmds {
+		line = strings.NewReplacer("POD", "llm-0", "NAMESPACE", "ml").Replace(line)
+		cmd := exec.CommandContext(t.Context(), kubectl, strings.Fields(line)[1:]...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+k.cp.Kubeconfig)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, out)
+		}
+		for _, r := range want {
+			if !strings.Contains(string(out), r) {
+				t.Errorf("%s does not show %s:\n%s", line, r, out)
+			}
+		}
 	}
 
 	// The broken podVM: its console's failure line reaches the pod, and

@@ -96,7 +96,7 @@ func TestStatusOfTheProvidersOwnEvents(t *testing.T) {
 		return ""
 	}
 	want := map[string][]string{
-		"llm-0": {llm.Name, "us-central1-b", "$0.", "GCE RUNNING", "requested", "stockout", "us-central1-a", "created", "booted", "driver 550.163.01", "reachable", "total"},
+		"llm-0":    {llm.Name, "us-central1-b", "$0.", "GCE RUNNING", "requested", "stockout", "us-central1-a", "created", "booted", "driver 550.163.01", "reachable", "total"},
 		"broken-0": {broken.Name, "failed", gcpt4.FailureBoot},
 	}
 	for pod, words := range want {
