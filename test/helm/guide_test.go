@@ -1,7 +1,6 @@
 package helm_test
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/caa-gcp-t4/test/controlplane"
+	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -25,61 +25,19 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// guideBlocks reads the docs/install.md blocks marked `<!-- helm-check: NAME -->`:
-// their commands, continuation lines joined, comments dropped, and each
-// here-document as the command's body.
-func guideBlocks(t *testing.T) map[string][]guideCmd {
+// guideBlocks reads the docs/install.md blocks marked `<!-- helm-check: NAME -->`
+// as every test that runs a guide reads one (doccmd): their commands,
+// continuation lines joined, comments dropped, and each here-document as
+// the command's Body.
+func guideBlocks(t *testing.T) map[string][]doccmd.Command {
 	t.Helper()
-	f, err := os.Open(filepath.Join(repoRoot(t), "docs", "install.md"))
+	blocks, err := doccmd.File(filepath.Join(repoRoot(t), "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	blocks := map[string][]guideCmd{}
-	marker := regexp.MustCompile(`^<!-- helm-check: ([a-z-]+) -->$`)
-	heredoc := regexp.MustCompile(`<<'?([A-Z]+)'?$`)
-	sc := bufio.NewScanner(f)
-	block, inBlock, cont, until := "", false, "", ""
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case marker.MatchString(line):
-			block = marker.FindStringSubmatch(line)[1]
-		case block != "" && !inBlock && line == "```sh":
-			inBlock = true
-		case inBlock && until != "":
-			cmds := blocks[block]
-			if line == until {
-				until = ""
-			} else {
-				cmds[len(cmds)-1].body += line + "\n"
-			}
-		case inBlock && line == "```":
-			inBlock, block = false, ""
-		case inBlock:
-			if i := strings.Index(line, " #"); i >= 0 {
-				line = line[:i]
-			}
-			if strings.HasSuffix(line, "\\") {
-				cont += strings.TrimSuffix(line, "\\") + " "
-				continue
-			}
-			cmd := strings.TrimSpace(cont + line)
-			cont = ""
-			if cmd == "" {
-				continue
-			}
-			gc := guideCmd{line: cmd}
-			if m := heredoc.FindStringSubmatch(cmd); m != nil {
-				until, gc.line = m[1], strings.TrimSpace(strings.TrimSuffix(cmd, m[0]))
-			}
-			blocks[block] = append(blocks[block], gc)
-		}
-	}
-	return blocks
+	_, cmds := doccmd.Marked(blocks, "helm-check")
+	return cmds
 }
-
-type guideCmd struct{ line, body string }
 
 // guide runs the guide's commands: Helm's through Helm's library, kubectl's
 // through client-go, on the control plane.
@@ -100,11 +58,11 @@ func (g *guide) expand(s string) string {
 
 var clusterIDCmd = regexp.MustCompile(`^([A-Z_]+)=\$\(kubectl get namespace kube-system -o jsonpath='\{\.metadata\.uid\}'\)$`)
 
-func (g *guide) run(c guideCmd) error {
+func (g *guide) run(c doccmd.Command) error {
 	t := g.t
 	t.Helper()
 	ctx := context.Background()
-	if m := clusterIDCmd.FindStringSubmatch(c.line); m != nil {
+	if m := clusterIDCmd.FindStringSubmatch(c.Text); m != nil {
 		ns, err := g.cs.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -112,10 +70,10 @@ func (g *guide) run(c guideCmd) error {
 		g.vars[m[1]] = string(ns.UID)
 		return nil
 	}
-	args := strings.Fields(g.expand(c.line))
+	args := strings.Fields(g.expand(c.Text))
 	switch {
 	case len(args) == 3 && args[0] == "cat" && args[1] == ">":
-		return os.WriteFile(filepath.Join(g.workdir, args[2]), []byte(c.body), 0o644)
+		return os.WriteFile(filepath.Join(g.workdir, args[2]), []byte(c.Body), 0o644)
 	case args[0] == "git" && args[1] == "clone":
 		// The tree CAA_UPSTREAM names stands for the clone; it must be the
 		// tag the guide clones.
@@ -149,7 +107,7 @@ func (g *guide) run(c guideCmd) error {
 	case args[0] == "helm" && args[1] == "install":
 		return g.helmInstall(args[2:])
 	}
-	t.Fatalf("the Helm check cannot run %q; teach it, or move the command out of the block", c.line)
+	t.Fatalf("the Helm check cannot run %q; teach it, or move the command out of the block", c.Text)
 	return nil
 }
 
@@ -326,7 +284,7 @@ func TestGuideHelmSection(t *testing.T) {
 		}
 		for _, c := range blocks[b] {
 			if err := g.run(c); err != nil {
-				t.Fatalf("%s: %s: %v", b, c.line, err)
+				t.Fatalf("%s: %s: %v", b, c.Text, err)
 			}
 		}
 	}

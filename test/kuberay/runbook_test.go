@@ -1,7 +1,6 @@
 package kuberay
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -19,39 +19,18 @@ const (
 	runbook  = repoRoot + "/docs/runbook-mistral-tp2.md"
 )
 
-// commands returns the runbook's shell commands: the lines of its ```sh
-// blocks, continuation lines joined.
+// commands returns the runbook's shell commands, read as every test that
+// runs a guide reads one (doccmd): the lines of its ```sh blocks,
+// continuation lines joined, comments dropped.
 func commands(t *testing.T) []string {
 	t.Helper()
-	f, err := os.Open(runbook)
+	blocks, err := doccmd.File(runbook)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	var cmds []string
-	in, cont := false, ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "```sh"):
-			in = true
-		case strings.HasPrefix(line, "```"):
-			in = false
-		case in:
-			line = strings.TrimSpace(line)
-			if s, ok := strings.CutSuffix(line, `\`); ok {
-				cont += s
-				continue
-			}
-			if c := cont + line; c != "" && !strings.HasPrefix(c, "#") {
-				cmds = append(cmds, c)
-			}
-			cont = ""
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+	for _, c := range doccmd.Commands(blocks) {
+		cmds = append(cmds, c.Text)
 	}
 	if len(cmds) < 10 {
 		t.Fatalf("found %d commands in %s; the parser or the runbook is broken", len(cmds), runbook)

@@ -77,6 +77,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	run("PruneAfterRollout", e.testPruneAfterRollout)
 	run("HelmReleaseRefused", e.testHelmReleaseRefused)
 	run("InstallMDWalkthrough", e.testWalkthrough)
+	run("RunbookMistralTP2", e.testRunbook)
 }
 
 // runControllers stands in for kube-controller-manager: the DaemonSet

@@ -1,7 +1,6 @@
 package install
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -32,55 +31,31 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
 	"github.com/caa-gcp-t4/gcp-t4/internal/preflight"
 	"github.com/caa-gcp-t4/gcp-t4/internal/testkey"
+	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 )
 
 const repoRoot = "../../.."
 
-// docSteps reads docs/install.md's `<!-- step: NAME -->` blocks: the
-// commands of each, continuation lines joined and comments dropped.
-func docSteps(t *testing.T) (names []string, steps map[string][]string) {
+// docSteps reads docs/install.md's `<!-- step: NAME -->` blocks, as
+// every test that runs a guide reads one (doccmd).
+func docSteps(t *testing.T) (names []string, steps map[string][]doccmd.Command) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(repoRoot, "docs", "install.md"))
+	blocks, err := doccmd.File(filepath.Join(repoRoot, "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	steps = map[string][]string{}
-	marker := regexp.MustCompile(`^<!-- step: ([a-z-]+) -->$`)
-	sc := bufio.NewScanner(f)
-	step, inBlock, cont := "", false, ""
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case marker.MatchString(line):
-			step = marker.FindStringSubmatch(line)[1]
-			names = append(names, step)
-		case step != "" && !inBlock && line == "```sh":
-			inBlock = true
-		case inBlock && line == "```":
-			inBlock, step = false, ""
-		case inBlock:
-			if i := strings.Index(line, " #"); i >= 0 {
-				line = line[:i]
-			}
-			if strings.HasSuffix(line, "\\") {
-				cont += strings.TrimSuffix(line, "\\") + " "
-				continue
-			}
-			if cmd := strings.TrimSpace(cont + line); cmd != "" {
-				steps[step] = append(steps[step], cmd)
-			}
-			cont = ""
-		}
-	}
+	names, steps = doccmd.Marked(blocks, "step")
 	return names, steps
 }
 
 // walk holds what the steps share.
 type walk struct {
-	e       *env
-	fake    *gcefake.Server
-	vars    map[string]string
+	e    *env
+	fake *gcefake.Server
+	vars map[string]string
+	// home is the user's home directory: ~ in a command, where
+	// ~/.kube/config is the control plane's kubeconfig.
+	home    string
 	workdir string
 	out     map[string]string // step -> what its commands printed
 	// roles and granted are the IAM grants preflight's fixes made: custom
@@ -91,7 +66,9 @@ type walk struct {
 	preflightRuns []preflightRun
 }
 
-type preflightRun struct{ first, last string }
+// preflightRun is one preflight command's output: its first round's
+// table and stderr, and its last round's table.
+type preflightRun struct{ first, firstErr, last string }
 
 // viewerPermissions are what the person walking the guide holds: a
 // project viewer (roles/viewer grants these gets and lists), not an owner,
@@ -112,10 +89,40 @@ func keyFor(t *testing.T, email string) []byte {
 	return b
 }
 
-func (w *walk) expand(cmd string) []string {
-	cmd = strings.ReplaceAll(cmd, "~/.kube/config", w.e.cp.Kubeconfig)
-	cmd = os.Expand(cmd, func(k string) string { return w.vars[k] })
-	return strings.Fields(cmd)
+// expand splits a command into words as the shell would, with the
+// walk's variables and home; a variable the guide never set fails the
+// test, as `set -u` would.
+func (w *walk) expand(t *testing.T, step, cmd string) []string {
+	t.Helper()
+	args, err := doccmd.Fields(cmd, func(k string) (string, bool) {
+		if k == "HOME" {
+			return w.home, true
+		}
+		v, ok := w.vars[k]
+		return v, ok
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+	return args
+}
+
+// newHome is a user's home whose ~/.kube/config is the control plane's,
+// as `gcloud container clusters get-credentials` leaves it.
+func newHome(t *testing.T, e *env) string {
+	t.Helper()
+	home := t.TempDir()
+	b, err := os.ReadFile(e.cp.Kubeconfig)
+	if err == nil {
+		err = os.MkdirAll(filepath.Join(home, ".kube"), 0o700)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(home, ".kube", "config"), b, 0o600)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return home
 }
 
 // path resolves a relative path of the walk-through: repository files from
@@ -133,7 +140,7 @@ func (w *walk) path(p string) string {
 func (w *walk) fixPaths(args []string) []string {
 	out := append([]string(nil), args...)
 	for i, a := range out {
-		for _, flag := range []string{"--credentials-file", "-credentials-file", "--wif-credential-config", "-f"} {
+		for _, flag := range []string{"--credentials-file", "-credentials-file", "--wif-credential-config", "-f", "-k"} {
 			if a == flag && i+1 < len(out) {
 				out[i+1] = w.path(out[i+1])
 			}
@@ -148,7 +155,7 @@ func (w *walk) fixPaths(args []string) []string {
 // run executes one command of the walk-through.
 func (w *walk) run(t *testing.T, step, cmd string) {
 	t.Helper()
-	args := w.fixPaths(w.expand(cmd))
+	args := w.fixPaths(w.expand(t, step, cmd))
 	var stdout, stderr bytes.Buffer
 	code := 0
 	switch {
@@ -313,7 +320,7 @@ func (w *walk) preflightUntilClean(t *testing.T, args []string, main func(contex
 		var stdout, stderr bytes.Buffer
 		code := main(t.Context(), append(args, "-o", "table"), &stdout, &stderr)
 		if round == 0 {
-			run.first = stdout.String()
+			run.first, run.firstErr = stdout.String(), stderr.String()
 		}
 		run.last = stdout.String()
 		w.out["preflight"] = stdout.String()
@@ -505,7 +512,7 @@ func (e *env) testWalkthrough(t *testing.T) {
 
 	// The guide's own IMAGE, CAA_SA and the rest; only the project and
 	// bucket are the emulator's.
-	w := &walk{e: e, fake: fake, workdir: t.TempDir(), out: map[string]string{}, roles: map[string][]string{}, granted: map[string][]string{},
+	w := &walk{e: e, fake: fake, home: newHome(t, e), workdir: t.TempDir(), out: map[string]string{}, roles: map[string][]string{}, granted: map[string][]string{},
 		vars: map[string]string{"PROJECT": fake.Project(), "BUCKET": "gs://test-bucket"}}
 	names, steps := docSteps(t)
 	want := []string{"env", "podvm", "image", "identity", "preflight", "install", "gpu-pod", "upgrade", "uninstall"}
@@ -520,7 +527,7 @@ func (e *env) testWalkthrough(t *testing.T) {
 			w.reaperPodTerminating(t)
 		}
 		for _, cmd := range steps[step] {
-			w.run(t, step, cmd)
+			w.run(t, step, cmd.Text)
 		}
 		member := "serviceAccount:" + w.vars["CAA_SA"]
 		switch step {

@@ -37,7 +37,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	member := fs.String("member", "", "the IAM member CAA runs as, e.g. serviceAccount:caa@P.iam.gserviceaccount.com: its least-privilege grant is printed, and checked when preflight runs with its key (default: the account of -credentials-file / GCP_CREDENTIALS)")
 	credentialsFile := fs.String("credentials-file", "", "a service account key file to run preflight with, as GCP_CREDENTIALS (CAA's own key checks CAA's permissions; gcp-t4 install --credentials-file takes the same file)")
 	runtimeClass := fs.String("runtime-class", "kata-remote", "the peer-pods runtime class and containerd handler")
-	namespace := fs.String("caa-namespace", "confidential-containers-system", "namespace of the CAA DaemonSet")
+	namespace := new(string)
+	fs.StringVar(namespace, "caa-namespace", defaultNamespace, "namespace of the CAA DaemonSet (with -kubeconfig and not given: wherever CAA's DaemonSet is installed, else this)")
 	daemonSet := fs.String("caa-daemonset", "cloud-api-adaptor-daemonset", "name of the CAA DaemonSet")
 	gkeCluster := fs.String("gke-cluster", "", "GKE cluster name, used in fix commands")
 	remediate := fs.String("remediate-daemonset", RemediateDaemonSet, "name of the node sidecar's DaemonSet (gcp-t4-node remediate), in -caa-namespace")
@@ -79,6 +80,31 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	var kube kubernetes.Interface
+	var prior []Result
+	if *kubeconfigPath != "" {
+		rc, err := kubeconfig.Load(*kubeconfigPath, "", "gcp-t4-preflight")
+		if err == nil {
+			kube, err = kubernetes.NewForConfig(rc)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "gcp-t4 preflight: -kubeconfig %s: %v\n", *kubeconfigPath, err)
+			return 2
+		}
+		if *maxPull <= 0 {
+			fmt.Fprintf(stderr, "gcp-t4 preflight: -max-image-pull %s: give a positive duration, e.g. 10m\n", *maxPull)
+			return 2
+		}
+		// After an install, the settings CAA runs with are in the
+		// cluster: what no flag or env var gives comes from there, so
+		// `preflight -kubeconfig K` checks the project, image and network
+		// CAA really uses (as gcp-t4 gc does).
+		r, code := fromCluster(ctx, fs, kube, namespace, *daemonSet, stderr)
+		if code != 0 {
+			return code
+		}
+		prior = append(prior, r...)
+	}
 	cfg := pf.Config()
 	if *credentialsFile != "" {
 		if cfg.Credentials != "" {
@@ -92,7 +118,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		}
 		cfg.Credentials = string(b)
 	}
-	opts := Options{Cfg: cfg, Member: *member, CRMEndpoint: *crmEndpoint}
+	opts := Options{Cfg: cfg, Member: *member, CRMEndpoint: *crmEndpoint, KeyFile: *credentialsFile}
 	for _, t := range strings.Split(*nodeTags, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			opts.NodeTags = append(opts.NodeTags, t)
@@ -108,23 +134,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 			opts.NodeCIDRs = append(opts.NodeCIDRs, p)
 		}
 	}
-	if *kubeconfigPath != "" {
-		rc, err := kubeconfig.Load(*kubeconfigPath, "", "gcp-t4-preflight")
-		if err == nil {
-			opts.Kube, err = kubernetes.NewForConfig(rc)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "gcp-t4 preflight: -kubeconfig %s: %v\n", *kubeconfigPath, err)
-			return 2
-		}
-		if *maxPull <= 0 {
-			fmt.Fprintf(stderr, "gcp-t4 preflight: -max-image-pull %s: give a positive duration, e.g. 10m\n", *maxPull)
-			return 2
-		}
+	if kube != nil {
+		opts.Kube = kube
 		opts.Cluster = &Cluster{RuntimeClass: *runtimeClass, Namespace: *namespace, DaemonSet: *daemonSet, GKECluster: *gkeCluster,
 			MaxImagePull: *maxPull, Remediate: *remediate}
 	}
-	rs := Run(ctx, opts, logger)
+	rs := append(prior, Run(ctx, opts, logger)...)
 	if err := Print(stdout, *output, rs); err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 preflight: %v\n", err)
 		return 2
@@ -142,6 +157,9 @@ type Options struct {
 	CRMEndpoint string
 	NodeCIDRs   []netip.Prefix
 	NodeTags    []string
+	// KeyFile is the file the credentials came from (-credentials-file),
+	// for fixes that name it.
+	KeyFile string
 	// Kube and Cluster are set for the cluster checks.
 	Kube    kubernetes.Interface
 	Cluster *Cluster
@@ -165,7 +183,11 @@ func Run(ctx context.Context, o Options, logger *slog.Logger) []Result {
 	if err != nil {
 		rs = append(rs, fail("profiles", "fix GCP_PROFILES / GCP_PROFILES_FILE as the message says", "%v", err))
 	} else {
-		g := &GCE{Cfg: o.Cfg, Catalog: catalog, NodeCIDRs: o.NodeCIDRs, NodeTags: o.NodeTags, NodeIPs: nodeIPs, NodeVMs: nodeVMs, Member: o.Member}
+		// The settings and the credentials are checked apart, so a run
+		// with neither reports both instead of the first.
+		cfgRs := checkConfig(o.Cfg, o.Cluster != nil)
+		rs = append(rs, cfgRs...)
+		g := &GCE{Cfg: o.Cfg, Catalog: catalog, NodeCIDRs: o.NodeCIDRs, NodeTags: o.NodeTags, NodeIPs: nodeIPs, NodeVMs: nodeVMs, Member: o.Member, KeyFile: o.KeyFile}
 		g.Caller = callerAccount(o.Cfg.Credentials, os.Getenv("GOOGLE_APPLICATION_CREDENTIALS"))
 		if g.Member == "" {
 			g.Member = memberFromCredentials(o.Cfg.Credentials)
@@ -178,9 +200,13 @@ func Run(ctx context.Context, o Options, logger *slog.Logger) []Result {
 		if notGoogle(o.CRMEndpoint) {
 			iamEndpoint = o.CRMEndpoint // a local emulator serves both
 		}
-		if err := g.Connect(ctx, opts, append(crmOptions(o.Cfg, o.CRMEndpoint), o.Extra...), append(crmOptions(o.Cfg, iamEndpoint), o.Extra...)); err != nil {
-			rs = append(rs, fail("credentials", "gcloud auth application-default login", "%v", err))
-		} else {
+		switch err := g.Connect(ctx, opts, append(crmOptions(o.Cfg, o.CRMEndpoint), o.Extra...), append(crmOptions(o.Cfg, iamEndpoint), o.Extra...)); {
+		case err != nil:
+			rs = append(rs, fail("credentials", g.credentialsFix(0), "%v", err))
+		case Failed(cfgRs):
+			// Every check below needs the project and zones.
+			g.Close()
+		default:
 			rs = append(rs, g.Run(ctx)...)
 			g.Close()
 		}

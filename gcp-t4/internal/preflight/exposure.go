@@ -30,12 +30,12 @@ func (in firewallInput) exposureFixes() []string {
 	src := strings.Replace(tag, "--target-", "--source-", 1)
 	rules := fmt.Sprintf("tcp:%d,udp:%d", AgentPort, VXLANPort)
 	return []string{
-		fmt.Sprintf("gcloud compute firewall-rules create caa-podvms-deny-podvms --project=%s --network=%s --direction=INGRESS --action=DENY --rules=%s --priority=%d %s %s",
-			in.project, in.network, rules, priorityDenyPodVMs, src, tag),
-		fmt.Sprintf("gcloud compute firewall-rules create caa-nodes-to-podvms --project=%s --network=%s --direction=INGRESS --allow=%s %s %s%s",
-			in.project, in.network, rules, in.nodeSource(), tag, in.nodeSourceNote()),
-		fmt.Sprintf("gcloud compute firewall-rules create caa-others-deny-podvms --project=%s --network=%s --direction=INGRESS --action=DENY --rules=%s --priority=%d --source-ranges=0.0.0.0/0 %s",
-			in.project, in.network, rules, priorityDenyOthers, tag),
+		firewallCreate(in.project, "caa-podvms-deny-podvms", fmt.Sprintf("--network=%s --direction=INGRESS --action=DENY --rules=%s --priority=%d %s %s",
+			in.network, rules, priorityDenyPodVMs, src, tag)),
+		firewallCreate(in.project, "caa-nodes-to-podvms", fmt.Sprintf("--network=%s --direction=INGRESS --allow=%s %s %s",
+			in.network, rules, in.nodeSource(), tag)) + in.nodeSourceNote(),
+		firewallCreate(in.project, "caa-others-deny-podvms", fmt.Sprintf("--network=%s --direction=INGRESS --action=DENY --rules=%s --priority=%d --source-ranges=0.0.0.0/0 %s",
+			in.network, rules, priorityDenyOthers, tag)),
 	}
 }
 

@@ -13,15 +13,21 @@ import (
 
 // gcloudFirewall reads a fix's `gcloud compute firewall-rules create` as
 // gcloud would send it (allow, or --action with --rules; priority 1000
-// unless given; sources and targets).
+// unless given; sources and targets). The create must be guarded by a
+// describe of the same rule in the same project, so the fix is safe to
+// run twice.
 func gcloudFirewall(t *testing.T, cmd string) *computepb.Firewall {
 	t.Helper()
 	if i := strings.Index(cmd, "#"); i >= 0 {
 		cmd = cmd[:i]
 	}
-	fields := strings.Fields(cmd)
-	if len(fields) < 5 || strings.Join(fields[:4], " ") != "gcloud compute firewall-rules create" {
-		t.Fatalf("not a firewall-rules create: %s", cmd)
+	describe, create, ok := strings.Cut(cmd, " >/dev/null 2>&1 || ")
+	fields := strings.Fields(create)
+	if !ok || len(fields) < 6 || strings.Join(fields[:4], " ") != "gcloud compute firewall-rules create" {
+		t.Fatalf("not a firewall-rules create guarded by a describe: %s", cmd)
+	}
+	if want := "gcloud compute firewall-rules describe " + fields[4] + " " + fields[5]; describe != want || !strings.HasPrefix(fields[5], "--project=") {
+		t.Fatalf("the create of %s is guarded by %q, want %q", fields[4], describe, want)
 	}
 	f := map[string]string{}
 	for _, kv := range fields[5:] {

@@ -277,8 +277,8 @@ func (in firewallInput) nodeTarget() string {
 
 func (g *GCE) checkFirewalls(fws []*computepb.Firewall, in firewallInput) []Result {
 	var rs []Result
-	toPodVMs := fmt.Sprintf("gcloud compute firewall-rules create caa-nodes-to-podvms --project=%s --network=%s --direction=INGRESS --allow=tcp:%d,udp:%d %s %s%s",
-		in.project, in.network, AgentPort, VXLANPort, in.nodeSource(), in.podVMTarget("target"), in.nodeSourceNote())
+	toPodVMs := firewallCreate(in.project, "caa-nodes-to-podvms", fmt.Sprintf("--network=%s --direction=INGRESS --allow=tcp:%d,udp:%d %s %s",
+		in.network, AgentPort, VXLANPort, in.nodeSource(), in.podVMTarget("target"))) + in.nodeSourceNote()
 	srcRanges := in.nodes.ranges
 	if len(srcRanges) == 0 && in.nodes.known {
 		// Tags only: any address of a node; the subnet stands in.
@@ -322,8 +322,8 @@ func (g *GCE) checkFirewalls(fws []*computepb.Firewall, in firewallInput) []Resu
 	// VXLAN back from the podVMs to the nodes.
 	f := flow{"udp", VXLANPort}
 	check := fmt.Sprintf("firewall udp:%d podVMs→nodes (%s)", VXLANPort, in.podVMSubnet)
-	fix := fmt.Sprintf("gcloud compute firewall-rules create caa-podvms-to-nodes-vxlan --project=%s --network=%s --direction=INGRESS --allow=udp:%d %s %s",
-		in.project, in.network, VXLANPort, in.podVMTarget("source"), in.nodeTarget())
+	fix := firewallCreate(in.project, "caa-podvms-to-nodes-vxlan", fmt.Sprintf("--network=%s --direction=INGRESS --allow=udp:%d %s %s",
+		in.network, VXLANPort, in.podVMTarget("source"), in.nodeTarget()))
 	var v verdict
 	for _, r := range in.podVMs.ranges {
 		v = decide(fws, in.network, f, in.podVMs, r, in.nodes)
@@ -344,6 +344,15 @@ func (g *GCE) checkFirewalls(fws []*computepb.Firewall, in firewallInput) []Resu
 		rs = append(rs, pass(check, "allowed by %s", v.rule))
 	}
 	return rs
+}
+
+// firewallCreate is a rule's create command made safe to run twice, as a
+// reader re-running preflight's fixes will: gcloud's create fails on a
+// name that exists, so it runs only where describe finds none. A rule of
+// that name with other settings is left as it is; the next preflight run
+// judges it.
+func firewallCreate(project, name, args string) string {
+	return fmt.Sprintf("gcloud compute firewall-rules describe %[2]s --project=%[1]s >/dev/null 2>&1 || gcloud compute firewall-rules create %[2]s --project=%[1]s %[3]s", project, name, args)
 }
 
 func portName(f flow) string {

@@ -52,6 +52,9 @@ type GCE struct {
 	// NodeVMs are the nodes' instances, whose tags are read when
 	// NodeTags is empty.
 	NodeVMs []NodeVM
+	// KeyFile is the file the credentials came from (-credentials-file),
+	// "" for GCP_CREDENTIALS or other credentials.
+	KeyFile string
 
 	// template is GCP_INSTANCE_TEMPLATE's properties, once read.
 	template *computepb.InstanceProperties
@@ -170,14 +173,14 @@ func (g *GCE) Close() {
 	g.closers = nil
 }
 
-// Run runs every project check in order; later checks that depend on an
-// earlier one (the subnet on the network) report it instead of an API error.
+// Run runs every project check in order, on settings checkConfig passed;
+// later checks that depend on an earlier one (the subnet on the network)
+// report it instead of an API error.
 func (g *GCE) Run(ctx context.Context) []Result {
 	var rs []Result
 	if err := g.Cfg.Validate(); err != nil {
-		return []Result{fail("config", "set the variable the message names (or its flag); see docs/provider.md", "%v", err)}
+		return checkConfig(g.Cfg, false)
 	}
-	rs = append(rs, pass("config", "provider settings are valid (project %s, zones %s)", g.Cfg.ProjectID, strings.Join(g.Cfg.Zones(), ",")))
 	cred := g.checkProject(ctx)
 	rs = append(rs, cred)
 	if cred.Status == Fail {
@@ -273,14 +276,39 @@ func (g *GCE) checkProject(ctx context.Context) Result {
 	case err == nil:
 		return pass(check, "the Compute API answers for project %s with these credentials", p)
 	case code == 401:
-		return fail(check, "gcloud auth application-default login", "the credentials were refused: %v", err)
+		return fail(check, g.credentialsFix(code), "the credentials were refused: %v", err)
 	case code == 403:
 		return fail(check, fmt.Sprintf("gcloud services enable compute.googleapis.com --project=%s", p), "project %s refused access (Compute API disabled, or no rights): %v", p, err)
 	case code == 404:
 		return fail(check, "gcloud projects list --format='value(projectId)'   # then set GCP_PROJECT_ID to the ID", "project %s does not exist or is not visible: %v", p, err)
 	default:
-		return fail(check, "gcloud auth application-default print-access-token   # checks the credentials; GCP_ENDPOINT must reach the Compute API", "calling the Compute API: %v", err)
+		return fail(check, g.credentialsFix(code), "calling the Compute API: %v", err)
 	}
+}
+
+// credentialsFix is what repairs credentials that could not be used
+// (code 0: no client could be made with them) or were refused (401), or
+// an API that did not answer (any other code). A service account key
+// (-credentials-file, GCP_CREDENTIALS) is CAA's, so the fix is about that
+// key; gcloud's own login only helps when preflight runs on
+// Application Default Credentials.
+func (g *GCE) credentialsFix(code int) string {
+	email := strings.TrimPrefix(memberFromCredentials(g.Cfg.Credentials), "serviceAccount:")
+	from := "GCP_CREDENTIALS"
+	if g.KeyFile != "" {
+		from = "-credentials-file " + g.KeyFile
+	}
+	switch {
+	case g.Cfg.Credentials != "" && email == "":
+		return fmt.Sprintf("%s is not a service account key: gcloud iam service-accounts keys create key.json --iam-account=CAA_SERVICE_ACCOUNT_EMAIL   # then -credentials-file key.json", from)
+	case g.Cfg.Credentials != "" && (code == 0 || code == 401):
+		return fmt.Sprintf("gcloud iam service-accounts keys list --iam-account=%[1]s --project=%[2]s   # is the key of %[3]s listed and enabled? if not: gcloud iam service-accounts keys create key.json --iam-account=%[1]s", email, g.Cfg.ProjectID, from)
+	case g.Cfg.Credentials != "":
+		return fmt.Sprintf("nothing to change in the key (%s, for %s), which was not refused: the Compute API did not answer; check that this machine reaches it (GCP_ENDPOINT, proxy settings) and run preflight again", from, email)
+	case code == 0 || code == 401:
+		return "gcloud auth application-default login"
+	}
+	return "gcloud auth application-default print-access-token   # checks the credentials; GCP_ENDPOINT must reach the Compute API"
 }
 
 // autoProfiles are the profiles picked by fit, the ones quota and zones
@@ -441,8 +469,14 @@ func lastSegment(s string) string { return s[strings.LastIndex(s, "/")+1:] }
 func (g *GCE) checkNAT(ctx context.Context, project string, net *computepb.Network, sub *computepb.Subnetwork, region string) Result {
 	check := "cloud nat in " + region
 	netName := net.GetName()
-	routerFix := fmt.Sprintf("gcloud compute routers create caa-nat-router --project=%[1]s --network=%[2]s --region=%[3]s && gcloud compute routers nats create caa-nat --project=%[1]s --router=caa-nat-router --region=%[3]s --nat-custom-subnet-ip-ranges=%[4]s --auto-allocate-nat-external-ips",
-		project, netName, region, sub.GetName())
+	// Each create runs only where describe finds nothing, so running the
+	// fix twice (or after a partial run) does not fail on "already exists".
+	natFix := func(router string) string {
+		return fmt.Sprintf("gcloud compute routers nats describe caa-nat --router=%[2]s --project=%[1]s --region=%[3]s >/dev/null 2>&1 || gcloud compute routers nats create caa-nat --project=%[1]s --router=%[2]s --region=%[3]s --nat-custom-subnet-ip-ranges=%[4]s --auto-allocate-nat-external-ips",
+			project, router, region, sub.GetName())
+	}
+	routerFix := fmt.Sprintf("gcloud compute routers describe caa-nat-router --project=%[1]s --region=%[3]s >/dev/null 2>&1 || gcloud compute routers create caa-nat-router --project=%[1]s --network=%[2]s --region=%[3]s",
+		project, netName, region) + "\n" + natFix("caa-nat-router")
 	it := g.routers.List(ctx, &computepb.ListRoutersRequest{Project: project, Region: region})
 	var onNetwork []string
 	for {
@@ -471,7 +505,7 @@ func (g *GCE) checkNAT(ctx context.Context, project string, net *computepb.Netwo
 		}
 	}
 	if len(onNetwork) > 0 {
-		return fail(check, fmt.Sprintf("gcloud compute routers nats create caa-nat --project=%s --router=%s --region=%s --nat-custom-subnet-ip-ranges=%s --auto-allocate-nat-external-ips", project, onNetwork[0], region, sub.GetName()),
+		return fail(check, natFix(onNetwork[0]),
 			"router(s) %s on %s have no NAT covering subnet %s: private podVMs cannot pull images from the internet", strings.Join(onNetwork, ","), netName, sub.GetName())
 	}
 	return fail(check, routerFix, "no Cloud Router with NAT on %s in %s: private podVMs cannot pull images from the internet", netName, region)

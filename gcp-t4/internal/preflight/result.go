@@ -11,7 +11,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
+	"strings"
+	"unicode/utf8"
 )
 
 // Status is a check's verdict.
@@ -65,29 +66,97 @@ func Print(w io.Writer, format string, rs []Result) error {
 			Failed  bool     `json:"failed"`
 		}{rs, Failed(rs)})
 	case "table", "":
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		for _, r := range rs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Status, r.Check, r.Detail)
-			if r.Fix != "" {
-				fmt.Fprintf(tw, "\t\tfix: %s\n", r.Fix)
-			}
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		var p, wn, f int
-		for _, r := range rs {
-			switch r.Status {
-			case Pass:
-				p++
-			case Warn:
-				wn++
-			case Fail:
-				f++
-			}
-		}
-		_, err := fmt.Fprintf(w, "\n%d passed, %d warnings, %d failed\n", p, wn, f)
-		return err
+		return printTable(w, rs)
 	}
 	return fmt.Errorf("-o %q: use table or json", format)
+}
+
+// Layout of the table: status, check, detail in columns; a fix under its
+// row. The check column is as wide as the widest check up to
+// maxCheckWidth, for the whole table, so columns never move partway down;
+// a longer check takes its row's width and its detail goes on the next
+// line at the detail column.
+const (
+	statusWidth   = 4 // pass, warn, fail
+	gap           = "  "
+	maxCheckWidth = 48
+	// commentSep starts the comment the fixes put after a command.
+	commentSep = "   # "
+)
+
+// printTable writes results for a terminal. Each fix is printed once: a
+// command already printed under an earlier row (several checks share a
+// firewall rule or a grant) is replaced by a pointer to that row, so a
+// reader running the fixes in order runs each once.
+func printTable(w io.Writer, rs []Result) error {
+	width := 0
+	for _, r := range rs {
+		if n := utf8.RuneCountInString(r.Check); n > width && n <= maxCheckWidth {
+			width = n
+		}
+	}
+	detailCol := statusWidth + len(gap) + width + len(gap)
+	fixIndent := strings.Repeat(" ", statusWidth+len(gap))
+	fixCont := fixIndent + strings.Repeat(" ", len("fix: "))
+	var b strings.Builder
+	type first struct{ check, comment string }
+	printed := map[string]first{} // command -> where it was printed, with its comment
+	var p, wn, f int
+	for _, r := range rs {
+		switch r.Status {
+		case Pass:
+			p++
+		case Warn:
+			wn++
+		case Fail:
+			f++
+		}
+		detail := strings.Split(r.Detail, "\n")
+		head := fmt.Sprintf("%-*s%s%s", statusWidth, r.Status, gap, r.Check)
+		if utf8.RuneCountInString(r.Check) > width {
+			b.WriteString(strings.TrimRight(head, " ") + "\n")
+			head = ""
+		}
+		pad := strings.Repeat(" ", max(0, detailCol-utf8.RuneCountInString(head)))
+		b.WriteString(strings.TrimRight(head+pad+detail[0], " ") + "\n")
+		for _, l := range detail[1:] {
+			b.WriteString(strings.TrimRight(strings.Repeat(" ", detailCol)+l, " ") + "\n")
+		}
+		var lines []string
+		lastRef := ""
+		for _, line := range strings.Split(r.Fix, "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" {
+				continue
+			}
+			cmd, comment, _ := strings.Cut(line, commentSep)
+			if at, ok := printed[cmd]; ok {
+				// A note of this row's own (then remove …) stays.
+				switch {
+				case comment != "" && comment != at.comment:
+					lines = append(lines, fmt.Sprintf("(as under %q above)%s%s", at.check, commentSep, comment))
+				case at.check != lastRef:
+					lines = append(lines, fmt.Sprintf("(as under %q above)", at.check))
+				}
+				lastRef = at.check
+				continue
+			}
+			printed[cmd] = first{r.Check, comment}
+			lastRef = ""
+			if comment != "" {
+				cmd += commentSep + comment
+			}
+			lines = append(lines, cmd)
+		}
+		for i, l := range lines {
+			if i == 0 {
+				b.WriteString(fixIndent + "fix: " + l + "\n")
+			} else {
+				b.WriteString(fixCont + l + "\n")
+			}
+		}
+	}
+	fmt.Fprintf(&b, "\n%d passed, %d warnings, %d failed\n", p, wn, f)
+	_, err := io.WriteString(w, b.String())
+	return err
 }
