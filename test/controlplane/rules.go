@@ -120,7 +120,7 @@ func (cp *ControlPlane) WaitForBindings(ctx context.Context, saNamespace, sa, ns
 		if b.ref.Kind == "Role" {
 			r, err := cs.RbacV1().Roles(b.ns).Get(ctx, b.ref.Name, metav1.GetOptions{})
 			if err != nil {
-				return fmt.Errorf("Role %s/%s: %w", b.ns, b.ref.Name, err)
+				return fmt.Errorf("role %s/%s: %w", b.ns, b.ref.Name, err)
 			}
 			rules = r.Rules
 		} else {

@@ -201,7 +201,7 @@ func TestScenarioStartupVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs = k.waitStartup(t, "ml", "broken-0", gcpt4.ReasonFailed)
+	k.waitStartup(t, "ml", "broken-0", gcpt4.ReasonFailed)
 	if err := caa.DeleteInstance(t.Context(), bad.ID); err != nil {
 		t.Fatal(err)
 	}
