@@ -62,7 +62,8 @@ build: tools
 	@echo "build: $(BIN)/gcp-t4, $(BIN)/gcp-t4-node and $(BIN)/gpu-init, static, as they ship"
 	cd gcp-t4 && CGO_ENABLED=0 ../$(PROGRESS) build "./cmd/gcp-t4 ./cmd/gcp-t4-node ./cmd/gpu-init" -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o ../$(BIN)/
 
-## demo: the main job on the embedded GCE emulator, no cloud account needed
+## demo: the main job on the embedded GCE emulator, no cloud account; first run about 5 min, then about 3 s
+##   (the first build compiles the binaries' ~900 dependencies once: docs/benchmarks.md)
 demo: build
 	$(BIN)/gcp-t4 demo
 
@@ -70,7 +71,8 @@ demo: build
 ## harness and delivery checks, fuzzing, then the slow lint (staticcheck cold) and the podVM build
 test: tools fmt-check vet unit reaper-acceptance controlplane-test delivery upstream-go kuberay helm-vet remediate-fuzz lint podvm-test
 
-## test-short: go test -short over go.work's modules: no real containerd, API server or CLI (about a minute)
+## test-short: go test -short over go.work's modules, no real containerd, API server or CLI; first run about 8 min, then about 1 min
+##   (the first run compiles the tests' ~1000 dependencies once: docs/benchmarks.md)
 test-short: tools
 	@echo "test-short: go test -short over go.work's modules, without real containerd, API server or CLI"
 	$(PROGRESS) deps "$(MODULES)"
