@@ -136,14 +136,17 @@ build | deps)
 	# Main packages are always stale (go list calls a binary stale unless it
 	# is installed); linking them is what a warm build does.
 	mapfile -t todo < <("$GO" list "${list[@]}" "${deps[@]}" -f '{{if and .Stale (not .ForTest) (ne .Name "main")}}{{.ImportPath}}{{end}}' "${pkgs[@]}" | sed '/^$/d')
+	# A few packages are an edit's; hundreds are a fresh clone's.
+	why=""
+	((${#todo[@]} < 100)) || why="; this once takes minutes on a fresh clone, later runs reuse the cache and take seconds"
 	if [[ $mode == build ]]; then
-		((${#todo[@]} == 0)) || echo "go build: compiling ${#todo[@]} packages not yet in Go's build cache, the binaries' dependencies; this once takes minutes on a fresh clone, later builds reuse the cache and take seconds"
+		((${#todo[@]} == 0)) || echo "go build: compiling ${#todo[@]} packages not yet in Go's build cache, the binaries' dependencies$why"
 		run "${#todo[@]}" "$GO" build -v "$@" "${pkgs[@]}"
 		((${#todo[@]} == 0)) || echo "go build: done in $(elapsed)"
 		exit 0
 	fi
 	((${#todo[@]} > 0)) || exit 0
-	echo "go: first compiling the ${#todo[@]} packages that ${pkgs[*]} and their tests import and Go's build cache lacks; this once takes minutes on a fresh clone, later runs reuse the cache"
+	echo "go: first compiling the ${#todo[@]} packages that ${pkgs[*]} and their tests import and Go's build cache lacks$why"
 	run "${#todo[@]}" "$GO" build -v "${list[@]}" "${todo[@]}"
 	echo "go: compiled in $(elapsed)"
 	;;
