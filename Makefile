@@ -5,6 +5,11 @@
 # runs under one lock.
 SHELL := /bin/bash
 GO ?= go
+# scripts/go-progress.sh runs the same go.
+export GO
+# The Go steps that compile for minutes on a fresh clone print what they
+# compile, a count as they go, and a line after each silent minute.
+PROGRESS := scripts/go-progress.sh
 BIN := bin
 # go.work's modules (install/ is the kustomize tree, a module so gcp-t4 can embed it).
 MODULES := ./src/cloud-providers/... ./gcp-t4/... ./install/...
@@ -54,9 +59,11 @@ tools:
 ## build: the three binaries, one per place they run: gcp-t4 (operator CLI),
 ## gcp-t4-node (node sidecar), gpu-init (podVM); static, as they ship
 build: tools
-	cd gcp-t4 && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o ../$(BIN)/ ./cmd/gcp-t4 ./cmd/gcp-t4-node ./cmd/gpu-init
+	@echo "build: $(BIN)/gcp-t4, $(BIN)/gcp-t4-node and $(BIN)/gpu-init, static, as they ship"
+	cd gcp-t4 && CGO_ENABLED=0 ../$(PROGRESS) build "./cmd/gcp-t4 ./cmd/gcp-t4-node ./cmd/gpu-init" -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o ../$(BIN)/
 
-## demo: the main job on the embedded GCE emulator, no cloud account needed
+## demo: the main job on the embedded GCE emulator, no cloud account; first run about 5 min, then about 3 s
+##   (the first build compiles the binaries' ~900 dependencies once: docs/benchmarks.md)
 demo: build
 	$(BIN)/gcp-t4 demo
 
@@ -64,18 +71,23 @@ demo: build
 ## harness and delivery checks, fuzzing, then the slow lint (staticcheck cold) and the podVM build
 test: tools fmt-check vet unit reaper-acceptance controlplane-test delivery upstream-go kuberay helm-vet remediate-fuzz lint podvm-test
 
-## test-short: go test -short over go.work's modules: no real containerd, API server or CLI (about a minute)
+## test-short: go test -short over go.work's modules, no real containerd, API server or CLI; first run about 8 min, then about 1 min
+##   (the first run compiles the tests' ~1000 dependencies once: docs/benchmarks.md)
 test-short: tools
-	$(GO) test -short -count=1 $(MODULES)
+	@echo "test-short: go test -short over go.work's modules, without real containerd, API server or CLI"
+	$(PROGRESS) deps "$(MODULES)"
+	$(PROGRESS) watch $(GO) test -short -count=1 $(MODULES)
 
 ## upstream-go: vet the fork module with the Go upstream CAA's go.mod names (UPSTREAM_GO)
 upstream-go: tools
+	@echo "upstream-go: go vet of the fork module with $(UPSTREAM_GO) (fetched once through GOTOOLCHAIN), which compiles every dependency again with that Go: minutes the first time"
 	cd src/cloud-providers && GOWORK=off GOTOOLCHAIN=$(UPSTREAM_GO) $(GO) vet ./...
 
 ## unit: every Go test of go.work's modules, against real containerd, kube-apiserver + etcd and
 ## kustomize (built first, cached), except the reaper-acceptance scenarios
 unit: tools containerd controlplane
-	$(CONTROLPLANE_ENV) $(CONTAINERD_ENV) $(GO) test -count=1 -skip '$(REAPER_ACCEPTANCE)' $(MODULES)
+	$(PROGRESS) deps "$(MODULES)"
+	$(CONTROLPLANE_ENV) $(CONTAINERD_ENV) $(PROGRESS) watch $(GO) test -count=1 -skip '$(REAPER_ACCEPTANCE)' $(MODULES)
 
 ## reaper-acceptance: the leak/no-wrong-delete scenarios (two clusters in one project, an adaptor
 ## SIGKILLed between insert and return, the same pod name in two namespaces, a completed Job pod,
@@ -83,18 +95,25 @@ unit: tools containerd controlplane
 ## orphans left
 REAPER_ACCEPTANCE := TestReaperRacesSandboxes|TestScenario|TestUninstallGuard
 reaper-acceptance: controlplane
+	$(PROGRESS) deps "./gcp-t4/internal/gc ./gcp-t4/internal/install"
 	set -o pipefail; $(CONTROLPLANE_ENV) $(GO) test -count=1 -v -run '$(REAPER_ACCEPTANCE)' ./gcp-t4/internal/gc ./gcp-t4/internal/install \
 		| grep -E '^(--- |ok|FAIL|PASS)|^ +--- |scenario|reaper race'
 
 ## containerd: build containerd 1.7 and 2.x for the remediate tests (cached outside the repo)
 containerd: tools
 	$(APT_LOCK) test/containerd/deps.sh
-	for v in $(CONTAINERD17) $(CONTAINERD2); do test/containerd/build.sh $$v >/dev/null || exit 1; done
+	@echo "containerd: $(CONTAINERD17) $(CONTAINERD2), each built once from source for the remediate tests (2-3 min each on 2 cores) and cached by version outside the repository"
+	i=0; for v in $(CONTAINERD17) $(CONTAINERD2); do i=$$((i + 1)); echo "containerd $$v ($$i of $(words $(CONTAINERD17) $(CONTAINERD2)))"; \
+		test/containerd/build.sh $$v >/dev/null || exit 1; done
 
 ## controlplane: build (or reuse) kube-apiserver, etcd and kustomize for the API-server tests; prints the env to export
 controlplane: tools
+	@echo "controlplane: kube-apiserver $(KUBE_VERSION), etcd $(ETCD_VERSION) and kustomize $(KUSTOMIZE_VERSION) for the tests against a real API server, each built once from source and cached by version outside the repository"
+	@echo "controlplane: kube-apiserver (1 of 3)"
 	test/controlplane/build.sh kube-apiserver $(KUBE_VERSION) >/dev/null
+	@echo "controlplane: etcd (2 of 3)"
 	test/controlplane/build.sh etcd $(ETCD_VERSION) >/dev/null
+	@echo "controlplane: kustomize (3 of 3)"
 	test/controlplane/build.sh kustomize $(KUSTOMIZE_VERSION) >/dev/null
 	@echo "export $(CONTROLPLANE_ENV)"
 
@@ -105,23 +124,23 @@ print-containerd-versions:
 
 ## controlplane-test: vet and test the control-plane harness module itself
 controlplane-test: controlplane
-	cd test/controlplane && GOWORK=off $(GO) vet ./... && GOWORK=off $(CONTROLPLANE_ENV) $(GO) test -count=1 ./...
+	cd test/controlplane && GOWORK=off ../../$(PROGRESS) deps ./... && GOWORK=off $(GO) vet ./... && GOWORK=off $(CONTROLPLANE_ENV) $(GO) test -count=1 ./...
 
 ## kuberay: install/examples/mistral-tp2 decoded strictly into KubeRay's Go types, checked against
 ## KubeRay's validation and the runbook, and server-side applied to a real kube-apiserver (own module)
 kuberay: controlplane
-	cd test/kuberay && GOWORK=off $(GO) vet ./... && GOWORK=off $(CONTROLPLANE_ENV) $(GO) test -count=1 ./...
+	cd test/kuberay && GOWORK=off ../../$(PROGRESS) deps ./... && GOWORK=off $(GO) vet ./... && GOWORK=off $(CONTROLPLANE_ENV) $(GO) test -count=1 ./...
 
 ## helm-vet: compile and vet the Helm checks (they need upstream trees to run: helm-check)
 helm-vet: tools
-	cd test/helm && GOWORK=off $(GO) vet ./...
+	cd test/helm && GOWORK=off ../../$(PROGRESS) deps ./... && GOWORK=off $(GO) vet ./...
 
 ## helm-check: upstream's peerpods chart (CAA v0.22.0) with install/helm/gcp-t4.yaml installed by
 ## Helm's library on a real kube-apiserver, the image's entrypoint started with the ConfigMap it
 ## writes, and kata-deploy 4.0.0's chart adopting install/components/runtimeclass
 ##   make helm-check UPSTREAM=/path/to/cloud-api-adaptor KATA=/path/to/kata-containers   (trees at v0.22.0 and 4.0.0)
 helm-check: controlplane
-	cd test/helm && GOWORK=off $(GO) vet ./... && GOWORK=off $(CONTROLPLANE_ENV) CAA_UPSTREAM="$(abspath $(UPSTREAM))" KATA_UPSTREAM="$(abspath $(KATA))" $(GO) test -count=1 -v ./...
+	cd test/helm && GOWORK=off ../../$(PROGRESS) deps ./... && GOWORK=off $(GO) vet ./... && GOWORK=off $(CONTROLPLANE_ENV) CAA_UPSTREAM="$(abspath $(UPSTREAM))" KATA_UPSTREAM="$(abspath $(KATA))" $(GO) test -count=1 -v ./...
 
 # Fuzzing is bounded by executions, never by time: a duration -fuzztime
 # races the fuzz coordinator's own deadline under CPU contention
@@ -136,6 +155,7 @@ FUZZ_LONG_EXECS ?= 10000000
 
 ## remediate-fuzz: replay FuzzApply's seed corpus, then fuzz it for FUZZ_EXECS executions
 remediate-fuzz: tools
+	$(PROGRESS) deps ./gcp-t4/internal/tomledit/
 	$(GO) test -count=1 -run '^FuzzApply$$' ./gcp-t4/internal/tomledit/
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime=$(FUZZ_EXECS)x -fuzzminimizetime=$(FUZZ_MINIMIZE) ./gcp-t4/internal/tomledit/
 
@@ -163,8 +183,11 @@ tidy-check: tools
 
 ## staticcheck: staticcheck (STATICCHECK_VERSION) on go.work's modules and the test modules
 staticcheck: lint-setup
+	@echo "staticcheck: type-checks every dependency from source into its own cache (not Go's build cache): minutes on a fresh clone, then seconds"
+	@echo "staticcheck: go.work's modules (1 of $(words x $(TEST_MODULES)))"
 	$(STATICCHECK) $(MODULES)
-	for d in $(TEST_MODULES); do (cd $$d && GOWORK=off $(STATICCHECK) ./...) || exit 1; done
+	i=1; for d in $(TEST_MODULES); do i=$$((i + 1)); echo "staticcheck: $$d ($$i of $(words x $(TEST_MODULES)))"; \
+		(cd $$d && GOWORK=off $(STATICCHECK) ./...) || exit 1; done
 
 ## shellcheck: every shell script
 shellcheck: lint-setup
@@ -180,6 +203,7 @@ fmt-check: tools
 
 ## vet: go vet on go.work's modules
 vet: tools
+	$(PROGRESS) deps "$(MODULES)"
 	$(GO) vet $(MODULES)
 
 ## podvm: build the production podVM image (cached by a hash of its inputs); refused
@@ -210,6 +234,7 @@ podvm-test: tools
 
 ## bench: benchmarks recorded in docs/benchmarks.md
 bench: tools containerd controlplane
+	$(PROGRESS) deps "$(MODULES)"
 	$(CONTROLPLANE_ENV) $(CONTAINERD_ENV) $(GO) test -run '^$$' -bench . -benchmem $(MODULES)
 
 ## bench-pull: as root, skopeo pulls a random-layer image from a real registry through tc-shaped
@@ -233,7 +258,7 @@ upstream-lint: tools
 ## delivery: the patch script on a synthetic upstream tree (incl. refusal), the
 ## provider API check, and the Dockerfile parsed with BuildKit's parser
 delivery: tools
-	cd test/upstream && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -count=1 ./...
+	cd test/upstream && GOWORK=off ../../$(PROGRESS) deps ./... && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -count=1 ./...
 
 ## upstream-patch: the gcp-t4 contribution series (git format-patch) for review
 ##   make upstream-patch UPSTREAM=/path/to/cloud-api-adaptor [UPSTREAM_REF=HEAD] [PATCH_OUT=bin/upstream-patches]

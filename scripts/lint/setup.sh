@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${STATICCHECK_VERSION:?set STATICCHECK_VERSION (the Makefile does)}"
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4
+# go install compiles for minutes on a fresh clone: counted, on stderr.
+progress=$PWD/scripts/go-progress.sh
 
 missing=()
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
@@ -41,7 +43,7 @@ go_install() {
 		echo "lint setup: installing $pkg@$version into $dir" >&2
 		local tmp
 		tmp=$(mktemp -d "$cache/.$name.XXXXXX")
-		(cd "$tmp" && GOWORK=off GOFLAGS='' GOBIN="$tmp" go install "$pkg@$version")
+		(cd "$tmp" && GOWORK=off GOFLAGS='' GOBIN="$tmp" "$progress" install "$pkg@$version") >&2
 		mkdir -p "$dir"
 		mv -f "$tmp/$name" "$dir/$name"
 		rm -rf "$tmp"

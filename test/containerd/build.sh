@@ -14,6 +14,8 @@
 set -euo pipefail
 version=${1:?usage: build.sh <containerd version, e.g. v2.2.1 or v1.7.29>}
 here=$(cd "$(dirname "$0")" && pwd)
+# Counted progress on stderr for the minutes of compiling: stdout is the path.
+progress=$here/../../scripts/go-progress.sh
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4/containerd-${version}
 bin=$cache/bin/containerd
 if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
@@ -35,7 +37,7 @@ fromModule() {
 		echo "build.sh: $here/$1/go.mod pins $2 $pinned, not $version; change one of them" >&2
 		exit 1
 	fi
-	(cd "$here/$1" && GOWORK=off CGO_ENABLED=0 go build -tags tools -o "$tmp/containerd" "$3") >&2
+	(cd "$here/$1" && GOWORK=off CGO_ENABLED=0 "$progress" build "$3" -tags tools -o "$tmp/containerd") >&2
 }
 case "$version" in
 v1.7.*)
@@ -45,7 +47,7 @@ v2.0.*)
 	fromModule v2.0 github.com/containerd/containerd/v2 github.com/containerd/containerd/v2/cmd/containerd
 	;;
 v2.*)
-	GOBIN=$tmp GOWORK=off CGO_ENABLED=0 go install "github.com/containerd/containerd/v2/cmd/containerd@$version" >&2
+	GOBIN=$tmp GOWORK=off CGO_ENABLED=0 "$progress" install "github.com/containerd/containerd/v2/cmd/containerd@$version" >&2
 	;;
 *)
 	echo "build.sh: unsupported containerd version $version (want v1.7.x or v2.x)" >&2

@@ -63,7 +63,8 @@ tmp=$(mktemp "$cache/.$name.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 echo "build.sh: building $pkg ($mod $want) into $cache (cold on 2 cores: kube-apiserver ~15-30 min, etcd and kustomize ~1-3 min)" >&2
 start=$SECONDS
-go build -trimpath -ldflags="$ldflags" -o "$tmp" "$pkg"
+# Counted progress on stderr: stdout is the binary's path alone.
+"$here/../../scripts/go-progress.sh" build "$pkg" -trimpath -ldflags="$ldflags" -o "$tmp" >&2
 chmod 0755 "$tmp"
 mv -f "$tmp" "$bin"
 trap - EXIT

@@ -54,14 +54,16 @@ account is needed. Flags, if any, are gcp-t4 adaptor's (gcp-t4 adaptor -h) and o
 the demo's settings.
 `
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+// runDemo ignores the JSON logger every command gets: the demo holds its
+// log back and prints it in text form after its tables (demo.Run).
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
 	for _, a := range args {
 		if a == "-h" || a == "-help" || a == "--help" {
 			fmt.Fprint(stdout, demoUsage)
 			return 0
 		}
 	}
-	if err := demo.Run(ctx, args, stdout, logger); err != nil {
+	if err := demo.Run(ctx, args, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 demo: %v\n", err)
 		return 1
 	}

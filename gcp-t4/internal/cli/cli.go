@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -67,5 +68,34 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// The provider logs through the default logger, as it does inside CAA.
 	slog.SetDefault(logger)
-	return cmd.Run(ctx, args[1:], stdout, stderr, logger)
+	if !helpRequested(args[1:]) {
+		return cmd.Run(ctx, args[1:], stdout, stderr, logger)
+	}
+	// A command's -h lists its flags; some say no more. The line the
+	// top-level help gives it comes first, on the stream the command's
+	// help went to, so every `CMD -h` says what CMD does.
+	var out, errb bytes.Buffer
+	code := cmd.Run(ctx, args[1:], &out, &errb, logger)
+	w := stdout
+	if out.Len() == 0 {
+		w = stderr
+	}
+	fmt.Fprintf(w, "%s %s: %s\n\n", p.Name, args[0], cmd.Summary)
+	_, _ = stdout.Write(out.Bytes())
+	_, _ = stderr.Write(errb.Bytes())
+	return code
+}
+
+// helpRequested: args ask for help as Go's flag package reads them, -h,
+// -help or --help before a lone "--".
+func helpRequested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }

@@ -36,3 +36,33 @@ func TestDispatch(t *testing.T) {
 		t.Fatalf("help: code %d, %q", code, out.String())
 	}
 }
+
+// A command's -h starts with its line of the top-level help, on the
+// stream the command's own help went to, whatever that help says.
+func TestHelpStartsWithTheSummary(t *testing.T) {
+	p := Program{Name: "prog", Commands: map[string]Command{
+		"flags": {"lists flags on stderr", func(_ context.Context, args []string, _, stderr io.Writer, _ *slog.Logger) int {
+			_, _ = io.WriteString(stderr, "usage: prog flags\n")
+			return 0
+		}},
+		"text": {"prints its help on stdout", func(_ context.Context, args []string, stdout, _ io.Writer, _ *slog.Logger) int {
+			_, _ = io.WriteString(stdout, "usage: prog text\n")
+			return 0
+		}},
+	}}
+	for _, tc := range []struct {
+		args           []string
+		stdout, stderr string
+	}{
+		{[]string{"flags", "-h"}, "", "prog flags: lists flags on stderr\n\nusage: prog flags\n"},
+		{[]string{"flags", "-x", "1", "--help"}, "", "prog flags: lists flags on stderr\n\nusage: prog flags\n"},
+		{[]string{"text", "-help"}, "prog text: prints its help on stdout\n\nusage: prog text\n", ""},
+		// After "--", -h is an argument, not a help request.
+		{[]string{"flags", "--", "-h"}, "", "usage: prog flags\n"},
+	} {
+		var out, errb bytes.Buffer
+		if code := p.Run(tc.args, &out, &errb); code != 0 || out.String() != tc.stdout || errb.String() != tc.stderr {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q, %q", tc.args, code, out.String(), errb.String(), tc.stdout, tc.stderr)
+		}
+	}
+}

@@ -8,6 +8,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,8 +38,35 @@ type pod struct {
 }
 
 // Run provisions, shows and deletes the demo podVMs. args are extra
-// provider flags (e.g. -provisioning-model SPOT).
-func Run(ctx context.Context, args []string, out io.Writer, logger *slog.Logger) (err error) {
+// provider flags (e.g. -provisioning-model SPOT). out gets the demo's
+// narration and tables; logs gets what the adaptor, the provider and the
+// reaper logged (warnings and errors, in text form), after the demo's
+// output, never inside it. The adaptor's warning that it leaves a live
+// sandbox's VM is part of the story the demo tells; printed when it
+// happens, a JSON record landed between two lines of the narration.
+func Run(ctx context.Context, args []string, out, logs io.Writer) error {
+	var held bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&held, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime}))
+	err := run(ctx, args, out, logger)
+	if held.Len() > 0 {
+		fmt.Fprintln(logs, "\nLogged during the demo by the adaptor, the provider and the reaper (warnings and errors, as CAA's log would have them):")
+		for _, line := range strings.Split(strings.TrimSuffix(held.String(), "\n"), "\n") {
+			fmt.Fprintf(logs, "  %s\n", line)
+		}
+	}
+	return err
+}
+
+// dropTime leaves the time out of the held log lines: they are printed
+// after the fact, and the narration says when each step happened.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
+}
+
+func run(ctx context.Context, args []string, out io.Writer, logger *slog.Logger) (err error) {
 	fake := gcefake.New()
 	defer fake.Close()
 	// A realistic insert takes time; the provider must long-poll for it.

@@ -3,15 +3,15 @@ package demo
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
-	"log/slog"
 	"strings"
 	"testing"
 )
 
 func TestDemoShowsPrivateT4PodVMsAndTheReaper(t *testing.T) {
-	var out bytes.Buffer
-	if err := Run(context.Background(), nil, &out, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	var out, logs bytes.Buffer
+	if err := Run(context.Background(), nil, &out, &logs); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	text := out.String()
@@ -55,8 +55,43 @@ func TestDemoShowsPrivateT4PodVMsAndTheReaper(t *testing.T) {
 
 func TestDemoPassesProviderFlags(t *testing.T) {
 	var out bytes.Buffer
-	err := Run(context.Background(), []string{"-provisioning-model", "CHEAP"}, &out, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	err := Run(context.Background(), []string{"-provisioning-model", "CHEAP"}, &out, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "GCP_PROVISIONING_MODEL") {
 		t.Fatalf("want the provider's validation error, got %v", err)
 	}
+}
+
+// TestDemoOutputHasNoLogLines: the demo's stdout is narration and tables
+// only. The adaptor's warning at shutdown (it leaves the live sandbox's VM)
+// once landed in the middle of the output as a raw JSON record; the log
+// now comes after the demo, in text form, on the other writer.
+func TestDemoOutputHasNoLogLines(t *testing.T) {
+	var out, logs bytes.Buffer
+	if err := Run(context.Background(), nil, &out, &logs); err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if isLogLine(line) {
+			t.Errorf("the demo's output carries a log line: %q", line)
+		}
+	}
+	l := logs.String()
+	if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "shutting down with live sandboxes") {
+		t.Errorf("the adaptor's warning is not in the held log:\n%s", l)
+	}
+	for _, line := range strings.Split(l, "\n") {
+		if isJSONObject(line) || strings.Contains(line, "time=") {
+			t.Errorf("held log line %q: want text without the time", line)
+		}
+	}
+}
+
+// isLogLine: a JSON record or a slog text record (level=...).
+func isLogLine(line string) bool {
+	return isJSONObject(line) || strings.Contains(line, "level=")
+}
+
+func isJSONObject(line string) bool {
+	var v map[string]any
+	return json.Unmarshal([]byte(strings.TrimSpace(line)), &v) == nil
 }

@@ -70,6 +70,7 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 		fs.StringVar(&caaNamespace, "caa-namespace", "", "where CAA's DaemonSet is, whose peer-pods-cm fills the settings no flag or env var gives (default: wherever it is installed)")
 	}
 	output := fs.String("o", "table", "output: table or json")
+	fs.Usage = help(name, reaper).Usage(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -134,6 +135,35 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 		return once(ctx, c, *output, stdout, stderr)
 	}
 	return loop(ctx, c, kube, interval, metricsAddr, stdout, stderr, logger)
+}
+
+// providerSettingsUsed are the provider settings gc and the reaper read:
+// the project to list, the cluster whose VMs are theirs, how to reach and
+// authenticate to the API, and the delete rate. The rest of the provider's
+// configuration shapes creates, which they never make.
+var providerSettingsUsed = []string{"gcp-project-id", "cluster-id", "gcp-credentials", "gcp-endpoint", "mutations-per-second"}
+
+// help is gc's or the reaper's -h: their own flags and the provider
+// settings they read, not the ~35 CAA takes.
+func help(name string, reaper bool) providerflags.Help {
+	if reaper {
+		return providerflags.Help{
+			Synopsis: name + " [flags]",
+			About: []string{"Each pass lists this cluster's podVMs and deletes those whose sandbox is gone (no PeerPod, or its pod gone) " +
+				"once older than -grace, then waits -interval; it serves the metrics and records an Event on its pod per deletion. docs/reaper.md"},
+			Uses:   providerSettingsUsed,
+			Source: "a flag, else its env var, which the Deployment sets from peer-pods-cm",
+			// The reaper logs its passes; it prints no table.
+			Hide: []string{"o"},
+		}
+	}
+	return providerflags.Help{
+		Synopsis: name + " [-kubeconfig FILE] [-delete] [flags]",
+		About: []string{"Each podVM is listed with a verdict and its reason; -delete removes only orphans older than -grace. " +
+			"Run once, gc exits 1 while an orphan is left, so a CI job notices. docs/reaper.md"},
+		Uses:   providerSettingsUsed,
+		Source: "a flag, else its env var, else the installed CAA's peer-pods-cm",
+	}
 }
 
 func once(ctx context.Context, c *Collector, output string, stdout, stderr io.Writer) int {

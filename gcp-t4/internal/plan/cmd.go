@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -61,18 +62,21 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gcp-t4 plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	pf := providerflags.Register(fs)
-	file := fs.String("f", "", "manifest: a Pod, Deployment, StatefulSet, Job, CronJob, RayService, RayCluster or RayJob (YAML or JSON, several documents allowed; - for stdin)")
+	file := fs.String("f", "", "manifest: a Pod, Deployment, StatefulSet, Job, CronJob, RayService, RayCluster or RayJob (YAML or JSON, several documents allowed; - for stdin); an object without metadata.namespace is planned in default, and plan says so")
+	kdir := fs.String("k", "", "a kustomize directory, rendered as kubectl apply -k renders it, so namespaces and names are the kustomization's")
+	allNotes := fs.Bool("notes", false, "also print the notes true of every plan (no API called, the boot disk, profiles without an image) and the price table's sources")
 	output := fs.String("o", OutputTable, "output: table, json, or request (the exact instances.insert request per pod group, protojson)")
 	runtimeClass := fs.String("runtime-class", DefaultRuntimeClass, "the runtime class the peer-pods webhook acts on (its TARGET_RUNTIMECLASS)")
-	gpus := fs.Int64("gpus", 0, "without -f: nvidia.com/gpu the pod requests")
-	vcpus := fs.String("vcpus", "", "without -f: CPU the pod requests, e.g. 2 or 1500m")
-	memory := fs.String("memory", "", "without -f: memory the pod requests, e.g. 8Gi")
-	machineType := fs.String("machine-type", "", "without -f: the pod's machine_type annotation (a profile or machine type)")
+	gpus := fs.Int64("gpus", 0, "without -f or -k: nvidia.com/gpu the pod requests")
+	vcpus := fs.String("vcpus", "", "without -f or -k: CPU the pod requests, e.g. 2 or 1500m")
+	memory := fs.String("memory", "", "without -f or -k: memory the pod requests, e.g. 8Gi")
+	machineType := fs.String("machine-type", "", "without -f or -k: the pod's machine_type annotation (a profile or machine type)")
 	cat, err := startup.Load()
 	if err != nil {
 		return err
 	}
 	sf := registerStartup(fs, cat)
+	fs.Usage = usage(fs, sf)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,26 +88,33 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-o %q: use table, json or request", *output)
 	}
 	cfg := pf.Config()
-	var notes []string
+	notes := Notes{All: *allNotes}
+	var stand []string
 	for _, p := range placeholders {
 		if f := p.field(&cfg); *f == "" {
 			*f = p.value
-			notes = append(notes, fmt.Sprintf("%s is not set; planned with %s", p.env, p.value))
+			stand = append(stand, p.env+"="+p.value)
 		}
 	}
+	if len(stand) > 0 {
+		notes.Plan = append(notes.Plan, "not set, so planned with stand-ins: "+strings.Join(stand, ", "))
+	}
 	if cfg.Endpoint == "" && cfg.Credentials == "" {
-		notes = append(notes, "no API was called: profiles, zones and the insert come from the provider's code and settings alone")
+		notes.Every = append(notes.Every, "no API was called: profiles, zones and the insert come from the provider's code and settings alone")
 	}
 	if len(cfg.FallbackZones) == 1 && cfg.FallbackZones[0] == gcpt4.ZonesAuto {
-		notes = append(notes, "GCP_ZONES=auto: the fallback zones are discovered at run time (the region's zones offering the accelerator)")
+		notes.Plan = append(notes.Plan, "GCP_ZONES=auto: the fallback zones are discovered at run time (the region's zones offering the accelerator)")
 	}
-	notes = append(notes, "the boot disk is ROOT_VOLUME_SIZE GiB, or the image's size when larger; user-data is a placeholder for CAA's per-pod cloud-config")
+	notes.Every = append(notes.Every, "the boot disk is ROOT_VOLUME_SIZE GiB, or the image's size when larger; user-data is a placeholder for CAA's per-pod cloud-config")
 	catalog, err := gcpt4.NewCatalog(cfg.ProfilesFile, cfg.Profiles)
 	if err != nil {
 		return err
 	}
 	// A confidential profile without an image of its own is refused at
-	// create time; plan shows it with a stand-in image and says so.
+	// create time; plan shows it with a stand-in image and says so: in
+	// the plan's notes when a pod gets that profile, else among the notes
+	// true of every plan.
+	noImage := map[string]string{}
 	for _, p := range catalog.Profiles() {
 		if p.ConfidentialType != "" && p.Image == "" && cfg.ProfileImages[p.Name] == "" {
 			if cfg.ProfileImages == nil {
@@ -112,7 +123,7 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			// Lowercase: GCE image names are, and the provider parses it as one.
 			stand := "required-" + strings.ToLower(p.ConfidentialType) + "-image-for-" + p.Name
 			cfg.ProfileImages[p.Name] = stand
-			notes = append(notes, fmt.Sprintf("profile %s has no image (GCP_PROFILE_IMAGES=%s=IMAGE, or image: in the profile); planned with %s, and the provider refuses pods naming it until one is set: the T4 podVM image is not a %s image", p.Name, p.Name, stand, p.ConfidentialType))
+			noImage[p.Name] = fmt.Sprintf("profile %s has no image (GCP_PROFILE_IMAGES=%s=IMAGE, or image: in the profile); planned with %s, and the provider refuses pods naming it until one is set: the T4 podVM image is not a %s image", p.Name, p.Name, stand, p.ConfidentialType)
 		}
 	}
 	tab, err := prices.Load()
@@ -121,17 +132,27 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	var workloads []Workload
-	if *file != "" {
+	if *file != "" || *kdir != "" {
+		if *file != "" && *kdir != "" {
+			return fmt.Errorf("-f and -k are exclusive: give the manifest or the kustomize directory")
+		}
 		if *gpus != 0 || *vcpus != "" || *memory != "" || *machineType != "" {
-			return fmt.Errorf("-f and -gpus/-vcpus/-memory/-machine-type are exclusive: the manifest carries the requests")
+			return fmt.Errorf("-f/-k and -gpus/-vcpus/-memory/-machine-type are exclusive: the manifest carries the requests")
 		}
 		var skipped []string
-		workloads, skipped, err = readManifest(*file)
+		if *kdir != "" {
+			workloads, skipped, err = readKustomization(*kdir)
+		} else {
+			workloads, skipped, err = readManifest(*file)
+		}
 		if err != nil {
 			return err
 		}
 		for _, s := range skipped {
-			notes = append(notes, "skipped "+s+": it makes no pods")
+			notes.Plan = append(notes.Plan, "skipped "+s+": it makes no pods")
+		}
+		if n := assumedNamespace(workloads); n != "" {
+			notes.Plan = append(notes.Plan, n)
 		}
 	} else {
 		w, err := flagWorkload(*gpus, *vcpus, *memory, *machineType, *runtimeClass)
@@ -149,6 +170,12 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		entries = append(entries, es...)
+		for _, e := range es {
+			if n, ok := noImage[e.Profile]; ok {
+				notes.Plan = append(notes.Plan, n)
+				delete(noImage, e.Profile)
+			}
+		}
 		// A start is modelled for each group that gets a podVM.
 		for _, g := range w.Groups {
 			if !slices.ContainsFunc(es, func(e Entry) bool { return e.Group == g.Name }) {
@@ -160,6 +187,9 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			starts = append(starts, gs)
 		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(noImage)) {
+		notes.Every = append(notes.Every, noImage[name])
 	}
 	if err := Render(stdout, *output, entries, notes, tab, starts); err != nil {
 		return err
@@ -208,6 +238,37 @@ func readManifest(path string) ([]Workload, []string, error) {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return w, s, nil
+}
+
+// usage is plan's -h: its own flags in full, the start-up table's flags
+// and the provider's settings by name (each start-up row names its flag,
+// figure and source; docs/provider.md describes the settings).
+func usage(fs *flag.FlagSet, sf *startupFlags) func() {
+	return providerflags.Help{
+		Synopsis: "gcp-t4 plan -f MANIFEST | -k DIR | -gpus N [-vcpus N] [-memory Q] [flags]\n       gcp-t4 plan serve -h",
+		About: []string{"Shows the podVM each pod of a workload would get: profile, machine type, T4s, zones, provisioning model, " +
+			"the exact instances.insert request (-o request) and its hourly cost, then its start-up phase by phase against every " +
+			"deadline on the path. No cloud account: nothing is called. Exits 1 when a deadline is not met. docs/preflight.md"},
+		Groups: []providerflags.FlagGroup{{Heading: "start-up figures and the cluster's deadlines (the start-up table names each row's flag and source)", Flags: sf.names}},
+	}.Usage(fs)
+}
+
+// assumedNamespace is the note for the workloads that name no namespace:
+// they are planned in default, which labels their podVMs caa-namespace=default,
+// while kubectl apply -n or a kustomization's namespace: would put them
+// elsewhere.
+func assumedNamespace(ws []Workload) string {
+	var names []string
+	for _, w := range ws {
+		if w.NamespaceAssumed {
+			names = append(names, w.Kind+"/"+w.Name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("no metadata.namespace in %s: planned in namespace %s (caa-namespace=%s); where kubectl apply -n or a kustomization sets another, give it in the manifest or plan the kustomization with -k DIR",
+		strings.Join(names, ", "), defaultNamespace, defaultNamespace)
 }
 
 // flagWorkload is the one-container pod the request flags describe.

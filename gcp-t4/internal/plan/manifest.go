@@ -26,7 +26,10 @@ type Workload struct {
 	Kind      string
 	Name      string
 	Namespace string
-	Groups    []Group
+	// NamespaceAssumed: the object named no namespace, and Namespace is
+	// defaultNamespace, as kubectl would use without -n.
+	NamespaceAssumed bool
+	Groups           []Group
 	// Annotations are the object's own (KubeRay reads
 	// ray.io/initializing-timeout there).
 	Annotations map[string]string
@@ -47,6 +50,10 @@ type Group struct {
 	Annotations map[string]string
 	Spec        corev1.PodSpec
 }
+
+// defaultNamespace is where an object that names none is planned, as
+// kubectl applies it without -n and a current context without one.
+const defaultNamespace = "default"
 
 // object is the generic form of one YAML document.
 type object = map[string]any
@@ -85,7 +92,7 @@ func ParseManifests(r io.Reader) (workloads []Workload, skipped []string, err er
 func workloadOf(obj object) (Workload, bool, error) {
 	w := Workload{Kind: str(obj, "kind"), Name: str(obj, "metadata", "name"), Namespace: str(obj, "metadata", "namespace")}
 	if w.Namespace == "" {
-		w.Namespace = "default"
+		w.Namespace, w.NamespaceAssumed = defaultNamespace, true
 	}
 	if ann, ok := get(obj, "metadata", "annotations").(map[string]any); ok {
 		w.Annotations = map[string]string{}

@@ -45,9 +45,8 @@ func TestPlanExamplePodTable(t *testing.T) {
 	for _, want := range []string{
 		"Pod/cuda-vectoradd", "t4-1", "n1-standard-4", "1 x nvidia-tesla-t4", "us-central1-a", "STANDARD", "none",
 		"estimated total: $0.54/h",
-		"GCP_PROJECT_ID is not set; planned with example-project",
+		"not set, so planned with stand-ins: GCP_PROJECT_ID=example-project",
 		"as of 2026-08-03",
-		"cloud.google.com/compute/gpus-pricing",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -20,15 +21,27 @@ const (
 	OutputRequest = "request"
 )
 
+// Notes are what a plan says besides its rows. Plan notes are about this
+// plan (the stand-ins it used, what it skipped, a namespace it assumed, a
+// profile it chose that has no image); Every notes hold for every plan
+// (no API called, the boot disk, profiles nobody asked for without an
+// image). The table prints Every notes and the price table's sources only
+// with All (plan -notes): repeated under every plan they hid the rows;
+// JSON carries both.
+type Notes struct {
+	Plan, Every []string
+	All         bool
+}
+
 // Render writes entries as a table, as JSON (with each insert request
 // inlined, and the modelled starts), or as the exact insert requests alone.
 // The table's starts are printed after it (renderStarts).
-func Render(w io.Writer, format string, entries []Entry, notes []string, tab *prices.Table, starts []GroupStart) error {
+func Render(w io.Writer, format string, entries []Entry, notes Notes, tab *prices.Table, starts []GroupStart) error {
 	switch format {
 	case OutputTable:
 		return renderTable(w, entries, notes, tab)
 	case OutputJSON:
-		return renderJSON(w, entries, notes, starts)
+		return renderJSON(w, entries, append(slices.Clone(notes.Plan), notes.Every...), starts)
 	case OutputRequest:
 		for _, e := range entries {
 			b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(e.Insert)
@@ -51,7 +64,7 @@ func money(e prices.Estimate, v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
-func renderTable(w io.Writer, entries []Entry, notes []string, tab *prices.Table) error {
+func renderTable(w io.Writer, entries []Entry, notes Notes, tab *prices.Table) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKLOAD\tGROUP\tREPLICAS\tVCPU\tMEM(MiB)\tGPU\tPROFILE\tMACHINE TYPE\tACCELERATOR\tZONES (fallback order)\tMODEL\tEXTERNAL IP\t$/H EACH\t$/H ALL\tNEXT-CHEAPEST ($/H EACH)")
 	var total float64
@@ -112,7 +125,16 @@ func renderTable(w io.Writer, entries []Entry, notes []string, tab *prices.Table
 		}
 		fmt.Fprintf(w, "labels: %s %s: %s\n", e.Workload, e.Group, strings.Join(kv, " "))
 	}
-	for _, n := range notes {
+	for _, n := range notes.Plan {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if !notes.All {
+		if tab != nil {
+			fmt.Fprintf(w, "prices: %s list prices in %s as of %s, an estimate, not a quote (-notes: what they leave out, their sources and %d more notes)\n", tab.Region, tab.Currency, tab.AsOf, len(notes.Every))
+		}
+		return nil
+	}
+	for _, n := range notes.Every {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	if tab != nil {

@@ -26,6 +26,7 @@ type startupFlags struct {
 	rates    map[string]*float64       // rate id → MB/s
 	settings map[string]*time.Duration // flag → the cluster's value
 	set      map[string]bool           // flags given on the command line
+	names    []string                  // the flags, in the catalogue's order, for -h
 }
 
 func registerStartup(fs *flag.FlagSet, cat *startup.Catalog) *startupFlags {
@@ -36,12 +37,15 @@ func registerStartup(fs *flag.FlagSet, cat *startup.Catalog) *startupFlags {
 	for _, p := range cat.Phases {
 		if p.Fixed != nil {
 			sf.fixed[p.ID] = fs.Duration(p.Flag, p.Fixed.Duration, fmt.Sprintf("start-up: %s (%s)", p.Title, p.Kind))
+			sf.names = append(sf.names, p.Flag)
 		} else if p.Size != "" {
 			sf.sizes[p.Size] = fs.String(p.Flag, "", fmt.Sprintf("start-up: the %s size (e.g. 12GB); default: the catalogue's figure for the manifest's %s", p.Size, p.Size))
+			sf.names = append(sf.names, p.Flag)
 		}
 	}
 	for _, r := range cat.Rates {
 		sf.rates[r.ID] = fs.Float64(r.Flag, r.Effective(), fmt.Sprintf("start-up: MB/s for %s (%s)", r.ID, r.Kind))
+		sf.names = append(sf.names, r.Flag)
 	}
 	def := cat.Defaults()
 	for _, d := range cat.Deadlines {
@@ -49,6 +53,7 @@ func registerStartup(fs *flag.FlagSet, cat *startup.Catalog) *startupFlags {
 			continue
 		}
 		sf.settings[d.Flag] = fs.Duration(d.Flag, def.Settings[d.ID], fmt.Sprintf("start-up: the cluster's %s %s (%s)", d.Owner, d.Setting, def.SetFrom[d.ID]))
+		sf.names = append(sf.names, d.Flag)
 	}
 	return sf
 }

@@ -23,10 +23,14 @@ type Flags struct {
 	m gcpt4.Manager
 }
 
-// Register adds the provider's flags to fs, each defaulting to its env var.
+// Register adds the provider's flags to fs, each defaulting to its env
+// var, and makes fs's -h list the command's own flags in full and the
+// provider's by name (Help); a command that reads only some of them sets
+// its own Help afterwards.
 func Register(fs *flag.FlagSet) *Flags {
 	f := &Flags{}
 	f.m.ParseCmd(fs)
+	fs.Usage = Help{}.Usage(fs)
 	return f
 }
 
