@@ -3,20 +3,39 @@
 # outside the repository, keyed by version, so that the real-containerd
 # tests of `gcp-t4-node remediate` run against the daemon GKE ships.
 #
-#   test/containerd/build.sh v2.2.1   -> prints the path of the binary
+#   test/containerd/build.sh v2.2.1            -> prints the path of the binary
 #   test/containerd/build.sh v1.7.29
+#   test/containerd/build.sh v2.99.0 v2.0.14   -> v2.0.14's code, reporting
+#       itself as v2.99.0 (`--version` and CRI): the tests' stand-in for a
+#       release line a test adds as one row of the release table
 #
-# Most 2.x releases install directly. 1.7 and 2.0 carry `exclude`
-# directives in their go.mod, which `go install pkg@version` refuses, so
-# they build from the tool modules v1.7/ and v2.0/, whose go.mod pins the
-# version: keep CONTAINERD17 / CONTAINERD2 in versions.mk and those go.mod
-# files in step.
+# Most releases install directly. A release whose go.mod carries `exclude`
+# directives (1.7, 2.0) is refused by `go install pkg@version`; its line
+# has a tool module here, v<MAJOR.MINOR>/, whose go.mod pins the release,
+# and is built from that: keep versions.mk and those go.mod files in step
+# (this script refuses a mismatch). Which lines need one is the tool
+# modules present, not a list in this script.
 set -euo pipefail
-version=${1:?usage: build.sh <containerd version, e.g. v2.2.1 or v1.7.29>}
+usage="usage: build.sh <containerd version, e.g. v2.2.1 or v1.7.29> [<release whose code to build>]"
+version=${1:?$usage}
+source=${2:-$version}
 here=$(cd "$(dirname "$0")" && pwd)
 # Counted progress on stderr for the minutes of compiling: stdout is the path.
 progress=$here/../../scripts/go-progress.sh
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4/containerd-${version}
+for v in "$version" "$source"; do
+	if ! [[ $v =~ ^v([0-9]+)\.([0-9]+)\.[0-9]+ ]]; then
+		echo "build.sh: $v is not a containerd release tag (vMAJOR.MINOR.PATCH); $usage" >&2
+		exit 1
+	fi
+done
+[[ $source =~ ^v([0-9]+)\.([0-9]+)\. ]]
+major=${BASH_REMATCH[1]}
+line=${BASH_REMATCH[1]}.${BASH_REMATCH[2]}
+name=containerd-$version
+if [ "$source" != "$version" ]; then
+	name=containerd-$version-from-$source
+fi
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4/$name
 bin=$cache/bin/containerd
 if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
 	echo "$bin"
@@ -26,34 +45,29 @@ if ! command -v go >/dev/null 2>&1; then
 	echo "build.sh: go is not on PATH; Go 1.26 or newer is needed to build containerd $version" >&2
 	exit 1
 fi
+# Go's module path rule: a major version from 2 on is part of the path.
+module=github.com/containerd/containerd
+if [ "$major" -ge 2 ]; then
+	module=$module/v$major
+fi
+ldflags=""
+if [ "$source" != "$version" ]; then
+	# containerd reports version.Version, filled at link time.
+	ldflags="-X $module/version.Version=$version"
+fi
 mkdir -p "$cache/bin"
 tmp=$(mktemp -d "$cache/build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-# fromModule DIR MODULE PKG: build PKG from the tool module in DIR, which
-# must pin MODULE at $version.
-fromModule() {
-	pinned=$(awk -v m="$2" '{ for (i = 1; i < NF; i++) if ($i == m) print $(i + 1) }' "$here/$1/go.mod")
-	if [ "$pinned" != "$version" ]; then
-		echo "build.sh: $here/$1/go.mod pins $2 $pinned, not $version; change one of them" >&2
+if [ -f "$here/v$line/go.mod" ]; then
+	pinned=$(awk -v m="$module" '{ for (i = 1; i < NF; i++) if ($i == m) print $(i + 1) }' "$here/v$line/go.mod")
+	if [ "$pinned" != "$source" ]; then
+		echo "build.sh: $here/v$line/go.mod pins $module $pinned, not $source; change one of them" >&2
 		exit 1
 	fi
-	(cd "$here/$1" && GOWORK=off CGO_ENABLED=0 "$progress" build "$3" -tags tools -o "$tmp/containerd") >&2
-}
-case "$version" in
-v1.7.*)
-	fromModule v1.7 github.com/containerd/containerd github.com/containerd/containerd/cmd/containerd
-	;;
-v2.0.*)
-	fromModule v2.0 github.com/containerd/containerd/v2 github.com/containerd/containerd/v2/cmd/containerd
-	;;
-v2.*)
-	GOBIN=$tmp GOWORK=off CGO_ENABLED=0 "$progress" install "github.com/containerd/containerd/v2/cmd/containerd@$version" >&2
-	;;
-*)
-	echo "build.sh: unsupported containerd version $version (want v1.7.x or v2.x)" >&2
-	exit 1
-	;;
-esac
+	(cd "$here/v$line" && GOWORK=off CGO_ENABLED=0 "$progress" build "$module/cmd/containerd" -tags tools -ldflags="$ldflags" -o "$tmp/containerd") >&2
+else
+	GOBIN=$tmp GOWORK=off CGO_ENABLED=0 "$progress" install "$module/cmd/containerd@$source" -ldflags="$ldflags" >&2
+fi
 # Rename into place so that a build killed half-way never leaves a binary
 # that the next run would trust.
 mv -f "$tmp/containerd" "$bin"

@@ -2,7 +2,9 @@
 // to run: test/containerd/versions.mk, the file the Makefile includes, so a
 // version is set in one place; the Makefile's env (CONTAINERD17_VERSION,
 // CONTAINERD2_VERSIONS) wins, so `make test CONTAINERD2=...` reaches every
-// test.
+// test. A release is accepted when the sidecar's release table
+// (containerdrelease.Known) has a row for its line: the tests pick the
+// releases they need by the facts of those rows.
 package containerdversions
 
 import (
@@ -11,7 +13,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/containerdrelease"
 )
 
 // File is versions.mk's path from the repository root.
@@ -23,9 +28,15 @@ const (
 	Env2  = "CONTAINERD2_VERSIONS"
 )
 
-// Pinned returns the 1.7 release and the 2.x releases (a 2.0 first, the
-// newest last), from the env, else from File found above the working
-// directory (go test runs in the package's directory).
+// tag is how test/containerd/build.sh names a release: the module proxy's
+// version of it.
+var tag = regexp.MustCompile(`^v\d+\.\d+\.\d+$`)
+
+// Pinned returns versions.mk's two variables, CONTAINERD17's release and
+// CONTAINERD2's, from the env, else from File found above the working
+// directory (go test runs in the package's directory). Each must be a tag
+// whose line the release table knows; which variable a release comes in
+// says nothing about it.
 func Pinned() (v17 string, v2s []string, err error) {
 	v17, v2s = os.Getenv(Env17), strings.Fields(os.Getenv(Env2))
 	if v17 == "" || len(v2s) == 0 {
@@ -40,15 +51,38 @@ func Pinned() (v17 string, v2s []string, err error) {
 			v2s = f2s
 		}
 	}
-	if !strings.HasPrefix(v17, "v1.7.") {
-		return "", nil, fmt.Errorf("containerd 1.7 release %q: want v1.7.x (%s, or %s)", v17, File, Env17)
-	}
-	for _, v := range v2s {
-		if !strings.HasPrefix(v, "v2.") {
-			return "", nil, fmt.Errorf("containerd 2.x release %q: want v2.x (%s, or %s)", v, File, Env2)
+	for _, v := range append([]string{v17}, v2s...) {
+		if err := Known(v); err != nil {
+			return "", nil, fmt.Errorf("%w (%s, or %s / %s)", err, File, Env17, Env2)
 		}
 	}
 	return v17, v2s, nil
+}
+
+// Releases is every release Pinned returns, as one list: the tests pick
+// the ones they need by the facts of their rows.
+func Releases() ([]string, error) {
+	v17, v2s, err := Pinned()
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{v17}, v2s...), nil
+}
+
+// Known checks that v is a release tag whose line has a row in
+// containerdrelease.Known.
+func Known(v string) error {
+	if !tag.MatchString(v) {
+		return fmt.Errorf("containerd release %q: want a tag such as v2.4.2", v)
+	}
+	parsed, err := containerdrelease.ParseVersion(v)
+	if err != nil {
+		return err
+	}
+	if _, ok := containerdrelease.Known.Row(parsed); !ok {
+		return fmt.Errorf("containerd release %s: the release table (containerdrelease.Known) has no row for line %d.%d; add the row, citing its facts at the tag", v, parsed.Major, parsed.Minor)
+	}
+	return nil
 }
 
 func fromFile() (v17 string, v2s []string, err error) {

@@ -16,16 +16,13 @@ import (
 // containerd (`config dump` of the current and the candidate files), state,
 // temp + fsync + rename. Reported as p50-ms and p99-ms over b.N resets.
 func BenchmarkConfigResetRestored(b *testing.B) {
-	for _, tc := range []struct{ name, version, binary string }{
-		{"containerd-1.7", strings.TrimPrefix(containerd17(), "v"), containerd17()},
-		{"containerd-2.x", strings.TrimPrefix(containerdNewest(), "v"), containerdNewest()},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			f2 := newFixture(b, "")
+	// The oldest release edited in place (1.7) and the newest (2.x).
+	for _, rel := range []release{first(b, inPlace, "edited in place"), newest()} {
+		b.Run("containerd-"+strings.TrimPrefix(rel.Version, "v"), func(b *testing.B) {
+			f2 := newFixtureOn(b, rel, "")
 			f2.cfg.Quiet = 500 * time.Millisecond
-			f2.probe.version = tc.version
 			f2.probe.state = loadedState()
-			r, err := New(f2.cfg, Deps{Probe: f2.probe, Restarter: f2.rs, Containerd: checker(b, tc.binary)})
+			r, err := New(f2.cfg, Deps{Probe: f2.probe, Restarter: f2.rs, Containerd: checker(b, rel)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/nodeevents"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
 )
 
 // CleanupResult says what an uninstall pass did on this node.
@@ -65,13 +66,13 @@ func (r *Remediator) Cleanup(ctx context.Context) (CleanupResult, error) {
 		if !rec.Existed {
 			// containerd does not start while an import is missing: a file
 			// the main file (as it now is) still imports stays.
-			if files, err := LoadSet(r.cfg.Target.Config, nil); err == nil && loads(files, rec.Path) {
+			if files, err := configplan.LoadSet(r.cfg.Target.Config, nil); err == nil && configplan.Loads(files, rec.Path) {
 				out.Kept = append(out.Kept, rec.Path)
 				r.log.Warn("file still imported by containerd's configuration; left as it is", "path", rec.Path)
 				continue
 			}
 		}
-		c := FileChange{Path: rec.Path, Old: cur, New: rec.Original}
+		c := configplan.FileChange{Path: rec.Path, Old: cur, New: rec.Original}
 		if !rec.Existed {
 			c.New = nil
 		}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/containerdrelease"
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
 	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
 	corev1 "k8s.io/api/core/v1"
@@ -68,7 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.podAnn, "pod-annotations", strings.Join(h.PodAnnotations, ","), "comma-separated pod_annotations")
 	fs.StringVar(&o.ctrAnn, "container-annotations", strings.Join(h.ContainerAnnotations, ","), "comma-separated container_annotations")
 	fs.StringVar(&o.cfg.Host.Root, "host-root", "/", "where the host's / is mounted (the kata shim, /etc/os-release, the containerd binary)")
-	fs.StringVar(&o.cfg.KataDir, "kata-dir", kataDeployDir, "kata-deploy's install directory, mounted at its host path; the handler's settings are learned from kata-deploy's files there unless given as flags")
+	fs.StringVar(&o.cfg.KataDir, "kata-dir", configplan.KataDeployDir, "kata-deploy's install directory, mounted at its host path; the handler's settings are learned from kata-deploy's files there unless given as flags")
 	fs.StringVar(&o.cfg.Lock.Path, "lock", "/run/lock/kata-deploy.lock", "host lock shared with kata-deploy 4.1+ (empty: none)")
 	fs.StringVar(&o.cfg.ContainerdVersion, "containerd-version", "", "running containerd version (default: ask CRI, then the Node)")
 	fs.StringVar(&o.ctrBinary, "containerd-binary", "", "host path of the node's containerd binary, run as `containerd config dump` to check every change (default: the ExecStart of --unit, else /usr/bin/containerd)")
@@ -205,6 +207,13 @@ func containerdBinary(ctx context.Context, o *options, sd *restart.Systemd, logg
 // --log-level rather than the caller's logger: a sidecar's info lines
 // (what it wrote, when it restarted) are its audit trail.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
+	return mainWith(ctx, args, stdout, stderr, nil)
+}
+
+// mainWith is Main knowing the containerd release lines in releases (nil:
+// containerdrelease.Known): a test runs the command for a line it adds as
+// one row.
+func mainWith(ctx context.Context, args []string, stdout, stderr io.Writer, releases containerdrelease.Table) int {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -246,6 +255,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 		}
 	}
 	deps.Containerd = containerdBinary(ctx, o, sd, logger)
+	o.cfg.Releases = releases
 	r, err := New(o.cfg, deps)
 	if err != nil {
 		fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)

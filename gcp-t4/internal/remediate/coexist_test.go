@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/containerdrelease"
 	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,14 +24,15 @@ import (
 var kataDeployVersions = []string{"4.0.0", "4.1.0"}
 
 // kataDeployInstall leaves on n what kata-deploy's install does on that
-// containerd release (see katadeploy.go for the sources), for a GKE main
-// file: it returns kata-deploy's drop-in path ("" on 1.7).
+// containerd release (its row's KataDeploy; configplan/katadeploy.go for the
+// sources), for a GKE main file: it returns kata-deploy's drop-in path (""
+// where it edits config.toml).
 func kataDeployInstall(t *testing.T, n *node, gke string) string {
 	t.Helper()
-	nydus := filepath.Join(n.kataDir, kataDeployNydus, "containerd-nydus-grpc")
+	nydus := filepath.Join(n.kataDir, configplan.KataDeployNydus, "containerd-nydus-grpc")
 	n.catWrite(nydus, []byte("stand-in for kata-deploy's nydus snapshotter\n"))
 	orig := n.fixture(gke)
-	if n.version.Major < 2 {
+	if n.run.KataDeploy == containerdrelease.KataDeployEditsMain {
 		n.catWrite(n.target.Config+".bak", orig)
 		n.catWrite(n.target.Config, n.fixture("gke-v2-kata-deploy-4.x.toml"))
 		return ""
@@ -78,18 +81,18 @@ func labelled(installed bool) *corev1.Node {
 // write or restart again; and it waits while kata-deploy installs.
 func TestKataDeployCoexistence(t *testing.T) {
 	for _, kdv := range kataDeployVersions {
-		for _, v := range allVersions() {
-			t.Run(kdv+"/"+v, func(t *testing.T) { testKataDeployCoexistence(t, kdv, v) })
+		for _, rel := range suite() {
+			t.Run(kdv+"/"+rel.Version, func(t *testing.T) { testKataDeployCoexistence(t, kdv, rel) })
 		}
 	}
 }
 
-func testKataDeployCoexistence(t *testing.T, kdv, v string) {
-	n := newNode(t, v)
+func testKataDeployCoexistence(t *testing.T, kdv string, rel release) {
+	n := newNode(t, rel)
 	drop := kataDeployInstall(t, n, "gke-v2.toml")
 	n.start()
 	installedDump := n.dump()
-	kdHandler := subtree(installedDump, cat(layoutOf(n.version).runtimes(), []string{"kata-remote"}))
+	kdHandler := sub(installedDump, cat(n.run.CRI.Runtimes, []string{"kata-remote"}))
 	kdFile := read(t, drop)
 	node := labelled(true)
 	cfg := n.config()
@@ -102,10 +105,10 @@ func testKataDeployCoexistence(t *testing.T, kdv, v string) {
 	h := DefaultHandler()
 	assertLoaded(t, n, h)
 	assertDump(t, n, h)
-	if got := subtree(n.dump(), cat(layoutOf(n.version).runtimes(), []string{"kata-remote"})); !reflect.DeepEqual(got, kdHandler) {
+	if got := sub(n.dump(), cat(n.run.CRI.Runtimes, []string{"kata-remote"})); !reflect.DeepEqual(got, kdHandler) {
 		t.Errorf("handler in containerd's merge after the sidecar:\n%v\nkata-deploy's:\n%v", got, kdHandler)
 	}
-	if n.version.Major >= 2 {
+	if n.run.Strategy == containerdrelease.DropIn {
 		if read(t, drop) != kdFile {
 			t.Error("kata-deploy's drop-in was rewritten")
 		}
@@ -122,7 +125,7 @@ func testKataDeployCoexistence(t *testing.T, kdv, v string) {
 	// kata-deploy's DaemonSet reinstalls whenever its container starts: it
 	// writes its keys again (the same values, so the same bytes) and
 	// restarts containerd. The sidecar has nothing to do.
-	if n.version.Major < 2 {
+	if drop == "" {
 		n.catWrite(n.target.Config, []byte(read(t, n.target.Config)))
 	} else {
 		n.catWrite(drop, []byte(kdFile))
@@ -147,7 +150,7 @@ func testKataDeployCoexistence(t *testing.T, kdv, v string) {
 	}
 	assertLoaded(t, n, h)
 	assertDump(t, n, h)
-	if got := subtree(n.dump(), cat(layoutOf(n.version).runtimes(), []string{"kata-remote"})); !reflect.DeepEqual(got, kdHandler) {
+	if got := sub(n.dump(), cat(n.run.CRI.Runtimes, []string{"kata-remote"})); !reflect.DeepEqual(got, kdHandler) {
 		t.Errorf("handler restored after GKE's rewrite:\n%v\nkata-deploy's:\n%v", got, kdHandler)
 	}
 
@@ -197,10 +200,9 @@ func must[T any](v T, err error) T {
 // drops GKE's settings: the sidecar refuses and says why; 2.3+ migrate each
 // file and are fine.
 func TestForeignUnimportedDropIn(t *testing.T) {
-	_, v2s := containerdVersions()
-	for _, v := range v2s {
-		t.Run(v, func(t *testing.T) {
-			n := newNode(t, v)
+	for _, rel := range where(dropIn) {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
 			confd := filepath.Join(filepath.Dir(n.target.Config), "conf.d")
 			nv := filepath.Join(confd, "99-nvidia.toml")
 			n.catWrite(nv, n.fixture("nvidia-ctk-99-nvidia.toml"))
@@ -213,25 +215,25 @@ func TestForeignUnimportedDropIn(t *testing.T) {
 			h := DefaultHandler()
 			assertLoaded(t, n, h)
 			assertDump(t, n, h)
-			if _, ok := lookup(n.dump(), cat(criRuntime2, []string{"containerd", "runtimes", "nvidia"})...); ok {
+			if _, ok := at(n.dump(), cat(n.run.CRI.Runtimes, []string{"nvidia"})...); ok {
 				t.Error("NVIDIA's unimported drop-in is loaded now")
 			}
 
-			m := newNode(t, v)
+			m := newNode(t, rel)
 			m.catWrite(filepath.Join(filepath.Dir(m.target.Config), "conf.d", "99-nvidia.toml"), m.fixture("nvidia-ctk-99-nvidia.toml"))
 			glob := withImport(t, m.fixture("gke-v2.toml"), filepath.Join(filepath.Dir(m.target.Config), "conf.d", "*.toml"))
 			m.catWrite(m.target.Config, glob)
 			m.start()
 			r := m.remediator(nil)
 			res, err := r.Reconcile(context.Background())
-			if m.version.MigratesEachFile() {
+			if m.run.MigratesEachFile {
 				if err != nil || !res.Converged {
-					t.Fatalf("containerd %s migrates each file: %+v %v, want converged", v, res, err)
+					t.Fatalf("containerd %s migrates each file: %+v %v, want converged", rel.Version, res, err)
 				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), "merges the current configuration as version 3") || !strings.Contains(err.Error(), "99-nvidia.toml") {
-				t.Fatalf("containerd %s with NVIDIA's drop-in imported by a glob: err %v, want a refusal naming the file and the version", v, err)
+				t.Fatalf("containerd %s with NVIDIA's drop-in imported by a glob: err %v, want a refusal naming the file and the version", rel.Version, err)
 			}
 			if read(t, m.target.Config) != string(glob) || m.restartCount() != 0 {
 				t.Fatal("refused config changed, or containerd restarted")

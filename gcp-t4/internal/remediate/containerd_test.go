@@ -5,6 +5,7 @@ package remediate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,12 +14,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/containerdrelease"
 	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 )
 
 // These tests run the real containerd releases GKE nodes run (1.7 on GKE
 // ≤ 1.32, 2.x from 1.33), each on a GKE-like config, and ask containerd
 // itself (CRI status of the running daemon, `config dump`) what it loaded.
+// Each runs for the releases whose row has the facts it is about (suite,
+// where), and expects what the row says.
 
 func reconcileOK(t *testing.T, r *Remediator) Result {
 	t.Helper()
@@ -35,7 +40,7 @@ func reconcileOK(t *testing.T, r *Remediator) Result {
 // assertLoaded checks, through the running daemon's CRI status, that the
 // handler is loaded with its snapshotter, layers are kept (1.7 reports it
 // there) and GKE's CNI bin_dir survived.
-func assertLoaded(t *testing.T, n *node, h Handler) {
+func assertLoaded(t *testing.T, n *node, h configplan.Handler) {
 	t.Helper()
 	resp := n.status()
 	cfg, err := ParseStatusConfig(resp)
@@ -71,27 +76,43 @@ func assertLoaded(t *testing.T, n *node, h Handler) {
 }
 
 // assertDump checks the merged config containerd computes from the files:
-// every setting the handler needs, and GKE's own settings.
-func assertDump(t *testing.T, n *node, h Handler) {
+// every setting the handler needs, where the node's release keeps it
+// (its row's CRI tables), and GKE's own settings.
+func assertDump(t *testing.T, n *node, h configplan.Handler) {
 	t.Helper()
 	dump := n.dump()
-	l := layoutOf(n.version)
-	if miss := missing(wanted(h, l), dump); len(miss) > 0 {
-		for _, m := range miss {
-			t.Errorf("config dump lacks %s = %v", m.key(), m.value)
-		}
+	cri := n.run.CRI
+	rt := cat(cri.Runtimes, []string{h.Name})
+	want := map[string]any{
+		tomledit.FormatPath(cat(cri.Images, []string{"discard_unpacked_layers"})):      false,
+		tomledit.FormatPath(cat(cri.Images, []string{"disable_snapshot_annotations"})): false,
+		tomledit.FormatPath(cat(rt, []string{"runtime_type"})):                         h.RuntimeType,
+		tomledit.FormatPath(cat(rt, []string{"runtime_path"})):                         h.RuntimePath,
+		tomledit.FormatPath(cat(rt, []string{"privileged_without_host_devices"})):      true,
+		tomledit.FormatPath(cat(rt, []string{"pod_annotations"})):                      strs(h.PodAnnotations),
+		tomledit.FormatPath(cat(rt, []string{"container_annotations"})):                strs(h.ContainerAnnotations),
+		tomledit.FormatPath(cat(rt, []string{"snapshotter"})):                          h.Snapshotter,
+		tomledit.FormatPath(cat(rt, []string{"options", "ConfigPath"})):                h.ConfigPath,
 	}
+	if h.SnapshotterAddress != "" {
+		want[tomledit.FormatPath([]string{"proxy_plugins", h.Snapshotter, "type"})] = "snapshot"
+		want[tomledit.FormatPath([]string{"proxy_plugins", h.Snapshotter, "address"})] = h.SnapshotterAddress
+	}
+	if h.SnapshotterAddress != "" && h.ExportsRoot != "" {
+		want[tomledit.FormatPath([]string{"proxy_plugins", h.Snapshotter, "exports", "root"})] = h.ExportsRoot
+	}
+	if cri.RuntimePlatforms != nil {
+		want[tomledit.FormatPath(cat(cri.RuntimePlatforms, []string{h.Name, "snapshotter"}))] = h.Snapshotter
+	}
+	want[tomledit.FormatPath(cat(cri.Runtimes, []string{"runc", "options", "SystemdCgroup"}))] = true
 	leaves := tomledit.Leaves(dump)
-	want := map[string]any{}
-	if n.version.Major < 2 {
+	if reflect.DeepEqual(cri, containerdrelease.CRIConfigVersion2) {
 		want[`plugins."io.containerd.grpc.v1.cri".cni.bin_dir`] = "/home/kubernetes/bin"
-		want[`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options.SystemdCgroup`] = true
 		want[`plugins."io.containerd.grpc.v1.cri".sandbox_image`] = "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21f16b99b180b9996407d61240ceb9830"
 	} else {
 		if got := dumpBinDirs(leaves); !reflect.DeepEqual(got, []any{"/home/kubernetes/bin"}) {
 			t.Errorf("config dump: CNI bin dirs %#v, want GKE's /home/kubernetes/bin", got)
 		}
-		want[`plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options.SystemdCgroup`] = true
 		want[`plugins."io.containerd.cri.v1.images".pinned_images.sandbox`] = "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21f16b99b180b9996407d61240ceb9830"
 	}
 	for k, v := range want {
@@ -121,15 +142,23 @@ func mustVersion(t *testing.T, data []byte) any {
 	return doc["version"]
 }
 
-func TestContainerd17InPlace(t *testing.T) {
-	v17, _ := containerdVersions()
-	n := newNode(t, v17)
+// TestInPlace: on a release whose merge replaces whole plugin tables (1.7)
+// the handler is edited into GKE's config.toml, comments kept, and no
+// drop-in is written.
+func TestInPlace(t *testing.T) {
+	for _, rel := range where(inPlace) {
+		t.Run(rel.Version, func(t *testing.T) { testInPlace(t, rel) })
+	}
+}
+
+func testInPlace(t *testing.T, rel release) {
+	n := newNode(t, rel)
 	orig := n.gkeWrite("gke-v2.toml")
 	n.start()
 	r := n.remediator(nil)
 
 	res := reconcileOK(t, r)
-	if !res.Restarted || !res.Converged || len(res.Wrote) != 1 || res.Wrote[0] != n.target.Config || res.Plan.Mode != "in-place" {
+	if !res.Restarted || !res.Converged || len(res.Wrote) != 1 || res.Wrote[0] != n.target.Config || res.Plan.Mode != containerdrelease.InPlace {
 		t.Fatalf("first reconcile: %+v, want config.toml written in place and containerd restarted", res)
 	}
 	h := DefaultHandler()
@@ -146,7 +175,7 @@ func TestContainerd17InPlace(t *testing.T) {
 		t.Errorf("state %+v (%v): want GKE's original kept for uninstall", st, err)
 	}
 	if _, err := os.Stat(n.target.DropIn()); err == nil {
-		t.Errorf("a drop-in was written for containerd 1.7, whose merge would replace GKE's CRI table")
+		t.Errorf("a drop-in was written for containerd %s, whose merge would replace GKE's CRI table", rel.Version)
 	}
 	if !r.Ready() {
 		t.Errorf("not ready after converging")
@@ -173,26 +202,25 @@ func TestContainerd17InPlace(t *testing.T) {
 	assertLoaded(t, n, h)
 }
 
-func TestContainerd2DropIn(t *testing.T) {
-	_, v2s := containerdVersions()
-	for _, v2 := range v2s {
-		fixtures := []string{"gke-v2.toml", "gke-v3.toml"}
-		if run, err := ParseRuntimeVersion(v2); err == nil && run.MaxSchema() >= 4 {
-			fixtures = append(fixtures, "gke-v4.toml")
-		}
-		for _, fixture := range fixtures {
-			t.Run(v2+"/"+fixture, func(t *testing.T) { testContainerd2DropIn(t, v2, fixture) })
+// TestDropIn: on a release that deep-merges imported plugin tables (2.x)
+// the handler goes into the sidecar's drop-in, imported by literal path,
+// for GKE's file in every config version the release reads.
+func TestDropIn(t *testing.T) {
+	for _, rel := range where(dropIn) {
+		for version := 2; version <= rel.Run.MaxConfigVersion; version++ {
+			fixture := fmt.Sprintf("gke-v%d.toml", version)
+			t.Run(rel.Version+"/"+fixture, func(t *testing.T) { testDropIn(t, rel, fixture) })
 		}
 	}
 }
 
-func testContainerd2DropIn(t *testing.T, v2, fixture string) {
-	n := newNode(t, v2)
+func testDropIn(t *testing.T, rel release, fixture string) {
+	n := newNode(t, rel)
 	orig := n.gkeWrite(fixture)
 	n.start()
 	r := n.remediator(nil)
 	res := reconcileOK(t, r)
-	if !res.Restarted || !res.Converged || len(res.Wrote) != 2 || res.Plan.Mode != "drop-in" {
+	if !res.Restarted || !res.Converged || len(res.Wrote) != 2 || res.Plan.Mode != containerdrelease.DropIn {
 		t.Fatalf("first reconcile: %+v, want drop-in and imports written, containerd restarted", res)
 	}
 	h := DefaultHandler()
@@ -204,9 +232,15 @@ func testContainerd2DropIn(t *testing.T, v2, fixture string) {
 	if err := tomledit.Verify(orig, got, []tomledit.Change{{Key: "imports", Value: []any{n.target.DropIn()}}}); err != nil {
 		t.Errorf("main file: %v", err)
 	}
+	// The drop-in has the main file's version, or 3 over a version 2 file
+	// on a release that migrates each file (TestVersion3DropInOverVersion2Main).
 	drop := []byte(read(t, n.target.DropIn()))
-	if v := mustVersion(t, drop); v != int64(dropInVersion(n.version, int(mustVersion(t, orig).(int64)))) {
-		t.Errorf("drop-in version %v, main file's %v", v, mustVersion(t, orig))
+	want := mustVersion(t, orig).(int64)
+	if n.run.MigratesEachFile && want < 3 {
+		want = 3
+	}
+	if v := mustVersion(t, drop); v != want {
+		t.Errorf("drop-in version %v, want %d (main file's %v)", v, want, mustVersion(t, orig))
 	}
 
 	res = reconcileOK(t, r)
@@ -226,62 +260,65 @@ func testContainerd2DropIn(t *testing.T, v2, fixture string) {
 	assertLoaded(t, n, h)
 }
 
-// TestUpgrade17To2 is GKE 1.32 → 1.33: the node comes back with
-// containerd 2.x and a fresh GKE config.
-func TestUpgrade17To2(t *testing.T) {
-	v17, v2s := containerdVersions()
-	n := newNode(t, v17)
+// TestUpgradeInPlaceToDropIn is GKE 1.32 → 1.33: the node comes back
+// with the next release, 2.0 instead of 1.7 (the newest in-place release
+// configured, the oldest drop-in one), and a fresh GKE config.
+func TestUpgradeInPlaceToDropIn(t *testing.T) {
+	from, to := where(inPlace), first(t, dropIn, "a drop-in release")
+	if len(from) == 0 {
+		t.Skip("no in-place release configured")
+	}
+	n := newNode(t, from[len(from)-1])
 	n.gkeWrite("gke-v2.toml")
 	n.start()
-	if res := reconcileOK(t, n.remediator(nil)); !res.Converged || res.Plan.Mode != "in-place" {
-		t.Fatalf("on 1.7: %+v", res)
+	if res := reconcileOK(t, n.remediator(nil)); !res.Converged || res.Plan.Mode != containerdrelease.InPlace {
+		t.Fatalf("on %s: %+v", from[len(from)-1].Version, res)
 	}
 	h := DefaultHandler()
 	assertLoaded(t, n, h)
 
 	n.gkeWrite("gke-v2.toml")
-	n.swap(ctrBinary(t, v2s[0]))
-	n.version, _ = ParseRuntimeVersion(v2s[0])
+	n.swap(to)
 	if err := n.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	res := reconcileOK(t, n.remediator(nil))
-	if !res.Converged || !res.Restarted || res.Plan.Mode != "drop-in" {
-		t.Fatalf("after the upgrade to 2.x: %+v, want the drop-in layout and a restart", res)
+	if !res.Converged || !res.Restarted || res.Plan.Mode != containerdrelease.DropIn {
+		t.Fatalf("after the upgrade to %s: %+v, want the drop-in layout and a restart", to.Version, res)
 	}
 	assertLoaded(t, n, h)
 	assertDump(t, n, h)
 }
 
 // TestVersion3DropInOverVersion2Main pins the containerd behaviour the
-// drop-in's version follows: 2.0–2.2 merge files before migrating and take
-// the version of the last file merged, so a version 3 drop-in over GKE's
-// version 2 config drops GKE's CNI bin_dir and runc options; 2.3+ migrate
-// each file on its own. The sidecar's MergedVersion says the same.
+// drop-in's version follows: a release that does not migrate each file
+// (2.0–2.2) merges files before migrating and takes the version of the last
+// file merged, so a version 3 drop-in over GKE's version 2 config drops
+// GKE's CNI bin_dir and runc options; one that does (2.3+) migrates each
+// file on its own. configplan's MergedVersion says the same, from the row.
 func TestVersion3DropInOverVersion2Main(t *testing.T) {
-	_, v2s := containerdVersions()
-	for _, v2 := range v2s {
-		t.Run(v2, func(t *testing.T) {
-			n := newNode(t, v2)
+	for _, rel := range where(dropIn) {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
 			main := n.fixture("gke-v2.toml")
 			x := filepath.Join(n.dir, "etc", "x.toml")
 			main = append([]byte("imports = ["+tomledit.String(x)+"]\n"), main...)
 			n.catWrite(n.target.Config, main)
 			bins := func() any { return dumpBinDirs(tomledit.Leaves(n.dump())) }
 			h := DefaultHandler()
-			n.catWrite(x, renderDropIn(h, 3, wanted(h, layout{v2: true})))
-			lost := !n.version.MigratesEachFile()
+			n.catWrite(x, handlerDropIn(h, 3))
+			lost := !n.run.MigratesEachFile
 			if got := bins(); reflect.DeepEqual(got, []any{"/home/kubernetes/bin"}) == lost {
-				t.Fatalf("containerd %s, version 3 drop-in over a version 2 file: CNI bin dirs %v; expected them lost: %v", v2, got, lost)
+				t.Fatalf("containerd %s, version 3 drop-in over a version 2 file: CNI bin dirs %v; expected them lost: %v", rel.Version, got, lost)
 			}
-			files, err := LoadSet(n.target.Config, nil)
+			files, err := configplan.LoadSet(n.target.Config, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if mv := MergedVersion(n.version, files); (mv != 2) != lost {
-				t.Fatalf("MergedVersion = %d on %s, but containerd lost GKE's settings: %v", mv, v2, lost)
+			if mv := configplan.MergedVersion(n.run, files); (mv != 2) != lost {
+				t.Fatalf("MergedVersion = %d on %s, but containerd lost GKE's settings: %v", mv, rel.Version, lost)
 			}
-			n.catWrite(x, renderDropIn(h, 2, wanted(h, layout{v2: true})))
+			n.catWrite(x, handlerDropIn(h, 2))
 			if got := bins(); !reflect.DeepEqual(got, []any{"/home/kubernetes/bin"}) {
 				t.Fatalf("version 2 drop-in: bin_dirs = %v, want GKE's", got)
 			}
@@ -289,12 +326,29 @@ func TestVersion3DropInOverVersion2Main(t *testing.T) {
 	}
 }
 
-// TestContainerd17ImageStreaming: a node pool with image streaming and
-// GKE Sandbox keeps gcfs as its default snapshotter, its gVisor handler
-// and its registry mirrors; only kata-remote uses kata-deploy's nydus.
-func TestContainerd17ImageStreaming(t *testing.T) {
-	v17, _ := containerdVersions()
-	n := newNode(t, v17)
+// handlerDropIn is a drop-in of config version version holding h's runtime
+// and the image settings, in that version's CRI layout.
+func handlerDropIn(h configplan.Handler, version int) []byte {
+	cri := containerdrelease.FileCRI(version)
+	var b strings.Builder
+	fmt.Fprintf(&b, "version = %d\n\n[%s]\n", version, tomledit.FormatPath(cat(cri.Runtimes, []string{h.Name})))
+	fmt.Fprintf(&b, "  runtime_type = %s\n  runtime_path = %s\n  snapshotter = %s\n", tomledit.String(h.RuntimeType), tomledit.String(h.RuntimePath), tomledit.String(h.Snapshotter))
+	fmt.Fprintf(&b, "\n[%s]\n  discard_unpacked_layers = false\n", tomledit.FormatPath(cri.Images))
+	return []byte(b.String())
+}
+
+// TestImageStreamingInPlace: a node pool with image streaming and GKE
+// Sandbox (1.7's file, edited in place) keeps gcfs as its default
+// snapshotter, its gVisor handler and its registry mirrors; only
+// kata-remote uses kata-deploy's nydus.
+func TestImageStreamingInPlace(t *testing.T) {
+	for _, rel := range where(inPlace) {
+		t.Run(rel.Version, func(t *testing.T) { testImageStreamingInPlace(t, rel) })
+	}
+}
+
+func testImageStreamingInPlace(t *testing.T, rel release) {
+	n := newNode(t, rel)
 	n.gkeWrite("gke-v2-streaming.toml")
 	n.start()
 	if res := reconcileOK(t, n.remediator(nil)); !res.Converged || !res.Restarted {
@@ -315,7 +369,7 @@ func TestContainerd17ImageStreaming(t *testing.T) {
 		`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gvisor.runtime_type`: "io.containerd.runsc.v1",
 		`plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io".endpoint`:   []any{"https://mirror.gcr.io", "https://registry-1.docker.io"},
 		`proxy_plugins.gcfs.type`: "snapshot",
-		`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote.snapshotter`: kataDeployNydus,
+		`plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote.snapshotter`: configplan.KataDeployNydus,
 		`plugins."io.containerd.grpc.v1.cri".containerd.discard_unpacked_layers`:          false,
 	} {
 		if got := l[k]; !reflect.DeepEqual(got, v) {
@@ -324,13 +378,12 @@ func TestContainerd17ImageStreaming(t *testing.T) {
 	}
 }
 
-// TestSidecarLoopRealContainerd runs the sidecar's watch loop against a
-// running containerd 2.x: it converges on its own, and after a GKE
+// TestSidecarLoopRealContainerd runs the sidecar's watch loop against the
+// newest running containerd: it converges on its own, and after a GKE
 // rewrite followed by GKE's own containerd restart it restores the file
 // and, once the settle time has passed, restarts containerd once more.
 func TestSidecarLoopRealContainerd(t *testing.T) {
-	_, v2s := containerdVersions()
-	n := newNode(t, v2s[len(v2s)-1])
+	n := newNode(t, newest())
 	n.gkeWrite("gke-v2.toml")
 	n.start()
 	cfg := n.config()
@@ -350,7 +403,7 @@ func TestSidecarLoopRealContainerd(t *testing.T) {
 	loop.stop(t)
 }
 
-// TestRuncFromDefaults: on containerd 1.7 a config whose runc comes from
+// TestRuncFromDefaults: on a release edited in place (1.7) a config whose runc comes from
 // containerd's built-in defaults loses runc as soon as the file defines a
 // runtimes table (the decoded map replaces the default one; containerd
 // then refuses to start: "no corresponding runtime configured ...
@@ -358,20 +411,26 @@ func TestSidecarLoopRealContainerd(t *testing.T) {
 // with the values containerd itself reports, so containerd starts with
 // both; and where that cannot be done safely it refuses, byte-identical.
 func TestRuncFromDefaults(t *testing.T) {
-	v17, _ := containerdVersions()
-	n := newNode(t, v17)
+	for _, rel := range where(inPlace) {
+		t.Run(rel.Version, func(t *testing.T) { testRuncFromDefaults(t, rel) })
+	}
+}
+
+func testRuncFromDefaults(t *testing.T, rel release) {
+	n := newNode(t, rel)
 	minimal := []byte("version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"runc\"\n  discard_unpacked_layers = true\n[plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/home/kubernetes/bin\"\n  conf_dir = \"" + n.dir + "/cni\"\n")
 	n.catWrite(n.target.Config, minimal)
 	n.start()
-	runcBefore := subtree(n.dump(), cat(cri17, []string{"containerd", "runtimes", "runc"}))
-	if len(runcBefore) == 0 {
-		t.Fatal("containerd 1.7 shows no built-in runc in the dump")
+	runc := cat(n.run.CRI.Runtimes, []string{"runc"})
+	runcBefore, ok := at(n.dump(), runc...)
+	if !ok {
+		t.Fatalf("containerd %s shows no built-in runc in the dump", rel.Version)
 	}
 	res := reconcileOK(t, n.remediator(nil))
 	if !res.Restarted || !res.Converged {
 		t.Fatalf("%+v: want runc made explicit, the handler added and containerd back", res)
 	}
-	if got := subtree(n.dump(), cat(cri17, []string{"containerd", "runtimes", "runc"})); !reflect.DeepEqual(got, runcBefore) {
+	if got, _ := at(n.dump(), runc...); !reflect.DeepEqual(got, runcBefore) {
 		t.Errorf("runc after the change:\n%v\nwant containerd's own:\n%v", got, runcBefore)
 	}
 	cfg, err := ParseStatusConfig(n.status())
@@ -386,26 +445,16 @@ func TestRuncFromDefaults(t *testing.T) {
 	}
 
 	// An inline runtimes table cannot be extended key by key: refused.
-	m := newNode(t, v17)
+	m := newNode(t, rel)
 	inline := []byte("version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"runc\"\n  runtimes = { runc = { runtime_type = \"io.containerd.runc.v2\" } }\n")
 	m.catWrite(m.target.Config, inline)
 	m.start()
 	r := m.remediator(nil)
 	_, err = r.Reconcile(context.Background())
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), m.target.Config) {
+	if !errors.Is(err, configplan.ErrUnsupported) || !strings.Contains(err.Error(), m.target.Config) {
 		t.Fatalf("inline runtimes table: err = %v, want a refusal naming the file", err)
 	}
 	if got := read(t, m.target.Config); got != string(inline) || m.restartCount() != 0 {
 		t.Fatalf("refused config changed or containerd restarted (%d)", m.restartCount())
 	}
-}
-
-func subtree(dump map[string]any, prefix []string) map[string]any {
-	out := map[string]any{}
-	for k, l := range flatten(dump) {
-		if hasPrefix(l.parts, prefix) {
-			out[k] = l.value
-		}
-	}
-	return out
 }

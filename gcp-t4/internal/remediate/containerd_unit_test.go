@@ -64,7 +64,7 @@ func TestDynamicBinaryRunsThroughHostLoader(t *testing.T) {
 		t.Fatalf("env through the host loader printed %q", out)
 	}
 	// A static binary (containerd as the tests build it) runs directly.
-	static := Containerd{Binary: ctrBinary(t, containerdNewest()), Root: root}
+	static := Containerd{Binary: ctrBinary(t, newest()), Root: root}
 	if cmd, err := static.command(context.Background(), "--version"); err != nil || cmd.Path != static.Binary {
 		t.Fatalf("static binary: %v %v", cmd, err)
 	}

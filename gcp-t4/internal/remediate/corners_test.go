@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/containerdrelease"
 	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -21,8 +23,8 @@ import (
 // tells the two drop-ins apart.
 const staleConfigPath = "/opt/kata/share/defaults/kata-containers/runtimes/remote/configuration-remote-old.toml"
 
-// TestConfDModeNoImportFight is kata-deploy 4.x in conf.d mode on
-// containerd 2.2+: the main file imports conf.d/*.toml, where kata-deploy
+// TestConfDModeNoImportFight is kata-deploy 4.x in conf.d mode, on the
+// releases whose row says kata-deploy uses it (2.2+): the main file imports conf.d/*.toml, where kata-deploy
 // put its drop-in, and an older install's drop-in is still under /opt/kata
 // with its import removed (runtime/containerd.rs
 // remove_legacy_drop_in_import, 4.0.0 and 4.1.0). The sidecar keeps the
@@ -32,26 +34,18 @@ const staleConfigPath = "/opt/kata/share/defaults/kata-containers/runtimes/remot
 // the conf.d drop-in gone, the stale file is still not imported: the
 // sidecar's own drop-in carries the handler.
 func TestConfDModeNoImportFight(t *testing.T) {
-	_, v2s := containerdVersions()
-	ran := 0
-	for _, v := range v2s {
-		run, err := ParseRuntimeVersion(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if run.Major == 2 && run.Minor < 2 {
-			continue // kata-deploy uses conf.d from containerd 2.2 (runtime/manager.rs containerd_version_is_2_2_or_newer)
-		}
-		ran++
-		t.Run(v, func(t *testing.T) {
+	confD := func(r containerdrelease.Runtime) bool { return r.KataDeploy == containerdrelease.KataDeployConfD }
+	rels := where(confD)
+	for _, rel := range rels {
+		t.Run(rel.Version, func(t *testing.T) {
 			for _, confd := range []bool{true, false} {
-				n := newNode(t, v)
-				n.catWrite(filepath.Join(n.kataDir, kataDeployNydus, "containerd-nydus-grpc"), []byte("stand-in\n"))
+				n := newNode(t, rel)
+				n.catWrite(filepath.Join(n.kataDir, configplan.KataDeployNydus, "containerd-nydus-grpc"), []byte("stand-in\n"))
 				n.catWrite(filepath.Join(n.host, staleConfigPath), []byte("stand-in for an older kata\n"))
 				kd := n.fixture("kata-deploy-4.x-dropin-v2.toml")
-				legacy := legacyDropIn(n.kataDir)
+				legacy := configplan.LegacyDropIn(n.kataDir)
 				n.catWrite(legacy, []byte(strings.ReplaceAll(string(kd), "runtimes/remote/configuration-remote.toml", "runtimes/remote/configuration-remote-old.toml")))
-				current := confDDropIn(n.target.Config)
+				current := configplan.ConfDDropIn(n.target.Config)
 				if confd {
 					n.catWrite(current, kd)
 				} else {
@@ -71,8 +65,8 @@ func TestConfDModeNoImportFight(t *testing.T) {
 				if slices.Contains(imports, legacy) {
 					t.Fatalf("conf.d drop-in %v: imports %q: the stale legacy drop-in was imported again", confd, imports)
 				}
-				rt := cat(layoutOf(n.version).runtimes(), []string{"kata-remote"})
-				got := str(n.dump(), append(rt, "options", "ConfigPath")...)
+				rt := cat(n.run.CRI.Runtimes, []string{"kata-remote"})
+				got, _ := at(n.dump(), cat(rt, []string{"options", "ConfigPath"})...)
 				if want := DefaultHandler().ConfigPath; got != want {
 					t.Fatalf("conf.d drop-in %v: containerd's merge has ConfigPath %q, want %q (kata-deploy's current drop-in)", confd, got, want)
 				}
@@ -102,8 +96,8 @@ func TestConfDModeNoImportFight(t *testing.T) {
 			}
 		})
 	}
-	if ran == 0 {
-		t.Skip("no containerd 2.2+ release configured (CONTAINERD2_VERSIONS)")
+	if len(rels) == 0 {
+		t.Skip("no release configured on which kata-deploy uses conf.d (2.2+; test/containerd/versions.mk, CONTAINERD2_VERSIONS)")
 	}
 }
 
@@ -114,9 +108,9 @@ func TestConfDModeNoImportFight(t *testing.T) {
 // paths are the ones that must exist: the node is repaired, not skipped as
 // "kata not installed".
 func TestExistingHandlerWithoutDefaultPaths(t *testing.T) {
-	for _, v := range allVersions() {
-		t.Run(v, func(t *testing.T) {
-			n := newNode(t, v)
+	for _, rel := range suite() {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
 			if err := os.RemoveAll(filepath.Join(n.host, "opt", "kata")); err != nil {
 				t.Fatal(err)
 			}
@@ -141,9 +135,9 @@ func TestExistingHandlerWithoutDefaultPaths(t *testing.T) {
 			if res.Plan.Handler.RuntimePath != shim || res.Plan.Handler.ConfigPath != conf {
 				t.Fatalf("handler %+v, want the configured paths kept", res.Plan.Handler)
 			}
-			rt := cat(layoutOf(n.version).runtimes(), []string{"kata-remote"})
+			rt := cat(n.run.CRI.Runtimes, []string{"kata-remote"})
 			dump := n.dump()
-			if got := str(dump, append(rt, "runtime_path")...); got != shim {
+			if got, _ := at(dump, cat(rt, []string{"runtime_path"})...); got != shim {
 				t.Errorf("merged runtime_path %q, want %q", got, shim)
 			}
 			h := DefaultHandler()
@@ -166,9 +160,9 @@ func TestExistingHandlerWithoutDefaultPaths(t *testing.T) {
 // nor its state, before the write that cannot succeed; the refusal names
 // the file.
 func TestReadOnlySymlinkTargetWritesNothing(t *testing.T) {
-	for _, v := range allVersions() {
-		t.Run(v, func(t *testing.T) {
-			n := newNode(t, v)
+	for _, rel := range suite() {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
 			src := filepath.Join(n.dir, "ro-src")
 			ro := filepath.Join(n.dir, "ro")
 			orig := n.fixture("gke-v2.toml")
@@ -188,12 +182,12 @@ func TestReadOnlySymlinkTargetWritesNothing(t *testing.T) {
 			}
 			n.start()
 			_, err := n.remediator(nil).Reconcile(context.Background())
-			for _, p := range []string{n.target.DropIn(), n.target.StatePath()} {
+			for _, p := range []string{n.target.DropIn(), statePath(n.target)} {
 				if _, err := os.Stat(p); err == nil {
 					t.Errorf("%s was written before the failing write", p)
 				}
 			}
-			if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), filepath.Join(ro, "containerd.toml")) || !strings.Contains(err.Error(), "nothing was written") {
+			if !errors.Is(err, configplan.ErrUnsupported) || !strings.Contains(err.Error(), filepath.Join(ro, "containerd.toml")) || !strings.Contains(err.Error(), "nothing was written") {
 				t.Fatalf("err %v, want a refusal naming the read-only target", err)
 			}
 			if left, _ := filepath.Glob(filepath.Join(n.target.DropInDir, ".*tmp-*")); len(left) > 0 {
@@ -224,17 +218,22 @@ oom_score = -999
   containerd.runtimes.runc.options.SystemdCgroup = true
 `
 
-// TestContainerd17DottedAndInline: on containerd 1.7 the handler is
-// edited into config.toml. A CRI table written with dotted keys gets the
-// handler as dotted keys of the same section (TOML gives such tables no
-// header), proven with containerd 1.7's own merge and loaded. An inline
+// TestInPlaceDottedAndInline: on a release edited in place (1.7) the
+// handler is edited into config.toml. A CRI table written with dotted keys
+// gets the handler as dotted keys of the same section (TOML gives such
+// tables no header), proven with that containerd's own merge and loaded. An inline
 // `runtimes = {…}` or `proxy_plugins = {…}` can only be changed by
 // rewriting it whole: refused, byte-identical, with an Event naming the
 // inline table.
-func TestContainerd17DottedAndInline(t *testing.T) {
-	v17, _ := containerdVersions()
+func TestInPlaceDottedAndInline(t *testing.T) {
+	for _, rel := range where(inPlace) {
+		t.Run(rel.Version, func(t *testing.T) { testInPlaceDottedAndInline(t, rel) })
+	}
+}
+
+func testInPlaceDottedAndInline(t *testing.T, rel release) {
 	t.Run("dotted", func(t *testing.T) {
-		n := newNode(t, v17)
+		n := newNode(t, rel)
 		orig := []byte(strings.ReplaceAll(gke17Dotted, "@TMP@", n.dir))
 		n.catWrite(n.target.Config, orig)
 		n.start()
@@ -265,14 +264,14 @@ func TestContainerd17DottedAndInline(t *testing.T) {
 		},
 	} {
 		t.Run("inline-"+name, func(t *testing.T) {
-			n := newNode(t, v17)
+			n := newNode(t, rel)
 			orig := []byte(strings.ReplaceAll(strings.Replace(gke17Dotted, inline.old, inline.new, 1), "@TMP@", n.dir))
 			n.catWrite(n.target.Config, orig)
 			n.start()
 			var evs []*corev1.Event
 			r := n.remediatorWith(n.config(), Deps{Events: Events{Client: &fakeAPI{events: &evs}, NodeName: "gke-peer-1"}})
 			_, err := r.Reconcile(context.Background())
-			if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "inline table ("+inline.table+")") {
+			if !errors.Is(err, configplan.ErrUnsupported) || !strings.Contains(err.Error(), "inline table ("+inline.table+")") {
 				t.Fatalf("err %v, want a refusal naming the inline table %s", err, inline.table)
 			}
 			if read(t, n.target.Config) != string(orig) || n.restartCount() != 0 {

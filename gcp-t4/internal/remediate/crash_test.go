@@ -25,8 +25,8 @@ func TestKillBetweenTempAndRename(t *testing.T) {
 	}
 	// The child checks with a real containerd; build it here, in the
 	// parent, which knows -short (the child is not passed it).
-	checker(t, containerd17())
 	f := newFixture(t, gkeFixture(t))
+	checker(t, f.rel)
 	orig, _ := os.ReadFile(f.cfg.Target.Config)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKillBetweenTempAndRename$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashHelperEnv+"="+f.dir)
@@ -82,8 +82,9 @@ func TestKillBetweenTempAndRename(t *testing.T) {
 }
 
 func crashHelper(t *testing.T, dir string) {
-	probe := &fakeProbe{version: strings.TrimPrefix(containerd17(), "v"), state: HandlerState{Known: true}}
-	r, err := New(fixtureConfig(dir), Deps{Probe: probe, Restarter: &fakeRestarter{}, Containerd: checker(t, containerd17())})
+	rel := first(t, inPlace, "edited in place") // newFixture's
+	probe := &fakeProbe{version: strings.TrimPrefix(rel.Version, "v"), state: HandlerState{Known: true}}
+	r, err := New(fixtureConfig(dir), Deps{Probe: probe, Restarter: &fakeRestarter{}, Containerd: checker(t, rel)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,3 +219,12 @@ func (l HostLock) Acquire(ctx context.Context) (func(), error) {
 }
 
 var errLockBusy = errors.New("host lock busy")
+
+// readOptional reads a file that may not exist (nil, nil).
+func readOptional(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return data, err
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
 	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 )
@@ -19,60 +20,64 @@ import (
 // TestSlowWriter: a writer (GKE's `cat >`, kata-deploy's plain writes)
 // that pauses mid-file for longer than the debounce and the quiet time
 // must not have the rest of its file lost: while it holds the file open
-// for writing, the sidecar does not act on it. containerd 1.7, whose CRI
-// status shows what it loaded, keeps running with the handler meanwhile.
+// for writing, the sidecar does not act on it. A release edited in place
+// (1.7), whose CRI status shows what it loaded, keeps running with the
+// handler meanwhile.
 func TestSlowWriter(t *testing.T) {
-	v17, _ := containerdVersions()
-	n := newNode(t, v17)
-	n.gkeWrite("gke-v2.toml")
-	n.start()
-	cfg := n.config()
-	cfg.Quiet = 100 * time.Millisecond
-	lp := startLoop(t, n.remediatorWith(cfg, Deps{}), Loop{Debounce: 20 * time.Millisecond})
-	lp.waitRestarts(t, 1)
+	for _, rel := range where(inPlace) {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
+			n.gkeWrite("gke-v2.toml")
+			n.start()
+			cfg := n.config()
+			cfg.Quiet = 100 * time.Millisecond
+			lp := startLoop(t, n.remediatorWith(cfg, Deps{}), Loop{Debounce: 20 * time.Millisecond})
+			lp.waitRestarts(t, 1)
 
-	full := n.fixture("gke-v2.toml")
-	half := bytes.Index(full, []byte("[plugins.\"io.containerd.grpc.v1.cri\".containerd]"))
-	f, err := os.OpenFile(n.target.Config, os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		t.Fatal(err)
+			full := n.fixture("gke-v2.toml")
+			half := bytes.Index(full, []byte("[plugins.\"io.containerd.grpc.v1.cri\".containerd]"))
+			f, err := os.OpenFile(n.target.Config, os.O_WRONLY|os.O_TRUNC, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(full[:half]); err != nil {
+				t.Fatal(err)
+			}
+			// The first half is valid TOML on its own. The pause is the writer's
+			// (a slow disk, a preempted bootstrap script), not a synchronisation:
+			// whatever the loop does meanwhile, the outcome must be the same.
+			time.Sleep(time.Second)
+			if _, err := f.Write(full[half:]); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			lp.waitFor(t, "the handler back in the complete file", func() bool {
+				got := read(t, n.target.Config)
+				return strings.Contains(got, "kata-remote") && strings.Contains(got, "io.containerd.internal.v1.opt") && lp.r.Ready()
+			})
+			lp.stop(t)
+			got := []byte(read(t, n.target.Config))
+			doc, err := tomledit.Decode(got)
+			if err != nil {
+				t.Fatalf("final file does not parse: %v", err)
+			}
+			l := tomledit.Leaves(doc)
+			if l[`plugins."io.containerd.internal.v1.opt".path`] != n.dir+"/home/containerd/opt/containerd" || l[`plugins."io.containerd.grpc.v1.cri".registry.config_path`] == nil {
+				t.Fatalf("the writer's tail was lost:\n%s", got)
+			}
+			assertDump(t, n, DefaultHandler())
+		})
 	}
-	if _, err := f.Write(full[:half]); err != nil {
-		t.Fatal(err)
-	}
-	// The first half is valid TOML on its own. The pause is the writer's
-	// (a slow disk, a preempted bootstrap script), not a synchronisation:
-	// whatever the loop does meanwhile, the outcome must be the same.
-	time.Sleep(time.Second)
-	if _, err := f.Write(full[half:]); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	lp.waitFor(t, "the handler back in the complete file", func() bool {
-		got := read(t, n.target.Config)
-		return strings.Contains(got, "kata-remote") && strings.Contains(got, "io.containerd.internal.v1.opt") && lp.r.Ready()
-	})
-	lp.stop(t)
-	got := []byte(read(t, n.target.Config))
-	doc, err := tomledit.Decode(got)
-	if err != nil {
-		t.Fatalf("final file does not parse: %v", err)
-	}
-	l := tomledit.Leaves(doc)
-	if l[`plugins."io.containerd.internal.v1.opt".path`] != n.dir+"/home/containerd/opt/containerd" || l[`plugins."io.containerd.grpc.v1.cri".registry.config_path`] == nil {
-		t.Fatalf("the writer's tail was lost:\n%s", got)
-	}
-	assertDump(t, n, DefaultHandler())
 }
 
 // TestSymlinkedConfig: a config.toml that is a symlink stays one; the
 // change goes to its target, and uninstall puts the target's bytes back.
 func TestSymlinkedConfig(t *testing.T) {
-	for _, v := range allVersions() {
-		t.Run(v, func(t *testing.T) {
-			n := newNode(t, v)
+	for _, rel := range suite() {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
 			real := filepath.Join(n.dir, "etc", "real", "containerd.toml")
 			orig := n.fixture("gke-v2.toml")
 			n.catWrite(real, orig)
@@ -106,16 +111,18 @@ func TestSymlinkedConfig(t *testing.T) {
 
 // TestByteOrderMark: containerd 1.7 reads a config.toml that starts with a
 // UTF-8 byte order mark (go-toml v1), 2.x does not (go-toml v2: "invalid
-// character at start of key"). The sidecar follows the node's containerd:
-// on 1.7 it edits the file and keeps the mark; on 2.x it leaves the file
-// byte-identical and says why.
+// character at start of key"); the row's ReadsBOM says which. The sidecar
+// follows the node's containerd: where it reads the mark, the file is
+// edited and keeps it; where it does not, the file is left byte-identical
+// and the refusal says why.
 func TestByteOrderMark(t *testing.T) {
-	for _, v := range allVersions() {
-		t.Run(v, func(t *testing.T) {
-			n := newNode(t, v)
+	bom := []byte("\xef\xbb\xbf")
+	for _, rel := range suite() {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
 			orig := append(append([]byte(nil), bom...), n.fixture("gke-v2.toml")...)
 			n.catWrite(n.target.Config, orig)
-			if n.version.Major < 2 {
+			if n.run.ReadsBOM {
 				n.start()
 				res := reconcileOK(t, n.remediator(nil))
 				if !res.Converged || !res.Restarted {
@@ -127,12 +134,11 @@ func TestByteOrderMark(t *testing.T) {
 				assertLoaded(t, n, DefaultHandler())
 				return
 			}
-			f := newFixture(t, "")
+			f := newFixtureOn(t, rel, "")
 			f.cfg.Target = n.target
-			f.probe.version = n.version.Raw
 			r := f.remediator(t, Deps{Containerd: n.ctr})
 			_, err := r.Reconcile(context.Background())
-			if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "cannot load the current configuration") || !strings.Contains(err.Error(), n.target.Config) {
+			if !errors.Is(err, configplan.ErrUnsupported) || !strings.Contains(err.Error(), "cannot load the current configuration") || !strings.Contains(err.Error(), n.target.Config) {
 				t.Fatalf("err = %v, want a refusal naming the file containerd cannot load", err)
 			}
 			if read(t, n.target.Config) != string(orig) || f.rs.calls != 0 {
@@ -151,9 +157,9 @@ func TestByteOrderMark(t *testing.T) {
 // back byte for byte, restarts containerd once more — which comes back as
 // it was — reports, and does not write the same change again.
 func TestFailingRestartRollsBack(t *testing.T) {
-	for _, v := range allVersions() {
-		t.Run(v, func(t *testing.T) {
-			n := newNode(t, v)
+	for _, rel := range suite() {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
 			orig := n.gkeWrite("gke-v2.toml")
 			n.start()
 			cfg := n.config()
@@ -186,7 +192,7 @@ func TestFailingRestartRollsBack(t *testing.T) {
 				t.Fatal("containerd runs the rolled-back handler")
 			}
 			_, err = r.Reconcile(context.Background())
-			if !errors.Is(err, ErrUnsupported) || n.restartCount() != 2 || read(t, n.target.Config) != string(orig) {
+			if !errors.Is(err, configplan.ErrUnsupported) || n.restartCount() != 2 || read(t, n.target.Config) != string(orig) {
 				t.Fatalf("next pass: %v, %d restarts: want the same change refused, nothing written or restarted", err, n.restartCount())
 			}
 			// A new configuration is a new candidate.
@@ -199,57 +205,63 @@ func TestFailingRestartRollsBack(t *testing.T) {
 }
 
 // TestByteIdenticalRewriteNoRestart: without a CRI socket (the DaemonSet
-// mounts none) containerd 1.7 reports nothing about its handlers, so the
+// mounts none) a release edited in place (1.7) reports nothing about its handlers, so the
 // sidecar judges by when the handler's settings were put in place. A tool
 // rewriting config.toml with the same bytes changes nothing of them: no
 // restart. A real drift still gets one.
 func TestByteIdenticalRewriteNoRestart(t *testing.T) {
-	v17, _ := containerdVersions()
-	n := newNode(t, v17)
-	n.gkeWrite("gke-v2.toml")
-	n.start()
-	cfg := n.config()
-	cfg.ContainerdVersion = n.version.Raw // what the installer passes without a socket
-	r, err := New(cfg, Deps{Restarter: n, Containerd: n.ctr, Budget: restart.NewBudget(time.Nanosecond, 3)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res := reconcileOK(t, r); !res.Restarted || !res.Converged {
-		t.Fatalf("first pass: %+v", res)
-	}
-	same := []byte(read(t, n.target.Config))
-	n.catWrite(n.target.Config, same)
-	if res := reconcileOK(t, r); res.Restarted || len(res.Wrote) != 0 || !res.Converged {
-		t.Fatalf("after a byte-identical rewrite: %+v, want nothing done", res)
-	}
-	n.gkeWrite("gke-v2.toml")
-	if res := reconcileOK(t, r); !res.Restarted || len(res.Wrote) != 1 {
-		t.Fatalf("after a real drift: %+v, want a write and a restart", res)
-	}
-	if n.restartCount() != 2 {
-		t.Fatalf("%d restarts, want 2", n.restartCount())
+	for _, rel := range where(inPlace) {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
+			n.gkeWrite("gke-v2.toml")
+			n.start()
+			cfg := n.config()
+			cfg.ContainerdVersion = n.run.Raw // what the installer passes without a socket
+			r, err := New(cfg, Deps{Restarter: n, Containerd: n.ctr, Budget: restart.NewBudget(time.Nanosecond, 3)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res := reconcileOK(t, r); !res.Restarted || !res.Converged {
+				t.Fatalf("first pass: %+v", res)
+			}
+			same := []byte(read(t, n.target.Config))
+			n.catWrite(n.target.Config, same)
+			if res := reconcileOK(t, r); res.Restarted || len(res.Wrote) != 0 || !res.Converged {
+				t.Fatalf("after a byte-identical rewrite: %+v, want nothing done", res)
+			}
+			n.gkeWrite("gke-v2.toml")
+			if res := reconcileOK(t, r); !res.Restarted || len(res.Wrote) != 1 {
+				t.Fatalf("after a real drift: %+v, want a write and a restart", res)
+			}
+			if n.restartCount() != 2 {
+				t.Fatalf("%d restarts, want 2", n.restartCount())
+			}
+		})
 	}
 }
 
-// TestImportThatOverridesIsRefused: on containerd 1.7 an imported file
+// TestImportThatOverridesIsRefused: on a release edited in place (1.7) an imported file
 // that defines the CRI plugin table replaces the main file's whole table,
 // so a handler edited into the main file would not be loaded. The check
 // with containerd sees it; the sidecar refuses, names the import, and
 // leaves both files byte-identical.
 func TestImportThatOverridesIsRefused(t *testing.T) {
-	v17, _ := containerdVersions()
-	n := newNode(t, v17)
-	other := filepath.Join(n.dir, "etc", "cri.toml")
-	n.catWrite(other, []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.10\"\n[plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/home/kubernetes/bin\"\n"))
-	main := withImport(t, n.fixture("gke-v2.toml"), other)
-	n.catWrite(n.target.Config, main)
-	n.start()
-	_, err := n.remediator(nil).Reconcile(context.Background())
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "would not take effect") || !strings.Contains(err.Error(), other) {
-		t.Fatalf("err = %v, want a refusal naming %s", err, other)
-	}
-	if read(t, n.target.Config) != string(main) || n.restartCount() != 0 {
-		t.Fatal("refused config changed, or containerd restarted")
+	for _, rel := range where(inPlace) {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
+			other := filepath.Join(n.dir, "etc", "cri.toml")
+			n.catWrite(other, []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.10\"\n[plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/home/kubernetes/bin\"\n"))
+			main := withImport(t, n.fixture("gke-v2.toml"), other)
+			n.catWrite(n.target.Config, main)
+			n.start()
+			_, err := n.remediator(nil).Reconcile(context.Background())
+			if !errors.Is(err, configplan.ErrUnsupported) || !strings.Contains(err.Error(), "would not take effect") || !strings.Contains(err.Error(), other) {
+				t.Fatalf("err = %v, want a refusal naming %s", err, other)
+			}
+			if read(t, n.target.Config) != string(main) || n.restartCount() != 0 {
+				t.Fatal("refused config changed, or containerd restarted")
+			}
+		})
 	}
 }
 
@@ -258,9 +270,9 @@ func TestImportThatOverridesIsRefused(t *testing.T) {
 // bytes changed, and a second run changes and restarts nothing. A file
 // someone else rewrote since is left as it is.
 func TestCleanupRestoresPreInstallBytes(t *testing.T) {
-	for _, v := range allVersions() {
-		t.Run(v, func(t *testing.T) {
-			n := newNode(t, v)
+	for _, rel := range suite() {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
 			orig := n.gkeWrite("gke-v2.toml")
 			n.start()
 			r := n.remediator(nil)

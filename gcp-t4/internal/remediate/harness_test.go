@@ -4,11 +4,14 @@ package remediate
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,34 +19,111 @@ import (
 	"time"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/containerdversions"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/containerdrelease"
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// containerd releases the real-daemon tests run: the 1.7 line GKE ≤ 1.32
-// ships and 2.x releases, the first of them 2.0 as on GKE 1.33 (config
-// version 3), the last the newest (config version 4). They are set once, in
-// test/containerd/versions.mk (the Makefile includes it; its env wins).
-func containerdVersions() (v17 string, v2s []string) {
-	v17, v2s, err := containerdversions.Pinned()
+// release is one containerd release the real-containerd suite runs: the
+// version its binary reports, the release whose code it is built from
+// (itself, or, for a line a test adds as a row, a tested release with the
+// same facts), and the facts it runs with: its row of the suite's table.
+type release struct {
+	Version string // as build.sh names it, e.g. v2.0.14
+	Source  string // whose code build.sh builds
+	Run     containerdrelease.Runtime
+}
+
+// suiteTable is the release table the suite runs with: the sidecar's own,
+// and the lines the tests add as rows (addedLines, newline_test.go).
+func suiteTable() containerdrelease.Table {
+	var rows []containerdrelease.Release
+	for _, a := range addedLines {
+		rows = append(rows, a.Row)
+	}
+	return append(slices.Clone(containerdrelease.Known), rows...)
+}
+
+// suite is every release the real-containerd tests run, oldest line
+// first: those set once in test/containerd/versions.mk (the Makefile
+// includes it; its env wins), and for each line a test adds as a row, a
+// stand-in built from a tested release of the same facts (skipped when no
+// tested release has them). Tests pick from it by the rows' facts (where).
+func suite() []release {
+	versions, err := containerdversions.Releases()
 	if err != nil {
 		panic(err)
 	}
-	return v17, v2s
+	table := suiteTable()
+	var out []release
+	for _, v := range versions {
+		run, err := table.Lookup(v)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, release{Version: v, Source: v, Run: run})
+	}
+	for _, a := range addedLines {
+		run, err := table.Lookup(a.Version)
+		if err != nil {
+			panic(err)
+		}
+		for _, tested := range out[:len(versions)] {
+			if sameFacts(tested.Run.Release, a.Row) {
+				out = append(out, release{Version: a.Version, Source: tested.Version, Run: run})
+				break
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b release) int {
+		return cmp.Or(cmp.Compare(a.Run.Major, b.Run.Major), cmp.Compare(a.Run.Minor, b.Run.Minor))
+	})
+	return out
 }
 
-// containerd17, containerd20 and containerdNewest name one release each of
-// containerdVersions, for the tests that need one of a kind.
-func containerd17() string { v17, _ := containerdVersions(); return v17 }
-func containerd20() string { _, v2s := containerdVersions(); return v2s[0] }
-func containerdNewest() string {
-	_, v2s := containerdVersions()
-	return v2s[len(v2s)-1]
+// sameFacts: two rows that differ in their line only.
+func sameFacts(a, b containerdrelease.Release) bool {
+	a.Line, b.Line = "", ""
+	return reflect.DeepEqual(a, b)
 }
 
-func allVersions() []string {
-	v17, v2s := containerdVersions()
-	return append([]string{v17}, v2s...)
+// where is the suite's releases whose facts satisfy f.
+func where(f func(containerdrelease.Runtime) bool) []release {
+	var out []release
+	for _, r := range suite() {
+		if f(r.Run) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// The selections the tests make.
+func inPlace(r containerdrelease.Runtime) bool { return r.Strategy == containerdrelease.InPlace }
+func dropIn(r containerdrelease.Runtime) bool  { return r.Strategy == containerdrelease.DropIn }
+
+// first is the oldest release of a selection, for the tests that need one
+// of a kind; the test is skipped when the configured releases have none.
+func first(t testing.TB, f func(containerdrelease.Runtime) bool, what string) release {
+	t.Helper()
+	rs := where(f)
+	if len(rs) == 0 {
+		t.Skipf("no containerd release configured is %s (test/containerd/versions.mk, %s / %s)", what, containerdversions.Env17, containerdversions.Env2)
+	}
+	return rs[0]
+}
+
+// newest is the newest release test/containerd/versions.mk names (not a
+// stand-in for an added line), for the tests that need the newest real one.
+func newest() release {
+	var out release
+	for _, r := range suite() {
+		if r.Source == r.Version {
+			out = r
+		}
+	}
+	return out
 }
 
 var binMu sync.Mutex
@@ -51,7 +131,7 @@ var binMu sync.Mutex
 // ctrBinary builds (or finds in the cache) a containerd release with the
 // repository's build script. The checks (`config dump`) run it without a
 // daemon, so this needs no root; starting a daemon does (requireRoot).
-func ctrBinary(t testing.TB, version string) string {
+func ctrBinary(t testing.TB, rel release) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a real containerd (built from the module proxy when not cached); skipped with -short")
@@ -63,11 +143,11 @@ func ctrBinary(t testing.TB, version string) string {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(script, version)
+	cmd := exec.Command(script, rel.Version, rel.Source)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("build containerd %s (make containerd builds them): %v\n%s", version, err, stderr.String())
+		t.Fatalf("build containerd %s from %s (make containerd builds versions.mk's): %v\n%s", rel.Version, rel.Source, err, stderr.String())
 	}
 	return strings.TrimSpace(string(out))
 }
@@ -81,8 +161,8 @@ func requireRoot(t testing.TB) {
 
 // checker is the node's-containerd check of a release, for tests that do
 // not start a daemon.
-func checker(t testing.TB, version string) Containerd {
-	return Containerd{Binary: ctrBinary(t, version)}
+func checker(t testing.TB, rel release) Containerd {
+	return Containerd{Binary: ctrBinary(t, rel)}
 }
 
 // testKataHost lays out what kata-deploy 4.x installs under root's
@@ -105,12 +185,14 @@ func testKataHost(t testing.TB, root string) {
 // node is one fake GKE node: a host root with kata installed, a GKE config
 // and a containerd daemon on temporary root, state and socket.
 type node struct {
-	t       testing.TB
-	version Runtime // of the binary first started
-	dir     string  // stands for the host's /etc/containerd and more
-	host    string  // host root holding /opt/kata
-	kataDir string  // kata-deploy's install dir as the pod and containerd see it
-	target  Target
+	t testing.TB
+	// run is the release the node runs, with its row's facts (what the
+	// test expects of it).
+	run     containerdrelease.Runtime
+	dir     string // stands for the host's /etc/containerd and more
+	host    string // host root holding /opt/kata
+	kataDir string // kata-deploy's install dir as the pod and containerd see it
+	target  configplan.Target
 	socket  string
 	ctr     Containerd
 
@@ -126,10 +208,10 @@ type node struct {
 	failNext bool
 }
 
-func newNode(t testing.TB, version string) *node {
+func newNode(t testing.TB, rel release) *node {
 	t.Helper()
 	requireRoot(t)
-	bin := ctrBinary(t, version)
+	bin := ctrBinary(t, rel)
 	// Short paths: the socket path must fit in sun_path (108 bytes).
 	dir, err := os.MkdirTemp("", "rmd")
 	if err != nil {
@@ -143,10 +225,11 @@ func newNode(t testing.TB, version string) *node {
 		t.Fatalf("%s --version: %v", bin, err)
 	}
 	f := strings.Fields(string(out))
-	if n.version, err = ParseRuntimeVersion(f[len(f)-1]); err != nil {
-		t.Fatal(err)
+	if v, err := containerdrelease.ParseVersion(f[len(f)-1]); err != nil || !v.SameLine(rel.Run.Version) {
+		t.Fatalf("%s --version says %q, not a %s (%v)", bin, out, rel.Version, err)
 	}
-	n.target = Target{Config: filepath.Join(dir, "etc", "config.toml"), DropInDir: filepath.Join(dir, "etc", "caa-gcp-t4"), DropInName: "kata-remote.toml"}
+	n.run = rel.Run
+	n.target = configplan.Target{Config: filepath.Join(dir, "etc", "config.toml"), DropInDir: filepath.Join(dir, "etc", "caa-gcp-t4"), DropInName: "kata-remote.toml"}
 	testKataHost(t, n.host)
 	if err := os.MkdirAll(filepath.Dir(n.target.Config), 0o755); err != nil {
 		t.Fatal(err)
@@ -156,8 +239,8 @@ func newNode(t testing.TB, version string) *node {
 }
 
 // fixture reads testdata/name for this node: @TMP@ is its directory, and
-// containerd 2.0 (only the single CNI bin_dir; 2.1 added bin_dirs and
-// refuses both) gets bin_dir.
+// a release without bin_dirs (2.0; 2.1 added it and refuses both) gets
+// bin_dir.
 func (n *node) fixture(name string) []byte {
 	n.t.Helper()
 	data, err := os.ReadFile(filepath.Join("testdata", name))
@@ -166,7 +249,7 @@ func (n *node) fixture(name string) []byte {
 	}
 	data = bytes.ReplaceAll(data, []byte("@TMP@"), []byte(n.dir))
 	data = bytes.ReplaceAll(data, []byte("@KATA@"), []byte(n.kataDir))
-	if n.version.Major == 2 && n.version.Minor == 0 {
+	if !n.run.CNIBinDirs {
 		data = bytes.ReplaceAll(data, []byte(`bin_dirs = ["/home/kubernetes/bin"]`), []byte(`bin_dir = "/home/kubernetes/bin"`))
 	}
 	return data
@@ -269,12 +352,14 @@ func (n *node) stop() {
 	n.stopLocked()
 }
 
-// swap replaces the containerd binary the next restart runs (a GKE minor
+// swap replaces the containerd release the next restart runs (a GKE minor
 // upgrade changes containerd's version).
-func (n *node) swap(bin string) {
+func (n *node) swap(rel release) {
+	bin := ctrBinary(n.t, rel)
 	n.mu.Lock()
 	n.bin = bin
 	n.ctr = Containerd{Binary: bin}
+	n.run = rel.Run
 	n.mu.Unlock()
 }
 
@@ -308,12 +393,13 @@ var _ restart.Restarter = (*node)(nil)
 // config is the remediator configuration of this node's sidecar.
 func (n *node) config() Config {
 	return Config{
-		Handler: DefaultHandler(),
-		Target:  n.target,
-		Host:    Host{Root: n.host},
-		KataDir: n.kataDir,
-		Lock:    HostLock{Path: filepath.Join(n.dir, "kata-deploy.lock")},
-		Scratch: n.dir,
+		Handler:  DefaultHandler(),
+		Target:   n.target,
+		Host:     Host{Root: n.host},
+		KataDir:  n.kataDir,
+		Lock:     HostLock{Path: filepath.Join(n.dir, "kata-deploy.lock")},
+		Scratch:  n.dir,
+		Releases: suiteTable(),
 	}
 }
 
@@ -450,4 +536,57 @@ func (lp *loop) stop(t *testing.T) {
 	if err := <-lp.done; err != nil {
 		t.Errorf("loop: %v", err)
 	}
+}
+
+// cat joins key paths.
+func cat(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// strs is a string list as TOML decodes it.
+func strs(v []string) []any {
+	out := make([]any, len(v))
+	for i, s := range v {
+		out[i] = s
+	}
+	return out
+}
+
+// at is the value at a key path of a decoded config.
+func at(doc map[string]any, path ...string) (any, bool) {
+	var cur any = doc
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[p]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// sub is the value at a key path of a decoded config, nil when none.
+func sub(doc map[string]any, path []string) any {
+	v, _ := at(doc, path...)
+	return v
+}
+
+// stringList is a decoded TOML array of strings.
+func stringList(v any) ([]string, error) {
+	list, _ := v.([]any)
+	out := make([]string, 0, len(list))
+	for _, e := range list {
+		s, ok := e.(string)
+		if !ok {
+			return nil, fmt.Errorf("%v is not a string", e)
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
 )
 
 // Host is the node's filesystem as mounted into the pod: Root is where the
@@ -22,7 +24,7 @@ func (h Host) path(p string) string { return filepath.Join(h.Root, p) }
 // MissingKata names the first of the shim or its configuration that is not
 // on the host: registering a handler whose shim is missing makes every pod
 // of that RuntimeClass fail, so it is not registered until both exist.
-func (h Host) MissingKata(hd Handler) string {
+func (h Host) MissingKata(hd configplan.Handler) string {
 	for _, p := range []string{hd.RuntimePath, hd.ConfigPath} {
 		if _, err := os.Stat(h.path(p)); errors.Is(err, fs.ErrNotExist) {
 			return p

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/nodeevents"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
 	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 	"golang.org/x/sys/unix"
 )
@@ -89,10 +90,10 @@ type kataFiles struct {
 
 // kataPaths maps the handler's ConfigPath (a host path) to this pod: kata
 // lives under kata-deploy's install directory, mounted at KataDir.
-func (r *Remediator) kataPaths(h Handler) (kataFiles, error) {
-	rel, err := filepath.Rel(kataDeployDir, h.ConfigPath)
+func (r *Remediator) kataPaths(h configplan.Handler) (kataFiles, error) {
+	rel, err := filepath.Rel(configplan.KataDeployDir, h.ConfigPath)
 	if err != nil || strings.HasPrefix(rel, "..") {
-		return kataFiles{}, fmt.Errorf("kata-remote's configuration %s is outside %s; the sidecar sets create_container_timeout only in kata-deploy's installation", h.ConfigPath, kataDeployDir)
+		return kataFiles{}, fmt.Errorf("kata-remote's configuration %s is outside %s; the sidecar sets create_container_timeout only in kata-deploy's installation", h.ConfigPath, configplan.KataDeployDir)
 	}
 	base, err := filepath.EvalSymlinks(filepath.Join(r.cfg.KataDir, rel))
 	if err != nil {
@@ -118,11 +119,12 @@ func EffectiveTimeout(kf kataFiles) (secs int64, from string, set bool, err erro
 		if err != nil {
 			return 0, "", false, fmt.Errorf("kata would fail to read %s: %w", p, bare(err))
 		}
-		doc, err := tomledit.Decode(stripBOM(data))
+		doc, err := tomledit.Decode(withoutBOM(data))
 		if err != nil {
 			return 0, "", false, fmt.Errorf("kata would fail to decode %s: %v", p, err)
 		}
-		v, ok := lookup(doc, "runtime", "create_container_timeout")
+		rt, _ := doc["runtime"].(map[string]any)
+		v, ok := rt["create_container_timeout"]
 		if !ok {
 			continue
 		}
@@ -139,7 +141,7 @@ func EffectiveTimeout(kf kataFiles) (secs int64, from string, set bool, err erro
 // checks the effective value; what keeps the node from ready is kept for
 // /readyz. Only errMountLost is returned: everything else is reported and
 // retried at the next pass.
-func (r *Remediator) keepTimeout(ctx context.Context, h Handler) error {
+func (r *Remediator) keepTimeout(ctx context.Context, h configplan.Handler) error {
 	want := r.cfg.CreateContainerTimeout
 	kf, err := r.kataPaths(h)
 	if want == 0 {
@@ -164,7 +166,7 @@ func (r *Remediator) keepTimeout(ctx context.Context, h Handler) error {
 	}
 	if !bytes.Equal(cur, wantData) {
 		if cur != nil {
-			if _, perr := tomledit.Decode(stripBOM(cur)); perr != nil {
+			if _, perr := tomledit.Decode(withoutBOM(cur)); perr != nil {
 				return r.kataFail(ctx, fmt.Errorf("%s does not parse (%v); left as it is: fix or remove it", path, perr))
 			}
 		}
@@ -278,3 +280,7 @@ func (r *Remediator) kataConfD() string {
 	}
 	return kf.ConfD
 }
+
+// withoutBOM drops a leading UTF-8 byte order mark, which the TOML decoder
+// here does not take, before a file is read for its values.
+func withoutBOM(b []byte) []byte { return bytes.TrimPrefix(b, []byte("\xef\xbb\xbf")) }

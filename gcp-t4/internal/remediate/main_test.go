@@ -15,19 +15,18 @@ import (
 )
 
 // TestMainOnceOverDBus runs `gcp-t4-node remediate --once` as an installer
-// would, against a real containerd, with the restart going through the
+// would (Main, with the suite's release table), against a real containerd, with the restart going through the
 // systemd D-Bus restarter to a stand-in systemd that restarts that
 // containerd.
 func TestMainOnceOverDBus(t *testing.T) {
-	v17, v2s := containerdVersions()
-	for _, v := range append([]string{v17}, v2s...) {
-		t.Run(v, func(t *testing.T) {
-			n := newNode(t, v)
+	for _, rel := range suite() {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
 			// The host's containerd, where the unit's ExecStart says it is.
 			if err := os.MkdirAll(filepath.Join(n.host, "usr", "bin"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Symlink(ctrBinary(t, v), filepath.Join(n.host, "usr", "bin", "containerd")); err != nil {
+			if err := os.Symlink(ctrBinary(t, rel), filepath.Join(n.host, "usr", "bin", "containerd")); err != nil {
 				t.Fatal(err)
 			}
 			n.gkeWrite("gke-v2.toml")
@@ -43,7 +42,7 @@ func TestMainOnceOverDBus(t *testing.T) {
 			var out, errb bytes.Buffer
 			args := []string{"--once", "--config", n.target.Config, "--host-root", n.host, "--kata-dir", n.kataDir, "--lock", n.dir + "/lock",
 				"--cri-socket", n.socket, "--systemd-bus", addr, "--settle", "0s", "--quiet", "0s", "--listen", ""}
-			if code := Main(context.Background(), args, &out, &errb, nil); code != 0 {
+			if code := mainWith(context.Background(), args, &out, &errb, suiteTable()); code != 0 {
 				t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out.String(), errb.String())
 			}
 			if !strings.Contains(out.String(), "restarted containerd: true") {
@@ -58,7 +57,7 @@ func TestMainOnceOverDBus(t *testing.T) {
 			}
 			// Converged: a second run neither writes nor restarts.
 			out.Reset()
-			if code := Main(context.Background(), args, &out, &errb, nil); code != 0 || !strings.Contains(out.String(), "wrote 0 file(s), restarted containerd: false") {
+			if code := mainWith(context.Background(), args, &out, &errb, suiteTable()); code != 0 || !strings.Contains(out.String(), "wrote 0 file(s), restarted containerd: false") {
 				t.Fatalf("second run: exit %d, %q", code, out.String())
 			}
 			if len(sd.Calls()) != 1 {

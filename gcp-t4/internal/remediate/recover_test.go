@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/containerdrelease"
 )
 
 // The sidecar can be stopped at any point: a pod restart, a node drain, an
@@ -84,9 +87,9 @@ func (n *node) failNextRestart() {
 // containerd, which does not come back. The change is rolled back from the
 // state on the host, which the second process never wrote.
 func TestRollbackAcrossSidecarRestart(t *testing.T) {
-	for _, v := range allVersions() {
-		t.Run(v, func(t *testing.T) {
-			n := newNode(t, v)
+	for _, rel := range suite() {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
 			orig := n.gkeWrite("gke-v2.toml")
 			n.start()
 			cfg := n.config()
@@ -109,7 +112,7 @@ func TestRollbackAcrossSidecarRestart(t *testing.T) {
 			}
 			assertAsBefore(t, n, second, orig)
 			// The same change is not written again.
-			if _, err := second.Reconcile(context.Background()); !errors.Is(err, ErrUnsupported) || n.restartCount() != 2 {
+			if _, err := second.Reconcile(context.Background()); !errors.Is(err, configplan.ErrUnsupported) || n.restartCount() != 2 {
 				t.Fatalf("next pass: %v, %d restarts; want the change refused, nothing restarted", err, n.restartCount())
 			}
 		})
@@ -122,13 +125,10 @@ func TestRollbackAcrossSidecarRestart(t *testing.T) {
 // one. Wherever the first left containerd failed, the next start rolls the
 // change back from the state and brings containerd back as it was.
 func TestInterruptedAtEveryStep(t *testing.T) {
-	for _, v := range allVersions() {
-		run, err := ParseRuntimeVersion(v)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, rel := range suite() {
+		// In place: config.toml; a drop-in: the drop-in, then its import.
 		written := []string{"config.toml"}
-		if run.Major >= 2 {
+		if rel.Run.Strategy == containerdrelease.DropIn {
 			written = []string{"kata-remote.toml", "config.toml"}
 		}
 		steps := []string{"state saved"}
@@ -143,8 +143,8 @@ func TestInterruptedAtEveryStep(t *testing.T) {
 		}
 		steps = append(steps, "rollback saved", "restarted again")
 		for _, step := range steps {
-			t.Run(v+"/"+strings.ReplaceAll(step, " ", "-"), func(t *testing.T) {
-				n := newNode(t, v)
+			t.Run(rel.Version+"/"+strings.ReplaceAll(step, " ", "-"), func(t *testing.T) {
+				n := newNode(t, rel)
 				orig := n.gkeWrite("gke-v2.toml")
 				n.start()
 				cfg := n.config()
@@ -159,7 +159,7 @@ func TestInterruptedAtEveryStep(t *testing.T) {
 					// containerd came back from the rollback; the new
 					// process only clears what was pending and refuses the
 					// rejected change.
-					if !errors.Is(err, ErrUnsupported) || res.RolledBack {
+					if !errors.Is(err, configplan.ErrUnsupported) || res.RolledBack {
 						t.Fatalf("next start: %+v %v, want the rolled-back change refused", res, err)
 					}
 				default:
@@ -169,7 +169,7 @@ func TestInterruptedAtEveryStep(t *testing.T) {
 				}
 				assertAsBefore(t, n, next, orig)
 				before := n.restartCount()
-				if _, err := next.Reconcile(context.Background()); !errors.Is(err, ErrUnsupported) || n.restartCount() != before {
+				if _, err := next.Reconcile(context.Background()); !errors.Is(err, configplan.ErrUnsupported) || n.restartCount() != before {
 					t.Fatalf("the pass after: %v, want the change refused and no restart", err)
 				}
 			})
@@ -204,9 +204,9 @@ func (l *lockWatch) Restart(ctx context.Context) error {
 // restarts containerd while the other is half-way through an edit. Also: a
 // state temp file left by a kill at the state's rename is removed.
 func TestLockHeldThroughRestart(t *testing.T) {
-	for _, v := range allVersions() {
-		t.Run(v, func(t *testing.T) {
-			n := newNode(t, v)
+	for _, rel := range suite() {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
 			n.gkeWrite("gke-v2.toml")
 			n.start()
 			cfg := n.config()

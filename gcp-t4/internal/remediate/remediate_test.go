@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/containerdrelease"
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
 	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -88,6 +91,7 @@ func (f *fakeAPI) DaemonSet(context.Context, string, string) (*metav1.PartialObj
 }
 
 type fixture struct {
+	rel    release // the release the probe reports, by default
 	dir    string
 	cfg    Config
 	probe  *fakeProbe
@@ -96,10 +100,19 @@ type fixture struct {
 	core   *fakeAPI
 }
 
+// newFixture is a node with main as its config.toml, a fake probe and
+// restarter, and the real containerd of an in-place release (1.7) for the
+// check: the unit tests' GKE file is edited in place.
 func newFixture(t testing.TB, main string) *fixture {
 	t.Helper()
+	return newFixtureOn(t, first(t, inPlace, "edited in place"), main)
+}
+
+// newFixtureOn is newFixture with the probe reporting rel.
+func newFixtureOn(t testing.TB, rel release, main string) *fixture {
+	t.Helper()
 	dir := t.TempDir()
-	f := &fixture{dir: dir, probe: &fakeProbe{version: strings.TrimPrefix(containerd17(), "v")}, rs: &fakeRestarter{started: time.Now().Add(-time.Hour)}}
+	f := &fixture{rel: rel, dir: dir, probe: &fakeProbe{version: strings.TrimPrefix(rel.Version, "v")}, rs: &fakeRestarter{started: time.Now().Add(-time.Hour)}}
 	f.cfg = fixtureConfig(dir)
 	testKataHost(t, f.cfg.Host.Root)
 	os.MkdirAll(filepath.Dir(f.cfg.Target.Config), 0o755)
@@ -123,12 +136,13 @@ func newFixture(t testing.TB, main string) *fixture {
 func fixtureConfig(dir string) Config {
 	return Config{
 		Handler:       DefaultHandler(),
-		Target:        Target{Config: filepath.Join(dir, "etc", "config.toml"), DropInDir: filepath.Join(dir, "etc", "caa-gcp-t4"), DropInName: "kata-remote.toml"},
+		Target:        configplan.Target{Config: filepath.Join(dir, "etc", "config.toml"), DropInDir: filepath.Join(dir, "etc", "caa-gcp-t4"), DropInName: "kata-remote.toml"},
 		Host:          Host{Root: filepath.Join(dir, "host")},
 		KataDir:       filepath.Join(dir, "host", "opt", "kata"),
 		Lock:          HostLock{Path: filepath.Join(dir, "lock")},
 		Scratch:       dir,
 		VerifyTimeout: 2 * time.Second,
+		Releases:      suiteTable(),
 	}
 }
 
@@ -144,11 +158,8 @@ func (f *fixture) remediator(t testing.TB, d Deps) *Remediator {
 		d.Events = Events{Client: f.core, NodeName: "gke-pool-1-abc"}
 	}
 	if d.Containerd.Binary == "" {
-		v := containerd17()
-		if run, err := ParseRuntimeVersion(f.probe.version); err == nil && run.Major == 2 {
-			v = containerd20()
-		}
-		d.Containerd = checker(t, v)
+		// The check runs the release the probe reports.
+		d.Containerd = checker(t, f.rel)
 	}
 	r, err := New(f.cfg, d)
 	if err != nil {
@@ -167,13 +178,13 @@ func (f *fixture) reasons() []string {
 
 // hostContainerd puts a containerd release where a node has it, under the
 // host root: /usr/bin/containerd.
-func hostContainerd(t testing.TB, root, version string) {
+func hostContainerd(t testing.TB, root string, rel release) {
 	t.Helper()
 	p := filepath.Join(root, "usr", "bin", "containerd")
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(ctrBinary(t, version), p); err != nil {
+	if err := os.Symlink(ctrBinary(t, rel), p); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -193,14 +204,14 @@ func TestMalformedLeftUntouched(t *testing.T) {
 	m := NewMetrics()
 	r := f.remediator(t, Deps{Metrics: m})
 	_, err := r.Reconcile(context.Background())
-	if !errors.Is(err, ErrMalformed) {
-		t.Fatalf("err = %v, want ErrMalformed", err)
+	if !errors.Is(err, configplan.ErrMalformed) {
+		t.Fatalf("err = %v, want configplan.ErrMalformed", err)
 	}
 	got, _ := os.ReadFile(f.cfg.Target.Config)
 	if string(got) != bad {
 		t.Fatal("malformed config was modified")
 	}
-	if _, err := os.Stat(f.cfg.Target.StatePath()); err == nil {
+	if _, err := os.Stat(statePath(f.cfg.Target)); err == nil {
 		t.Fatal("state written for a file that was not changed")
 	}
 	if f.rs.calls != 0 {
@@ -223,25 +234,35 @@ func TestMalformedLeftUntouched(t *testing.T) {
 	}
 }
 
+// TestNeverWritesSchemaNewerThanRunning: a main file declaring a config
+// version above the running release's MaxConfigVersion (containerd would
+// not start with it) is refused, naming the limit, on every release.
 func TestNeverWritesSchemaNewerThanRunning(t *testing.T) {
-	f := newFixture(t, "version = 3\n[plugins.\"io.containerd.cri.v1.images\"]\n")
-	r := f.remediator(t, Deps{})
-	_, err := r.Reconcile(context.Background())
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "at most 2") {
-		t.Fatalf("version 3 file on containerd 1.7: err = %v, want refusal naming the limit", err)
-	}
-	if _, err := os.Stat(f.cfg.Target.DropIn()); err == nil {
-		t.Fatal("drop-in written")
+	for _, rel := range suite() {
+		t.Run(rel.Version, func(t *testing.T) {
+			f := newFixtureOn(t, rel, fmt.Sprintf("version = %d\n[plugins.\"io.containerd.cri.v1.images\"]\n", rel.Run.MaxConfigVersion+1))
+			r := f.remediator(t, Deps{})
+			_, err := r.Reconcile(context.Background())
+			if !errors.Is(err, configplan.ErrUnsupported) || !strings.Contains(err.Error(), fmt.Sprintf("at most %d", rel.Run.MaxConfigVersion)) {
+				t.Fatalf("version %d file on containerd %s: err = %v, want refusal naming the limit", rel.Run.MaxConfigVersion+1, rel.Version, err)
+			}
+			if _, err := os.Stat(f.cfg.Target.DropIn()); err == nil {
+				t.Fatal("drop-in written")
+			}
+		})
 	}
 }
 
 func TestMissingLiteralImportRefused(t *testing.T) {
-	f := newFixture(t, "version = 2\nimports = [\"/opt/kata/containerd/config.d/kata-deploy.toml\"]\n")
-	f.probe.version = "2.0.4"
-	r := f.remediator(t, Deps{})
-	_, err := r.Reconcile(context.Background())
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "import is missing") {
-		t.Fatalf("err = %v, want refusal over the missing literal import", err)
+	for _, rel := range where(dropIn) {
+		t.Run(rel.Version, func(t *testing.T) {
+			f := newFixtureOn(t, rel, "version = 2\nimports = [\"/opt/kata/containerd/config.d/kata-deploy.toml\"]\n")
+			r := f.remediator(t, Deps{})
+			_, err := r.Reconcile(context.Background())
+			if !errors.Is(err, configplan.ErrUnsupported) || !strings.Contains(err.Error(), "import is missing") {
+				t.Fatalf("err = %v, want refusal over the missing literal import", err)
+			}
+		})
 	}
 }
 
@@ -254,24 +275,30 @@ func TestUnknownRuntimeVersionRefused(t *testing.T) {
 	}
 }
 
+// TestRuntimeVersionFromNode: without a CRI socket the running release is
+// the Node's containerRuntimeVersion, and its handlers are the Node's
+// runtimeHandlers.
 func TestRuntimeVersionFromNode(t *testing.T) {
-	f := newFixture(t, gkeFixture(t))
-	f.probe.err = errors.New("no socket")
-	node := &corev1.Node{Status: corev1.NodeStatus{
-		NodeInfo:        corev1.NodeSystemInfo{ContainerRuntimeVersion: "containerd://2.0.4", OSImage: "Ubuntu 22.04.5 LTS"},
-		RuntimeHandlers: []corev1.NodeRuntimeHandler{{Name: "runc"}},
-	}}
-	f.rs.onRestart = func() {
-		node.Status.RuntimeHandlers = append(node.Status.RuntimeHandlers, corev1.NodeRuntimeHandler{Name: "kata-remote"})
-	}
-	f.probe.version = "2.0.4"
-	r := f.remediator(t, Deps{Node: func(context.Context) (*corev1.Node, error) { return node, nil }})
-	res, err := r.Reconcile(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Plan.Mode != "drop-in" || !res.Restarted || !res.Converged {
-		t.Fatalf("%+v: want the 2.x drop-in, a restart, and the Node's runtimeHandlers to confirm it", res)
+	for _, rel := range where(dropIn) {
+		t.Run(rel.Version, func(t *testing.T) {
+			f := newFixtureOn(t, rel, gkeFixture(t))
+			f.probe.err = errors.New("no socket")
+			node := &corev1.Node{Status: corev1.NodeStatus{
+				NodeInfo:        corev1.NodeSystemInfo{ContainerRuntimeVersion: "containerd://" + strings.TrimPrefix(rel.Version, "v"), OSImage: "Ubuntu 22.04.5 LTS"},
+				RuntimeHandlers: []corev1.NodeRuntimeHandler{{Name: "runc"}},
+			}}
+			f.rs.onRestart = func() {
+				node.Status.RuntimeHandlers = append(node.Status.RuntimeHandlers, corev1.NodeRuntimeHandler{Name: "kata-remote"})
+			}
+			r := f.remediator(t, Deps{Node: func(context.Context) (*corev1.Node, error) { return node, nil }})
+			res, err := r.Reconcile(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Plan.Mode != containerdrelease.DropIn || !res.Restarted || !res.Converged {
+				t.Fatalf("%+v: want the drop-in, a restart, and the Node's runtimeHandlers to confirm it", res)
+			}
+		})
 	}
 }
 
@@ -308,9 +335,9 @@ func TestSkipsWithoutKataOrOnCOS(t *testing.T) {
 func TestDryRunPrintsDiffWritesNothing(t *testing.T) {
 	f := newFixture(t, gkeFixture(t))
 	var out, errb bytes.Buffer
-	hostContainerd(t, f.cfg.Host.Root, containerd17())
+	hostContainerd(t, f.cfg.Host.Root, f.rel)
 	code := Main(context.Background(), []string{"--dry-run", "--config", f.cfg.Target.Config, "--host-root", f.cfg.Host.Root, "--kata-dir", f.cfg.KataDir,
-		"--lock", f.cfg.Lock.Path, "--containerd-version", strings.TrimPrefix(containerd17(), "v"), "--cri-socket", "", "--restart", "none", "--quiet", "0s"}, &out, &errb, nil)
+		"--lock", f.cfg.Lock.Path, "--containerd-version", f.probe.version, "--cri-socket", "", "--restart", "none", "--quiet", "0s"}, &out, &errb, nil)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -380,7 +407,7 @@ func TestNoRestartWhenContainerdStartedAfterWrite(t *testing.T) {
 func TestNoRestartWhenLoaded(t *testing.T) {
 	f := newFixture(t, gkeFixture(t))
 	keep := false
-	f.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: kataDeployNydus, Discard: &keep}
+	f.probe.state = HandlerState{Known: true, Loaded: true, Snapshotter: configplan.KataDeployNydus, Discard: &keep}
 	r := f.remediator(t, Deps{})
 	res, err := r.Reconcile(context.Background())
 	if err != nil || res.Restarted || f.rs.calls != 0 || !res.Converged {
@@ -442,7 +469,7 @@ func TestFailedRestartRollsBack(t *testing.T) {
 		t.Fatalf("events %v, want RolledBack last", r)
 	}
 	_, err = r.Reconcile(context.Background())
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not writing it again") || f.rs.calls != 2 {
+	if !errors.Is(err, configplan.ErrUnsupported) || !strings.Contains(err.Error(), "not writing it again") || f.rs.calls != 2 {
 		t.Fatalf("next pass: err %v, calls %d; want the same change refused without a restart", err, f.rs.calls)
 	}
 	if got := read(t, f.cfg.Target.Config); got != orig {
@@ -602,7 +629,7 @@ func TestLoopRetriesTransientErrors(t *testing.T) {
 // handler: the runtime, its snapshotter and discard_unpacked_layers.
 func loadedState() HandlerState {
 	keep := false
-	return HandlerState{Known: true, Loaded: true, Snapshotter: kataDeployNydus, Discard: &keep}
+	return HandlerState{Known: true, Loaded: true, Snapshotter: configplan.KataDeployNydus, Discard: &keep}
 }
 
 // TestIdlePassesSkipTheCheck: a converged node whose files did not change
@@ -610,7 +637,7 @@ func loadedState() HandlerState {
 func TestIdlePassesSkipTheCheck(t *testing.T) {
 	f := newFixture(t, gkeFixture(t))
 	f.probe.state = loadedState()
-	ctr := checker(t, containerd17())
+	ctr := checker(t, f.rel)
 	counted := filepath.Join(f.dir, "containerd")
 	script := "#!/bin/sh\necho run >> " + filepath.Join(f.dir, "runs") + "\nexec " + ctr.Binary + " \"$@\"\n"
 	if err := os.WriteFile(counted, []byte(script), 0o755); err != nil {

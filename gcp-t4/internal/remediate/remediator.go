@@ -14,18 +14,19 @@ import (
 	"time"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/nodeevents"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/containerdrelease"
 	"github.com/caa-gcp-t4/gcp-t4/internal/restart"
-	"github.com/caa-gcp-t4/gcp-t4/internal/tomledit"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // Config is what the remediator keeps and where.
 type Config struct {
-	Handler Handler
+	Handler configplan.Handler
 	// Explicit are the handler flags set on the command line: what is
 	// learned from kata-deploy's files never overrides them.
 	Explicit          map[string]bool
-	Target            Target
+	Target            configplan.Target
 	Host              Host
 	KataDir           string // kata-deploy's install directory, mounted at its host path
 	Lock              HostLock
@@ -40,7 +41,18 @@ type Config struct {
 	// node's effective value must be to be ready; 0 leaves kata-remote's
 	// configuration alone (katatimeout.go).
 	CreateContainerTimeout time.Duration
+	// Releases are the containerd release lines the sidecar knows; nil is
+	// containerdrelease.Known. A test adds a line here as one row.
+	Releases containerdrelease.Table
 }
+
+// ErrUnknownRun is reported when the running containerd's version cannot be
+// learned: without it, no row of the release table applies.
+var ErrUnknownRun = errors.New("running containerd version unknown")
+
+// statePath is where the sidecar keeps its State: next to its drop-in, in
+// its own directory.
+func statePath(t configplan.Target) string { return filepath.Join(t.DropInDir, "state.json") }
 
 // NodeGetter reads this pod's Node (labels, runtime version, handlers).
 type NodeGetter func(ctx context.Context) (*corev1.Node, error)
@@ -81,7 +93,7 @@ type Remediator struct {
 	// what it was computed from.
 	lastConverged *convergedPlan
 	// ctrVersion caches the checker binary's version by its mtime.
-	ctrVersion   Runtime
+	ctrVersion   containerdrelease.Version
 	ctrVersionAt time.Time
 }
 
@@ -110,13 +122,16 @@ func New(cfg Config, d Deps) (*Remediator, error) {
 		cfg.VerifyTimeout = 2 * time.Minute
 	}
 	if cfg.KataDir == "" {
-		cfg.KataDir = kataDeployDir
+		cfg.KataDir = configplan.KataDeployDir
 	}
 	if cfg.Scratch == "" {
 		cfg.Scratch = os.TempDir()
 	}
+	if cfg.Releases == nil {
+		cfg.Releases = containerdrelease.Known
+	}
 	r := &Remediator{cfg: cfg, probe: d.Probe, node: d.Node, restarter: d.Restarter, ctr: d.Containerd, budget: d.Budget,
-		events: d.Events, metrics: d.Metrics, now: d.Now, log: d.Logger, state: StateStore{Path: cfg.Target.StatePath()}}
+		events: d.Events, metrics: d.Metrics, now: d.Now, log: d.Logger, state: StateStore{Path: statePath(cfg.Target)}}
 	if r.budget == nil {
 		r.budget = restart.NewBudget(0, 0)
 	}
@@ -134,10 +149,10 @@ func New(cfg Config, d Deps) (*Remediator, error) {
 
 // Result is the outcome of one reconcile.
 type Result struct {
-	Skipped   string   // why nothing was done on purpose (COS, kata not installed, kata-deploy at work)
-	Plan      Plan     // what was (or, in dry-run, would be) written
-	Wrote     []string // files replaced or removed
-	Diff      string   // dry-run: unified-style diff of the changes
+	Skipped   string          // why nothing was done on purpose (COS, kata not installed, kata-deploy at work)
+	Plan      configplan.Plan // what was (or, in dry-run, would be) written
+	Wrote     []string        // files replaced or removed
+	Diff      string          // dry-run: unified-style diff of the changes
 	Restarted bool
 	// RetryIn asks the loop to reconcile again after this long (a file
 	// being written, a restart waiting for the config to settle or for its
@@ -224,13 +239,13 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, r.fail(ctx, "RuntimeVersionUnknown", err)
 	}
-	kd, err := DetectKataDeploy(r.cfg.KataDir, r.cfg.Target.Config, r.cfg.Handler.Name, run)
+	kd, err := configplan.DetectKataDeploy(r.cfg.KataDir, r.cfg.Target.Config, r.cfg.Handler.Name, run)
 	if err != nil {
 		return Result{}, r.fail(ctx, "ConfigMalformed", err)
 	}
 	h, source := r.cfg.Handler, "flags"
 	if kd.Handler != nil {
-		h = learn(h, *kd.Handler, r.cfg.Explicit)
+		h = configplan.Learn(h, *kd.Handler, r.cfg.Explicit)
 		source = "kata-deploy 4.x's installation under " + r.cfg.KataDir
 		if kd.DropIn != "" {
 			source = "kata-deploy's drop-in " + kd.DropIn
@@ -239,10 +254,10 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 	// A handler already in containerd's configuration takes precedence
 	// over the flag defaults (docs/remediation.md): its own paths are what
 	// must exist, checked once the plan has learned them.
-	if missing := r.cfg.Host.MissingKata(h); missing != "" && (kd.Handler != nil || !configDeclares(r.cfg.Target.Config, h.Name)) {
+	if missing := r.cfg.Host.MissingKata(h); missing != "" && (kd.Handler != nil || !configplan.Declares(r.cfg.Target.Config, h.Name)) {
 		return r.skip(ctx, nodeevents.ShimMissing, fmt.Sprintf("%s is not on the host; not registering %s until kata is installed (a handler without its shim breaks every pod using it)", missing, h.Name))
 	}
-	if why := kd.Installing(node); why != "" {
+	if why := kataDeployInstalling(kd, node); why != "" {
 		r.setReady(false)
 		r.report(ctx, false, "WaitingForKataDeploy", why)
 		return Result{Skipped: why}, nil
@@ -275,9 +290,9 @@ func (r *Remediator) Reconcile(ctx context.Context) (Result, error) {
 	if err != nil {
 		reason := "WriteFailed"
 		switch {
-		case errors.Is(err, ErrMalformed):
+		case errors.Is(err, configplan.ErrMalformed):
 			reason = "ConfigMalformed"
-		case errors.Is(err, ErrUnsupported):
+		case errors.Is(err, configplan.ErrUnsupported):
 			reason = "ConfigUnsupported"
 		case errors.Is(err, errSkip):
 			return r.skip(ctx, nodeevents.ShimMissing, strings.TrimPrefix(err.Error(), errSkip.Error()+": "))
@@ -295,30 +310,30 @@ var errSkip = errors.New("skip")
 
 // kataDeployFiles are the kata-deploy files read before planning.
 func (r *Remediator) kataDeployFiles() []string {
-	return []string{legacyDropIn(r.cfg.KataDir), confDDropIn(r.cfg.Target.Config)}
+	return []string{configplan.LegacyDropIn(r.cfg.KataDir), configplan.ConfDDropIn(r.cfg.Target.Config)}
 }
 
-func (r *Remediator) runtime(ctx context.Context, node *corev1.Node) (Runtime, error) {
+func (r *Remediator) runtime(ctx context.Context, node *corev1.Node) (containerdrelease.Runtime, error) {
 	if r.cfg.ContainerdVersion != "" {
-		return ParseRuntimeVersion(r.cfg.ContainerdVersion)
+		return r.cfg.Releases.Lookup(r.cfg.ContainerdVersion)
 	}
 	var errs []error
 	if r.probe != nil {
 		v, err := r.probe.RuntimeVersion(ctx)
 		if err == nil {
-			return ParseRuntimeVersion(v)
+			return r.cfg.Releases.Lookup(v)
 		}
 		errs = append(errs, err)
 	}
 	if node != nil && node.Status.NodeInfo.ContainerRuntimeVersion != "" {
-		return ParseRuntimeVersion(node.Status.NodeInfo.ContainerRuntimeVersion)
+		return r.cfg.Releases.Lookup(node.Status.NodeInfo.ContainerRuntimeVersion)
 	}
-	return Runtime{}, fmt.Errorf("%w: mount the containerd socket (--cri-socket), run with NODE_NAME set, or pass --containerd-version: %v", ErrUnknownRun, errors.Join(errs...))
+	return containerdrelease.Runtime{}, fmt.Errorf("%w: mount the containerd socket (--cri-socket), run with NODE_NAME set, or pass --containerd-version: %v", ErrUnknownRun, errors.Join(errs...))
 }
 
 // checkBinary makes sure the binary that proves changes is the release the
 // node runs: the check is only as good as the containerd doing it.
-func (r *Remediator) checkBinary(ctx context.Context, run Runtime) error {
+func (r *Remediator) checkBinary(ctx context.Context, run containerdrelease.Runtime) error {
 	st, err := os.Stat(r.ctr.Binary)
 	if err != nil {
 		return fmt.Errorf("the node's containerd binary is needed to check every change (`containerd config dump`): %w; pass --containerd-binary with its host path", err)
@@ -330,17 +345,17 @@ func (r *Remediator) checkBinary(ctx context.Context, run Runtime) error {
 		}
 		r.ctrVersion, r.ctrVersionAt = v, st.ModTime()
 	}
-	if !r.ctrVersion.SameMinor(run) {
+	if !r.ctrVersion.SameLine(run.Version) {
 		return fmt.Errorf("%s is containerd %s but containerd %s runs on the node: a check with it would not say what the running release does; restart containerd or pass the right --containerd-binary", r.ctr.Binary, r.ctrVersion, run)
 	}
 	return nil
 }
 
 // converge plans, proves and writes under the host lock.
-func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, source string, kd KataDeploy) (Result, error) {
+func (r *Remediator) converge(ctx context.Context, run containerdrelease.Runtime, h configplan.Handler, source string, kd configplan.KataDeploy) (Result, error) {
 	t := r.cfg.Target
 	var res Result
-	files, lerr := LoadSet(t.Config, nil)
+	files, lerr := configplan.LoadSet(t.Config, nil)
 	paths := []string{t.Config, t.DropIn()}
 	for _, f := range files {
 		paths = append(paths, f.Path)
@@ -352,8 +367,8 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 			return res, nil
 		}
 	}
-	if lerr != nil && !errors.Is(lerr, ErrMalformed) && !errors.Is(lerr, ErrUnsupported) {
-		return res, fmt.Errorf("%w: %v; left untouched", ErrUnsupported, lerr)
+	if lerr != nil && !errors.Is(lerr, configplan.ErrMalformed) && !errors.Is(lerr, configplan.ErrUnsupported) {
+		return res, fmt.Errorf("%w: %v; left untouched", configplan.ErrUnsupported, lerr)
 	}
 	// An idle node re-reads the files at every resync; the check with
 	// containerd runs only when something it reads changed.
@@ -365,8 +380,8 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 		}
 		return res, nil
 	}
-	p := &planner{ctr: r.ctr, run: run, h: h, t: t, kd: kd, scratch: r.cfg.Scratch, kataDir: r.cfg.KataDir, explicit: r.cfg.Explicit, source: source}
-	pl, err := p.plan(ctx)
+	p := configplan.Planner{Checker: r.ctr, Run: run, Handler: h, Target: t, KataDeploy: kd, KataDir: r.cfg.KataDir, Scratch: r.cfg.Scratch, Explicit: r.cfg.Explicit, Source: source}
+	pl, err := p.Plan(ctx)
 	res.Plan = pl
 	if err != nil {
 		return res, err
@@ -392,7 +407,7 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 	}
 	if pl.Candidate != "" && st.Rejected == pl.Candidate {
 		return res, fmt.Errorf("%w: this change to %s was rolled back after containerd did not come back with %s; not writing it again until the configuration changes (check containerd's log on the node)",
-			ErrUnsupported, strings.Join(changedPaths(pl.Changes), ", "), h.Name)
+			configplan.ErrUnsupported, strings.Join(changedPaths(pl.Changes), ", "), h.Name)
 	}
 	if r.cfg.DryRun {
 		var b bytes.Buffer
@@ -455,13 +470,13 @@ func (r *Remediator) converge(ctx context.Context, run Runtime, h Handler, sourc
 
 type convergedPlan struct {
 	inputs string
-	plan   Plan
+	plan   configplan.Plan
 }
 
 // inputsID identifies everything a plan is computed from.
-func inputsID(files []LoadFile, run Runtime, h Handler, kd KataDeploy, dropIn string) string {
+func inputsID(files []configplan.LoadFile, run containerdrelease.Runtime, h configplan.Handler, kd configplan.KataDeploy, dropIn string) string {
 	var b bytes.Buffer
-	var kh Handler
+	var kh configplan.Handler
 	if kd.Handler != nil {
 		kh = *kd.Handler
 	}
@@ -476,7 +491,7 @@ func inputsID(files []LoadFile, run Runtime, h Handler, kd KataDeploy, dropIn st
 	return sum(b.Bytes())
 }
 
-func (r *Remediator) apply(c FileChange) error {
+func (r *Remediator) apply(c configplan.FileChange) error {
 	CleanTemps(c.Path)
 	if c.New == nil {
 		return removeFile(c.Path)
@@ -484,7 +499,7 @@ func (r *Remediator) apply(c FileChange) error {
 	return writeAtomic(c.Path, c.New, r.beforeRename)
 }
 
-func changedPaths(cs []FileChange) []string {
+func changedPaths(cs []configplan.FileChange) []string {
 	var out []string
 	for _, c := range cs {
 		out = append(out, c.Path)
@@ -513,7 +528,7 @@ func (r *Remediator) handlerState(ctx context.Context, node *corev1.Node, name s
 	return HandlerState{}
 }
 
-func probeOK(st HandlerState, h Handler) bool {
+func probeOK(st HandlerState, h configplan.Handler) bool {
 	if !st.Loaded {
 		return false
 	}
@@ -529,13 +544,13 @@ func probeOK(st HandlerState, h Handler) bool {
 // runtime_platforms, so this is the only way to know the snapshotter
 // mapping is loaded). A fingerprint the state already has keeps its time,
 // so a byte-identical rewrite does not count as new.
-func (r *Remediator) loadedSince(pl Plan) time.Time {
+func (r *Remediator) loadedSince(pl configplan.Plan) time.Time {
 	st, err := r.state.Load()
 	if err == nil && st.Loaded != nil && st.Loaded.Fingerprint == pl.Fingerprint {
 		return st.Loaded.Since
 	}
 	var newest time.Time
-	files, _ := LoadSet(r.cfg.Target.Config, nil)
+	files, _ := configplan.LoadSet(r.cfg.Target.Config, nil)
 	for _, f := range files {
 		if fi, err := os.Stat(f.Path); err == nil && fi.ModTime().After(newest) {
 			newest = fi.ModTime()
@@ -573,9 +588,10 @@ func (r *Remediator) ensureLoaded(ctx context.Context, node *corev1.Node, res Re
 		}
 		return res, nil
 	}
-	if res.Plan.Mode == "in-place" && st.Known && st.Discard != nil && probeOK(st, h) {
-		// containerd 1.x reports every setting the handler needs in its CRI
-		// status (runtime, snapshotter, discard_unpacked_layers): what it
+	if res.Plan.Mode == containerdrelease.InPlace && st.Known && st.Discard != nil && probeOK(st, h) {
+		// A release edited in place (1.7) reports every setting the handler
+		// needs in its CRI status (runtime, snapshotter,
+		// discard_unpacked_layers; it has no runtime_platforms): what it
 		// runs is known, whatever the files say now.
 		res.Converged = true
 		r.proven()
@@ -635,7 +651,7 @@ func (r *Remediator) ensureLoaded(ctx context.Context, node *corev1.Node, res Re
 
 // waitLoaded polls until the restarted containerd shows the handler, up to
 // VerifyTimeout.
-func (r *Remediator) waitLoaded(ctx context.Context, h Handler, since time.Time) error {
+func (r *Remediator) waitLoaded(ctx context.Context, h configplan.Handler, since time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.VerifyTimeout)
 	defer cancel()
 	for {
@@ -708,7 +724,7 @@ func (r *Remediator) rollbackPending(ctx context.Context, res Result, st State, 
 		slices.Reverse(back)
 		for _, c := range back {
 			cur, _ := readOptional(c.Path)
-			undo := FileChange{Path: c.Path, Old: cur, New: c.Previous}
+			undo := configplan.FileChange{Path: c.Path, Old: cur, New: c.Previous}
 			if !c.Existed {
 				undo.New = nil
 			}
@@ -866,36 +882,17 @@ func (r *Remediator) recoverPending(ctx context.Context) (Result, bool, error) {
 	return res, true, err
 }
 
-// configDeclares reports whether a file containerd loads from config
-// already defines handler name.
-func configDeclares(config, name string) bool {
-	files, err := LoadSet(config, nil)
-	if err != nil {
-		return false
-	}
-	for _, f := range files {
-		doc, err := tomledit.Decode(stripBOM(f.Data))
-		if err != nil {
-			continue
-		}
-		if _, ok := handlerFromDoc(doc, name); ok {
-			return true
-		}
-	}
-	return false
-}
-
 // writable checks, before anything is written, that every file of a change
 // can be replaced where it lives (the target of a symlink): a temp file is
 // created next to it and removed, which is what the write itself needs.
 // The sidecar's own directory is checked once it exists.
-func writable(changes []FileChange, own string) error {
+func writable(changes []configplan.FileChange, own string) error {
 	for _, c := range changes {
 		if filepath.Dir(c.Path) == own {
 			continue
 		}
 		if err := probeWrite(c.Path); err != nil {
-			return fmt.Errorf("%w: %v; nothing was written", ErrUnsupported, err)
+			return fmt.Errorf("%w: %v; nothing was written", configplan.ErrUnsupported, err)
 		}
 	}
 	return nil

@@ -11,6 +11,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
 )
 
 // State is what the sidecar keeps on the host next to its drop-in, so that
@@ -67,9 +69,10 @@ func (p *PendingRecord) ours() bool {
 }
 
 // candidate identifies the whole pending change, from what containerd
-// last ran with to what was written, as candidateID does a plan's: the
-// same change planned again from the rolled-back files has this ID,
-// however many passes the first write took.
+// last ran with to what was written, by the formula configplan's
+// candidateID gives a plan's Candidate (the two must agree: that is how a
+// rejected change is known again): the same change planned again from the
+// rolled-back files has this ID, however many passes the first write took.
 func (p *PendingRecord) candidate() string {
 	var b bytes.Buffer
 	for _, c := range p.Changes {
@@ -94,7 +97,7 @@ func writtenSum(data []byte) string {
 // content is the unproven write of an earlier pending change keeps that
 // change's previous bytes: a rollback goes back to what a containerd last
 // ran with, not to another unproven write.
-func (s *State) recordPending(fingerprint string, changes []FileChange) {
+func (s *State) recordPending(fingerprint string, changes []configplan.FileChange) {
 	p := &PendingRecord{Fingerprint: fingerprint}
 	prev := map[string]PendingChange{}
 	if s.Pending != nil && !s.Pending.Restored && !s.Pending.RollingBack {
