@@ -88,14 +88,18 @@ count() {
 watch() {
 	local n=0 line pending="" last=$SECONDS rc
 	while :; do
-		if IFS= read -r -t 60 line; then
+		# rc must be read's own status: after an if without else, $? is 0
+		# whatever the condition returned, which once ended the watch at the
+		# first silent minute (and go test on SIGPIPE).
+		rc=0
+		IFS= read -r -t "${GO_PROGRESS_SILENCE:-60}" line || rc=$?
+		if ((rc == 0)); then
 			line=$pending$line pending=""
 			[[ $line =~ ^(ok|FAIL|\?)[[:space:]]+[^[:space:]]+ ]] && n=$((n + 1))
 			printf '%s\n' "$line"
 			last=$SECONDS
 			continue
 		fi
-		rc=$?
 		if ((rc > 128)); then
 			pending+=$line
 			echo "  ... $(elapsed): $n packages reported; nothing printed for $((SECONDS - last))s while the next test binaries link or run"

@@ -85,3 +85,25 @@ func TestGoProgressCounts(t *testing.T) {
 		t.Errorf("a failing build: err %v, output %q; want go's error and a non-zero exit", err, out)
 	}
 }
+
+// TestGoProgressWatchOutlivesSilence: `make unit` runs go test through
+// the watch mode, which speaks up after each silent stretch. It once
+// ended at the first one (it took a read timeout for end of input), so
+// go test died of SIGPIPE in the middle of the suite. A command silent
+// for longer than the stretch (GO_PROGRESS_SILENCE seconds; a minute in
+// the Makefile) must be followed to its end, its lines and exit status
+// passed through.
+func TestGoProgressWatchOutlivesSilence(t *testing.T) {
+	cmd := exec.Command(filepath.Join(root(t), "scripts", "go-progress.sh"), "watch", "sh", "-c", `echo "ok  a 0.1s"; sleep 3; echo "ok  b 0.1s"; exit 3`)
+	cmd.Env = append(os.Environ(), "GO_PROGRESS_SILENCE=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
+		t.Fatalf("exit %v, want the command's 3:\n%s", err, out)
+	}
+	for _, want := range []string{"ok  a", "nothing printed for", "ok  b"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("watch output lacks %q:\n%s", want, out)
+		}
+	}
+}
