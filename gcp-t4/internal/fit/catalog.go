@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 )
 
 // models/ holds the catalogue: per checkpoint, the fields of its Hugging
@@ -168,6 +170,8 @@ func ModelNames() []string {
 // GPU is one accelerator as CUDA reports it.
 type GPU struct {
 	Name string
+	// Accelerator is Compute Engine's accelerator type.
+	Accelerator string
 	// Memory is the total CUDA reports (torch.cuda.mem_get_info), which vLLM
 	// multiplies by gpu_memory_utilization; less than the marketing size
 	// (ECC and the driver's reservation).
@@ -175,6 +179,8 @@ type GPU struct {
 	// Capability is the CUDA compute capability times ten (7.5 -> 75), the
 	// number vLLM's quantisation methods compare with get_min_capability.
 	Capability int
+	// DTypes are the types it computes in, as vLLM's --dtype names them.
+	DTypes []string
 	// Bandwidth is the peak memory bandwidth in bytes per second (the
 	// data sheet's), RealisticBandwidth what decode's memory-bound
 	// kernels are assumed to reach.
@@ -187,26 +193,34 @@ type GPU struct {
 
 // BF16 reports whether the GPU computes in bfloat16 (compute capability
 // 8.0 and up; vLLM refuses bfloat16 below).
-func (g GPU) BF16() bool { return g.Capability >= 80 }
+func (g GPU) BF16() bool { return slices.Contains(g.DTypes, "bfloat16") }
 
-// gpus: a T4 has 16 GiB of GDDR6; with ECC on, as on Compute Engine,
-// PyTorch reports about 14.75 GiB total (nvidia-smi: 15360 MiB, less the
-// driver's reservation); --gpu-memory takes the exact figure. Peak
-// bandwidth 320 GB/s, 65 TFLOPS of fp16 (tensor cores, mixed precision)
-// and compute capability 7.5 are NVIDIA's T4 data sheet figures. The
-// realistic figures are assumptions until test/device/gpu-check.sh
-// measures them on a T4: 75 % of peak bandwidth (what streaming kernels
-// typically reach on GDDR6) and 25 TFLOPS (a 70 W T4 clocks down under
-// sustained tensor-core load, well below its boost-clock peak).
-var gpus = map[string]GPU{
-	"t4": {Name: "T4", Memory: 14.75 * GiB, Capability: 75, Bandwidth: 320e9, RealisticBandwidth: 240e9,
-		FP16FLOPS: 65e12, RealisticFP16FLOPS: 25e12},
+// gpuOf is the provider's catalogue row (src/cloud-providers/gcpt4,
+// gpufamilies.go) in this calculation's units: the GPU facts live there,
+// once, for the provider's selection and for plan serve alike.
+func gpuOf(f gcpt4.GPUFamily) GPU {
+	s := f.Serving
+	return GPU{Name: strings.ToUpper(f.Name), Accelerator: f.Accelerator, Memory: int64(s.CUDAMemoryGiB * GiB), Capability: s.Capability,
+		DTypes: s.DTypes, Bandwidth: s.PeakBandwidthGBps * 1e9, RealisticBandwidth: s.SustainedBandwidthGBps * 1e9,
+		FP16FLOPS: s.PeakFP16TFLOPS * 1e12, RealisticFP16FLOPS: s.SustainedFP16TFLOPS * 1e12}
+}
+
+// GPUNames are the catalogue's GPUs plan serve sizes for.
+func GPUNames() []string {
+	var names []string
+	for _, f := range gcpt4.GPUFamilies() {
+		if f.Serving != nil {
+			names = append(names, f.Name)
+		}
+	}
+	return names
 }
 
 // LookupGPU returns a known GPU by name (case-insensitive).
 func LookupGPU(name string) (GPU, error) {
-	if g, ok := gpus[strings.ToLower(name)]; ok {
-		return g, nil
+	if f, ok := gcpt4.LookupGPUFamily(strings.ToLower(name)); ok && f.Serving != nil {
+		return gpuOf(f), nil
 	}
-	return GPU{}, fmt.Errorf("gpu %q is unknown (known: t4): pass --gpu t4, or --gpu-memory with the total CUDA reports", name)
+	known := GPUNames()
+	return GPU{}, fmt.Errorf("gpu %q is unknown (known: %s): pass --gpu %s, or --gpu-memory with the total CUDA reports", name, strings.Join(known, ", "), known[0])
 }

@@ -71,7 +71,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&heads, "heads", 0, "attention heads (num_attention_heads); checked to divide by --tp")
 	fs.StringVar(&quant, "quantization", "", "weight format to size an unquantised --model or --config as: "+strings.Join(Methods, ", ")+" (a quantised checkpoint brings its own)")
 	fs.IntVar(&groupSize, "group-size", 128, "quantisation group size for --quantization awq, gptq, int8")
-	fs.StringVar(&gpu, "gpu", "t4", "GPU kind (t4)")
+	fs.StringVar(&gpu, "gpu", "t4", "GPU kind: "+strings.Join(GPUNames(), ", ")+" (the provider's GPU catalogue)")
 	fs.StringVar(&gpuMem, "gpu-memory", "", "override the GPU's total as CUDA reports it, e.g. 15GiB")
 	fs.IntVar(&cfg.TP, "tp", 1, "tensor-parallel size: GPUs the model is split over")
 	fs.StringVar(&cfg.Dtype, "dtype", "half", "vLLM --dtype: half, float16, bfloat16, float32")

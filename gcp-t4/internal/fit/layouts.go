@@ -3,27 +3,31 @@ package fit
 import (
 	"fmt"
 
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+
 	"github.com/caa-gcp-t4/gcp-t4/internal/prices"
 )
-
-// t4Accelerator is Compute Engine's accelerator type for the T4.
-const t4Accelerator = "nvidia-tesla-t4"
 
 // podVMMachineType is the example's machine type for one single-T4 podVM
 // (install/examples/mistral-tp2: the t4-1 profile's n1-standard-4 is short
 // of memory for Ray and vLLM).
 const podVMMachineType = "n1-standard-8"
 
-// multiT4Profiles are the provider's profiles with several T4s in one VM
-// (src/cloud-providers/gcpt4/profiles.go): GCE attaches 1, 2 or 4 T4s to
-// an N1 VM.
-var multiT4Profiles = map[int]struct{ name, machineType string }{
-	2: {"t4-2", "n1-standard-8"},
-	4: {"t4-4", "n1-standard-16"},
+// multiGPUProfile is the provider's built-in profile with n GPUs of the
+// accelerator in one VM (t4-2, t4-4), read from the provider's catalogue
+// rather than copied here.
+func multiGPUProfile(accelerator string, n int) (gcpt4.Profile, bool) {
+	cat, err := gcpt4.NewCatalog("", "")
+	if err != nil {
+		return gcpt4.Profile{}, false
+	}
+	for _, p := range cat.Profiles() {
+		if p.GPUModel() == accelerator && p.GPUs() == int64(n) && !p.Explicit && p.Accelerator != "" {
+			return p, true
+		}
+	}
+	return gcpt4.Profile{}, false
 }
-
-// n1VCPUs is the vCPU count of the N1 machine types used here.
-var n1VCPUs = map[string]int{"n1-standard-8": 8, "n1-standard-16": 16}
 
 // Layout is one way to place a tensor-parallel group on podVMs, with its
 // estimates at the same engine settings.
@@ -53,17 +57,22 @@ type Layout struct {
 // size; nil when no multi-T4 profile has that many GPUs or the GPU is not
 // a T4.
 func Layouts(cfg Config) ([]Layout, error) {
-	prof, ok := multiT4Profiles[cfg.TP]
-	if !ok || cfg.GPU.Name != "T4" {
+	// The two-podVM example is the T4's: GPUs attached one per N1 VM.
+	if cfg.GPU.Accelerator != "nvidia-tesla-t4" {
 		return nil, nil
 	}
+	prof, ok := multiGPUProfile(cfg.GPU.Accelerator, cfg.TP)
+	if !ok {
+		return nil, nil
+	}
+	splitVCPUs, _, _ := gcpt4.ShapeOf(podVMMachineType)
 	tab, err := prices.Load()
 	if err != nil {
 		return nil, fmt.Errorf("reading the price table: %w", err)
 	}
 	split := Layout{
 		Name: fmt.Sprintf("%d podVMs", cfg.TP), Path: PathVPC, VMs: cfg.TP, GPUsPerVM: 1, MachineType: podVMMachineType,
-		QuotaGPUs: cfg.TP, QuotaN1VCPUs: cfg.TP * n1VCPUs[podVMMachineType],
+		QuotaGPUs: cfg.TP, QuotaN1VCPUs: cfg.TP * int(splitVCPUs),
 		Needs: []string{
 			"a VPC MTU of at least 1500: the pod's VXLAN tunnel carries 1450-byte packets plus 50 bytes (the NCCL check's large-message step proves it)",
 			"udp:4789 (VXLAN) and tcp:15150 between worker nodes and podVMs, both directions (gcp-t4 preflight)",
@@ -72,10 +81,10 @@ func Layouts(cfg Config) ([]Layout, error) {
 		},
 	}
 	one := Layout{
-		Name: "1 podVM", Path: PathHost, VMs: 1, GPUsPerVM: cfg.TP, MachineType: prof.machineType, Profile: prof.name,
-		QuotaGPUs: cfg.TP, QuotaN1VCPUs: n1VCPUs[prof.machineType],
+		Name: "1 podVM", Path: PathHost, VMs: 1, GPUsPerVM: cfg.TP, MachineType: prof.MachineType, Profile: prof.Name,
+		QuotaGPUs: cfg.TP, QuotaN1VCPUs: int(prof.VCPUs),
 		Needs: []string{
-			fmt.Sprintf("a zone with %d T4s free for one VM (%s: %s + %d x T4; GCE attaches 1, 2 or 4 T4s to an N1 VM)", cfg.TP, prof.name, prof.machineType, cfg.TP),
+			fmt.Sprintf("a zone with %d T4s free for one VM (%s: %s + %d x T4; GCE attaches 1, 2 or 4 T4s to an N1 VM)", cfg.TP, prof.Name, prof.MachineType, cfg.TP),
 			"the pod asks for nvidia.com/gpu: " + fmt.Sprint(cfg.TP) + "; gpu-init writes a CDI entry for every GPU and CAA asks for nvidia.com/gpu=all, so the container sees all of them",
 			"NCCL connects the GPUs inside the VM: P2P over PCIe when CUDA reports peer access, otherwise SHM through host memory (GCE passes the GPUs through; a T4 has no NVLink); with NCCL_DEBUG=INFO the log says which: via P2P/... or via SHM/...",
 			"/dev/shm large enough for NCCL's SHM buffers and Ray's object store (kata mounts it with no size: half the podVM's RAM)",
@@ -94,7 +103,7 @@ func Layouts(cfg Config) ([]Layout, error) {
 		if l.Result, err = Compute(c); err != nil {
 			return nil, err
 		}
-		e := tab.Hourly(l.MachineType, t4Accelerator, int64(l.GPUsPerVM), false)
+		e := tab.Hourly(l.MachineType, cfg.GPU.Accelerator, int64(l.GPUsPerVM), false)
 		l.Hourly, l.PriceKnown, l.PriceAsOf = float64(l.VMs)*e.Total, e.Known, e.AsOf
 	}
 	return out, nil

@@ -311,26 +311,12 @@ func (g *GCE) credentialsFix(code int) string {
 	return "gcloud auth application-default print-access-token   # checks the credentials; GCP_ENDPOINT must reach the Compute API"
 }
 
-// autoProfiles are the profiles picked by fit, the ones quota and zones
-// must be ready for; explicit ones (h100-cc) only matter when named.
-func (g *GCE) autoProfiles() []gcpt4.Profile {
-	var out []gcpt4.Profile
-	for _, p := range g.Catalog.Profiles() {
-		if !p.Explicit && p.Accelerator != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func (g *GCE) accelNames() []string {
-	var names []string
-	for _, p := range g.autoProfiles() {
-		names = append(names, p.Accelerator)
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
-}
+// gpuUses are the GPU families the settings may create (the provider's
+// own list: profiles, automatic shapes, GCP_INSTANCE_TYPES), attached or
+// bundled. Those fit chooses must be ready in every zone; the others
+// (an explicit h100-cc) only matter when a pod names them, so what they
+// lack is a warning.
+func (g *GCE) gpuUses() []gcpt4.GPUUse { return g.Cfg.GPUUses(g.Catalog) }
 
 func (g *GCE) regionNames() []string {
 	var rs []string
@@ -345,8 +331,9 @@ func (g *GCE) regionNames() []string {
 func (g *GCE) checkAccelerators(ctx context.Context) []Result {
 	var rs []Result
 	auto := len(g.Cfg.FallbackZones) == 1 && g.Cfg.FallbackZones[0] == gcpt4.ZonesAuto
-	for _, acc := range g.accelNames() {
-		if auto {
+	for _, u := range g.gpuUses() {
+		acc := u.Family.Accelerator
+		if auto && u.Automatic {
 			rs = append(rs, g.checkAutoZones(ctx, acc))
 		}
 		for _, zone := range g.Cfg.Zones() {
@@ -355,6 +342,8 @@ func (g *GCE) checkAccelerators(ctx context.Context) []Result {
 			switch {
 			case err == nil:
 				rs = append(rs, pass(check, "offered"))
+			case apiCode(err) == 404 && !u.Automatic:
+				rs = append(rs, warn(check, "", "zone %s does not offer %s: pods naming %s get it only in zones that do", zone, acc, strings.Join(u.Via, ", ")))
 			case apiCode(err) == 404:
 				rs = append(rs, fail(check, fmt.Sprintf("gcloud compute accelerator-types list --project=%s --filter='name=%s' --format='value(zone)'   # then set GCP_ZONE/GCP_ZONES to zones listed", g.Cfg.ProjectID, acc),
 					"zone %s does not offer %s", zone, acc))
@@ -366,18 +355,13 @@ func (g *GCE) checkAccelerators(ctx context.Context) []Result {
 	return rs
 }
 
-// quotaMetric is the regional quota an accelerator counts against.
-func quotaMetric(accelerator string, spot bool) string {
-	known := map[string]string{"nvidia-tesla-t4": "NVIDIA_T4_GPUS", "nvidia-l4": "NVIDIA_L4_GPUS", "nvidia-h100-80gb": "NVIDIA_H100_GPUS"}
-	m, ok := known[accelerator]
-	if !ok {
-		m = strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(accelerator, "nvidia-"), "tesla-"), "-", "_"))
-		m = "NVIDIA_" + m + "_GPUS"
-	}
+// quotaMetric is the regional quota a GPU family counts against
+// (the catalogue's row).
+func quotaMetric(f gcpt4.GPUFamily, spot bool) string {
 	if spot {
-		m = "PREEMPTIBLE_" + m
+		return f.PreemptibleQuotaMetric
 	}
-	return m
+	return f.QuotaMetric
 }
 
 // quotaFix is the Cloud Quotas request that raises a limit.
@@ -427,17 +411,14 @@ func judgeQuota(check, fix string, q *computepb.Quota, found bool, need int64, m
 }
 
 func (g *GCE) checkQuotas(ctx context.Context) []Result {
-	need := map[string]int64{}
+	uses := g.gpuUses()
 	var maxAll int64
-	for _, p := range g.autoProfiles() {
-		if int64(p.AcceleratorCount) > need[p.Accelerator] {
-			need[p.Accelerator] = int64(p.AcceleratorCount)
-		}
-		if int64(p.AcceleratorCount) > maxAll {
-			maxAll = int64(p.AcceleratorCount)
+	for _, u := range uses {
+		if u.Automatic {
+			maxAll = max(maxAll, u.MaxGPUs)
 		}
 	}
-	if len(need) == 0 {
+	if len(uses) == 0 {
 		return nil
 	}
 	var rs []Result
@@ -447,13 +428,22 @@ func (g *GCE) checkQuotas(ctx context.Context) []Result {
 			rs = append(rs, fail("quota in "+region, "", "reading region %s: %v", region, err))
 			continue
 		}
-		for _, acc := range g.accelNames() {
+		for _, u := range uses {
 			for _, spot := range g.models() {
-				metric := quotaMetric(acc, spot)
+				metric := quotaMetric(u.Family, spot)
 				q, ok := quotaOf(reg.GetQuotas(), metric)
-				rs = append(rs, judgeQuota(fmt.Sprintf("quota %s in %s", metric, region), quotaFix(g.Cfg.ProjectID, metric, region, need[acc]), q, ok, need[acc], metric))
+				r := judgeQuota(fmt.Sprintf("quota %s in %s", metric, region), quotaFix(g.Cfg.ProjectID, metric, region, u.MaxGPUs), q, ok, u.MaxGPUs, metric)
+				if !u.Automatic && r.Status == Fail {
+					// Only pods naming it are refused.
+					r.Status = Warn
+					r.Detail += " (only pods naming " + strings.Join(u.Via, ", ") + " need it)"
+				}
+				rs = append(rs, r)
 			}
 		}
+	}
+	if maxAll == 0 {
+		return rs
 	}
 	proj, err := g.projects.Get(ctx, &computepb.GetProjectRequest{Project: g.Cfg.ProjectID})
 	if err != nil {

@@ -112,7 +112,28 @@ func (c *Config) fitAllowed(p Profile) string {
 	if c.listed(p) || (p.Name == autoProfileName && slices.Contains(c.InstanceTypes, allowAuto)) {
 		return ""
 	}
+	// A family the admin listed by accelerator is allowed automatically.
+	if f, ok := familyByAccelerator(p.gpuModel); ok && p.Name == autoProfileName && !f.Automatic && slices.Contains(c.InstanceTypes, f.Accelerator) {
+		return ""
+	}
 	return fmt.Sprintf("%s (%s) is not in GCP_INSTANCE_TYPES (%s)", p.Name, describeProfile(p), c.InstanceTypes.String())
+}
+
+// familyAllowed says why fit may not choose a synthesized shape for its
+// GPU family, or "" if it may: fit chooses the automatic families' shapes
+// (the T4's), and another family's only when the admin lists its
+// accelerator type in GCP_INSTANCE_TYPES. Profiles are not held to this:
+// they are the admin's own shapes.
+func (c *Config) familyAllowed(p Profile) string {
+	if p.Name != autoProfileName || p.gpuModel == "" {
+		return ""
+	}
+	f, ok := familyByAccelerator(p.gpuModel)
+	if !ok || f.Automatic || slices.Contains(c.InstanceTypes, f.Accelerator) {
+		return ""
+	}
+	return fmt.Sprintf("%s holds it, but %s is not chosen automatically; name a profile or machine type with it, or ask the admin to add %s to GCP_INSTANCE_TYPES",
+		describeProfile(p), f.Accelerator, f.Accelerator)
 }
 
 // caps are the per-pod limits in force.
@@ -153,8 +174,8 @@ func (c *Config) podCaps(catalog *Catalog) caps {
 	for _, name := range c.InstanceTypes {
 		if s, ok := lookupShape(name); ok {
 			gpus := int64(s.bundledCount)
-			if isN1(name) {
-				gpus = int64(t4Counts[0])
+			if f, ok := attachedFamilyFor(name); ok && !s.sharedCore {
+				gpus = int64(f.AttachLimits[0].Count)
 			}
 			consider(name, gpus, s.vcpus, s.memoryMiB)
 		}
@@ -308,9 +329,6 @@ func (c *Config) checkTemplateShape(catalog *Catalog, props *computepb.InstanceP
 	}
 	if s, ok := lookupShape(mt); ok {
 		p.VCPUs, p.MemoryMiB = s.vcpus, s.memoryMiB
-		if p.gpuModel == "" {
-			p.gpuModel = s.bundledAccelerator
-		}
 	}
 	switch have := p.gpus; {
 	case spec.GPUs > have:
@@ -323,9 +341,13 @@ func (c *Config) checkTemplateShape(catalog *Catalog, props *computepb.InstanceP
 	return c.podCaps(catalog).setOnly().checkShape(p)
 }
 
-// roundsUpTo reports a T4 shape that is the attachable count a request of
-// declared GPUs rounds up to (3 → 4).
+// roundsUpTo reports an attached-GPU shape that is the attachable count a
+// request of declared GPUs rounds up to (3 T4s → 4).
 func roundsUpTo(p Profile, declared int64) bool {
-	n, ok := nextT4Count(declared)
-	return ok && declared > 0 && p.gpuModel == acceleratorT4 && int64(n) >= p.gpus
+	f, ok := familyByAccelerator(p.gpuModel)
+	if !ok || f.AttachSeries == "" || declared <= 0 {
+		return false
+	}
+	n, ok := f.nextCount(declared)
+	return ok && int64(n) >= p.gpus
 }

@@ -378,8 +378,6 @@ func (p *Provider) planTemplate(ctx context.Context, vm podVM, spec provider.Ins
 	accel := ""
 	if names := acceleratorNames(props); len(names) > 0 {
 		accel = names[0]
-	} else if s, ok := lookupShape(lastSegment(props.GetMachineType())); ok {
-		accel = s.bundledAccelerator
 	}
 	plan := createPlan{describe: "template " + p.cfg.InstanceTemplate, accelerator: accel, templateRegion: ref.region}
 	for _, m := range models {

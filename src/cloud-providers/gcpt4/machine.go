@@ -11,12 +11,10 @@ import (
 	"strings"
 )
 
-// acceleratorT4 is GCE's accelerator type name for the NVIDIA T4.
-const acceleratorT4 = "nvidia-tesla-t4"
-
-// machineShape is what GCE would report for a machine type. The T4 is not
-// part of any N1 machine type, so the shape of an N1+T4 podVM is synthesized
-// from this catalogue rather than looked up per create.
+// machineShape is what GCE would report for a machine type. An attached
+// GPU is not part of any machine type, so the shape of an N1+T4 podVM is
+// synthesized from these tables and the GPU catalogue (gpufamilies.go)
+// rather than looked up per create.
 type machineShape struct {
 	name      string
 	family    string
@@ -26,7 +24,10 @@ type machineShape struct {
 	// (A3, G2); such types must not carry guestAccelerators.
 	bundledAccelerator string
 	bundledCount       int32
-	sharedCore         bool
+	// soldAs and soldNote restrict the provisioning models (BundledShape).
+	soldAs     []string
+	soldNote   string
+	sharedCore bool
 	// custom marks N1 custom types (custom-<vCPUs>-<MiB>).
 	custom bool
 }
@@ -56,13 +57,10 @@ var fixedShapes = map[string]machineShape{
 	"g1-small":       {family: "g1", vcpus: 1, memoryMiB: 1740, sharedCore: true},
 	"c3-standard-4":  {family: "c3", vcpus: 4, memoryMiB: 16384},
 	"n2d-standard-4": {family: "n2d", vcpus: 4, memoryMiB: 16384},
-	"a3-highgpu-1g":  {family: "a3", vcpus: 26, memoryMiB: 239616, bundledAccelerator: "nvidia-h100-80gb", bundledCount: 1},
-	"g2-standard-4":  {family: "g2", vcpus: 4, memoryMiB: 16384, bundledAccelerator: "nvidia-l4", bundledCount: 1},
-	"g2-standard-8":  {family: "g2", vcpus: 8, memoryMiB: 32768, bundledAccelerator: "nvidia-l4", bundledCount: 1},
 }
 
-// isN1 reports whether machineType is an N1 type a T4 can attach to:
-// predefined n1-* (not the shared-core f1/g1) or an N1 custom type.
+// isN1 reports whether machineType is an N1 type: predefined n1-* (not
+// the shared-core f1/g1) or an N1 custom type.
 func isN1(machineType string) bool {
 	return strings.HasPrefix(machineType, "n1-") || strings.HasPrefix(machineType, "custom-")
 }
@@ -80,6 +78,9 @@ func familyOf(machineType string) string {
 func lookupShape(machineType string) (machineShape, bool) {
 	if s, ok := fixedShapes[machineType]; ok {
 		s.name = machineType
+		return s, true
+	}
+	if s, ok := bundledShape(machineType); ok {
 		return s, true
 	}
 	family, size, ok := strings.Cut(machineType[strings.Index(machineType, "-")+1:], "-")
@@ -199,75 +200,130 @@ func predefinedE2() []machineShape {
 	return out
 }
 
-// t4Limit is the largest N1 shape GCE accepts for a number of T4s.
-type t4Limit struct {
-	maxVCPUs     int64
-	maxMemoryMiB int64
+// bundledShape is a machine type of the GPU catalogue that comes with its
+// GPUs.
+func bundledShape(machineType string) (machineShape, bool) {
+	for i := range gpuFamilies {
+		f := &gpuFamilies[i]
+		for _, b := range f.Bundled {
+			if b.MachineType == machineType {
+				return machineShape{name: machineType, family: familyOf(machineType), vcpus: b.VCPUs, memoryMiB: b.MemoryMiB,
+					bundledAccelerator: f.Accelerator, bundledCount: b.GPUs, soldAs: b.SoldAs, soldNote: b.SoldNote}, true
+			}
+		}
+	}
+	return machineShape{}, false
 }
 
-// t4Limits holds GCE's N1 ceilings per T4 count (compute/docs/gpus,
-// "NVIDIA T4": 1 and 2 GPUs up to 48 vCPUs and 312 GB, 4 GPUs up to 96
-// vCPUs and 624 GB); 3 is absent because GCE only attaches 1, 2 or 4 T4s.
-var t4Limits = map[int32]t4Limit{
-	1: {maxVCPUs: 48, maxMemoryMiB: 312 * 1024},
-	2: {maxVCPUs: 48, maxMemoryMiB: 312 * 1024},
-	4: {maxVCPUs: 96, maxMemoryMiB: 624 * 1024},
+// familyByAccelerator is the catalogue's row for a GCE accelerator type.
+func familyByAccelerator(accelerator string) (*GPUFamily, bool) {
+	for i := range gpuFamilies {
+		if gpuFamilies[i].Accelerator == accelerator {
+			return &gpuFamilies[i], true
+		}
+	}
+	return nil, false
 }
 
-// t4Counts are the T4 counts GCE attaches, smallest first.
-var t4Counts = []int32{1, 2, 4}
+// attachedFamilyFor is the GPU that attaches to machineType's series (the
+// T4 to N1), the first in the catalogue when several would.
+func attachedFamilyFor(machineType string) (*GPUFamily, bool) {
+	fam := familyOf(machineType)
+	for i := range gpuFamilies {
+		if gpuFamilies[i].AttachSeries != "" && gpuFamilies[i].AttachSeries == fam {
+			return &gpuFamilies[i], true
+		}
+	}
+	return nil, false
+}
 
-// nextT4Count returns the smallest count GCE accepts that holds n GPUs.
-func nextT4Count(n int64) (int32, bool) {
-	for _, c := range t4Counts {
-		if int64(c) >= n {
-			return c, true
+// defaultFamily is the first automatic family: the GPU the provider is
+// built around, named in messages that need an example.
+func defaultFamily() *GPUFamily {
+	for i := range gpuFamilies {
+		if gpuFamilies[i].Automatic {
+			return &gpuFamilies[i]
+		}
+	}
+	return &gpuFamilies[0]
+}
+
+// attachLimit is the largest VM for count attached GPUs.
+func (f *GPUFamily) attachLimit(count int32) (AttachLimit, bool) {
+	for _, l := range f.AttachLimits {
+		if l.Count == count {
+			return l, true
+		}
+	}
+	return AttachLimit{}, false
+}
+
+// nextCount returns the smallest attachable count that holds n GPUs.
+func (f *GPUFamily) nextCount(n int64) (int32, bool) {
+	for _, l := range f.AttachLimits {
+		if int64(l.Count) >= n {
+			return l.Count, true
 		}
 	}
 	return 0, false
 }
 
-// checkT4Shape rejects what GCE would reject for T4s on a machine type, with
-// a message naming field and fix. field is the config path of the profile.
-func checkT4Shape(field, machineType string, count int32, shape machineShape) error {
-	if !isN1(machineType) {
-		return fmt.Errorf("%s.machineType: %s attaches only to N1 machine types, got %q; use one such as n1-standard-4", field, acceleratorT4, machineType)
+// maxAttach is the largest attachable count and its limit.
+func (f *GPUFamily) maxAttach() AttachLimit {
+	return f.AttachLimits[len(f.AttachLimits)-1]
+}
+
+// countsText is the attachable counts in words: "1, 2 or 4".
+func (f *GPUFamily) countsText() string {
+	var words []string
+	for _, l := range f.AttachLimits {
+		words = append(words, strconv.Itoa(int(l.Count)))
 	}
-	lim, ok := t4Limits[count]
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
+// bundledTypes lists the machine types that come with the family's GPUs.
+func (f *GPUFamily) bundledTypes() []string {
+	var out []string
+	for _, b := range f.Bundled {
+		out = append(out, b.MachineType)
+	}
+	return out
+}
+
+// checkAttachedShape rejects what GCE would reject for count GPUs of
+// family f attached to a machine type, with a message naming field and
+// fix. field is the config path of the profile.
+func checkAttachedShape(field, machineType string, f *GPUFamily, count int32, shape machineShape) error {
+	if f.AttachSeries == "" {
+		return fmt.Errorf("%s.accelerator: %s comes only with the machine types %s; set machineType to one of them and remove accelerator and acceleratorCount",
+			field, f.Accelerator, strings.Join(f.bundledTypes(), ", "))
+	}
+	if familyOf(machineType) != f.AttachSeries || shape.sharedCore {
+		return fmt.Errorf("%s.machineType: %s attaches only to %s machine types, got %q; use one such as %s-standard-4", field, f.Accelerator, strings.ToUpper(f.AttachSeries), machineType, f.AttachSeries)
+	}
+	lim, ok := f.attachLimit(count)
 	if !ok {
-		want, fits := nextT4Count(int64(count))
+		want, fits := f.nextCount(int64(count))
 		if !fits {
-			return fmt.Errorf("%s.acceleratorCount: GCE attaches 1, 2 or 4 %s to one VM, got %d; split the workload over several pods", field, acceleratorT4, count)
+			return fmt.Errorf("%s.acceleratorCount: GCE attaches %s %s to one VM, got %d; split the workload over several pods", field, f.countsText(), f.Accelerator, count)
 		}
-		return fmt.Errorf("%s.acceleratorCount: GCE attaches 1, 2 or 4 %s to one VM, got %d; use %d", field, acceleratorT4, count, want)
+		return fmt.Errorf("%s.acceleratorCount: GCE attaches %s %s to one VM, got %d; use %d", field, f.countsText(), f.Accelerator, count, want)
 	}
-	if shape.vcpus > lim.maxVCPUs || shape.memoryMiB > lim.maxMemoryMiB {
-		return fmt.Errorf("%s.machineType: %s has %d vCPUs and %d MiB, over GCE's limit for %d×%s (%d vCPUs, %d MiB); use a smaller N1 type or more GPUs",
-			field, machineType, shape.vcpus, shape.memoryMiB, count, acceleratorT4, lim.maxVCPUs, lim.maxMemoryMiB)
+	if shape.vcpus > lim.MaxVCPUs || shape.memoryMiB > lim.MaxMemoryMiB {
+		return fmt.Errorf("%s.machineType: %s has %d vCPUs and %d MiB, over GCE's limit for %d×%s (%d vCPUs, %d MiB); use a smaller %s type or more GPUs",
+			field, machineType, shape.vcpus, shape.memoryMiB, count, f.Accelerator, lim.MaxVCPUs, lim.MaxMemoryMiB, strings.ToUpper(f.AttachSeries))
 	}
 	return nil
 }
 
-// Boot disk types per machine series. Hyperdisk does not attach to N1
-// (with or without GPUs) or E2 (compute/docs/disks/hyperdisks, "Machine
-// series support"); C3 and A3 take Balanced/SSD Persistent Disk and
-// Hyperdisk but not pd-standard (compute/docs/general-purpose-machines#c3_disks,
-// compute/docs/accelerator-optimized-machines#a3-disks).
-var (
-	diskTypesWithoutHyperdisk = []string{"pd-standard", "pd-balanced", "pd-ssd", "pd-extreme"}
-	diskTypesWithoutStandard  = []string{"pd-balanced", "pd-ssd", "pd-extreme", "hyperdisk-balanced", "hyperdisk-extreme", "hyperdisk-throughput", "hyperdisk-ml"}
-)
-
 // diskTypesFor lists the boot disk types a machine series takes; nil when
 // the provider does not know the series (the API decides).
 func diskTypesFor(family string) []string {
-	switch family {
-	case "n1", "e2", "f1", "g1", "n2d":
-		return diskTypesWithoutHyperdisk
-	case "c3", "a3":
-		return diskTypesWithoutStandard
-	}
-	return nil
+	return series[family].diskTypes
 }
 
 // checkDiskType refuses a boot disk type the machine series does not take.
@@ -280,31 +336,16 @@ func checkDiskType(field, machineType, diskType string) error {
 		field, diskType, machineType, strings.ToUpper(familyOf(machineType)), strings.Join(allowed, ", "))
 }
 
-// nvmeOnly are the series whose disks attach only through NVMe
-// (compute/docs/disks/about-persistent-disks#disk-interface, C3 and A3).
-// Confidential VMs need NVMe whatever the series
+// needsNVMe reports a VM whose disks attach only through NVMe: the series'
+// rule, and every Confidential VM whatever the series
 // (confidential-computing/confidential-vm/docs/supported-configurations#limitations).
 func needsNVMe(machineType string, confidential bool) bool {
-	f := familyOf(machineType)
-	return confidential || f == "c3" || f == "a3"
+	return confidential || series[familyOf(machineType)].nvmeOnly
 }
 
-// gvnicOnly are the series that network only through gVNIC
-// (compute/docs/networking/using-gvnic: C3 and A3 support only gVNIC).
+// needsGVNIC reports a series that networks only through gVNIC.
 func needsGVNIC(machineType string) bool {
-	f := familyOf(machineType)
-	return f == "c3" || f == "a3"
-}
-
-// minCPUPlatforms are the minCpuPlatform values GCE accepts per series
-// (compute/docs/instances/specify-min-cpu-platform#availablezones);
-// a series absent here (E2, shared-core) takes none.
-var minCPUPlatforms = map[string][]string{
-	"n1":  {"Intel Skylake", "Intel Broadwell", "Intel Haswell", "Intel Ivy Bridge", "Intel Sandy Bridge"},
-	"n2d": {"AMD Milan", "AMD Rome"},
-	"c3":  {"Intel Sapphire Rapids"},
-	"a3":  {"Intel Sapphire Rapids"},
-	"g2":  {"Intel Cascade Lake"},
+	return series[familyOf(machineType)].gvnicOnly
 }
 
 // checkMinCPUPlatform refuses a platform the series does not offer.
@@ -312,7 +353,8 @@ func checkMinCPUPlatform(field, machineType, platform string) error {
 	if platform == "" || platform == "Automatic" {
 		return nil
 	}
-	allowed, ok := minCPUPlatforms[familyOf(machineType)]
+	allowed := series[familyOf(machineType)].cpuPlatforms
+	ok := allowed != nil
 	if ok && slices.Contains(allowed, platform) {
 		return nil
 	}
@@ -322,15 +364,13 @@ func checkMinCPUPlatform(field, machineType, platform string) error {
 	return fmt.Errorf("%s.minCpuPlatform: %q is not a platform of %s; use one of %s", field, platform, machineType, strings.Join(allowed, ", "))
 }
 
-// soldModels are the provisioning models GCE sells a machine type under,
-// for the types where it is not every model: A3 High with fewer than 8
-// GPUs (a3-highgpu-1g) only as Spot, Flex-start or from a reservation
-// (compute/docs/accelerator-optimized-machines#a3-high-vms, "provisioning
-// options"; confidential-computing/confidential-vm/docs/supported-configurations
-// for the TDX + H100 shape). Of those, the provider creates Spot.
+// soldModels are the provisioning models GCE sells a machine type under:
+// every model, unless its catalogue row says otherwise (a3-highgpu-1g only
+// as Spot, Flex-start or from a reservation; of those, the provider
+// creates Spot).
 func soldModels(machineType string) (models []string, note string) {
-	if machineType == "a3-highgpu-1g" {
-		return []string{ProvisioningSpot}, "a3-highgpu-1g is sold only as Spot, Flex-start or from a reservation (no on-demand STANDARD); gcp-t4 creates it as SPOT"
+	if s, ok := bundledShape(machineType); ok && len(s.soldAs) > 0 {
+		return s.soldAs, s.soldNote
 	}
 	return []string{ProvisioningStandard, ProvisioningSpot}, ""
 }

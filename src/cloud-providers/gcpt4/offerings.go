@@ -237,7 +237,7 @@ func (c *Config) selectShape(catalog *Catalog, spec provider.InstanceTypeSpec) (
 		sel.Named, sel.Candidates = true, []Candidate{cand}
 		return sel, nil
 	}
-	var refused, disallowed, capped []string
+	var refused, disallowed, capped, notListed []string
 	seen := map[string]bool{}
 	add := func(p Profile) {
 		key := fmt.Sprintf("%s/%s/%d", p.MachineType, p.gpuModel, p.gpus)
@@ -245,6 +245,10 @@ func (c *Config) selectShape(catalog *Catalog, spec provider.InstanceTypeSpec) (
 			return
 		}
 		seen[key] = true
+		if why := c.familyAllowed(p); why != "" {
+			notListed = append(notListed, why)
+			return
+		}
 		if why := c.fitAllowed(p); why != "" {
 			disallowed = append(disallowed, why)
 			return
@@ -284,7 +288,11 @@ func (c *Config) selectShape(catalog *Catalog, spec provider.InstanceTypeSpec) (
 			return nil, fmt.Errorf("%s within the per-pod limits: %s", msg, capped[0])
 		}
 		if r.GPUs > 0 {
-			return nil, fmt.Errorf("%s: one N1 VM takes at most 4 %s (96 vCPUs, 624 GB); lower the pod's requests, or name a larger profile", msg, acceleratorT4)
+			hint := ""
+			if len(notListed) > 0 {
+				hint = "; " + notListed[0]
+			}
+			return nil, fmt.Errorf("%s: %s; lower the pod's requests, or name a larger profile%s", msg, largestAttached(), hint)
 		}
 		return nil, fmt.Errorf("%s; lower the pod's requests or add a larger profile in GCP_PROFILES_FILE", msg)
 	}
@@ -293,45 +301,86 @@ func (c *Config) selectShape(catalog *Catalog, spec provider.InstanceTypeSpec) (
 }
 
 // synthesize lists the built-in catalogue's shapes that hold r: for GPU
-// pods N1 predefined and the smallest N1 custom shape per T4 count (within
-// the per-count ceilings, above the per-GPU floor); for CPU-only pods the
-// predefined E2 and N1 types.
+// pods, per GPU family (gpufamilies.go), every attachable count's N1
+// predefined shapes and smallest N1 custom shape within the per-count
+// ceilings, and every machine type bundling enough GPUs, each above the
+// per-GPU floor; for CPU-only pods the predefined E2 and N1 types. Which
+// families fit may choose is the admin's (fitAllowed).
 func synthesize(r Request) []Profile {
 	var out []Profile
 	if r.GPUs == 0 {
 		for _, s := range append(predefinedE2(), predefinedN1()...) {
 			if s.vcpus >= r.VCPUs && s.memoryMiB >= r.MemoryMiB {
-				out = append(out, autoProfile(s, 0))
+				out = append(out, autoProfile(s, "", 0))
 			}
 		}
 		return out
 	}
-	for _, n := range t4Counts {
-		if int64(n) < r.GPUs {
-			continue
-		}
-		lim := t4Limits[n]
-		vcpus := max(r.VCPUs, gpuFloorVCPUs*int64(n))
-		mem := max(r.MemoryMiB, gpuFloorMemoryMiB*int64(n))
-		for _, s := range predefinedN1() {
-			if s.vcpus >= vcpus && s.memoryMiB >= mem && s.vcpus <= lim.maxVCPUs && s.memoryMiB <= lim.maxMemoryMiB {
-				out = append(out, autoProfile(s, n))
+	holds := func(s machineShape, n int64) bool {
+		return s.vcpus >= max(r.VCPUs, gpuFloorVCPUs*n) && s.memoryMiB >= max(r.MemoryMiB, gpuFloorMemoryMiB*n)
+	}
+	for i := range gpuFamilies {
+		f := &gpuFamilies[i]
+		for _, lim := range f.AttachLimits {
+			n := int64(lim.Count)
+			if n < r.GPUs {
+				continue
+			}
+			for _, s := range seriesShapes(f.AttachSeries) {
+				if holds(s, n) && s.vcpus <= lim.MaxVCPUs && s.memoryMiB <= lim.MaxMemoryMiB {
+					out = append(out, autoProfile(s, f.Accelerator, lim.Count))
+				}
+			}
+			if f.AttachSeries == "n1" {
+				if s, ok := smallestCustomN1(max(r.VCPUs, gpuFloorVCPUs*n), max(r.MemoryMiB, gpuFloorMemoryMiB*n), lim.MaxVCPUs, lim.MaxMemoryMiB); ok {
+					out = append(out, autoProfile(s, f.Accelerator, lim.Count))
+				}
 			}
 		}
-		if s, ok := smallestCustomN1(vcpus, mem, lim.maxVCPUs, lim.maxMemoryMiB); ok {
-			out = append(out, autoProfile(s, n))
+		for _, b := range f.Bundled {
+			if s, ok := bundledShape(b.MachineType); ok && int64(b.GPUs) >= r.GPUs && holds(s, int64(b.GPUs)) {
+				out = append(out, autoProfile(s, "", 0))
+			}
 		}
 	}
 	return out
 }
 
-func autoProfile(s machineShape, t4s int32) Profile {
+// seriesShapes are the predefined shapes of a machine series the provider
+// synthesizes from.
+func seriesShapes(name string) []machineShape {
+	switch name {
+	case "n1":
+		return predefinedN1()
+	case "e2":
+		return predefinedE2()
+	}
+	return nil
+}
+
+// autoProfile is a synthesized shape with count attached accelerators, or
+// with the GPUs its machine type bundles.
+func autoProfile(s machineShape, accelerator string, count int32) Profile {
 	p := Profile{Name: autoProfileName, MachineType: s.name, VCPUs: s.vcpus, MemoryMiB: s.memoryMiB}
-	if t4s > 0 {
-		p.Accelerator, p.AcceleratorCount = acceleratorT4, t4s
-		p.gpus, p.gpuModel = int64(t4s), acceleratorT4
+	switch {
+	case count > 0:
+		p.Accelerator, p.AcceleratorCount = accelerator, count
+		p.gpus, p.gpuModel = int64(count), accelerator
+	case s.bundledCount > 0:
+		p.gpus, p.gpuModel = int64(s.bundledCount), s.bundledAccelerator
 	}
 	return p
+}
+
+// largestAttached says, for a GPU request nothing holds, what the largest
+// automatic attached shape is.
+func largestAttached() string {
+	f := defaultFamily()
+	if f.AttachSeries == "" {
+		return "no automatic shape holds it"
+	}
+	lim := f.maxAttach()
+	return fmt.Sprintf("one %s VM takes at most %d %s (%d vCPUs, %d GB)", strings.ToUpper(f.AttachSeries), lim.Count, f.Accelerator, lim.MaxVCPUs, lim.MaxMemoryMiB/1024)
 }
 
 // named resolves an explicit instance type: a profile name, or a machine
@@ -341,12 +390,18 @@ func (c *Catalog) named(r Request) (Profile, error) {
 	if !ok {
 		p = Profile{Name: "custom", MachineType: r.InstanceType}
 		if r.GPUs > 0 {
+			// A type of no attaching series gets the default GPU, which
+			// normalize then refuses with the series it needs.
+			f, attaches := attachedFamilyFor(r.InstanceType)
+			if !attaches {
+				f = defaultFamily()
+			}
 			if s, known := lookupShape(r.InstanceType); known && s.bundledAccelerator == "" {
-				count, fits := nextT4Count(r.GPUs)
+				count, fits := f.nextCount(r.GPUs)
 				if !fits {
-					return Profile{}, fmt.Errorf("machine_type annotation %q with %d GPUs: GCE attaches at most 4 %s to one VM", r.InstanceType, r.GPUs, acceleratorT4)
+					return Profile{}, fmt.Errorf("machine_type annotation %q with %d GPUs: GCE attaches at most %d %s to one VM", r.InstanceType, r.GPUs, f.maxAttach().Count, f.Accelerator)
 				}
-				p.Accelerator, p.AcceleratorCount = acceleratorT4, count
+				p.Accelerator, p.AcceleratorCount = f.Accelerator, count
 			}
 		}
 		if err := p.normalize("machine_type annotation"); err != nil {

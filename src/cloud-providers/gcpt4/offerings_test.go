@@ -86,8 +86,8 @@ func TestSelectCheapestShape(t *testing.T) {
 				if p.GPUs() < tc.spec.GPUs || p.VCPUs < tc.spec.VCPUs || p.MemoryMiB < tc.spec.Memory || (p.GPUs() > 0) != (tc.spec.GPUs > 0) {
 					t.Errorf("candidate %s does not hold %+v", c.shapeWords(), tc.spec)
 				}
-				if p.Accelerator == acceleratorT4 {
-					if err := checkT4Shape("candidate", p.MachineType, p.AcceleratorCount, machineShape{vcpus: p.VCPUs, memoryMiB: p.MemoryMiB}); err != nil {
+				if f, ok := familyByAccelerator(p.Accelerator); ok {
+					if err := checkAttachedShape("candidate", p.MachineType, f, p.AcceleratorCount, machineShape{vcpus: p.VCPUs, memoryMiB: p.MemoryMiB}); err != nil {
 						t.Errorf("candidate %s: %v", c.shapeWords(), err)
 					}
 				}
@@ -253,7 +253,7 @@ func TestStepsAndOfferings(t *testing.T) {
 func TestOfferingCacheKey(t *testing.T) {
 	now := time.Unix(0, 0)
 	c := newOfferingCache(time.Minute, func() time.Time { return now })
-	one := offering{model: ProvisioningSpot, machineType: "n1-standard-16", accelerator: acceleratorT4, count: 1, zone: "us-central1-a"}
+	one := offering{model: ProvisioningSpot, machineType: "n1-standard-16", accelerator: "nvidia-tesla-t4", count: 1, zone: "us-central1-a"}
 	c.markUnavailable(one)
 	four, std := one, one
 	four.count = 4

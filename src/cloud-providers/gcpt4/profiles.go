@@ -62,9 +62,9 @@ func builtinProfiles() []Profile {
 	return []Profile{
 		{Name: "cpu-2", MachineType: "e2-medium"},
 		{Name: "cpu-4", MachineType: "n1-standard-4"},
-		{Name: "t4-1", MachineType: "n1-standard-4", Accelerator: acceleratorT4, AcceleratorCount: 1},
-		{Name: "t4-2", MachineType: "n1-standard-8", Accelerator: acceleratorT4, AcceleratorCount: 2},
-		{Name: "t4-4", MachineType: "n1-standard-16", Accelerator: acceleratorT4, AcceleratorCount: 4},
+		{Name: "t4-1", MachineType: "n1-standard-4", Accelerator: "nvidia-tesla-t4", AcceleratorCount: 1},
+		{Name: "t4-2", MachineType: "n1-standard-8", Accelerator: "nvidia-tesla-t4", AcceleratorCount: 2},
+		{Name: "t4-4", MachineType: "n1-standard-16", Accelerator: "nvidia-tesla-t4", AcceleratorCount: 4},
 		{Name: "h100-cc", MachineType: "a3-highgpu-1g", ConfidentialType: "TDX", MinCPUPlatform: "Intel Sapphire Rapids", ProvisioningModel: ProvisioningSpot, Explicit: true},
 	}
 }
@@ -113,7 +113,7 @@ func (p *Profile) normalize(field string) error {
 	case shape.bundledAccelerator != "":
 		p.gpus, p.gpuModel = int64(shape.bundledCount), shape.bundledAccelerator
 	case p.Accelerator == "" && p.AcceleratorCount != 0:
-		return fmt.Errorf("%s.accelerator: acceleratorCount is %d but no accelerator is named; set accelerator: %s", field, p.AcceleratorCount, acceleratorT4)
+		return fmt.Errorf("%s.accelerator: acceleratorCount is %d but no accelerator is named; set accelerator: %s", field, p.AcceleratorCount, defaultFamily().Accelerator)
 	case p.Accelerator != "":
 		if p.AcceleratorCount == 0 {
 			p.AcceleratorCount = 1
@@ -121,8 +121,10 @@ func (p *Profile) normalize(field string) error {
 		if shape.sharedCore {
 			return fmt.Errorf("%s.machineType: GPUs cannot attach to shared-core type %s; use an N1 type such as n1-standard-4", field, p.MachineType)
 		}
-		if p.Accelerator == acceleratorT4 {
-			if err := checkT4Shape(field, p.MachineType, p.AcceleratorCount, shape); err != nil {
+		// A GPU the catalogue knows is held to its row; another is left
+		// to the API.
+		if f, ok := familyByAccelerator(p.Accelerator); ok {
+			if err := checkAttachedShape(field, p.MachineType, f, p.AcceleratorCount, shape); err != nil {
 				return err
 			}
 		}

@@ -121,14 +121,28 @@ func (p *Provider) verifyAPI(ctx context.Context) error {
 		p.imageSizeGB[name] = img.GetDiskSizeGb()
 	}
 	p.mu.Unlock()
+	// Every GPU the configuration may create, attached or bundled: those
+	// fit chooses must be in every zone; a zone without one only pods
+	// naming it get is logged, so that an explicit profile (h100-cc) does
+	// not stop the adaptor serving T4 pods.
 	var names []string
-	for _, pr := range p.catalog.Profiles() {
-		if !pr.Explicit && pr.Accelerator != "" && !slices.Contains(names, pr.Accelerator) {
-			names = append(names, pr.Accelerator)
+	for _, u := range p.cfg.GPUUses(p.catalog) {
+		if u.Automatic {
+			names = append(names, u.Family.Accelerator)
+			continue
+		}
+		if err := p.verifyAccelerators(ctx, p.cfg.Zones(), []string{u.Family.Accelerator}); err != nil {
+			if !errors.Is(err, errNoAccelerator) {
+				return err
+			}
+			p.log.Printf("%s (%s): %v; pods naming it are created only in zones that offer it", u.Family.Accelerator, strings.Join(u.Via, ", "), err)
 		}
 	}
 	return p.verifyAccelerators(ctx, p.cfg.Zones(), names)
 }
+
+// errNoAccelerator marks a zone that does not offer an accelerator.
+var errNoAccelerator = errors.New("accelerator not offered in the zone")
 
 // verifyProfileImages checks every profile's image (each looked up once)
 // for the guest OS features its VM needs: GCE refuses a TDX VM from an
@@ -176,11 +190,15 @@ func hasFeature(img *computepb.Image, feature string) bool {
 	return false
 }
 
-// acceleratorNames lists a template's attached accelerator types by name.
+// acceleratorNames lists a template's accelerator types by name: those it
+// attaches, and the one its machine type bundles.
 func acceleratorNames(props *computepb.InstanceProperties) []string {
 	var names []string
 	for _, a := range props.GetGuestAccelerators() {
 		names = append(names, lastSegment(a.GetAcceleratorType()))
+	}
+	if s, ok := bundledShape(lastSegment(props.GetMachineType())); ok && !slices.Contains(names, s.bundledAccelerator) {
+		names = append(names, s.bundledAccelerator)
 	}
 	return names
 }
@@ -191,7 +209,7 @@ func (p *Provider) verifyAccelerators(ctx context.Context, zones, names []string
 			_, err := p.accelerators.Get(ctx, &computepb.GetAcceleratorTypeRequest{Project: p.cfg.ProjectID, Zone: zone, AcceleratorType: name})
 			var ge *googleapi.Error
 			if errors.As(err, &ge) && ge.Code == 404 {
-				return fmt.Errorf("GCP_ZONE/GCP_ZONES: zone %s has no %s; pick zones that offer it (gcloud compute accelerator-types list --filter=name=%s): %w", zone, name, name, err)
+				return fmt.Errorf("GCP_ZONE/GCP_ZONES: zone %s has no %s; pick zones that offer it (gcloud compute accelerator-types list --filter=name=%s): %w: %w", zone, name, name, errNoAccelerator, err)
 			}
 			if err != nil {
 				return fmt.Errorf("checking %s in %s: %w", name, zone, err)

@@ -1,0 +1,137 @@
+// (C) Copyright Confidential Containers Contributors
+// SPDX-License-Identifier: Apache-2.0
+
+package gcpt4
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Every row of the GPU catalogue is whole and consistent with the price
+// table, so that adding a family is adding data the rest reads.
+func TestGPUCatalogueRows(t *testing.T) {
+	prices, err := LoadPrices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, f := range gpuFamilies {
+		if f.Name == "" || f.Accelerator == "" || f.Description == "" || f.MemoryGB <= 0 {
+			t.Errorf("%+v: name, accelerator, description and memory are required", f)
+		}
+		for _, k := range []string{f.Name, f.Accelerator} {
+			if seen[k] {
+				t.Errorf("%s appears twice", k)
+			}
+			seen[k] = true
+		}
+		if f.QuotaMetric == "" || f.PreemptibleQuotaMetric != "PREEMPTIBLE_"+f.QuotaMetric {
+			t.Errorf("%s: quota metrics %q / %q", f.Name, f.QuotaMetric, f.PreemptibleQuotaMetric)
+		}
+		if (f.AttachSeries == "") != (len(f.AttachLimits) == 0) {
+			t.Errorf("%s: an attach series needs its limits and the limits a series", f.Name)
+		}
+		if f.AttachSeries == "" && len(f.Bundled) == 0 {
+			t.Errorf("%s: neither attached nor bundled", f.Name)
+		}
+		if f.AttachSeries != "" {
+			if _, ok := series[f.AttachSeries]; !ok {
+				t.Errorf("%s: attach series %s is not in the series table", f.Name, f.AttachSeries)
+			}
+			if _, ok := prices.Accelerators[f.Accelerator]; !ok {
+				t.Errorf("%s: prices.json has no price for the attached %s", f.Name, f.Accelerator)
+			}
+		}
+		for i, l := range f.AttachLimits {
+			if i > 0 && (l.Count <= f.AttachLimits[i-1].Count || l.MaxVCPUs < f.AttachLimits[i-1].MaxVCPUs) {
+				t.Errorf("%s: attach limits are not ascending at %d", f.Name, l.Count)
+			}
+		}
+		for _, b := range f.Bundled {
+			s, ok := lookupShape(b.MachineType)
+			if !ok || s.bundledAccelerator != f.Accelerator || int64(s.bundledCount) != int64(b.GPUs) || b.GPUs <= 0 || b.VCPUs <= 0 || b.MemoryMiB <= 0 {
+				t.Errorf("%s: %s resolves to %+v", f.Name, b.MachineType, s)
+			}
+			if _, ok := series[familyOf(b.MachineType)]; !ok {
+				t.Errorf("%s: the series of %s is not in the series table", f.Name, b.MachineType)
+			}
+			p, ok := prices.MachineTypes[b.MachineType]
+			if !ok || !p.IncludesGPU {
+				t.Errorf("%s: prices.json has no GPU-inclusive price for %s", f.Name, b.MachineType)
+			}
+			if sold, _ := soldModels(b.MachineType); !slices.Equal(sold, b.SoldAs) && len(b.SoldAs) > 0 {
+				t.Errorf("%s: soldModels = %v, row says %v", b.MachineType, sold, b.SoldAs)
+			}
+		}
+		if s := f.Serving; s != nil {
+			if s.CUDAMemoryGiB <= 0 || s.CUDAMemoryGiB >= float64(f.MemoryGB) || s.Capability < 30 || len(s.DTypes) == 0 || s.Source == "" ||
+				s.SustainedBandwidthGBps <= 0 || s.SustainedBandwidthGBps > s.PeakBandwidthGBps || s.SustainedFP16TFLOPS <= 0 || s.SustainedFP16TFLOPS > s.PeakFP16TFLOPS {
+				t.Errorf("%s: serving figures %+v", f.Name, s)
+			}
+			// vLLM computes in bfloat16 from compute capability 8.0.
+			if slices.Contains(s.DTypes, "bfloat16") != (s.Capability >= 80) {
+				t.Errorf("%s: bfloat16 listed %v at compute capability %d", f.Name, s.DTypes, s.Capability)
+			}
+		}
+	}
+	if !defaultFamily().Automatic || defaultFamily().Accelerator != "nvidia-tesla-t4" {
+		t.Errorf("the default family is %s", defaultFamily().Accelerator)
+	}
+}
+
+func TestGPUUses(t *testing.T) {
+	use := func(uses []GPUUse, acc string) (GPUUse, bool) {
+		for _, u := range uses {
+			if u.Family.Accelerator == acc {
+				return u, true
+			}
+		}
+		return GPUUse{}, false
+	}
+	catalog, err := NewCatalog("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Defaults: the T4 automatically (t4-4 is the largest podVM); h100-cc
+	// has no image, so it creates nothing and needs no zone or quota.
+	cfg := validConfig()
+	uses := cfg.GPUUses(catalog)
+	if len(uses) != 1 || uses[0].Family.Accelerator != "nvidia-tesla-t4" || !uses[0].Automatic || uses[0].MaxGPUs != 4 {
+		t.Fatalf("default uses = %+v", uses)
+	}
+	// With an image, h100-cc is a GPU pods may name: checked, not automatic.
+	cfg.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
+	u, ok := use(cfg.GPUUses(catalog), "nvidia-h100-80gb")
+	if !ok || u.Automatic || u.MaxGPUs != 1 || !slices.Equal(u.Via, []string{"profile h100-cc"}) {
+		t.Fatalf("h100 use = %+v, %v", u, ok)
+	}
+	// Listing a bundled machine type makes its GPU nameable.
+	cfg = validConfig()
+	cfg.InstanceTypes = commaList{"t4-1", "g2-standard-8"}
+	u, ok = use(cfg.GPUUses(catalog), "nvidia-l4")
+	if !ok || u.Automatic || u.MaxGPUs != 1 {
+		t.Fatalf("listed g2-standard-8: %+v, %v", u, ok)
+	}
+	if _, ok := use(cfg.GPUUses(catalog), "nvidia-tesla-t4"); !ok {
+		t.Fatal("listed t4-1: no T4 use")
+	}
+	// Listing the accelerator lets fit choose it.
+	cfg.InstanceTypes = commaList{"auto", "nvidia-l4"}
+	cfg.MaxGPUsPerPod = 8
+	u, ok = use(cfg.GPUUses(catalog), "nvidia-l4")
+	if !ok || !u.Automatic || !strings.Contains(strings.Join(u.Via, ","), "GCP_INSTANCE_TYPES nvidia-l4") {
+		t.Fatalf("listed nvidia-l4: %+v, %v", u, ok)
+	}
+}
+
+// A GPU the catalogue has only bundled is refused as an attachment, with
+// the machine types that bring it.
+func TestBundledGPUIsNotAttached(t *testing.T) {
+	p := Profile{Name: "l4-on-n1", MachineType: "n1-standard-8", Accelerator: "nvidia-l4"}
+	err := p.normalize("profiles[6]")
+	if err == nil || !strings.Contains(err.Error(), "nvidia-l4 comes only with the machine types g2-standard-4") {
+		t.Fatalf("l4 attached to n1: %v", err)
+	}
+}
