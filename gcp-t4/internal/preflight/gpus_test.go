@@ -40,7 +40,7 @@ func TestPreflightChecksBundledGPUs(t *testing.T) {
 	rs = Run(ctx(t), Options{Cfg: cfg}, quiet())
 	expect(t, rs, "accelerator nvidia-l4 in us-central1-a", Pass, "offered", "")
 	expect(t, rs, "accelerator nvidia-l4 in us-central1-f", Fail, "zone us-central1-f does not offer nvidia-l4", "--filter='name=nvidia-l4'")
-	expect(t, rs, "quota NVIDIA_L4_GPUS in us-central1", Fail, "NVIDIA_L4_GPUS limit is 0", "--quota-id=NVIDIA-L4-GPUS-per-project-region --preferred-value=1")
+	expect(t, rs, "quota NVIDIA_L4_GPUS in us-central1", Fail, "NVIDIA_L4_GPUS limit is 0", "--quota-id=NVIDIA-L4-GPUS-per-project-region --preferred-value=2")
 	if _, ok := find(rs, "accelerator nvidia-h100-80gb"); ok {
 		t.Error("h100-cc without an image creates nothing, yet its zones were checked")
 	}

@@ -114,12 +114,30 @@ var gpuFamilies = []GPUFamily{
 	},
 	{
 		Name: "l4", Accelerator: "nvidia-l4", Description: "NVIDIA L4", MemoryGB: 24,
-		// compute/docs/accelerator-optimized-machines#g2-vms.
+		// compute/docs/accelerator-optimized-machines#g2-vms: G2 standard
+		// types with 1, 2, 4 or 8 L4s, 4 GB of memory per vCPU.
 		Bundled: []BundledShape{
 			{MachineType: "g2-standard-4", GPUs: 1, VCPUs: 4, MemoryMiB: 16 * 1024},
 			{MachineType: "g2-standard-8", GPUs: 1, VCPUs: 8, MemoryMiB: 32 * 1024},
+			{MachineType: "g2-standard-12", GPUs: 1, VCPUs: 12, MemoryMiB: 48 * 1024},
+			{MachineType: "g2-standard-16", GPUs: 1, VCPUs: 16, MemoryMiB: 64 * 1024},
+			{MachineType: "g2-standard-24", GPUs: 2, VCPUs: 24, MemoryMiB: 96 * 1024},
+			{MachineType: "g2-standard-32", GPUs: 1, VCPUs: 32, MemoryMiB: 128 * 1024},
+			{MachineType: "g2-standard-48", GPUs: 4, VCPUs: 48, MemoryMiB: 192 * 1024},
+			{MachineType: "g2-standard-96", GPUs: 8, VCPUs: 96, MemoryMiB: 384 * 1024},
 		},
 		QuotaMetric: "NVIDIA_L4_GPUS", PreemptibleQuotaMetric: "PREEMPTIBLE_NVIDIA_L4_GPUS",
+		// 24 GB of GDDR6; nvidia-smi reports 23034 MiB with ECC on, and
+		// the 22.0 GiB CUDA total assumes the driver's reservation seen on
+		// the T4 (--gpu-memory takes a measured figure). Sustained figures
+		// as the T4's: 75 % of peak bandwidth, and the T4's measured share
+		// of its peak tensor rate (25 of 65) for a GPU of the same 72 W
+		// class, until measured.
+		Serving: &GPUServing{
+			CUDAMemoryGiB: 22.0, Capability: 89, DTypes: []string{"bfloat16", "float16", "float32"},
+			PeakBandwidthGBps: 300, SustainedBandwidthGBps: 225, PeakFP16TFLOPS: 121, SustainedFP16TFLOPS: 46,
+			Source: "NVIDIA L4 Tensor Core GPU data sheet (24 GB GDDR6, 300 GB/s, 242 TFLOPS FP16/BF16 with sparsity, so 121 dense); compute capability 8.9 (NVIDIA's CUDA GPUs list)",
+		},
 	},
 	{
 		Name: "h100", Accelerator: "nvidia-h100-80gb", Description: "NVIDIA H100 80GB", MemoryGB: 80,

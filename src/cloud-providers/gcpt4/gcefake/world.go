@@ -214,7 +214,10 @@ func machineCatalog(zoneAccels []string) []*machineSpec {
 		ms = append(ms, &machineSpec{name: "a3-highgpu-1g", cpus: 26, memoryMB: 239616, accel: accelH100, accelCount: 1})
 	}
 	if slices.Contains(zoneAccels, accelL4) {
-		ms = append(ms, &machineSpec{name: "g2-standard-4", cpus: 4, memoryMB: 16384, accel: accelL4, accelCount: 1})
+		// G2: 1, 2, 4 or 8 L4s, 4 GB per vCPU (compute/docs/accelerator-optimized-machines#g2-vms).
+		for _, g := range []struct{ cpus, l4s int32 }{{4, 1}, {8, 1}, {12, 1}, {16, 1}, {24, 2}, {32, 1}, {48, 4}, {96, 8}} {
+			ms = append(ms, &machineSpec{name: fmt.Sprintf("g2-standard-%d", g.cpus), cpus: g.cpus, memoryMB: g.cpus * 4096, accel: accelL4, accelCount: g.l4s})
+		}
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].name < ms[j].name })
 	return ms
