@@ -133,13 +133,15 @@ place_gcpt4() {
 		printf '%s\0' "$f"
 	done | tar --null -T - -cf -) | tar -xf - -C "$cp"
 }
-# check_gcpt4: build, vet and (without -n) test gcpt4 as the tree has it now.
+# check_gcpt4 WHAT: build, vet and (without -n) test gcpt4 as the tree has it
+# now, and say which of those WHAT went through: -n must not claim tests.
 check_gcpt4() {
 	if [ -n "$notest" ]; then
 		(cd "$cp" && go build ./gcpt4/... && go vet ./gcpt4/...)
-		echo "gcpt4's tests not run (-n)"
+		echo "$1 builds and vets; its tests not run (-n)"
 	else
 		dropin_test "$cp"
+		echo "$1 builds and passes its tests"
 	fi
 }
 place_gcpt4 provider
@@ -149,8 +151,7 @@ if named=$(grep -rl gcefake --include='*.go' "$cp/gcpt4"); then
 	exit 1
 fi
 DROPIN_ALWAYS_TIDY=1 dropin_tidy "$cp"
-check_gcpt4
-echo "patch 1: gcpt4 builds and passes its tests without the emulator"
+check_gcpt4 "patch 1: gcpt4 without the emulator"
 git_ add -A src/cloud-providers
 git_ commit -q -s -F - <<'EOF'
 cloud-providers: add the gcp-t4 provider
@@ -174,8 +175,7 @@ dropin_mod_tidy "$cp" || {
 	echo "go mod tidy failed in src/cloud-providers after adding gcpt4/gcefake" >&2
 	exit 1
 }
-check_gcpt4
-echo "patch 2: gcpt4 with the emulator builds and passes its tests"
+check_gcpt4 "patch 2: gcpt4 with the emulator"
 git_ add -A src/cloud-providers
 git_ commit -q -s -F - <<'EOF'
 cloud-providers/gcpt4: add a test-only GCE emulator

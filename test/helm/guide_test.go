@@ -384,23 +384,19 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 }
 
 // docCanI is docs/install.md's `<!-- can-i: NAME -->` table, as
-// `kubectl auth can-i --list` prints it.
+// `kubectl auth can-i --list` prints it, read by doccmd as the install
+// package's test reads the kustomize path's.
 func docCanI(t *testing.T, name string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "install.md"))
+	blocks, err := doccmd.File(filepath.Join(repoRoot(t), "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(data), "\n<!-- can-i: "+name+" -->\n```")
+	b, ok := doccmd.ByMarker(blocks, "can-i: "+name)
 	if !ok {
 		t.Fatalf("docs/install.md has no fenced block after `<!-- can-i: %s -->`", name)
 	}
-	_, rest, _ = strings.Cut(rest, "\n")
-	table, _, ok := strings.Cut(rest, "```\n")
-	if !ok {
-		t.Fatalf("docs/install.md: the `<!-- can-i: %s -->` block does not end", name)
-	}
-	return table
+	return b.Text
 }
 
 // checkCAARules: what CAA's ServiceAccount may do in a workload namespace

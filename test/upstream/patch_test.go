@@ -161,7 +161,7 @@ func TestPatchSeriesOnSyntheticTree(t *testing.T) {
 	if err != nil {
 		t.Fatalf("patch.sh failed: %v\n%s", err, log)
 	}
-	for _, want := range []string{"provider API matches", "patch 1: gcpt4 builds and passes its tests without the emulator",
+	for _, want := range []string{"provider API matches", "patch 1: gcpt4 without the emulator builds and passes its tests",
 		"patch 2: gcpt4 with the emulator builds and passes its tests", "cloud-api-adaptor builds with -tags gcp_t4 and lists gcp-t4", "peerpod-ctrl builds with -tags gcp_t4"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("patch.sh output lacks %q:\n%s", want, log)
@@ -282,8 +282,19 @@ func TestPatchSeriesOnSyntheticTree(t *testing.T) {
 	t.Run("reproducible", func(t *testing.T) {
 		again := filepath.Join(t.TempDir(), "again")
 		// -n: gcpt4's tests passed in the first run; this one checks bytes.
-		if log, err := patch(t, tree, again, "-n"); err != nil {
+		log, err := patch(t, tree, again, "-n")
+		if err != nil {
 			t.Fatalf("second run failed: %v\n%s", err, log)
+		}
+		// It says what it did, and claims no tests it did not run.
+		for _, want := range []string{"patch 1: gcpt4 without the emulator builds and vets; its tests not run (-n)",
+			"patch 2: gcpt4 with the emulator builds and vets; its tests not run (-n)"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("patch.sh -n output lacks %q:\n%s", want, log)
+			}
+		}
+		if strings.Contains(log, "passes its tests") {
+			t.Errorf("patch.sh -n claims tests it did not run:\n%s", log)
 		}
 		first, second := patches(t, out), patches(t, again)
 		if len(first) != len(second) {

@@ -510,7 +510,7 @@ func createReq(sid string, annotations map[string]string) *hypervisor.CreateVMRe
 // waiting.
 func TestStopVMDuringStartVMLeavesNoVM(t *testing.T) {
 	t.Run("stop while the create is in flight", func(t *testing.T) {
-		clk := &fakeClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+		clk := gcefake.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 		fake := gcefake.New(gcefake.WithClock(clk.Now))
 		t.Cleanup(fake.Close)
 		fake.SetOperationLatency(time.Minute)
@@ -572,24 +572,6 @@ func TestStopVMDuringStartVMLeavesNoVM(t *testing.T) {
 			t.Errorf("StartVM after StopVM: %v, want NotFound", err)
 		}
 	})
-}
-
-// fakeClock drives the fake's operations: only Advance moves it.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 // signalHandler is a slog.Handler that discards records and signals ch

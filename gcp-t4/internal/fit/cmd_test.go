@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 )
 
 func runMain(t *testing.T, args ...string) (int, string, string) {
@@ -206,22 +208,21 @@ func TestParseCount(t *testing.T) {
 // The runbook shows `gcp-t4 plan serve` and its output; both must be what
 // the command prints today. A line ending in "..." is compared up to there.
 func TestRunbookShowsCurrentOutput(t *testing.T) {
-	b, err := os.ReadFile("../../../docs/runbook-mistral-tp2.md")
+	blocks, err := doccmd.File("../../../docs/runbook-mistral-tp2.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := string(b)
-	i := strings.Index(doc, "```sh\ngcp-t4 plan serve ")
+	i := slices.IndexFunc(blocks, func(b doccmd.Block) bool {
+		return len(b.Commands) > 0 && strings.HasPrefix(b.Commands[0].Text, "gcp-t4 plan serve ")
+	})
 	if i < 0 {
 		t.Fatal("the runbook has no sh block starting with gcp-t4 plan serve")
 	}
-	rest := doc[i+len("```sh\n"):]
-	cmd, rest, _ := strings.Cut(rest, "\n")
-	_, rest, ok := strings.Cut(rest, "```text\n")
-	if !ok {
+	cmd := blocks[i].Commands[0].Text
+	if i+1 == len(blocks) || blocks[i+1].Lang != "text" {
 		t.Fatal("no text block with the output after the command")
 	}
-	shown, _, _ := strings.Cut(rest, "```")
+	shown := blocks[i+1].Text
 	rc, out, stderr := runMain(t, strings.Fields(cmd)[3:]...)
 	if rc != 0 {
 		t.Fatalf("%s: exit %d: %s", cmd, rc, stderr)

@@ -7,7 +7,6 @@ import (
 	"log"
 	"math/rand/v2"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,16 +20,6 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
 
-// clock is the one time source of GCE's fake, the simulated cluster and
-// the reaper.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
-func newClock(t time.Time) *clock    { return &clock{t: t} }
 func cloudConfigFor(ns, pod string) cloudinit.CloudConfigGenerator {
 	return &cloudinit.CloudConfig{WriteFiles: []cloudinit.WriteFile{{Path: "/run/peerpod/apf.json", Content: `{"pod-namespace":"` + ns + `","pod-name":"` + pod + `"}`}}}
 }
@@ -67,7 +56,7 @@ type simSandbox struct {
 type sim struct {
 	t       *testing.T
 	rng     *rand.Rand
-	clk     *clock
+	clk     *gcefake.Clock // the one time source of GCE's fake, the simulated cluster and the reaper
 	caa     *gcpt4.Provider
 	cluster *memCluster
 	sbs     []*simSandbox
@@ -109,13 +98,13 @@ func (s *sim) pods() []Pod {
 
 // newSandbox is RunPodSandbox + CreateVM + StartVM up to the insert.
 func (s *sim) newSandbox(p Pod) {
-	s.clk.add(time.Second)
+	s.clk.Advance(time.Second)
 	sid := fmt.Sprintf("%016x%016x", s.rng.Uint64(), s.rng.Uint64())
 	inst, err := s.caa.CreateInstance(context.Background(), p.Name, sid, cloudConfigFor(p.Namespace, p.Name), provider.InstanceTypeSpec{GPUs: 1})
 	if err != nil {
 		s.t.Fatalf("create: %v", err)
 	}
-	s.sbs = append(s.sbs, &simSandbox{id: sid, pod: p.UID, vmID: inst.ID, state: sbCreating, created: s.clk.now()})
+	s.sbs = append(s.sbs, &simSandbox{id: sid, pod: p.UID, vmID: inst.ID, state: sbCreating, created: s.clk.Now()})
 }
 
 // own is CAA recording the VM after CreateInstance returned (OwnPeerPod).
@@ -124,7 +113,7 @@ func (s *sim) own(sb *simSandbox) {
 	uid := types.UID(fmt.Sprintf("pp-%d", s.nextUID))
 	s.nextUID++
 	s.cluster.peerPods[uid] = &peerpod.PeerPod{Namespace: p.Namespace, Name: p.Name + "-resource-" + string(uid), UID: uid, OwnerName: p.Name, OwnerUID: p.UID,
-		InstanceID: sb.vmID, CloudProvider: gcpt4.ProviderName, Created: s.clk.now(), Finalized: true}
+		InstanceID: sb.vmID, CloudProvider: gcpt4.ProviderName, Created: s.clk.Now(), Finalized: true}
 	sb.state = sbOwned
 }
 
@@ -163,8 +152,8 @@ func (s *sim) step() {
 				return
 			}
 		}
-		s.clk.add(time.Second)
-		p := Pod{Namespace: ns, Name: name, UID: types.UID(fmt.Sprintf("pod-%d", s.nextUID)), Phase: corev1.PodRunning, Created: s.clk.now()}
+		s.clk.Advance(time.Second)
+		p := Pod{Namespace: ns, Name: name, UID: types.UID(fmt.Sprintf("pod-%d", s.nextUID)), Phase: corev1.PodRunning, Created: s.clk.Now()}
 		s.nextUID++
 		s.cluster.pods[p.UID] = p
 		s.newSandbox(p)
@@ -221,11 +210,11 @@ func (s *sim) step() {
 // the provider's bound: it returns (and is recorded) or its adaptor dies.
 func (s *sim) advance(d time.Duration) {
 	for _, sb := range s.sbs {
-		if sb.state == sbCreating && s.clk.now().Add(d).Sub(sb.created) >= gcpt4.LongestCall {
+		if sb.state == sbCreating && s.clk.Now().Add(d).Sub(sb.created) >= gcpt4.LongestCall {
 			s.own(sb)
 		}
 	}
-	s.clk.add(d)
+	s.clk.Advance(d)
 }
 
 // interleaved wraps the reaper's reads and deletes: before each the
@@ -284,12 +273,12 @@ func TestReaperRacesSandboxes(t *testing.T) {
 	const seeds, passes = 40, 25
 	var liveDeleted, deleted, orphansLeft, leaks, crashes int
 	for seed := uint64(1); seed <= seeds; seed++ {
-		clk := newClock(t0)
-		fake := gcefake.New(gcefake.WithClock(clk.now))
+		clk := gcefake.NewClock(t0)
+		fake := gcefake.New(gcefake.WithClock(clk.Now))
 		roomy(fake)
 		s := &sim{t: t, rng: rand.New(rand.NewPCG(seed, 17)), clk: clk, caa: newProvider(t, fake, clusterA), cluster: newMemCluster()}
 		w := &interleaved{s: s, vms: newProvider(t, fake, clusterA)}
-		c := &Collector{VMs: w, Cluster: w, Policy: DefaultPolicy(), Delete: true, Now: clk.now, Log: quiet()}
+		c := &Collector{VMs: w, Cluster: w, Policy: DefaultPolicy(), Delete: true, Now: clk.Now, Log: quiet()}
 		for i := 0; i < passes; i++ {
 			if _, err := c.Run(context.Background()); err != nil {
 				t.Fatalf("seed %d pass %d: %v", seed, i, err)
@@ -298,7 +287,7 @@ func TestReaperRacesSandboxes(t *testing.T) {
 		// Quiesce: every create returns, time passes, the reaper runs
 		// undisturbed.
 		s.advance(gcpt4.LongestCall + DefaultPolicy().Grace + time.Minute)
-		settle := &Collector{VMs: w.vms, Cluster: s.cluster, Policy: DefaultPolicy(), Delete: true, Now: clk.now, Log: quiet()}
+		settle := &Collector{VMs: w.vms, Cluster: s.cluster, Policy: DefaultPolicy(), Delete: true, Now: clk.Now, Log: quiet()}
 		for i := 0; i < 2; i++ {
 			if _, err := settle.Run(context.Background()); err != nil {
 				t.Fatal(err)

@@ -1,14 +1,13 @@
 package install
 
 import (
-	"bufio"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/caa-gcp-t4/test/controlplane"
+	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,34 +23,20 @@ const workloadNamespace = "ml"
 // caaUser is CAA's ServiceAccount as the API server names it.
 const caaUser = "system:serviceaccount:" + Namespace + ":cloud-api-adaptor"
 
-// docCanI reads docs/install.md's `<!-- can-i: NAME -->` block: the lines
-// of the fenced block after the marker, each ending in a newline, as
-// `kubectl auth can-i --list` prints them.
+// docCanI reads docs/install.md's `<!-- can-i: NAME -->` block (doccmd,
+// as test/helm reads the Helm path's): the fenced block's lines, each
+// ending in a newline, as `kubectl auth can-i --list` prints them.
 func docCanI(t *testing.T, name string) string {
 	t.Helper()
-	f, err := os.Open(filepath.Join(repoRoot, "docs", "install.md"))
+	blocks, err := doccmd.File(filepath.Join(repoRoot, "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var b strings.Builder
-	sc := bufio.NewScanner(f)
-	found, in := false, false
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "<!-- can-i: "+name+" -->":
-			found = true
-		case found && !in && strings.HasPrefix(line, "```"):
-			in = true
-		case in && line == "```":
-			return b.String()
-		case in:
-			b.WriteString(line + "\n")
-		}
+	b, ok := doccmd.ByMarker(blocks, "can-i: "+name)
+	if !ok {
+		t.Fatalf("docs/install.md has no fenced block after `<!-- can-i: %s -->`", name)
 	}
-	t.Fatalf("docs/install.md has no fenced block after `<!-- can-i: %s -->`", name)
-	return ""
+	return b.Text
 }
 
 // docCanICommand is the command docs/install.md tells a user to run, with

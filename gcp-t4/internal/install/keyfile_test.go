@@ -3,7 +3,6 @@ package install
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
+	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 )
 
 // effectiveEnv is the environment the kubelet gives a container: each
@@ -287,18 +287,24 @@ func (e *env) assertLiveKeyAsFile(t *testing.T) {
 // pointed at this tree) with a key file: the key reaches CAA as a file and
 // in no environment variable, as with `gcp-t4 install --credentials-file`.
 func TestInstallMDOverlayKeepsTheKeyOutOfEnv(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "install.md"))
+	blocks, err := doccmd.File(filepath.Join(repoRoot, "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)```yaml\n# my-cluster/kustomization.yaml\n(.*?)```").FindSubmatch(doc)
-	if m == nil {
+	var shown []byte
+	for _, b := range blocks {
+		if body, ok := strings.CutPrefix(b.Text, "# my-cluster/kustomization.yaml\n"); ok && b.Lang == "yaml" {
+			shown = []byte(body)
+			break
+		}
+	}
+	if shown == nil {
 		t.Fatal("docs/install.md has no my-cluster/kustomization.yaml block")
 	}
 	remote := regexp.MustCompile(`https://github\.com/caa-gcp-t4/caa-gcp-t4//install/([^?\s]+)\?ref=<tag>`)
-	kust := remote.ReplaceAll(m[1], []byte("../$1"))
+	kust := remote.ReplaceAll(shown, []byte("../$1"))
 	if !bytes.Contains(kust, []byte("../"+componentKey)) {
-		t.Errorf("the guide's overlay with a key file does not add %s:\n%s", componentKey, m[1])
+		t.Errorf("the guide's overlay with a key file does not add %s:\n%s", componentKey, shown)
 	}
 	files, err := Settings{}.files()
 	if err != nil {

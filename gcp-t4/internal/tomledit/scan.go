@@ -8,6 +8,21 @@
 // scanner here only has to find where statements, keys and values start and
 // end; whether the result is valid TOML is decided by a real parser
 // (Verify), never by this package alone.
+//
+// Why not go-toml's own parser, github.com/pelletier/go-toml/v2/unstable,
+// which this module already requires and which reports byte ranges? Set
+// needs the spans it edits: where a value starts and ends (to replace it
+// in place, arrays included: pod_annotations is one) and where a
+// statement's line starts and ends (a table's header, its last key, with
+// the indentation and the trailing comment). The unstable parser (v2.4.3)
+// gives ranges for keys, strings, scalars and a whole top-level key-value,
+// but none for an array, only the opening brace for an inline table, none
+// for a table header, comments only on request and blank lines and
+// indentation not at all (TestUnstableParserLacksTheRangesWeEdit). Those
+// spans would still be found by scanning bytes here, on top of an API its
+// package documents as without compatibility guarantees. What is left to
+// this scanner is finding boundaries; deciding validity is go-toml's
+// decoder's job (Verify), and FuzzApply holds the two together.
 package tomledit
 
 import (

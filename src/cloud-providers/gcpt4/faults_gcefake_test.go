@@ -34,7 +34,7 @@ func TestFaultMatrix(t *testing.T) {
 		ctx func(context.Context) (context.Context, context.CancelFunc)
 		// drive runs beside the create: it ends the create's context or
 		// advances the clock when the fake shows the create got there.
-		drive   func(context.Context, *gcefake.Server, *testClock, context.CancelFunc) error
+		drive   func(context.Context, *gcefake.Server, *gcefake.Clock, context.CancelFunc) error
 		wantErr string // "" = success
 		// wantZone is where a successful create must land.
 		wantZone    string
@@ -71,7 +71,7 @@ func TestFaultMatrix(t *testing.T) {
 				f.FailNext("POST", "zoneOperations.wait", 503, 2)
 			},
 			// The third wait gets through and parks on the running insert.
-			drive: func(ctx context.Context, f *gcefake.Server, clk *testClock, _ context.CancelFunc) error {
+			drive: func(ctx context.Context, f *gcefake.Server, clk *gcefake.Clock, _ context.CancelFunc) error {
 				if err := f.AwaitLongPolls(ctx, 1); err != nil {
 					return err
 				}
@@ -87,7 +87,7 @@ func TestFaultMatrix(t *testing.T) {
 			// which passes once it has retried.
 			setup: func(f *gcefake.Server) { f.FailNext("GET", "instances.get", 503, 1000) },
 			ctx:   expiringContext,
-			drive: func(ctx context.Context, f *gcefake.Server, _ *testClock, expire context.CancelFunc) error {
+			drive: func(ctx context.Context, f *gcefake.Server, _ *gcefake.Clock, expire context.CancelFunc) error {
 				if err := f.AwaitCalls(ctx, "instances.get", 2); err != nil {
 					return err
 				}
@@ -167,7 +167,7 @@ func TestFaultMatrix(t *testing.T) {
 // accepted insert (GCE has the VM; the create cannot finish first, since
 // the clock stands still), then lets the provider's own clean-up delete
 // complete.
-func endWaitThenFinishDelete(ctx context.Context, f *gcefake.Server, clk *testClock, end context.CancelFunc) error {
+func endWaitThenFinishDelete(ctx context.Context, f *gcefake.Server, clk *gcefake.Clock, end context.CancelFunc) error {
 	if err := f.AwaitLongPolls(ctx, 1); err != nil {
 		return err
 	}
@@ -398,29 +398,11 @@ func TestMutationRateLimit(t *testing.T) {
 	}
 }
 
-// testClock is the fake's clock in tests that must not wait out real
-// operations: only Advance moves it.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// newClockedProvider is newTestProvider on a fake that runs on a testClock.
-func newClockedProvider(t testing.TB, mutate func(*Config)) (*Provider, *gcefake.Server, *testClock) {
+// newClockedProvider is newTestProvider on a fake whose clock only the test
+// moves, so that tests need not wait out real operations.
+func newClockedProvider(t testing.TB, mutate func(*Config)) (*Provider, *gcefake.Server, *gcefake.Clock) {
 	t.Helper()
-	clk := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clk := gcefake.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	fake := gcefake.New(gcefake.WithClock(clk.Now))
 	t.Cleanup(fake.Close)
 	p, _ := newTestProviderOn(t, fake, mutate)

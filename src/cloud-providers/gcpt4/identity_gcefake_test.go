@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -155,10 +154,8 @@ func TestExternalIPCleanupIsAFailedCreate(t *testing.T) {
 // never finishes is cut off at its bound, and the VM GCE accepted is
 // deleted on a context of its own rather than the expired one.
 func TestCreateIsBoundedAndCleansUpOnItsOwnContext(t *testing.T) {
-	clock := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	var mu sync.Mutex
-	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	fake := gcefake.New(gcefake.WithClock(now), gcefake.WithLongPollLimit(20*time.Millisecond))
+	clk := gcefake.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	fake := gcefake.New(gcefake.WithClock(clk.Now), gcefake.WithLongPollLimit(20*time.Millisecond))
 	t.Cleanup(fake.Close)
 	p, _ := newTestProviderOn(t, fake, nil)
 	p.createTimeout = 200 * time.Millisecond
@@ -177,9 +174,7 @@ func TestCreateIsBoundedAndCleansUpOnItsOwnContext(t *testing.T) {
 	if err := fake.AwaitCalls(t.Context(), "instances.delete", 1); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	clock = clock.Add(2 * time.Hour)
-	mu.Unlock()
+	clk.Advance(2 * time.Hour)
 	r := <-done
 	if r.err == nil || !errors.Is(r.err, context.DeadlineExceeded) || !r.none {
 		t.Fatalf("want the create cut off (deadline exceeded) and nothing returned, got none=%v %v", r.none, r.err)

@@ -1,9 +1,11 @@
 // Package doccmd reads the shell commands a Markdown guide tells its reader
 // to run: the lines of its ```sh blocks, continuation lines joined,
-// comments dropped, here-documents kept as the command's input. Tests that
-// run a guide as written (docs/install.md's walk-through and its Helm
-// path, the runbook) share it, so a guide is read one way wherever it is
-// tested.
+// comments dropped, here-documents kept as the command's input. It also
+// hands back every other fenced block's text (a table a command prints, a
+// file to write), named by the marker comment above it. Tests that run a
+// guide as written (docs/install.md's walk-through and its Helm path, the
+// runbook) or compare a block with what the product answers (install.md's
+// can-i tables) share it, so a guide is read one way wherever it is tested.
 //
 // It lives in the control-plane harness module because that is the one
 // module every test module already requires, and it needs only the
@@ -19,7 +21,8 @@ import (
 	"strings"
 )
 
-// Block is one ```sh (or ```bash, ```shell) block of a guide.
+// Block is one fenced block of a guide. Only a ```sh (or ```bash,
+// ```shell) block has Commands; every block has its Text.
 type Block struct {
 	// Marker is the text of the HTML comment that names the block: the
 	// last `<!-- … -->` line before the block's fence, trimmed
@@ -28,6 +31,12 @@ type Block struct {
 	Marker string
 	// Heading is the nearest heading above the block, without its #s.
 	Heading string
+	// Lang is the fence's info string up to its first blank ("sh",
+	// "yaml"; "" for a bare ```).
+	Lang string
+	// Text is the block's lines as written, less the fence's
+	// indentation, each ending in a newline.
+	Text string
 	// Line is the 1-based line of the opening fence.
 	Line     int
 	Commands []Command
@@ -48,7 +57,7 @@ type Command struct {
 }
 
 var (
-	fenceRE   = regexp.MustCompile("^( *)```(sh|bash|shell)\\s*$")
+	fenceRE   = regexp.MustCompile("^( *)```\\s*([^\\s`]*)[^`]*$")
 	closeRE   = regexp.MustCompile("^ *```\\s*$")
 	markerRE  = regexp.MustCompile(`^\s*<!--\s*(.*?)\s*-->\s*$`)
 	headingRE = regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
@@ -76,6 +85,7 @@ func Parse(r io.Reader) ([]Block, error) {
 	var (
 		blocks  []Block
 		cur     *Block
+		shell   bool // cur is a shell block: its lines are commands
 		indent  string
 		marker  string
 		heading string
@@ -94,8 +104,9 @@ func Parse(r io.Reader) ([]Block, error) {
 			switch {
 			case fenceRE.MatchString(raw):
 				m := fenceRE.FindStringSubmatch(raw)
-				blocks = append(blocks, Block{Marker: marker, Heading: heading, Line: n})
+				blocks = append(blocks, Block{Marker: marker, Heading: heading, Lang: m[2], Line: n})
 				cur, indent, marker = &blocks[len(blocks)-1], m[1], ""
+				shell = m[2] == "sh" || m[2] == "bash" || m[2] == "shell"
 			case markerRE.MatchString(raw):
 				marker = markerRE.FindStringSubmatch(raw)[1]
 			case headingRE.MatchString(raw):
@@ -103,8 +114,20 @@ func Parse(r io.Reader) ([]Block, error) {
 			}
 			continue
 		}
-		// Inside a block: its lines lose the fence's indentation.
+		// Inside a block: its lines lose the fence's indentation. A line
+		// that looks like a marker or a heading there is the block's text
+		// (a # comment in YAML), not the guide's.
 		line := strings.TrimPrefix(raw, indent)
+		closing := closeRE.MatchString(raw)
+		if !closing {
+			cur.Text += line + "\n"
+		}
+		if !shell {
+			if closing {
+				cur = nil
+			}
+			continue
+		}
 		if here != nil {
 			body := line
 			if hereTab {
@@ -115,13 +138,13 @@ func Parse(r io.Reader) ([]Block, error) {
 				here = nil
 				continue
 			}
-			if closeRE.MatchString(raw) {
+			if closing {
 				return nil, fmt.Errorf("line %d: the block ends inside the here-document of line %d (no %s line)", n, here.Line, here.Here)
 			}
 			here.Body += body + "\n"
 			continue
 		}
-		if closeRE.MatchString(raw) {
+		if closing {
 			if cont != "" {
 				return nil, fmt.Errorf("line %d: the block ends on a continuation line (line %d ends in \\)", n, n-1)
 			}
@@ -211,6 +234,18 @@ func Marked(blocks []Block, kind string) (names []string, cmds map[string][]Comm
 		cmds[name] = append(cmds[name], b.Commands...)
 	}
 	return names, cmds
+}
+
+// ByMarker returns the first block marked `<!-- marker -->`, for a test
+// that reads one block by its name (`<!-- can-i: install -->` is marker
+// "can-i: install").
+func ByMarker(blocks []Block, marker string) (Block, bool) {
+	for _, b := range blocks {
+		if b.Marker == marker {
+			return b, true
+		}
+	}
+	return Block{}, false
 }
 
 // Commands returns every command of the blocks, in order.

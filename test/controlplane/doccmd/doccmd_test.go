@@ -29,17 +29,31 @@ const guide = "# Guide\n\n" +
 	"     b: 2\n" +
 	"   EOF\n" +
 	"   kubectl apply -f - <<<'{\"kind\":\"X\"}'\n" +
-	"   ```\n"
+	"   ```\n\n" +
+	"<!-- can-i: install -->\n" +
+	"```\n" +
+	"# not a heading\n" +
+	"<!-- not a marker -->\n" +
+	"```\n" +
+	"```yaml\n" +
+	"  a: 1\n" +
+	"```\n"
 
 func TestParse(t *testing.T) {
 	bs, err := Parse(strings.NewReader(guide))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(bs) != 2 {
-		t.Fatalf("%d blocks, want 2: %+v", len(bs), bs)
+	if len(bs) != 5 {
+		t.Fatalf("%d blocks, want 5: %+v", len(bs), bs)
 	}
-	want0 := Block{Marker: "step: env", Heading: "1. Set up", Line: 6, Commands: []Command{
+	want0 := Block{Marker: "step: env", Heading: "1. Set up", Lang: "sh", Line: 6, Text: "export A=1 B=2   # names\n" +
+		"# a whole-line comment\n" +
+		"\n" +
+		"gcloud compute networks create n \\\n" +
+		"  --mtu=8896 \\\n" +
+		"  --subnet-mode=custom\n" +
+		"grep -E '^X #not a comment' f # a comment\n", Commands: []Command{
 		{Text: "export A=1 B=2", Line: 7},
 		{Text: "gcloud compute networks create n --mtu=8896 --subnet-mode=custom", Line: 10},
 		{Text: "grep -E '^X #not a comment' f", Line: 13},
@@ -47,13 +61,34 @@ func TestParse(t *testing.T) {
 	if !reflect.DeepEqual(bs[0], want0) {
 		t.Errorf("block 0\n got %+v\nwant %+v", bs[0], want0)
 	}
-	want1 := Block{Marker: "podvm-path", Heading: "1. Set up", Line: 25, Commands: []Command{
+	// A block of another language is text: no commands.
+	if want := (Block{Heading: "1. Set up", Lang: "text", Line: 18, Text: "not a command\n"}); !reflect.DeepEqual(bs[1], want) {
+		t.Errorf("block 1\n got %+v\nwant %+v", bs[1], want)
+	}
+	want1 := Block{Marker: "podvm-path", Heading: "1. Set up", Lang: "sh", Line: 25, Text: "make podvm\n" +
+		"cat > values.yaml <<'EOF'\n" +
+		"a: 1 # kept\n" +
+		"  b: 2\n" +
+		"EOF\n" +
+		"kubectl apply -f - <<<'{\"kind\":\"X\"}'\n", Commands: []Command{
 		{Text: "make podvm", Line: 26},
 		{Text: "cat > values.yaml", Here: "EOF", Body: "a: 1 # kept\n  b: 2\n", Line: 27},
 		{Text: `kubectl apply -f - <<<'{"kind":"X"}'`, Line: 31},
 	}}
-	if !reflect.DeepEqual(bs[1], want1) {
-		t.Errorf("block 1\n got %+v\nwant %+v", bs[1], want1)
+	if !reflect.DeepEqual(bs[2], want1) {
+		t.Errorf("block 2\n got %+v\nwant %+v", bs[2], want1)
+	}
+	// A bare fence is a block too, found by its marker; what looks like a
+	// heading or a marker inside it is its text, not the guide's.
+	b, ok := ByMarker(bs, "can-i: install")
+	if want := (Block{Marker: "can-i: install", Heading: "1. Set up", Line: 35, Text: "# not a heading\n<!-- not a marker -->\n"}); !ok || !reflect.DeepEqual(b, want) {
+		t.Errorf("ByMarker: %v\n got %+v\nwant %+v", ok, b, want)
+	}
+	if want := (Block{Heading: "1. Set up", Lang: "yaml", Line: 39, Text: "  a: 1\n"}); !reflect.DeepEqual(bs[4], want) {
+		t.Errorf("block 4\n got %+v\nwant %+v", bs[4], want)
+	}
+	if _, ok := ByMarker(bs, "can-i: helm"); ok {
+		t.Error("ByMarker found an unmarked block")
 	}
 	names, cmds := Marked(bs, "step")
 	if !reflect.DeepEqual(names, []string{"env"}) || len(cmds["env"]) != 3 {
@@ -71,6 +106,7 @@ func TestParseRefuses(t *testing.T) {
 		"continuation":   "```sh\nls \\\n```\n",
 		"heredoc":        "```sh\ncat <<EOF\nx\n```\n",
 		"heredoc at end": "```sh\ncat <<EOF\nx\n",
+		"unclosed text":  "```text\nx\n",
 	} {
 		if _, err := Parse(strings.NewReader(doc)); err == nil {
 			t.Errorf("%s: no error", name)

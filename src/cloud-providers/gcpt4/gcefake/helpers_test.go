@@ -6,7 +6,6 @@ package gcefake
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,26 +21,9 @@ const (
 	zoneA       = "us-central1-a"
 )
 
-// testClock is a manually advanced clock for WithClock.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newTestClock() *testClock {
-	return &testClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newTestClock is the Clock the fake's own tests start from.
+func newTestClock() *Clock {
+	return NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 func newFake(t *testing.T, opts ...Option) *Server {
