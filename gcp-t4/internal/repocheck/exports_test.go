@@ -123,3 +123,78 @@ func TestGcpt4ExportsAreListed(t *testing.T) {
 		}
 	}
 }
+
+// exportsByFile is gcpt4Exports per file name.
+func exportsByFile(t *testing.T, dir string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		tmp := t.TempDir()
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, filepath.Base(path)), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out[filepath.Base(path)] = gcpt4Exports(t, tmp)
+	}
+	return out
+}
+
+var goFile = regexp.MustCompile("`([a-z0-9_]+\\.go)`")
+
+// TestCAAFilesExportOnlyCAAsSurface: the files docs/upstream.md names as
+// CAA's surface export only groups 1 and 2 and the names it says both
+// sides call, so that what CAA depends on reads apart from what our tools
+// reuse.
+func TestCAAFilesExportOnlyCAAsSurface(t *testing.T) {
+	r := root(t)
+	data, err := os.ReadFile(filepath.Join(r, "docs", "upstream.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	_, para, ok := strings.Cut(doc, "**Where each side lives.**")
+	if !ok {
+		t.Fatal("docs/upstream.md has no \"Where each side lives\" paragraph")
+	}
+	para, _, _ = strings.Cut(para, "What serves only our tools")
+	var caaFiles, shared []string
+	for _, m := range goFile.FindAllStringSubmatch(para, -1) {
+		caaFiles = append(caaFiles, m[1])
+	}
+	for _, m := range backticked.FindAllStringSubmatch(para, -1) {
+		shared = append(shared, m[1])
+	}
+	_, section, _ := strings.Cut(doc, "## What `gcpt4` exports, and for whom\n")
+	_, groups, _ := strings.Cut(section, "\n1. ")
+	caaGroups, _, _ := strings.Cut(groups, "\n3. ")
+	var allowed []string
+	for _, m := range backticked.FindAllStringSubmatch(caaGroups, -1) {
+		allowed = append(allowed, m[1])
+	}
+	allowed = append(allowed, shared...)
+	if len(caaFiles) < 5 || len(shared) != 3 {
+		t.Fatalf("read CAA's files %v and shared names %v from the paragraph", caaFiles, shared)
+	}
+	byFile := exportsByFile(t, filepath.Join(r, "src", "cloud-providers", "gcpt4"))
+	for _, f := range caaFiles {
+		names, ok := byFile[f]
+		if !ok {
+			t.Errorf("docs/upstream.md names %s as CAA's, which gcpt4 does not have", f)
+		}
+		for _, n := range names {
+			if !slices.Contains(allowed, n) {
+				t.Errorf("%s exports %s, which is not CAA's (groups 1 and 2) nor shared: move it to tools.go or another tools file", f, n)
+			}
+		}
+	}
+}

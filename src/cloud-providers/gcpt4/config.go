@@ -13,12 +13,6 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
 
-// Provisioning models the provider creates podVMs with.
-const (
-	ProvisioningStandard = "STANDARD"
-	ProvisioningSpot     = "SPOT"
-)
-
 // DefaultNetworkTag is the network tag podVMs carry unless GCP_NETWORK_TAGS
 // says otherwise; preflight's firewall fixes target it.
 const DefaultNetworkTag = "caa-gcp-t4-podvm"
@@ -88,12 +82,6 @@ type Config struct {
 	ClusterID, ClusterName, NodeName string
 }
 
-// NIC types GCE knows (NetworkInterface.nicType).
-const (
-	NICTypeGVNIC  = "GVNIC"
-	NICTypeVirtio = "VIRTIO_NET"
-)
-
 // commaList is a flag.Value of comma-separated names.
 type commaList []string
 
@@ -132,25 +120,6 @@ func regionOf(zone string) string {
 // autoZones reports whether fallback zones are to be discovered.
 func (c *Config) autoZones() bool {
 	return len(c.FallbackZones) == 1 && c.FallbackZones[0] == ZonesAuto
-}
-
-// Zones returns the configured zones to try, the primary first, without
-// duplicates (with GCP_ZONES=auto, only the primary).
-func (c *Config) Zones() []string {
-	zones := []string{c.Zone}
-	if c.autoZones() {
-		return zones
-	}
-	for _, z := range c.FallbackZones {
-		dup := false
-		for _, seen := range zones {
-			dup = dup || seen == z
-		}
-		if !dup {
-			zones = append(zones, z)
-		}
-	}
-	return zones
 }
 
 // Validate checks the configuration without calling the API; every error
@@ -259,13 +228,6 @@ func (c *Config) subnetworkRegion() string {
 		}
 	}
 	return ""
-}
-
-// TemplateRef parses GCP_INSTANCE_TEMPLATE as the provider does: its
-// project, region ("" for a global template) and name.
-func TemplateRef(s, project string) (proj, region, name string, err error) {
-	t, err := parseTemplateURL(s, project)
-	return t.project, t.region, t.name, err
 }
 
 // templateRef is a parsed instance-template URL.

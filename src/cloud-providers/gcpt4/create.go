@@ -6,7 +6,6 @@ package gcpt4
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"log"
 	"slices"
@@ -21,10 +20,6 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
 
-// ErrNoCapacity marks a create that failed because no tried offering had
-// capacity or quota; errors.Is finds it in CreateInstance's error.
-var ErrNoCapacity = errors.New("no GPU capacity")
-
 // cleanupTimeout bounds deleting a VM whose create failed; it runs on a
 // context of its own because the create's may be what expired. It also
 // bounds every DeleteInstance.
@@ -36,14 +31,6 @@ const cleanupTimeout = 5 * time.Minute
 // configuration-remote.toml.in at kata cf82bb35), and CAA's StartVM runs
 // CreateInstance inside that call, so a longer create serves nobody.
 const createTimeout = 600 * time.Second
-
-// LongestCall is the longest any provider call can run: a create walk cut
-// off at createTimeout, then one clean-up delete bounded by cleanupTimeout
-// (a create abandons at most one VM: only a non-capacity failure after an
-// accepted insert does, and it ends the walk). Teardown waits at most this
-// long, so the adaptor's termination grace must cover it, and a podVM
-// without a PeerPod is only taken for leaked once it is older than this.
-const LongestCall = createTimeout + cleanupTimeout
 
 // createPlan is what a create walks, decided once per create.
 type createPlan struct {

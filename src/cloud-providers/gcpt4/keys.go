@@ -17,6 +17,18 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
 
+// Provisioning models the provider creates podVMs with.
+const (
+	ProvisioningStandard = "STANDARD"
+	ProvisioningSpot     = "SPOT"
+)
+
+// NIC types GCE knows (NetworkInterface.nicType).
+const (
+	NICTypeGVNIC  = "GVNIC"
+	NICTypeVirtio = "VIRTIO_NET"
+)
+
 // Kinds of value a Key holds, named as upstream's config-extractor names
 // the FlagRegistrar methods (src/cloud-providers/cmd/config-extractor at
 // CAA v0.22.0, 38d0fcf7).

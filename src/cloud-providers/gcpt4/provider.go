@@ -188,9 +188,6 @@ func (p *Provider) makeClients(ctx context.Context, opts []option.ClientOption) 
 	return nil
 }
 
-// Catalog returns the profiles the provider selects from.
-func (p *Provider) Catalog() *Catalog { return p.catalog }
-
 // InstanceID is how a podVM is named to DeleteInstance: the zone travels
 // with the name because zone fallback may have placed it anywhere.
 func InstanceID(zone, name string) string {
