@@ -198,13 +198,22 @@ func roleFix(project, member string, perms []string, serviceAccount string) stri
 	if member == "" {
 		member = "serviceAccount:CAA_SERVICE_ACCOUNT_EMAIL"
 	}
-	fix := fmt.Sprintf("gcloud iam roles create %[1]s --project=%[2]s --title=%[3]q --stage=GA --permissions=%[4]s"+
-		" && gcloud projects add-iam-policy-binding %[2]s --member=%[5]s --role=projects/%[2]s/roles/%[1]s --condition='expression=%[6]s,title=caa-gcp-t4-podvms-only'",
-		RoleID, project, RoleTitle, strings.Join(perms, ","), member, PodVMCondition)
+	fix := upsertRole(RoleID, project, RoleTitle, perms) +
+		fmt.Sprintf(" && gcloud projects add-iam-policy-binding %[1]s --member=%[2]s --role=projects/%[1]s/roles/%[3]s --condition='expression=%[4]s,title=caa-gcp-t4-podvms-only'",
+			project, member, RoleID, PodVMCondition)
 	if serviceAccount != "" {
 		fix += " && " + actAsFix(project, member, serviceAccount)
 	}
-	return fix + "   # an existing role: gcloud iam roles update " + RoleID + " --project=" + project + " --permissions=…"
+	return fix
+}
+
+// upsertRole creates a custom role, or, when it exists (a rerun, or an
+// older grant with fewer permissions), sets its permissions to exactly
+// these, so the printed grant is safe to run twice; binding a member to a
+// role it already holds changes nothing either.
+func upsertRole(id, project, title string, perms []string) string {
+	return fmt.Sprintf("{ gcloud iam roles describe %[1]s --project=%[2]s >/dev/null 2>&1 && gcloud iam roles update %[1]s --project=%[2]s --permissions=%[4]s --quiet || gcloud iam roles create %[1]s --project=%[2]s --title=%[3]q --stage=GA --permissions=%[4]s ; }",
+		id, project, title, strings.Join(perms, ","))
 }
 
 func actAsFix(project, member, serviceAccount string) string {

@@ -35,9 +35,9 @@ func ReaperRoleFix(project, member string) string {
 	if member == "" {
 		member = ReaperMember(project)
 	}
-	return fmt.Sprintf("gcloud iam roles create %[1]s --project=%[2]s --title=%[3]q --stage=GA --permissions=%[4]s"+
-		" && gcloud projects add-iam-policy-binding %[2]s --member=%[5]s --role=projects/%[2]s/roles/%[1]s --condition='expression=%[6]s,title=caa-gcp-t4-reaper-podvms-only'",
-		ReaperRoleID, project, ReaperRoleTitle, strings.Join(ReaperPermissions, ","), member, PodVMCondition)
+	return upsertRole(ReaperRoleID, project, ReaperRoleTitle, ReaperPermissions) +
+		fmt.Sprintf(" && gcloud projects add-iam-policy-binding %[1]s --member=%[2]s --role=projects/%[1]s/roles/%[3]s --condition='expression=%[4]s,title=caa-gcp-t4-reaper-podvms-only'",
+			project, member, ReaperRoleID, PodVMCondition)
 }
 
 // reaperResult tells the reaper's grant beside CAA's: preflight runs as
