@@ -182,6 +182,30 @@ func (in Installed) Config() (gcpt4.Config, error) {
 	return cfg, nil
 }
 
+// ConfigWith is Config with env (a process environment) giving each key
+// Data does not: CAA's settings, completed by the command's own for what
+// CAA leaves to the default, such as the endpoint and the credentials
+// this machine reaches GCE with. Data wins over env, unlike in Fill: the
+// uninstall guard must count the podVMs of the project and cluster CAA
+// uses, whatever this shell says. Each value is parsed strictly.
+func (in Installed) ConfigWith(env func(string) (string, bool)) (gcpt4.Config, error) {
+	// Data's own errors first, named after it.
+	if _, err := in.Config(); err != nil {
+		return gcpt4.Config{}, err
+	}
+	cfg, err := gcpt4.ConfigFromEnv(func(name string) (string, bool) {
+		if v, ok := in.lookup(name); ok {
+			return v, true
+		}
+		v, ok := env(name)
+		return v, ok && v != ""
+	})
+	if err != nil {
+		return gcpt4.Config{}, fmt.Errorf("the environment, for a key %s does not set: %w", in.where(), err)
+	}
+	return cfg, nil
+}
+
 // where names the settings in an error, also when nothing was read.
 func (in Installed) where() string {
 	if s := in.Source(); s != "" {

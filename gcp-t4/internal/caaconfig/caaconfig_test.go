@@ -126,6 +126,27 @@ func TestConfigIsStrict(t *testing.T) {
 	}
 }
 
+// ConfigWith: the environment completes what Data leaves to the default
+// and never replaces what it sets; a bad value is named as the
+// environment's or Data's, where it came from.
+func TestConfigWith(t *testing.T) {
+	in := Installed{Namespace: ns, ConfigMaps: []string{ConfigMap}, Data: map[string]string{"GCP_PROJECT_ID": "from-cm", "GCP_ENDPOINT": ""}}
+	env := map[string]string{"GCP_PROJECT_ID": "from-env", "GCP_ENDPOINT": "http://127.0.0.1:8089/", "GCP_ZONE": ""}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, err := in.ConfigWith(lookup)
+	if err != nil || cfg.ProjectID != "from-cm" || cfg.Endpoint != env["GCP_ENDPOINT"] || cfg.DiskType != "pd-balanced" {
+		t.Errorf("%+v, %v", cfg, err)
+	}
+	env["ROOT_VOLUME_SIZE"] = "big"
+	if _, err := in.ConfigWith(lookup); err == nil || !strings.Contains(err.Error(), "the environment, for a key "+ns+"/peer-pods-cm does not set: ROOT_VOLUME_SIZE") {
+		t.Errorf("bad env value: %v", err)
+	}
+	in.Data["GCP_MAX_GPUS_TOTAL"] = "many"
+	if _, err := in.ConfigWith(lookup); err == nil || !strings.HasPrefix(err.Error(), ns+"/peer-pods-cm: GCP_MAX_GPUS_TOTAL") {
+		t.Errorf("bad ConfigMap value: %v", err)
+	}
+}
+
 // providerFlags is a command's provider flags, parsed from args, as gc,
 // preflight and status register them.
 func providerFlags(t *testing.T, args ...string) (*flag.FlagSet, *providerflags.Flags) {
