@@ -95,8 +95,8 @@ unit: tools containerd controlplane
 ## orphans left
 REAPER_ACCEPTANCE := TestReaperRacesSandboxes|TestScenario|TestUninstallGuard
 reaper-acceptance: controlplane
-	$(PROGRESS) deps "./gcp-t4/internal/gc ./gcp-t4/internal/install"
-	set -o pipefail; $(CONTROLPLANE_ENV) $(GO) test -count=1 -v -run '$(REAPER_ACCEPTANCE)' ./gcp-t4/internal/gc ./gcp-t4/internal/install \
+	$(PROGRESS) deps "./gcp-t4/internal/gc ./gcp-t4/internal/uninstall"
+	set -o pipefail; $(CONTROLPLANE_ENV) $(GO) test -count=1 -v -run '$(REAPER_ACCEPTANCE)' ./gcp-t4/internal/gc ./gcp-t4/internal/uninstall \
 		| grep -E '^(--- |ok|FAIL|PASS)|^ +--- |scenario|reaper race'
 
 ## containerd: build containerd 1.7 and 2.x for the remediate tests (cached outside the repo)

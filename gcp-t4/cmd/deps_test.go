@@ -27,6 +27,7 @@ var offNode = []string{
 	"google.golang.org/api",
 	"sigs.k8s.io/kustomize",
 	"github.com/caa-gcp-t4/gcp-t4/internal/install",
+	"github.com/caa-gcp-t4/gcp-t4/internal/uninstall",
 	"github.com/caa-gcp-t4/install", // the embedded kustomize tree
 	"github.com/caa-gcp-t4/gcp-t4/internal/demo",
 }

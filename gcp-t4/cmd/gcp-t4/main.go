@@ -19,6 +19,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
 	"github.com/caa-gcp-t4/gcp-t4/internal/preflight"
 	"github.com/caa-gcp-t4/gcp-t4/internal/status"
+	"github.com/caa-gcp-t4/gcp-t4/internal/uninstall"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -37,7 +38,7 @@ func program() cli.Program {
 		"preflight": {Summary: "check the project (quota, zones, NAT, firewall, image, permissions) and with -kubeconfig the cluster before deploying; -o json", Run: preflight.Main},
 		"plan":      {Summary: "show the podVM a pod, Deployment or RayService would get (profile, zones, insert request, $/h); `plan serve` sizes a model over T4s; no cloud account needed", Run: plan.Main},
 		"install":   {Summary: "install CAA with gcp-t4 (embedded kustomize overlays; detects GKE; server-side apply; --render prints the YAML, --dry-run has the API server check it)", Run: install.Main},
-		"uninstall": {Summary: "remove exactly what `gcp-t4 install` created", Run: install.MainUninstall},
+		"uninstall": {Summary: "remove exactly what `gcp-t4 install` created", Run: uninstall.Main},
 		"status":    {Summary: "how each peer pod's podVM started, from its start-up Events: phases, times, zones out of stock, shape, $/h, cost so far; -o json", Run: status.Main},
 	}}
 }

@@ -8,12 +8,10 @@ import (
 	"io"
 	"log/slog"
 
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
@@ -101,17 +99,9 @@ func recorder(path string) (Recorder, error) {
 	if path == "" && !kubeconfig.InCluster() {
 		return nil, nil
 	}
-	cfg, err := kubeconfig.Load(path, "", "gcp-t4-adaptor")
+	c, err := caaconfig.Connect(path, "", "gcp-t4-adaptor")
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return PeerPods{Pods: cs, PeerPods: peerpod.Client{Dynamic: dyn, CloudProvider: gcpt4.ProviderName}}, nil
+	return PeerPods{Pods: c.Kube, PeerPods: peerpod.Client{Dynamic: c.Dynamic, CloudProvider: gcpt4.ProviderName}}, nil
 }

@@ -1,19 +1,31 @@
-// Package caaconfig reads the settings the installed Cloud API Adaptor runs
-// with: the peer-pods-cm its DaemonSet's envFrom names. Commands a person
-// runs against a cluster (`gcp-t4 gc`, `gcp-t4 preflight`) take from it
-// every provider setting no flag or environment variable gives, so they
-// judge the project and VMs CAA itself uses without the person repeating
-// install's flags.
+// Package caaconfig is the one reader of the settings the installed Cloud
+// API Adaptor runs with: CAA's DaemonSet, the peer-pods-cm its containers'
+// envFrom name, and the provider configuration CAA builds from it, through
+// the provider's own key table (gcpt4.Keys, gcpt4.ConfigFromEnv), never a
+// list of keys of ours. Commands a person runs against a cluster take from
+// it every provider setting no flag or environment variable gives (`gcp-t4
+// gc`, `gcp-t4 preflight`, `gcp-t4 status -gce`); `gcp-t4 install` reads
+// the installed ConfigMap through it to keep it on an upgrade, and the
+// uninstall guard lists podVMs with it. A new provider key therefore
+// reaches every command at once.
+//
+// It also builds the API clients those commands use (clients.go), so they
+// reach the API server the same way.
 package caaconfig
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -22,18 +34,24 @@ import (
 // kustomize base, upstream's chart).
 const DaemonSet = "cloud-api-adaptor-daemonset"
 
-// configMapPrefix is how the ConfigMap CAA reads is named: peer-pods-cm,
-// or peer-pods-cm-<hash> where a kustomize generator named it.
-const configMapPrefix = "peer-pods-cm"
+// ConfigMap is the name install gives the ConfigMap CAA reads. A name that
+// starts with it is CAA's too: peer-pods-cm-<hash>, where a kustomize
+// generator named it (installs from before fixed names).
+const ConfigMap = "peer-pods-cm"
 
-// Installed is what Read found: CAA's DaemonSet and its settings. Zero
-// when CAA is not installed.
+// Installed is what a read found: CAA's DaemonSet and its settings. Zero
+// but for an empty Data when CAA is not installed.
 type Installed struct {
 	// Namespace is the DaemonSet's namespace.
 	Namespace string
+	// DaemonSet is CAA's DaemonSet; nil when none was found.
+	DaemonSet *appsv1.DaemonSet
 	// ConfigMaps are the peer-pods-cm ConfigMaps its containers' envFrom
-	// name, in the order CAA reads them.
+	// name and that exist, in the order CAA reads them.
 	ConfigMaps []string
+	// Missing are those it names that do not exist: its pods cannot
+	// start until they do (an envFrom ConfigMap is required).
+	Missing []string
 	// Data is their keys, a later ConfigMap's value winning as in a
 	// container's environment.
 	Data map[string]string
@@ -50,8 +68,9 @@ func (in Installed) Source() string {
 
 // Read finds CAA's DaemonSet, name, in namespace ("" looks in every
 // namespace, and refuses when there is more than one) and reads the
-// peer-pods-cm its containers' envFrom name. None installed is a zero
-// Installed and no error.
+// peer-pods-cm its containers' envFrom name (Of). None installed is a
+// zero Installed and no error; a ConfigMap it names that does not exist
+// is an error, as it is to CAA's pods.
 func Read(ctx context.Context, cs kubernetes.Interface, namespace, name string) (Installed, error) {
 	list, err := cs.AppsV1().DaemonSets(namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 	if err != nil {
@@ -69,45 +88,226 @@ func Read(ctx context.Context, cs kubernetes.Interface, namespace, name string) 
 		sort.Strings(nss)
 		return Installed{}, fmt.Errorf("CAA's DaemonSet %s is in several namespaces (%s): pick one with -caa-namespace", name, strings.Join(nss, ", "))
 	}
-	ds := list.Items[0]
-	in := Installed{Namespace: ds.Namespace, Data: map[string]string{}}
+	in, err := Of(ctx, cs, &list.Items[0])
+	if err != nil {
+		return Installed{}, err
+	}
+	if len(in.Missing) > 0 {
+		return Installed{}, fmt.Errorf("%s/%s, the ConfigMap CAA reads, does not exist", in.Namespace, in.Missing[0])
+	}
+	return in, nil
+}
+
+// Of reads the peer-pods-cm ConfigMaps the containers of ds, CAA's
+// DaemonSet, name through envFrom (configMapRef), as the kubelet gives
+// them to CAA. One that does not exist is listed in Missing, not an
+// error: an upgrade rewrites it, a check reports it.
+func Of(ctx context.Context, cs kubernetes.Interface, ds *appsv1.DaemonSet) (Installed, error) {
+	in := Installed{Namespace: ds.Namespace, DaemonSet: ds, Data: map[string]string{}}
+	var names []string
 	for _, c := range ds.Spec.Template.Spec.Containers {
 		for _, e := range c.EnvFrom {
-			if e.ConfigMapRef == nil || !strings.HasPrefix(e.ConfigMapRef.Name, configMapPrefix) {
-				continue
+			if e.ConfigMapRef != nil && strings.HasPrefix(e.ConfigMapRef.Name, ConfigMap) && !slices.Contains(names, e.ConfigMapRef.Name) {
+				names = append(names, e.ConfigMapRef.Name)
 			}
-			cm, err := cs.CoreV1().ConfigMaps(ds.Namespace).Get(ctx, e.ConfigMapRef.Name, metav1.GetOptions{})
-			if err != nil {
-				return Installed{}, fmt.Errorf("reading %s/%s, the ConfigMap CAA reads: %w", ds.Namespace, e.ConfigMapRef.Name, err)
-			}
-			for k, v := range cm.Data {
-				in.Data[k] = v
-			}
-			in.ConfigMaps = append(in.ConfigMaps, e.ConfigMapRef.Name)
+		}
+	}
+	for _, name := range names {
+		if err := in.add(ctx, cs, name); err != nil {
+			return Installed{}, err
 		}
 	}
 	return in, nil
 }
 
-// Fill sets each of keys' flags in fs that neither the command line nor
-// the environment (getenv) gave, from data, through the flag itself, so
-// a value is parsed and refused exactly as on the command line. It
-// returns the environment names it set, sorted. source names data in
-// errors.
-func Fill(fs *flag.FlagSet, getenv func(string) string, data map[string]string, keys []gcpt4.Key, source string) ([]string, error) {
+// InNamespace reads the settings of CAA's DaemonSet in namespace. Where no
+// DaemonSet there names a peer-pods-cm (an install that failed before it
+// created the DaemonSet, or one deleted by hand), the ConfigMap install
+// writes, under its fixed name, is read instead: the podVMs such an
+// install may have made were made with it.
+func InNamespace(ctx context.Context, cs kubernetes.Interface, namespace string) (Installed, error) {
+	in := Installed{Namespace: namespace, Data: map[string]string{}}
+	ds, err := cs.AppsV1().DaemonSets(namespace).Get(ctx, DaemonSet, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return Installed{}, fmt.Errorf("reading DaemonSet %s/%s: %w", namespace, DaemonSet, err)
+	default:
+		if in, err = Of(ctx, cs, ds); err != nil {
+			return Installed{}, err
+		}
+	}
+	if len(in.ConfigMaps) == 0 && len(in.Missing) == 0 {
+		if err := in.add(ctx, cs, ConfigMap); err != nil {
+			return Installed{}, err
+		}
+	}
+	return in, nil
+}
+
+// add reads one ConfigMap into in.
+func (in *Installed) add(ctx context.Context, cs kubernetes.Interface, name string) error {
+	cm, err := cs.CoreV1().ConfigMaps(in.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		in.Missing = append(in.Missing, name)
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading %s/%s, the ConfigMap CAA reads: %w", in.Namespace, name, err)
+	}
+	for k, v := range cm.Data {
+		in.Data[k] = v
+	}
+	in.ConfigMaps = append(in.ConfigMaps, name)
+	return nil
+}
+
+// lookup is Data as an environment: a key set to "" is unset, as to
+// CAA's registrar.
+func (in Installed) lookup(name string) (string, bool) {
+	v, ok := in.Data[name]
+	return v, ok && v != ""
+}
+
+// Config is the provider configuration CAA builds from Data: every key of
+// the provider's table, parsed as strictly as the provider parses it at
+// start (gcpt4.ConfigFromEnv), the hard-coded default where Data has none.
+// It is not validated. The process environment plays no part: this is
+// what CAA runs with, not what this command would.
+func (in Installed) Config() (gcpt4.Config, error) {
+	cfg, err := gcpt4.ConfigFromEnv(in.lookup)
+	if err != nil {
+		return gcpt4.Config{}, fmt.Errorf("%s: %w", in.where(), err)
+	}
+	return cfg, nil
+}
+
+// ConfigWith is Config with env (a process environment) giving each key
+// Data does not: CAA's settings, completed by the command's own for what
+// CAA leaves to the default, such as the endpoint and the credentials
+// this machine reaches GCE with. Data wins over env, unlike in Fill: the
+// uninstall guard must count the podVMs of the project and cluster CAA
+// uses, whatever this shell says. Each value is parsed strictly.
+func (in Installed) ConfigWith(env func(string) (string, bool)) (gcpt4.Config, error) {
+	// Data's own errors first, named after it.
+	if _, err := in.Config(); err != nil {
+		return gcpt4.Config{}, err
+	}
+	cfg, err := gcpt4.ConfigFromEnv(func(name string) (string, bool) {
+		if v, ok := in.lookup(name); ok {
+			return v, true
+		}
+		v, ok := env(name)
+		return v, ok && v != ""
+	})
+	if err != nil {
+		return gcpt4.Config{}, fmt.Errorf("the environment, for a key %s does not set: %w", in.where(), err)
+	}
+	return cfg, nil
+}
+
+// where names the settings in an error, also when nothing was read.
+func (in Installed) where() string {
+	if s := in.Source(); s != "" {
+		return s
+	}
+	return ConfigMap
+}
+
+// Fill sets each flag in fs of the provider's keys, and of extra (a
+// command's own peer-pods-cm keys, such as the reaper's REAPER_GRACE),
+// that neither the command line nor the environment (getenv) gave, from
+// Data. A provider key is parsed as strictly as the provider parses it
+// at start, and the flag is set to the value CAA gets (so "010" is ten,
+// as to CAA, not eight, as to Go's flag parser); an extra key goes
+// through its flag alone. It returns the environment names it set,
+// sorted. Every value it refuses is in the error, each after Source.
+func (in Installed) Fill(fs *flag.FlagSet, getenv func(string) string, extra ...gcpt4.Key) ([]string, error) {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	provider := gcpt4.Keys()
 	var filled []string
-	for _, k := range keys {
-		v := data[k.Env]
+	var errs []error
+	for i, k := range append(provider, extra...) {
+		v := in.Data[k.Env]
 		if v == "" || given[k.Flag] || getenv(k.Env) != "" || fs.Lookup(k.Flag) == nil {
 			continue
 		}
+		if i < len(provider) {
+			var err error
+			if v, err = asCAAReadsIt(k, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s %w", in.where(), err))
+				continue
+			}
+		}
 		if err := fs.Set(k.Flag, v); err != nil {
-			return nil, fmt.Errorf("%s %s: %w", source, k.Env, err)
+			errs = append(errs, fmt.Errorf("%s %s: %w", in.where(), k.Env, err))
+			continue
 		}
 		filled = append(filled, k.Env)
 	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	sort.Strings(filled)
 	return filled, nil
+}
+
+// asCAAReadsIt parses v, the value of the provider's key k, as the
+// provider does at start (Manager.CheckEnv), and returns it as k's flag
+// prints it: what setting the flag to it gives is what CAA has. The error
+// names the key, its flag and the fix, in the provider's words.
+func asCAAReadsIt(k gcpt4.Key, v string) (string, error) {
+	scratch := flag.NewFlagSet(k.Flag, flag.ContinueOnError)
+	scratch.SetOutput(io.Discard)
+	var m gcpt4.Manager
+	m.ParseCmd(scratch)
+	if err := m.CheckEnv(func(name string) (string, bool) { return v, name == k.Env }); err != nil {
+		return "", err
+	}
+	f := scratch.Lookup(k.Flag)
+	if f == nil {
+		return "", fmt.Errorf("%s: the provider registers no flag -%s", k.Env, k.Flag)
+	}
+	return f.Value.String(), nil
+}
+
+// ClusterID is this cluster's ID as the provider and the reaper know it:
+// the kube-system namespace's UID.
+func ClusterID(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("reading namespace kube-system, whose UID is the cluster's ID (needs RBAC get on it): %w", err)
+	}
+	return string(ns.UID), nil
+}
+
+// FromCluster is what `gcp-t4 gc` and `gcp-t4 status -gce` do before they
+// build the provider: Read CAA's DaemonSet in namespace ("" wherever it
+// is), Fill fs from its peer-pods-cm (the provider's keys and extra), and
+// then, if -cluster-id is still empty, set it to this cluster's own ID
+// (ClusterID), which is what VerifyClusterID requires anyway. So they
+// judge exactly the VMs CAA and the reaper create: the same project,
+// zones, network and cluster ID. It returns what it filled, for the user
+// to see, and Source; with no CAA installed it fills nothing but the ID.
+func FromCluster(ctx context.Context, fs *flag.FlagSet, cs kubernetes.Interface, namespace string, getenv func(string) string, extra ...gcpt4.Key) (filled []string, source string, err error) {
+	in, err := Read(ctx, cs, namespace, DaemonSet)
+	if err != nil {
+		return nil, "", err
+	}
+	if filled, err = in.Fill(fs, getenv, extra...); err != nil {
+		return nil, "", err
+	}
+	if f := fs.Lookup("cluster-id"); f != nil && f.Value.String() == "" {
+		id, err := ClusterID(ctx, cs)
+		if err != nil {
+			return nil, "", fmt.Errorf("GCP_CLUSTER_ID is not set (-cluster-id, or peer-pods-cm) and %w", err)
+		}
+		if err := fs.Set("cluster-id", id); err != nil {
+			return nil, "", err
+		}
+		filled = append(filled, "GCP_CLUSTER_ID (kube-system's UID)")
+	}
+	sort.Strings(filled)
+	return filled, in.Source(), nil
 }

@@ -20,13 +20,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 
-	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 )
@@ -91,15 +90,17 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 			return 2
 		}
 	}
-	kube, dyn, err := kubeClients(*kubeconfigPath)
+	clients, err := caaconfig.Connect(*kubeconfigPath, "", "gcp-t4-gc")
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
+	kube := clients.Kube
 	if !reaper {
 		// The reaper's pod has peer-pods-cm in its env; a person running
-		// gc has it in the cluster.
-		filled, source, err := FromCluster(ctx, fs, kube, caaNamespace)
+		// gc has it in the cluster: the provider's keys, and the
+		// reaper's -grace, as the reaper would have them.
+		filled, source, err := caaconfig.FromCluster(ctx, fs, kube, caaNamespace, os.Getenv, gcpt4.Key{Env: "REAPER_GRACE", Flag: "grace"})
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return 2
@@ -128,7 +129,7 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 	}
 	c := &Collector{
 		VMs:     prov,
-		Cluster: KubeCluster{Client: kube, PeerPods: peerpod.Client{Dynamic: dyn}},
+		Cluster: KubeCluster{Client: kube, PeerPods: peerpod.Client{Dynamic: clients.Dynamic}},
 		Policy:  pol, Delete: *del, Now: time.Now, Log: logger,
 	}
 	if interval <= 0 {
@@ -243,19 +244,6 @@ func Print(w io.Writer, output string, p Pass) error {
 		return err
 	}
 	return nil
-}
-
-func kubeClients(path string) (kubernetes.Interface, dynamic.Interface, error) {
-	cfg, err := kubeconfig.Load(path, "", "gcp-t4-gc")
-	if err != nil {
-		return nil, nil, err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	return cs, dyn, err
 }
 
 // The reaper's own key, as its Deployment delivers it: the optional Secret

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 )
 
 // TestGCReadsPeerPodsCM runs docs/reaper.md's command as written,
@@ -47,7 +49,7 @@ func TestGCReadsPeerPodsCM(t *testing.T) {
 		t.Fatal(err)
 	}
 	labels := map[string]string{"app": "cloud-api-adaptor"}
-	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: caaDaemonSet, Namespace: ns}, Spec: appsv1.DaemonSetSpec{
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: caaconfig.DaemonSet, Namespace: ns}, Spec: appsv1.DaemonSetSpec{
 		Selector: &metav1.LabelSelector{MatchLabels: labels},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "cloud-api-adaptor-con", Image: "caa-gcp-t4:latest",

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"github.com/caa-gcp-t4/test/controlplane"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -40,11 +44,21 @@ type env struct {
 	// dsController reports DaemonSet rollouts as kube-controller-manager
 	// would once every selected node runs the pod; off to test a timeout.
 	dsController atomic.Bool
+	// uninstallMain is `gcp-t4 uninstall`.
+	uninstallMain MainFunc
 }
 
-func TestAgainstAPIServer(t *testing.T) {
+// MainFunc is a gcp-t4 command's entry point, as cmd/gcp-t4 runs it.
+type MainFunc = func(context.Context, []string, io.Writer, io.Writer, *slog.Logger) int
+
+// AgainstAPIServer is TestAgainstAPIServer: install's scenarios on one
+// real control plane, each installing and uninstalling for real, with
+// uninstallMain as `gcp-t4 uninstall`. The test itself is in package
+// install_test (uninstall_test.go): package uninstall imports this one,
+// so only an external test can hand its Main in.
+func AgainstAPIServer(t *testing.T, uninstallMain MainFunc) {
 	cp := controlplane.StartForTest(t, controlplane.Options{ExtraAPIServerFlags: []string{"--admission-control-config-file=" + gkeAdmissionConfig(t)}})
-	e := &env{cp: cp, cs: kubernetes.NewForConfigOrDie(cp.Config()), dyn: dynamic.NewForConfigOrDie(cp.Config())}
+	e := &env{cp: cp, cs: kubernetes.NewForConfigOrDie(cp.Config()), dyn: dynamic.NewForConfigOrDie(cp.Config()), uninstallMain: uninstallMain}
 	e.dsController.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -140,12 +154,22 @@ func (e *env) install(t *testing.T, extra ...string) (code int, stdout, stderr s
 	return code, o.String(), errb.String()
 }
 
+// installer is what install's Cluster sees of the control plane.
+func (e *env) installer(t *testing.T) Cluster {
+	t.Helper()
+	c, err := caaconfig.NewClients(e.cp.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Cluster{Dynamic: c.Dynamic, Mapper: c.Mapper}
+}
+
 func (e *env) uninstall(t *testing.T) string {
 	t.Helper()
 	var o, errb bytes.Buffer
 	// These installs name no reachable GCE; the uninstall guard is tested
 	// in guard_apiserver_test.go.
-	if code := MainUninstall(t.Context(), []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=10m", "--force"}, &o, &errb, nil); code != 0 {
+	if code := e.uninstallMain(t.Context(), []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=10m", "--force"}, &o, &errb, nil); code != 0 {
 		t.Fatalf("uninstall: exit %d: %s\n%s", code, errb.String(), o.String())
 	}
 	return o.String()
@@ -157,7 +181,7 @@ func (e *env) reset(t *testing.T) {
 	t.Helper()
 	ctx := t.Context()
 	var o, errb bytes.Buffer
-	MainUninstall(ctx, []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=10m", "--force"}, &o, &errb, nil)
+	e.uninstallMain(ctx, []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=10m", "--force"}, &o, &errb, nil)
 	for _, k := range kinds {
 		l, err := e.dyn.Resource(k).List(ctx, metav1.ListOptions{LabelSelector: PartOfLabel + "=" + PartOfValue})
 		if err != nil {
@@ -364,21 +388,18 @@ func subset(path string, want, got any) string {
 // with strict field validation, reads back with every rendered field
 // intact (nothing dropped or rewritten by the API server).
 func (e *env) testManifestsAccepted(t *testing.T) {
-	c, err := newClients(e.cp.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := e.installer(t)
 	for name, s := range combinations() {
 		t.Run(name, func(t *testing.T) {
 			objs, err := Build(s)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.cluster.Apply(t.Context(), objs, ApplyOptions{}); err != nil {
+			if _, err := c.Apply(t.Context(), objs, ApplyOptions{}); err != nil {
 				t.Fatalf("apply: %v", err)
 			}
 			for _, o := range objs {
-				ri, err := c.cluster.resource(refOf(o))
+				ri, err := c.resource(refOf(o))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -413,9 +434,9 @@ func (e *env) testManifestsAccepted(t *testing.T) {
 		"metadata": map[string]any{"name": "strict-probe", "namespace": "default"},
 		"data":     map[string]any{"a": "b"}, "dataa": map[string]any{"typo": "x"},
 	}}
-	cl := c.cluster
+	cl := c
 	cl.Namespace = "default"
-	_, err = cl.Apply(t.Context(), []*unstructured.Unstructured{bad}, ApplyOptions{})
+	_, err := cl.Apply(t.Context(), []*unstructured.Unstructured{bad}, ApplyOptions{})
 	if err == nil || !strings.Contains(err.Error(), "dataa") {
 		t.Errorf("apply with an unknown field: err = %v, want it named", err)
 	}
@@ -466,7 +487,7 @@ func (e *env) testGeneric(t *testing.T) {
 	if sel := ds.Spec.Template.Spec.NodeSelector; len(sel) != 1 || sel[labelWorker] != "" {
 		t.Errorf("nodeSelector %v", sel)
 	}
-	if _, err := e.cs.NodeV1().RuntimeClasses().Get(t.Context(), runtimeClassName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := e.cs.NodeV1().RuntimeClasses().Get(t.Context(), RuntimeClassName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("runtimeclass=auto must leave the RuntimeClass to kata-deploy: %v", err)
 	}
 	// CAA posts start-up Events on a podVM's pod wherever it runs, with or
@@ -508,7 +529,7 @@ func (e *env) testGKEUbuntu(t *testing.T) {
 		_, err := e.cs.CoreV1().Namespaces().Create(ctx, preNS, metav1.CreateOptions{})
 		return err
 	})
-	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: runtimeClassName}, Handler: "kata-remote"}
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: RuntimeClassName}, Handler: "kata-remote"}
 	mustCreate(t, func() error {
 		_, err := e.cs.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{})
 		return err
@@ -593,7 +614,7 @@ func (e *env) testGKEUbuntu(t *testing.T) {
 		t.Error("remediate runs in CAA's pod")
 	}
 	// kata-deploy's RuntimeClass is left alone.
-	live, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, runtimeClassName, metav1.GetOptions{})
+	live, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, RuntimeClassName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -662,7 +683,7 @@ func (e *env) testGKEUbuntu(t *testing.T) {
 	if ns.DeletionTimestamp != nil || ns.Labels["owner"] != "coco-operator" || ns.Labels["pod-security.kubernetes.io/enforce"] != "" {
 		t.Errorf("namespace after uninstall: labels %v, deleting %v; want it as the operator left it", ns.Labels, ns.DeletionTimestamp)
 	}
-	if _, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, runtimeClassName, metav1.GetOptions{}); err != nil {
+	if _, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, RuntimeClassName, metav1.GetOptions{}); err != nil {
 		t.Errorf("kata-deploy's RuntimeClass after uninstall: %v", err)
 	}
 }

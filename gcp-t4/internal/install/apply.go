@@ -274,13 +274,13 @@ func (c Cluster) Prune(ctx context.Context, stale []Ref) (deleted, kept []Ref, e
 		return nil, nil, nil
 	}
 	for _, r := range stale {
-		if c.helmOwned(ctx, r) {
+		if c.HelmOwned(ctx, r) {
 			kept = append(kept, r)
 		} else {
 			deleted = append(deleted, r)
 		}
 	}
-	if err := c.deleteAll(ctx, deleted); err != nil {
+	if err := c.DeleteAll(ctx, deleted); err != nil {
 		return nil, nil, fmt.Errorf("prune objects the new settings no longer render: %w", err)
 	}
 	inv, err := c.ReadInventory(ctx)
@@ -370,10 +370,11 @@ func inventoryObject(inv Inventory, ns string) (*unstructured.Unstructured, erro
 	return u, nil
 }
 
-// release drops every field only the installer owns in an object it did
+// Release drops every field only the installer owns in an object it did
 // not create: server-side apply of an empty configuration removes what the
 // field manager set before (labels on an adopted namespace, say).
-func (c Cluster) release(ctx context.Context, r Ref) error {
+// Uninstall calls it on what install adopted.
+func (c Cluster) Release(ctx context.Context, r Ref) error {
 	ri, err := c.resource(r)
 	if err != nil {
 		return err
@@ -419,8 +420,9 @@ func (c Cluster) ReadInventory(ctx context.Context) (Inventory, error) {
 	return inv, nil
 }
 
-// deleteAll deletes refs in reverse apply order and waits until they are gone.
-func (c Cluster) deleteAll(ctx context.Context, refs []Ref) error {
+// DeleteAll deletes refs in reverse apply order and waits until they are
+// gone (Prune, and uninstall).
+func (c Cluster) DeleteAll(ctx context.Context, refs []Ref) error {
 	refs = append([]Ref(nil), refs...)
 	sortRefs(refs)
 	bg := metav1.DeletePropagationBackground

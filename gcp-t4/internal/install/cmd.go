@@ -5,23 +5,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"io"
 	"log/slog"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 )
 
 // kvFlag collects repeated --set KEY=VALUE.
@@ -38,49 +31,26 @@ func (f kvFlag) Set(s string) error {
 	return nil
 }
 
-type clusterFlags struct {
-	kubeconfig, context string
+// ClusterFlags are install's and uninstall's --kubeconfig and --context.
+type ClusterFlags struct {
+	Kubeconfig, Context string
 }
 
-func (c *clusterFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-	fs.StringVar(&c.context, "context", "", "kubeconfig context (default: the current one)")
+// Register adds them to fs.
+func (c *ClusterFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&c.Context, "context", "", "kubeconfig context (default: the current one)")
 }
 
-func (c *clusterFlags) restConfig() (*rest.Config, error) {
-	cfg, err := kubeconfig.Load(c.kubeconfig, c.context, "gcp-t4-install")
+// Connect builds the clients of the cluster they name (caaconfig.Connect,
+// whose rate limit is set for install's burst of applies); userAgent names
+// the command to the API server's audit log.
+func (c ClusterFlags) Connect(userAgent string) (caaconfig.Clients, error) {
+	cl, err := caaconfig.Connect(c.Kubeconfig, c.Context, userAgent)
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig, --context: %w", err)
+		return caaconfig.Clients{}, fmt.Errorf("--kubeconfig, --context: %w", err)
 	}
-	// An install or uninstall is one burst of requests (discovery, the
-	// server-side applies, the read-backs, the inventory). client-go's
-	// default bucket (5 QPS, burst 10: rest/config.go DefaultQPS and
-	// DefaultBurst at v0.35.4, the version we pin) held most of them in the client: the
-	// generic-cluster test case (install, checks, uninstall) took 19.3 s
-	// with it and 2.4 s with this one. Helm 3.22 gives its client a burst
-	// of 100 (pkg/cli/environment.go defaultBurstLimit) and kubectl v0.37.2 runs
-	// discovery at 50 QPS (pkg/cmd/cmd.go); the server's own API Priority
-	// and Fairness, not this bucket, is what protects it.
-	cfg.QPS, cfg.Burst = 50, 100
-	return cfg, nil
-}
-
-type clients struct {
-	typed   kubernetes.Interface
-	cluster Cluster
-}
-
-func newClients(cfg *rest.Config) (clients, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return clients{}, fmt.Errorf("kubernetes client: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return clients{}, fmt.Errorf("kubernetes client: %w", err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
-	return clients{typed: cs, cluster: Cluster{Dynamic: dyn, Mapper: mapper}}, nil
+	return cl, nil
 }
 
 // listFlag collects a repeated flag.
@@ -97,7 +67,7 @@ func (f *listFlag) Set(s string) error {
 }
 
 type installOptions struct {
-	cluster               clusterFlags
+	cluster               ClusterFlags
 	req                   Request
 	gke, runtimeClass     Mode
 	costGuard             Mode
@@ -128,7 +98,7 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 		fmt.Fprintln(stderr, "usage: gcp-t4 install [flags]\n\nInstalls or upgrades CAA with gcp-t4: renders install/overlays/gcp-t4 (embedded), detects GKE, validates peer-pods-cm with the provider's own rules, prints the settings diff and applies with server-side apply. An upgrade keeps every setting already installed (image, peer-pods-cm keys, credentials, certificates) unless a flag changes it; --unset KEY, --use-adc and --no-tls-certs remove. docs/install.md.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	o.cluster.register(fs)
+	o.cluster.Register(fs)
 	var project, zone, podImage, network, subnetwork string
 	var credFile, wifFile, tlsCA, tlsCert, tlsKey string
 	var noTLS bool
@@ -371,15 +341,11 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 	if o.render {
 		return renderOffline(o, stdout, stderr)
 	}
-	cfg, err := o.cluster.restConfig()
+	c, err := o.cluster.Connect("gcp-t4-install")
 	if err != nil {
 		return fmt.Errorf("%w; --render prints the manifests without a cluster", err)
 	}
-	c, err := newClients(cfg)
-	if err != nil {
-		return err
-	}
-	live, err := ReadLive(ctx, c.typed, o.req.Namespace)
+	live, err := ReadLive(ctx, c.Kube, o.req.Namespace)
 	if err != nil {
 		return err
 	}
@@ -390,7 +356,7 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	env, err := Detect(ctx, c.typed)
+	env, err := Detect(ctx, c.Kube)
 	if err != nil {
 		return err
 	}
@@ -399,7 +365,7 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 		return err
 	}
 	s.GKERemediation, s.RuntimeClass = d.GKERemediation, d.RuntimeClass
-	guard, err := costGuardWanted(ctx, c.typed, o.costGuard, live)
+	guard, err := costGuardWanted(ctx, c.Kube, o.costGuard, live)
 	if err != nil {
 		return err
 	}
@@ -413,7 +379,7 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 	if !s.CostGuard && o.req.GuardMaxGPUsPerPod != "" {
 		return fmt.Errorf("--cost-guard-max-gpus-per-pod: the cost guard is not installed here; add --cost-guard=on")
 	}
-	if err := setClusterID(ctx, c.typed, &s); err != nil {
+	if err := setClusterID(ctx, c.Kube, &s); err != nil {
 		return err
 	}
 	objs, err := Build(s)
@@ -433,8 +399,7 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 		fmt.Fprintln(stderr, "warning: no key and no Workload Identity Federation configuration: CAA uses the Application Default Credentials its pod finds, on GKE the node's service account, which then needs the podVM permissions (docs/install.md, \"Credentials\")")
 	}
 	PrintDiff(stdout, liveView(live), newView(s, objs))
-	cl := c.cluster
-	cl.Namespace = s.Namespace
+	cl := Cluster{Dynamic: c.Dynamic, Mapper: c.Mapper, Namespace: s.Namespace}
 	actx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	res, err := cl.Apply(actx, objs, ApplyOptions{ForceConflicts: o.force, DryRun: o.dryRun})
@@ -464,7 +429,7 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 	}
 	wctx, wcancel := context.WithTimeout(ctx, o.rolloutTimeout)
 	defer wcancel()
-	r, err := WaitRollout(wctx, c.typed, cl.ns(), stdout, o.pollInterval)
+	r, err := WaitRollout(wctx, c.Kube, cl.ns(), stdout, o.pollInterval)
 	if err != nil {
 		return err
 	}
@@ -486,240 +451,4 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "  left %s to the Helm release that adopted it\n", r)
 	}
 	return nil
-}
-
-type uninstallOptions struct {
-	cluster   clusterFlags
-	namespace string
-	dryRun    bool
-	timeout   time.Duration
-	guard     guardOptions
-}
-
-// MainUninstall is `gcp-t4 uninstall`.
-func MainUninstall(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
-	o := &uninstallOptions{}
-	fs := flag.NewFlagSet("gcp-t4 uninstall", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o.cluster.register(fs)
-	fs.StringVar(&o.namespace, "namespace", "", "namespace CAA was installed in (default: found from the inventory)")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "list what would be deleted; delete nothing")
-	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the objects to be gone")
-	o.guard.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gcp-t4 uninstall: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if err := runUninstall(ctx, o, stdout); err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 uninstall: %v\n", err)
-		return 1
-	}
-	return 0
-}
-
-func runUninstall(ctx context.Context, o *uninstallOptions, stdout io.Writer) error {
-	cfg, err := o.cluster.restConfig()
-	if err != nil {
-		return err
-	}
-	c, err := newClients(cfg)
-	if err != nil {
-		return err
-	}
-	live, err := ReadLive(ctx, c.typed, o.namespace)
-	if err != nil {
-		return err
-	}
-	cl := c.cluster
-	cl.Namespace = live.Namespace
-	if cl.Namespace == "" {
-		cl.Namespace = o.namespace
-	}
-	if live.HelmRelease != "" {
-		return fmt.Errorf("daemonset %s/%s belongs to Helm release %q: remove it with helm uninstall %s --namespace %s", live.Namespace, DaemonSetName, live.HelmRelease, live.HelmRelease, live.Namespace)
-	}
-	inv, err := cl.ReadInventory(ctx)
-	if err != nil {
-		return err
-	}
-	if len(inv.Objects) == 0 {
-		// No inventory: applied with kubectl apply -k, or an install
-		// from before inventories were written first. Our objects carry
-		// the part-of label.
-		if inv.Objects, err = cl.labelled(ctx); err != nil {
-			return err
-		}
-		if len(inv.Objects) > 0 {
-			fmt.Fprintf(stdout, "no inventory %s/%s: removing the objects labelled %s=%s instead\n", cl.ns(), InventoryName, PartOfLabel, PartOfValue)
-		}
-	}
-	if len(inv.Objects) == 0 {
-		fmt.Fprintf(stdout, "nothing to uninstall: no inventory %s/%s and no object labelled %s=%s\n", cl.ns(), InventoryName, PartOfLabel, PartOfValue)
-		return nil
-	}
-	// An object Helm adopted since (the kata-remote RuntimeClass, by
-	// kata-deploy's chart) is Helm's now.
-	for _, r := range inv.Objects {
-		if !inv.adopted(r) && cl.helmOwned(ctx, r) {
-			inv.Adopted = append(inv.Adopted, r)
-		}
-	}
-	if err := o.guard.check(ctx, c.typed, c.cluster.Dynamic, cl.ns(), o.dryRun, stdout); err != nil {
-		return err
-	}
-	var del, adopted []Ref
-	var ns *Ref
-	for _, r := range inv.Objects {
-		switch {
-		case inv.adopted(r):
-			adopted = append(adopted, r)
-		case r.Kind == "Namespace" && r.APIVersion == "v1":
-			ns = &r
-		default:
-			del = append(del, r)
-		}
-	}
-	del = append(del, Ref{APIVersion: "v1", Kind: "ConfigMap", Namespace: cl.ns(), Name: InventoryName})
-	// The nodes first, while the sidecar's identity still exists (uninstall_nodes.go).
-	rctx, rcancel := context.WithTimeout(ctx, o.timeout)
-	err = restoreNodes(rctx, c.typed, cl.ns(), o.dryRun, stdout)
-	rcancel()
-	if err != nil {
-		return err
-	}
-	if o.dryRun {
-		for _, r := range adopted {
-			fmt.Fprintf(stdout, "would keep %s (it existed before install) and drop the fields install set\n", r)
-		}
-		for _, r := range del {
-			fmt.Fprintf(stdout, "would delete %s\n", r)
-		}
-		if ns != nil {
-			fmt.Fprintf(stdout, "would delete %s if nothing else is left in it\n", *ns)
-		}
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	for _, r := range adopted {
-		if err := cl.release(ctx, r); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "keeping %s: it existed before install; dropped the fields install set\n", r)
-	}
-	if err := cl.deleteAll(ctx, del); err != nil {
-		return err
-	}
-	for _, r := range del {
-		fmt.Fprintf(stdout, "deleted %s\n", r)
-	}
-	if ns == nil {
-		return nil
-	}
-	others, err := foreignObjects(ctx, c.typed, ns.Name)
-	if err != nil {
-		return err
-	}
-	if len(others) > 0 {
-		fmt.Fprintf(stdout, "keeping %s: it holds objects install did not create: %s\n", *ns, strings.Join(others, ", "))
-		return nil
-	}
-	if err := cl.deleteAll(ctx, []Ref{*ns}); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "deleted %s\n", *ns)
-	return nil
-}
-
-// foreignObjects lists what else lives in ns (say peerpod-ctrl or a
-// kata-deploy installed there later), so uninstall does not delete the
-// namespace under it. Pods of the deleted DaemonSet and what Kubernetes
-// puts in every namespace do not count.
-func foreignObjects(ctx context.Context, cs kubernetes.Interface, ns string) ([]string, error) {
-	var out []string
-	add := func(kind string, names ...string) {
-		for _, n := range names {
-			out = append(out, kind+"/"+n)
-		}
-	}
-	opts := metav1.ListOptions{}
-	dss, err := cs.AppsV1().DaemonSets(ns).List(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("list daemonsets in %s: %w", ns, err)
-	}
-	for _, x := range dss.Items {
-		add("DaemonSet", x.Name)
-	}
-	deps, err := cs.AppsV1().Deployments(ns).List(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("list deployments in %s: %w", ns, err)
-	}
-	for _, x := range deps.Items {
-		add("Deployment", x.Name)
-	}
-	sts, err := cs.AppsV1().StatefulSets(ns).List(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("list statefulsets in %s: %w", ns, err)
-	}
-	for _, x := range sts.Items {
-		add("StatefulSet", x.Name)
-	}
-	pods, err := cs.CoreV1().Pods(ns).List(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("list pods in %s: %w", ns, err)
-	}
-	for _, x := range pods.Items {
-		if !ownedByOurWorkloads(x) {
-			add("Pod", x.Name)
-		}
-	}
-	cms, err := cs.CoreV1().ConfigMaps(ns).List(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("list configmaps in %s: %w", ns, err)
-	}
-	for _, x := range cms.Items {
-		if x.Name != "kube-root-ca.crt" {
-			add("ConfigMap", x.Name)
-		}
-	}
-	secs, err := cs.CoreV1().Secrets(ns).List(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("list secrets in %s: %w", ns, err)
-	}
-	for _, x := range secs.Items {
-		add("Secret", x.Name)
-	}
-	sas, err := cs.CoreV1().ServiceAccounts(ns).List(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("list serviceaccounts in %s: %w", ns, err)
-	}
-	for _, x := range sas.Items {
-		if x.Name != "default" {
-			add("ServiceAccount", x.Name)
-		}
-	}
-	sort.Strings(out)
-	return out, nil
-}
-
-// ownedByOurWorkloads: the pods of what uninstall just deleted (CAA's and
-// the remediation DaemonSets, the reaper Deployment's ReplicaSets), which
-// terminate with the namespace: a reaper pod still in its grace period
-// must not keep the namespace install created.
-func ownedByOurWorkloads(p corev1.Pod) bool {
-	for _, o := range p.OwnerReferences {
-		switch {
-		case o.Kind == "DaemonSet" && (o.Name == DaemonSetName || o.Name == RemediationDaemonSet):
-			return true
-		case o.Kind == "ReplicaSet" && strings.HasPrefix(o.Name, ReaperName+"-") && p.Labels["app"] == ReaperName:
-			return true
-		}
-	}
-	return false
 }

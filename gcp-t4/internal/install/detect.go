@@ -20,8 +20,11 @@ const (
 	labelKataRuntime  = "katacontainers.io/kata-runtime"
 	labelWorker       = "node.kubernetes.io/worker"
 	webhookName       = "mwebhook.peerpods.io"
-	runtimeClassName  = "kata-remote"
 )
+
+// RuntimeClassName is the RuntimeClass of peer pods: the one kata-deploy's
+// chart creates for kata-remote, and components/runtimeclass when asked.
+const RuntimeClassName = "kata-remote"
 
 // Pinned versions of the upstream pieces this installer leaves to upstream.
 const (
@@ -141,14 +144,14 @@ func Detect(ctx context.Context, cs kubernetes.Interface) (Environment, error) {
 			}
 		}
 	}
-	rc, err := cs.NodeV1().RuntimeClasses().Get(ctx, runtimeClassName, metav1.GetOptions{})
+	rc, err := cs.NodeV1().RuntimeClasses().Get(ctx, RuntimeClassName, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		env.RuntimeClass = true
 		env.RuntimeClassOur = rc.Labels[PartOfLabel] == PartOfValue
 		env.RuntimeClassHelm = helmManaged(rc.ManagedFields)
 	case !apierrors.IsNotFound(err):
-		return env, fmt.Errorf("get runtimeclass %s: %w", runtimeClassName, err)
+		return env, fmt.Errorf("get runtimeclass %s: %w", RuntimeClassName, err)
 	}
 	return env, nil
 }
@@ -249,9 +252,9 @@ func Decide(env Environment, gke, rc Mode) (Decision, error) {
 	}
 	switch {
 	case d.RuntimeClass && env.RuntimeClass && !env.RuntimeClassOur:
-		d.Warnings = append(d.Warnings, fmt.Sprintf("RuntimeClass %s exists and is not ours (kata-deploy's?); --runtimeclass=on takes over its fields", runtimeClassName))
+		d.Warnings = append(d.Warnings, fmt.Sprintf("RuntimeClass %s exists and is not ours (kata-deploy's?); --runtimeclass=on takes over its fields", RuntimeClassName))
 	case !d.RuntimeClass && !env.RuntimeClass:
-		d.Warnings = append(d.Warnings, fmt.Sprintf("RuntimeClass %s not found: kata-deploy's chart creates it (runtimeClasses.enabled, its default); if kata-deploy runs without it, re-run with --runtimeclass=on (created so that a later kata-deploy Helm install adopts it)", runtimeClassName))
+		d.Warnings = append(d.Warnings, fmt.Sprintf("RuntimeClass %s not found: kata-deploy's chart creates it (runtimeClasses.enabled, its default); if kata-deploy runs without it, re-run with --runtimeclass=on (created so that a later kata-deploy Helm install adopts it)", RuntimeClassName))
 	}
 	if env.KataDeploy == "" {
 		d.Warnings = append(d.Warnings, fmt.Sprintf("kata-deploy not found (no kata-deploy DaemonSet, no node labelled %s=true): peer pods need its remote shim on the nodes; install kata-deploy %s, the version CAA %s pins, with only the remote shim: helm install kata-deploy oci://ghcr.io/kata-containers/kata-deploy-charts/kata-deploy --version %s --namespace kube-system -f kata-deploy-values.yaml (the values are in docs/install.md)", labelKataRuntime, KataDeployVersion, UpstreamRelease, KataDeployVersion))

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 )
 
 // Helm's ownership metadata (helm.sh/helm/v3 pkg/action/validate.go).
@@ -35,10 +37,10 @@ type Live struct {
 	// peerpods chart): then `helm upgrade` is the way to change it.
 	HelmRelease string
 	Image       string
-	// ConfigName and Config are the peer-pods-cm the DaemonSet reads
-	// (hashed names from installs before fixed names included).
-	ConfigName string
-	Config     map[string]string
+	// Config is the data of the peer-pods-cm the DaemonSet reads (hashed
+	// names from installs before fixed names included), read by
+	// caaconfig as every command reads it; nil when there is none.
+	Config map[string]string
 	// Credentials is GCP_CREDENTIALS from the Secret the DaemonSet reads.
 	Credentials []byte
 	// WIF is the credential configuration the gcp-wif volume projects.
@@ -126,21 +128,18 @@ func (l *Live) readPod(ctx context.Context, cs kubernetes.Interface, ds *appsv1.
 	l.Image = caa.Image
 	var secretName string
 	for _, e := range caa.EnvFrom {
-		switch {
-		case e.ConfigMapRef != nil && strings.HasPrefix(e.ConfigMapRef.Name, ConfigMapName):
-			l.ConfigName = e.ConfigMapRef.Name
-		case e.SecretRef != nil && strings.HasPrefix(e.SecretRef.Name, SecretName):
+		if e.SecretRef != nil && strings.HasPrefix(e.SecretRef.Name, SecretName) {
 			secretName = e.SecretRef.Name
 		}
 	}
-	if l.ConfigName != "" {
-		cm, err := cs.CoreV1().ConfigMaps(l.Namespace).Get(ctx, l.ConfigName, metav1.GetOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("read configmap %s/%s: %w", l.Namespace, l.ConfigName, err)
-		}
-		if err == nil {
-			l.Config = cm.Data
-		}
+	// A peer-pods-cm the DaemonSet names that is gone is no error here:
+	// the upgrade writes it again, from the flags.
+	in, err := caaconfig.Of(ctx, cs, ds)
+	if err != nil {
+		return err
+	}
+	if len(in.ConfigMaps) > 0 {
+		l.Config = in.Data
 	}
 	if secretName != "" {
 		sec, err := cs.CoreV1().Secrets(l.Namespace).Get(ctx, secretName, metav1.GetOptions{})
@@ -179,11 +178,12 @@ func (l *Live) readPod(ctx context.Context, cs kubernetes.Interface, ds *appsv1.
 	return nil
 }
 
-// labelled finds the objects carrying our part-of label in the kinds the
+// Labelled finds the objects carrying our part-of label in the kinds the
 // manifests render (every component included), in c's namespace or
-// cluster-scoped.
-func (c Cluster) labelled(ctx context.Context) ([]Ref, error) {
-	objs, err := Build(Settings{GKERemediation: true, RuntimeClass: true, CostGuard: true, Namespace: c.ns()})
+// cluster-scoped: what uninstall removes where no inventory was written
+// (kubectl apply -k).
+func (c Cluster) Labelled(ctx context.Context) ([]Ref, error) {
+	objs, err := Build(everyComponent(c.ns()))
 	if err != nil {
 		return nil, err
 	}
@@ -231,8 +231,10 @@ func (c Cluster) labelled(ctx context.Context) ([]Ref, error) {
 	return out, nil
 }
 
-// helmOwned reports whether Helm has written the object since.
-func (c Cluster) helmOwned(ctx context.Context, r Ref) bool {
+// HelmOwned reports whether Helm has written the object since (the
+// kata-remote RuntimeClass, adopted by kata-deploy's chart): then it is
+// Helm's to delete, not ours.
+func (c Cluster) HelmOwned(ctx context.Context, r Ref) bool {
 	ri, err := c.resource(r)
 	if err != nil {
 		return false

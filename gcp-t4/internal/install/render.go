@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	kustomizetree "github.com/caa-gcp-t4/install"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/distribution/reference"
@@ -31,8 +32,8 @@ import (
 // Names shared by the manifests and the installer.
 const (
 	Namespace     = "confidential-containers-system"
-	DaemonSetName = "cloud-api-adaptor-daemonset"
-	ConfigMapName = "peer-pods-cm"
+	DaemonSetName = caaconfig.DaemonSet
+	ConfigMapName = caaconfig.ConfigMap
 	SecretName    = "peer-pods-secret"
 	// ImageName is what the overlay sets the container image to; the
 	// user's --image replaces it.
@@ -40,6 +41,9 @@ const (
 	// SelectionLabel picks the GKE nodes that run peer pods (and so get
 	// the remediation sidecar). Set it as a node-pool label.
 	SelectionLabel = "caa-gcp-t4/peer-pods"
+	// RemediationDaemonSet is the `gcp-t4-node remediate` DaemonSet of
+	// components/gke-remediation.
+	RemediationDaemonSet = "gcp-t4-remediate"
 	// PartOfLabel marks every object the manifests create.
 	PartOfLabel = "app.kubernetes.io/part-of"
 	PartOfValue = "caa-gcp-t4"
@@ -118,6 +122,15 @@ type Settings struct {
 	// carried are live peer-pods-cm keys neither CAA nor gcp-t4 reads,
 	// kept by an upgrade until --unset.
 	carried []string
+}
+
+// everyComponent is Settings with every component that adds kinds of its
+// own switched on, in namespace ns: what Cluster.Labelled renders to know
+// every kind of object an install may have created, for an uninstall
+// without an inventory. A component added to Settings.kustomization is
+// switched on here too.
+func everyComponent(ns string) Settings {
+	return Settings{GKERemediation: true, RuntimeClass: true, CostGuard: true, Namespace: ns}
 }
 
 // TLSFiles are the PEM files of the certs-for-tls Secret.

@@ -356,7 +356,7 @@ func TestRuntimeClassComponent(t *testing.T) {
 	m := mustRender(t, Settings{RuntimeClass: true})
 	found := false
 	for _, r := range m.Resources() {
-		if r.GetKind() == "RuntimeClass" && r.GetName() == runtimeClassName {
+		if r.GetKind() == "RuntimeClass" && r.GetName() == RuntimeClassName {
 			found = true
 		}
 	}

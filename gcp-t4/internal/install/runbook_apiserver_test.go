@@ -393,7 +393,7 @@ func (r *runbook) pack(t *testing.T, args []string) {
 // runtime handler on each node, and kata-deploy's node label.
 func (r *runbook) kataDeploy(t *testing.T) {
 	ctx := t.Context()
-	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: runtimeClassName}, Handler: runtimeClassName}
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: RuntimeClassName}, Handler: RuntimeClassName}
 	if _, err := r.e.cs.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -406,7 +406,7 @@ func (r *runbook) kataDeploy(t *testing.T) {
 		if n, err = r.e.cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		n.Status.RuntimeHandlers = []corev1.NodeRuntimeHandler{{Name: "runc"}, {Name: runtimeClassName}}
+		n.Status.RuntimeHandlers = []corev1.NodeRuntimeHandler{{Name: "runc"}, {Name: RuntimeClassName}}
 		if _, err := r.e.cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -557,10 +557,7 @@ func (r *runbook) kustomize(t *testing.T, args []string) {
 	if err != nil {
 		t.Fatalf("%s: kustomize build %s: %v", r.section, dir, err)
 	}
-	c, err := newClients(r.e.cp.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := r.e.installer(t)
 	var names []string
 	for _, res := range rm.Resources() {
 		m, err := res.Map()
@@ -568,7 +565,7 @@ func (r *runbook) kustomize(t *testing.T, args []string) {
 			t.Fatal(err)
 		}
 		u := &unstructured.Unstructured{Object: m}
-		ri, err := c.cluster.resource(refOf(u))
+		ri, err := c.resource(refOf(u))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -606,8 +603,8 @@ func (e *env) cleanupRunbook(t *testing.T) {
 	// uninstall waits for: they go at once.
 	_ = e.cs.CoreV1().Pods(Namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
 	var o, errb bytes.Buffer
-	MainUninstall(ctx, []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=10m", "--force"}, &o, &errb, nil)
+	e.uninstallMain(ctx, []string{"--kubeconfig=" + e.cp.Kubeconfig, "--timeout=10m", "--force"}, &o, &errb, nil)
 	_ = e.cs.CoreV1().Namespaces().Delete(ctx, "mistral-tp2", metav1.DeleteOptions{})
-	_ = e.cs.NodeV1().RuntimeClasses().Delete(ctx, runtimeClassName, metav1.DeleteOptions{})
+	_ = e.cs.NodeV1().RuntimeClasses().Delete(ctx, RuntimeClassName, metav1.DeleteOptions{})
 	_ = e.cs.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 }

@@ -254,10 +254,7 @@ func (e *env) kubectlApply(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := newClients(e.cp.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := e.installer(t)
 	for _, n := range nodes {
 		data, err := n.MarshalJSON()
 		if err != nil {
@@ -273,7 +270,7 @@ func (e *env) kubectlApply(t *testing.T, dir string) {
 		}
 		ann["kubectl.kubernetes.io/last-applied-configuration"] = string(data)
 		u.SetAnnotations(ann)
-		ri, err := c.cluster.resource(refOf(u))
+		ri, err := c.resource(refOf(u))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -427,7 +424,7 @@ func (e *env) testRuntimeClassAdoptable(t *testing.T) {
 	if code, out, errs := e.install(t, "--runtimeclass=on"); code != 0 {
 		t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
 	}
-	rc, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, runtimeClassName, metav1.GetOptions{})
+	rc, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, RuntimeClassName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +436,7 @@ func (e *env) testRuntimeClassAdoptable(t *testing.T) {
 		t.Fatalf("re-install: exit %d\n%s\n%s", code, out, errs)
 	}
 	// Helm adopts it: its kube client updates the object as manager "helm".
-	rc, _ = e.cs.NodeV1().RuntimeClasses().Get(ctx, runtimeClassName, metav1.GetOptions{})
+	rc, _ = e.cs.NodeV1().RuntimeClasses().Get(ctx, RuntimeClassName, metav1.GetOptions{})
 	rc.Labels["kata-deploy/instance"] = "default"
 	if _, err := e.cs.NodeV1().RuntimeClasses().Update(ctx, rc, metav1.UpdateOptions{FieldManager: "helm"}); err != nil {
 		t.Fatal(err)
@@ -448,12 +445,12 @@ func (e *env) testRuntimeClassAdoptable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("re-install after the adoption: exit %d\n%s\n%s", code, out, errs)
 	}
-	mustContain(t, "stdout", out, "left RuntimeClass/"+runtimeClassName+" to the Helm release that adopted it")
+	mustContain(t, "stdout", out, "left RuntimeClass/"+RuntimeClassName+" to the Helm release that adopted it")
 	e.uninstall(t)
-	if _, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, runtimeClassName, metav1.GetOptions{}); err != nil {
+	if _, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, RuntimeClassName, metav1.GetOptions{}); err != nil {
 		t.Errorf("the adopted RuntimeClass was deleted: %v", err)
 	}
-	_ = e.cs.NodeV1().RuntimeClasses().Delete(ctx, runtimeClassName, metav1.DeleteOptions{})
+	_ = e.cs.NodeV1().RuntimeClasses().Delete(ctx, RuntimeClassName, metav1.DeleteOptions{})
 	e.assertNothingLeft(t)
 }
 
@@ -571,7 +568,7 @@ func (e *env) testHelmReleaseRefused(t *testing.T) {
 		t.Errorf("install over a Helm release: exit %d, %s", code, errs)
 	}
 	var o, errb bytes.Buffer
-	if MainUninstall(ctx, []string{"--kubeconfig=" + e.cp.Kubeconfig}, &o, &errb, nil) != 1 || !strings.Contains(errb.String(), "helm uninstall peerpods") {
+	if e.uninstallMain(ctx, []string{"--kubeconfig=" + e.cp.Kubeconfig}, &o, &errb, nil) != 1 || !strings.Contains(errb.String(), "helm uninstall peerpods") {
 		t.Errorf("uninstall of a Helm release: %s", errb.String())
 	}
 	if left := e.ours(t); len(left) > 0 {

@@ -201,7 +201,7 @@ func (w *walk) run(t *testing.T, step, cmd string) {
 				return Main(c, append([]string{"--kubeconfig=" + w.e.cp.Kubeconfig, "--timeout=10m"}, a...), o, e, nil)
 			},
 			"uninstall": func(c context.Context, a []string, o, e *bytes.Buffer) int {
-				return MainUninstall(c, append([]string{"--kubeconfig=" + w.e.cp.Kubeconfig, "--timeout=10m"}, a...), o, e, nil)
+				return w.e.uninstallMain(c, append([]string{"--kubeconfig=" + w.e.cp.Kubeconfig, "--timeout=10m"}, a...), o, e, nil)
 			},
 			"preflight": func(c context.Context, a []string, o, e *bytes.Buffer) int { return preflight.Main(c, a, o, e, nil) },
 			"plan":      func(c context.Context, a []string, o, e *bytes.Buffer) int { return plan.Main(c, a, o, e, nil) },
@@ -262,10 +262,7 @@ func (w *walk) kubectl(t *testing.T, verb, file string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := newClients(w.e.cp.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := w.e.installer(t)
 	for _, n := range nodes {
 		js, _ := n.MarshalJSON()
 		u := &unstructured.Unstructured{}
@@ -275,7 +272,7 @@ func (w *walk) kubectl(t *testing.T, verb, file string) {
 		if u.GetNamespace() == "" {
 			u.SetNamespace("default")
 		}
-		ri, err := c.cluster.resource(refOf(u))
+		ri, err := c.resource(refOf(u))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -492,13 +489,13 @@ func (e *env) testWalkthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What kata-deploy's chart creates (a prerequisite of the page).
-	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: runtimeClassName}, Handler: runtimeClassName}
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: RuntimeClassName}, Handler: RuntimeClassName}
 	mustCreate(t, func() error {
 		_, err := e.cs.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{})
 		return err
 	})
 	t.Cleanup(func() {
-		_ = e.cs.NodeV1().RuntimeClasses().Delete(context.Background(), runtimeClassName, metav1.DeleteOptions{})
+		_ = e.cs.NodeV1().RuntimeClasses().Delete(context.Background(), RuntimeClassName, metav1.DeleteOptions{})
 	})
 	for _, k := range []string{"GCP_PROJECT_ID", "GCP_ZONE", "GCP_ZONES", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_SUBNETWORK", "GCP_CREDENTIALS", "KUBECONFIG", "GCP_SERVICE_ACCOUNT", "GOOGLE_APPLICATION_CREDENTIALS"} {
 		t.Setenv(k, "")

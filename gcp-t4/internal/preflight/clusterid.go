@@ -3,10 +3,10 @@ package preflight
 import (
 	"context"
 	"fmt"
-	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 )
 
 // checkClusterID: the peer-pods-cm the installed DaemonSet reads carries
@@ -20,29 +20,25 @@ func (c *Cluster) checkClusterID(ctx context.Context) (Result, bool) {
 	if err != nil {
 		return Result{}, false
 	}
-	cmName := ""
-	for _, ct := range ds.Spec.Template.Spec.Containers {
-		for _, e := range ct.EnvFrom {
-			if e.ConfigMapRef != nil && strings.HasPrefix(e.ConfigMapRef.Name, "peer-pods-cm") {
-				cmName = e.ConfigMapRef.Name
-			}
-		}
+	check := "cluster id"
+	in, err := caaconfig.Of(ctx, c.Client, ds)
+	if err != nil {
+		return fail(check, "", "%v", err), true
 	}
-	if cmName == "" {
+	if len(in.Missing) > 0 {
+		return fail(check, "", "ConfigMap %s/%s, which the DaemonSet reads, does not exist", c.Namespace, in.Missing[0]), true
+	}
+	if len(in.ConfigMaps) == 0 {
 		return Result{}, false
 	}
-	check := "cluster id"
-	ns, err := c.Client.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
+	// The value CAA gets is the last ConfigMap's that sets it; the fix
+	// patches the one it reads last.
+	cmName := in.ConfigMaps[len(in.ConfigMaps)-1]
+	uid, err := caaconfig.ClusterID(ctx, c.Client)
 	if err != nil {
-		return fail(check, "", "reading namespace kube-system, whose UID is the cluster's ID: %v", err), true
+		return fail(check, "", "%v", err), true
 	}
-	cm, err := c.Client.CoreV1().ConfigMaps(c.Namespace).Get(ctx, cmName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return fail(check, "", "ConfigMap %s/%s, which the DaemonSet reads, does not exist", c.Namespace, cmName), true
-	} else if err != nil {
-		return fail(check, "", "reading %s/%s: %v", c.Namespace, cmName, err), true
-	}
-	uid, got := string(ns.UID), cm.Data["GCP_CLUSTER_ID"]
+	got := in.Data["GCP_CLUSTER_ID"]
 	if got == uid {
 		return pass(check, "GCP_CLUSTER_ID in %s/%s is this cluster's (kube-system's UID %s)", c.Namespace, cmName, uid), true
 	}

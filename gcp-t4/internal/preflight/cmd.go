@@ -17,7 +17,7 @@ import (
 	"google.golang.org/api/option"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
 )
@@ -83,14 +83,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	var kube kubernetes.Interface
 	var prior []Result
 	if *kubeconfigPath != "" {
-		rc, err := kubeconfig.Load(*kubeconfigPath, "", "gcp-t4-preflight")
-		if err == nil {
-			kube, err = kubernetes.NewForConfig(rc)
-		}
+		clients, err := caaconfig.Connect(*kubeconfigPath, "", "gcp-t4-preflight")
 		if err != nil {
 			fmt.Fprintf(stderr, "gcp-t4 preflight: -kubeconfig %s: %v\n", *kubeconfigPath, err)
 			return 2
 		}
+		kube = clients.Kube
 		if *maxPull <= 0 {
 			fmt.Fprintf(stderr, "gcp-t4 preflight: -max-image-pull %s: give a positive duration, e.g. 10m\n", *maxPull)
 			return 2

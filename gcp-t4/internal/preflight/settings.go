@@ -40,7 +40,7 @@ func fromCluster(ctx context.Context, fs *flag.FlagSet, kube kubernetes.Interfac
 	if in.Namespace != "" && !given {
 		*namespace = in.Namespace
 	}
-	filled, err := caaconfig.Fill(fs, os.Getenv, in.Data, gcpt4.Keys(), in.Source())
+	filled, err := in.Fill(fs, os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 preflight: %v (the provider refuses it at start too: correct it with gcp-t4 install --set KEY=VALUE, or give the flag to check another value)\n", err)
 		return nil, 2

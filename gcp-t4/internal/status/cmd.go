@@ -14,8 +14,7 @@ import (
 	"strconv"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 )
 
@@ -138,16 +137,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, logger *s
 	if !ok {
 		return code
 	}
-	cfg, err := kubeconfig.Load(o.kubeconfig, "", "gcp-t4-status")
+	clients, err := caaconfig.Connect(o.kubeconfig, "", "gcp-t4-status")
 	if err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 status: %v\n", err)
 		return 2
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 status: %v\n", err)
-		return 2
-	}
+	cs := clients.Kube
 	if !o.all && o.namespace == "" {
 		if o.namespace, err = kubeconfig.Namespace(o.kubeconfig, ""); err != nil {
 			fmt.Fprintf(stderr, "gcp-t4 status: %v\n", err)

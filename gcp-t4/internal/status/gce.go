@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
 )
@@ -28,8 +28,8 @@ type gceResult struct {
 
 // askGCE lists this cluster's podVMs once (one aggregated list, as the
 // reaper does) with the settings of the peer-pods-cm CAA reads, filled
-// as `gcp-t4 gc` fills them, and the caller's Application Default
-// Credentials. Not given -gce, it asks only where that ConfigMap (or the
+// as `gcp-t4 gc` fills them (caaconfig.FromCluster), and the caller's
+// Application Default Credentials. Not given -gce, it asks only where that ConfigMap (or the
 // environment) names a project, and a failure is a note, not an error:
 // the Events alone are the answer then.
 func askGCE(ctx context.Context, cs kubernetes.Interface, mode autoBool, logger *slog.Logger) (gceResult, error) {
@@ -53,7 +53,7 @@ func askGCE(ctx context.Context, cs kubernetes.Interface, mode autoBool, logger 
 	if err := pf.CheckEnv(os.LookupEnv); err != nil {
 		return fail(err)
 	}
-	_, source, err := gc.FromCluster(ctx, fs, cs, "")
+	_, source, err := caaconfig.FromCluster(ctx, fs, cs, "", os.Getenv)
 	if err != nil {
 		return fail(fmt.Errorf("reading GCE settings from CAA's peer-pods-cm: %w", err))
 	}

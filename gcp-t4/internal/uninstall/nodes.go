@@ -1,4 +1,4 @@
-package install
+package uninstall
 
 import (
 	"context"
@@ -15,12 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/install"
 	"github.com/caa-gcp-t4/gcp-t4/internal/nodeevents"
 )
-
-// RemediationDaemonSet is the `gcp-t4-node remediate` DaemonSet of
-// components/gke-remediation.
-const RemediationDaemonSet = "gcp-t4-remediate"
 
 // Events the sidecar records on its Node when its uninstall pass ran or
 // failed (named in nodeevents, which the node binary uses too).
@@ -37,12 +34,12 @@ const (
 // removal. It waits for the pods to go and reports each node from the
 // Event its sidecar recorded.
 func restoreNodes(ctx context.Context, cs kubernetes.Interface, ns string, dryRun bool, stdout io.Writer) error {
-	ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, RemediationDaemonSet, metav1.GetOptions{})
+	ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, install.RemediationDaemonSet, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("read daemonset %s/%s: %w", ns, RemediationDaemonSet, err)
+		return fmt.Errorf("read daemonset %s/%s: %w", ns, install.RemediationDaemonSet, err)
 	}
 	sel := metav1.FormatLabelSelector(ds.Spec.Selector)
 	nodes, err := podNodes(ctx, cs, ns, sel)
@@ -50,16 +47,16 @@ func restoreNodes(ctx context.Context, cs kubernetes.Interface, ns string, dryRu
 		return err
 	}
 	if dryRun {
-		fmt.Fprintf(stdout, "would delete DaemonSet/%s/%s first and wait while its pods restore containerd's configuration on %s\n", ns, RemediationDaemonSet, orNoNodes(nodes))
+		fmt.Fprintf(stdout, "would delete DaemonSet/%s/%s first and wait while its pods restore containerd's configuration on %s\n", ns, install.RemediationDaemonSet, orNoNodes(nodes))
 		return nil
 	}
 	since := metav1.NewTime(time.Now().Add(-time.Second).Truncate(time.Second))
 	bg := metav1.DeletePropagationBackground
 	uid := ds.UID
-	if err := cs.AppsV1().DaemonSets(ns).Delete(ctx, RemediationDaemonSet, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete daemonset %s/%s: %w", ns, RemediationDaemonSet, err)
+	if err := cs.AppsV1().DaemonSets(ns).Delete(ctx, install.RemediationDaemonSet, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete daemonset %s/%s: %w", ns, install.RemediationDaemonSet, err)
 	}
-	fmt.Fprintf(stdout, "deleted DaemonSet/%s/%s; its pods restore containerd's configuration on %s\n", ns, RemediationDaemonSet, orNoNodes(nodes))
+	fmt.Fprintf(stdout, "deleted DaemonSet/%s/%s; its pods restore containerd's configuration on %s\n", ns, install.RemediationDaemonSet, orNoNodes(nodes))
 	var left []string
 	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		var err error

@@ -1,4 +1,4 @@
-package install
+package uninstall
 
 import (
 	"context"
@@ -11,13 +11,14 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/install"
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 )
 
@@ -149,7 +150,7 @@ func liveKataPods(ctx context.Context, cs kubernetes.Interface) ([]string, error
 			return nil, fmt.Errorf("%w: listing pods to find kata-remote ones: %v", errGuard, err)
 		}
 		for _, p := range list.Items {
-			if p.Spec.RuntimeClassName != nil && *p.Spec.RuntimeClassName == runtimeClassName &&
+			if p.Spec.RuntimeClassName != nil && *p.Spec.RuntimeClassName == install.RuntimeClassName &&
 				p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 				out = append(out, p.Namespace+"/"+p.Name)
 			}
@@ -162,81 +163,51 @@ func liveKataPods(ctx context.Context, cs kubernetes.Interface) ([]string, error
 	}
 }
 
-// cmFlags maps peer-pods-cm keys to the provider's flags: the guard
-// configures the provider from the installed ConfigMap, as CAA's envFrom
-// does, without touching this process's environment.
-var cmFlags = map[string]string{
-	"GCP_PROJECT_ID": "gcp-project-id", "GCP_ZONE": "zone", "GCP_ZONES": "zones", "PODVM_IMAGE_NAME": "image-name",
-	"GCP_NETWORK": "network", "GCP_SUBNETWORK": "subnetwork", "GCP_DISK_TYPE": "disk-type", "ROOT_VOLUME_SIZE": "root-volume-size",
-	"GCP_INSTANCE_TEMPLATE": "instance-template", "GCP_PROFILES": "profiles", "GCP_PROVISIONING_MODEL": "provisioning-model",
-	"GCP_SPOT_FALLBACK": "spot-fallback", "GCP_SERVICE_ACCOUNT": "service-account", "GCP_LABELS": "labels",
-	"GCP_INSTANCE_TYPES": "machine-types", "GCP_NIC_TYPE": "nic-type", "GCP_PROFILE_IMAGES": "profile-images",
-	"GCP_ENDPOINT": "gcp-endpoint", "GCP_CLUSTER_ID": "cluster-id", "GCP_CLUSTER_NAME": "cluster-name",
-}
-
 // podVMs lists this cluster's podVMs (and the unidentified ones) with the
-// installed configuration. The cluster's ID is its kube-system UID.
+// installed configuration (config), completed by this process's
+// environment.
 func (g guardOptions) podVMs(ctx context.Context, cs kubernetes.Interface, ns string) ([]gcpt4.ManagedVM, *gcpt4.Provider, error) {
-	data, err := installedConfig(ctx, cs, ns)
+	cfg, err := g.config(ctx, cs, ns, os.LookupEnv)
 	if err != nil {
 		return nil, nil, err
 	}
-	kubeSystem, err := cs.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading namespace kube-system for the cluster's ID: %w", err)
-	}
-	fs := flag.NewFlagSet("peer-pods-cm", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	m := &gcpt4.Manager{}
-	m.ParseCmd(fs)
-	keys := make([]string, 0, len(data))
-	for k := range data {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if f := cmFlags[k]; f != "" && data[k] != "" {
-			if err := fs.Set(f, data[k]); err != nil {
-				return nil, nil, fmt.Errorf("%s %s=%q: %w", ConfigMapName, k, data[k], err)
-			}
-		}
-	}
-	cfg := *m.GetConfig()
-	cfg.ClusterID = string(kubeSystem.UID)
-	if g.credentialsFile != "" {
-		key, err := os.ReadFile(g.credentialsFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--gcp-credentials-file: %w", err)
-		}
-		cfg.Credentials = string(key)
-	}
 	p, err := gcpt4.NewProvider(ctx, cfg, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("the installed %s: %w", ConfigMapName, err)
+		return nil, nil, fmt.Errorf("the installed %s: %w", install.ConfigMapName, err)
 	}
 	vms, err := p.ListManaged(ctx)
 	return vms, p, err
 }
 
-// installedConfig is the data of the peer-pods-cm the DaemonSet in ns
-// reads (an older install's name may carry kustomize's hash).
-func installedConfig(ctx context.Context, cs kubernetes.Interface, ns string) (map[string]string, error) {
-	name := ConfigMapName
-	ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, DaemonSetName, metav1.GetOptions{})
-	if err == nil {
-		for _, c := range ds.Spec.Template.Spec.Containers {
-			for _, e := range c.EnvFrom {
-				if e.ConfigMapRef != nil && strings.HasPrefix(e.ConfigMapRef.Name, ConfigMapName) {
-					name = e.ConfigMapRef.Name
-				}
-			}
-		}
-	} else if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("reading DaemonSet %s/%s: %w", ns, DaemonSetName, err)
-	}
-	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+// config is the provider configuration CAA in ns runs with, read as every
+// command reads it (caaconfig: the peer-pods-cm its DaemonSet names, every
+// key of the provider's table); env gives only what the ConfigMap leaves
+// to the default (an endpoint, credentials: how this machine reaches
+// GCE), so the podVMs counted are those of CAA's project and zones. The
+// cluster's ID is its kube-system UID, whatever the ConfigMap says (the
+// podVMs to count are this cluster's), and --gcp-credentials-file
+// replaces the credentials.
+func (g guardOptions) config(ctx context.Context, cs kubernetes.Interface, ns string, env func(string) (string, bool)) (gcpt4.Config, error) {
+	in, err := caaconfig.InNamespace(ctx, cs, ns)
 	if err != nil {
-		return nil, fmt.Errorf("reading ConfigMap %s/%s for the podVMs' project: %w", ns, name, err)
+		return gcpt4.Config{}, err
 	}
-	return cm.Data, nil
+	if len(in.Missing) > 0 {
+		return gcpt4.Config{}, fmt.Errorf("ConfigMap %s/%s, which holds the podVMs' project, does not exist", ns, in.Missing[0])
+	}
+	cfg, err := in.ConfigWith(env)
+	if err != nil {
+		return gcpt4.Config{}, err
+	}
+	if cfg.ClusterID, err = caaconfig.ClusterID(ctx, cs); err != nil {
+		return gcpt4.Config{}, err
+	}
+	if g.credentialsFile != "" {
+		key, err := os.ReadFile(g.credentialsFile)
+		if err != nil {
+			return gcpt4.Config{}, fmt.Errorf("--gcp-credentials-file: %w", err)
+		}
+		cfg.Credentials = string(key)
+	}
+	return cfg, nil
 }

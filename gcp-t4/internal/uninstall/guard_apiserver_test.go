@@ -1,4 +1,4 @@
-package install
+package uninstall
 
 import (
 	"bytes"
@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/install"
 	"github.com/caa-gcp-t4/test/controlplane"
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
@@ -62,16 +64,16 @@ func (g *guardEnv) run(t *testing.T, main func(context.Context, []string, io.Wri
 
 func (g *guardEnv) install(t *testing.T) {
 	t.Helper()
-	if code, out := g.run(t, Main, "--project="+g.fake.Project(), "--zone=us-central1-a", "--podvm-image=podvm-t4",
+	if code, out := g.run(t, install.Main, "--project="+g.fake.Project(), "--zone=us-central1-a", "--podvm-image=podvm-t4",
 		"--network=global/networks/default", "--timeout=10m", "--wait=false", "--set=GCP_ENDPOINT="+g.fake.URL()); code != 0 {
 		t.Fatalf("install: exit %d\n%s", code, out)
 	}
-	cm, err := installedConfig(t.Context(), g.cs, Namespace)
+	in, err := caaconfig.InNamespace(t.Context(), g.cs, install.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cm[ClusterIDKey] != g.uid {
-		t.Fatalf("install set %s=%q, want kube-system's UID %s", ClusterIDKey, cm[ClusterIDKey], g.uid)
+	if cm := in.Data; cm[install.ClusterIDKey] != g.uid {
+		t.Fatalf("install set %s=%q, want kube-system's UID %s", install.ClusterIDKey, in.Data[install.ClusterIDKey], g.uid)
 	}
 }
 
@@ -103,7 +105,7 @@ func (g *guardEnv) vms() map[string]bool {
 
 func (g *guardEnv) kataPod(t *testing.T, ns, name string) {
 	t.Helper()
-	rc := runtimeClassName
+	rc := install.RuntimeClassName
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{RuntimeClassName: &rc, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
 	if _, err := g.cs.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
@@ -113,7 +115,7 @@ func (g *guardEnv) kataPod(t *testing.T, ns, name string) {
 
 func (g *guardEnv) installed(t *testing.T) bool {
 	t.Helper()
-	_, err := g.cs.AppsV1().DaemonSets(Namespace).Get(t.Context(), DaemonSetName, metav1.GetOptions{})
+	_, err := g.cs.AppsV1().DaemonSets(install.Namespace).Get(t.Context(), install.DaemonSetName, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestUninstallGuardWithLivePodVMs(t *testing.T) {
 	// kata-deploy's chart makes the RuntimeClass, not we (the handler and
 	// the managed-by label as its templates/runtimeclasses.yaml renders
 	// them for shim "remote", kata-containers cf82bb35c803).
-	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: runtimeClassName, Labels: map[string]string{"app.kubernetes.io/managed-by": "kata-deploy"}}, Handler: "kata-remote"}
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: install.RuntimeClassName, Labels: map[string]string{"app.kubernetes.io/managed-by": "kata-deploy"}}, Handler: "kata-remote"}
 	if _, err := g.cs.NodeV1().RuntimeClasses().Create(t.Context(), rc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +165,7 @@ func TestUninstallGuardWithLivePodVMs(t *testing.T) {
 	ours := g.podVM(t, g.uid, "ml", "train-0", strings.Repeat("a", 64))
 
 	// A live kata-remote pod: refused, the pod and the VM named.
-	code, out := g.run(t, MainUninstall, "--timeout=10m")
+	code, out := g.run(t, Main, "--timeout=10m")
 	if code != 1 || !strings.Contains(out, "pod ml/train-0") || !strings.Contains(out, "podVM "+ours) || strings.Contains(out, "podVM "+other+" ") || !strings.Contains(out, "nothing was deleted") {
 		t.Fatalf("with a live pod: exit %d, want 1 naming the pod and this cluster's VM only:\n%s", code, out)
 	}
@@ -175,13 +177,13 @@ func TestUninstallGuardWithLivePodVMs(t *testing.T) {
 	if err := g.cs.CoreV1().Pods("ml").Delete(t.Context(), "train-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	code, out = g.run(t, MainUninstall, "--timeout=10m")
+	code, out = g.run(t, Main, "--timeout=10m")
 	if code != 1 || !strings.Contains(out, "podVM "+ours) || !strings.Contains(out, "--delete-podvms") {
 		t.Fatalf("with a podVM left: exit %d, want 1 naming it and --delete-podvms:\n%s", code, out)
 	}
 
 	// --delete-podvms: exactly this cluster's VM goes, then everything.
-	code, out = g.run(t, MainUninstall, "--timeout=10m", "--delete-podvms")
+	code, out = g.run(t, Main, "--timeout=10m", "--delete-podvms")
 	if code != 0 || !strings.Contains(out, "deleted podVM "+ours) {
 		t.Fatalf("--delete-podvms: exit %d\n%s", code, out)
 	}
@@ -207,7 +209,7 @@ func TestUninstallGuardWithLivePodVMs(t *testing.T) {
 	g.install(t)
 	g.kataPod(t, "ml", "train-1")
 	kept := g.podVM(t, g.uid, "ml", "train-1", strings.Repeat("d", 64))
-	code, out = g.run(t, MainUninstall, "--timeout=10m", "--force")
+	code, out = g.run(t, Main, "--timeout=10m", "--force")
 	if code != 0 || !strings.Contains(out, "--force") || !strings.Contains(out, kept) || g.installed(t) || !g.vms()[kept] {
 		t.Fatalf("--force: exit %d, installed=%v, VM kept=%v\n%s", code, g.installed(t), g.vms()[kept], out)
 	}
