@@ -114,7 +114,7 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 		}
 	}
 	cfg := pf.Config()
-	prov, err := pf.Provider(ctx, logger)
+	prov, err := pf.Lister(ctx, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2

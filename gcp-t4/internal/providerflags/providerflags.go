@@ -48,6 +48,21 @@ func (f *Flags) Provider(ctx context.Context, logger *slog.Logger) (*gcpt4.Provi
 	return gcpt4.NewProvider(ctx, f.Config(), ProviderLogger(logger))
 }
 
+// Lister builds the provider for a command that only lists and deletes
+// podVMs (gc, the reaper, status): it leaves out GCP_PROFILES_FILE, a
+// path inside CAA's pod that such a command, reading CAA's peer-pods-cm
+// from elsewhere, cannot open and does not need.
+func (f *Flags) Lister(ctx context.Context, logger *slog.Logger) (*gcpt4.Provider, error) {
+	return gcpt4.NewProvider(ctx, ForListing(f.Config()), ProviderLogger(logger))
+}
+
+// ForListing is cfg without what only creates need and only CAA's pod
+// can read (GCP_PROFILES_FILE).
+func ForListing(cfg gcpt4.Config) gcpt4.Config {
+	cfg.ProfilesFile = ""
+	return cfg
+}
+
 // ProviderLogger is the *log.Logger gcpt4 takes (it logs with Printf, as
 // upstream's providers do), writing into logger at level Info with
 // provider=gcp-t4, so our commands keep one structured log.

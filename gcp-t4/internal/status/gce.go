@@ -63,7 +63,7 @@ func askGCE(ctx context.Context, cs kubernetes.Interface, mode autoBool, logger 
 		}
 		return gceResult{Note: "not asked: no peer-pods-cm names a GCP project (pass -gce with GCP_PROJECT_ID set to ask anyway)"}, nil
 	}
-	prov, err := pf.Provider(ctx, logger)
+	prov, err := pf.Lister(ctx, logger)
 	if err != nil {
 		return fail(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/install"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 )
 
 const clusterUID = "5e2f3c1a-0000-4000-8000-000000000001"
@@ -199,5 +200,22 @@ func TestGuardKeepsTheConfigMapsProject(t *testing.T) {
 	if _, err := (guardOptions{}).config(t.Context(), cs, install.Namespace, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err == nil ||
 		!strings.Contains(err.Error(), "the environment") || !strings.Contains(err.Error(), "GCP_MAX_GPUS_TOTAL") {
 		t.Errorf("a bad value in the environment: %v, want it named as the environment's", err)
+	}
+}
+
+// A peer-pods-cm naming GCP_PROFILES_FILE, a path inside CAA's pod, does
+// not stop the guard: listing podVMs needs no profiles.
+func TestGuardListsWithAProfilesFileInThePod(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	cs := cluster(map[string]string{"GCP_PROJECT_ID": fake.Project(), "GCP_ZONE": "us-central1-a", "GCP_ENDPOINT": fake.URL(),
+		"GCP_PROFILES_FILE": "/etc/gcp-t4/profiles.yaml", "PODVM_IMAGE_NAME": "podvm-t4", "GCP_NETWORK": "default"})
+	vms, p, err := guardOptions{}.podVMs(t.Context(), cs, install.Namespace)
+	if err != nil {
+		t.Fatalf("the guard with GCP_PROFILES_FILE set: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Teardown() })
+	if len(vms) != 0 {
+		t.Errorf("listed %d podVMs in an empty project", len(vms))
 	}
 }

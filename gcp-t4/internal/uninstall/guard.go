@@ -20,6 +20,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/install"
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
+	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 )
 
 // guardOptions is the uninstall guard: uninstalling CAA and the
@@ -171,7 +172,7 @@ func (g guardOptions) podVMs(ctx context.Context, cs kubernetes.Interface, ns st
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := gcpt4.NewProvider(ctx, cfg, nil)
+	p, err := gcpt4.NewProvider(ctx, providerflags.ForListing(cfg), nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the installed %s: %w", install.ConfigMapName, err)
 	}
