@@ -471,8 +471,12 @@ func printPipeline(p func(string, string, ...any), l Layout) {
 	if !pp.Fits {
 		p("  PP does not fit", "the smallest stage holds %d tokens, fewer than max_model_len %d: vLLM would refuse to start", pp.KVTokens, c.MaxModelLen)
 	}
-	p("  decode, one sequence", "TP %.1f tokens/s (%.1f ms: %.1f memory, %.1f network); PP %.1f tokens/s (%.1f ms: the stages in turn, %s ms, and %s of %.2f ms): while one stage works the other waits (the pipeline bubble)",
-		d.TokensPerSecond, ms(d.PerToken), ms(d.Memory), ms(d.Network), pp.TokensPerSecond, ms(pp.PerToken), strings.Join(times, " + "), count(n-1, "send"), ms(pp.Send))
+	waiting := "the others wait"
+	if n == 2 {
+		waiting = "the other waits"
+	}
+	p("  decode, one sequence", "TP %.1f tokens/s (%.1f ms: %.1f memory, %.1f network); PP %.1f tokens/s (%.1f ms: the stages in turn, %s ms, and %s of %.2f ms): while one stage works %s (the pipeline bubble)",
+		d.TokensPerSecond, ms(d.PerToken), ms(d.Memory), ms(d.Network), pp.TokensPerSecond, ms(pp.PerToken), strings.Join(times, " + "), count(n-1, "send"), ms(pp.Send), waiting)
 	p(fmt.Sprintf("  decode, %d sequences", pp.Batch), "TP %.1f tokens/s; PP %.1f as one batch in flight, %.1f as %d micro-batches of %d on the stages at once (each reads the stage's weights again; vLLM's Ray executor allows pipeline_parallel_size batches in flight, how its scheduler divides the sequences is not modelled)",
 		d.BatchTokensPerSecond, pp.BatchTokensPerSecond, pp.OverlapTokensPerSecond, pp.MicroBatches, pp.MicroBatch)
 	p("  time to first token", "TP %.2f s; PP %.2f s for %d tokens: the stages' compute in turn (%.2f s) and one send of the chunk's hidden state and residual per boundary (%.2f s) instead of %d all-reduces of the chunk",
