@@ -365,6 +365,11 @@ func Print(w io.Writer, r Result, layouts ...Layout) error {
 	for _, l := range layouts {
 		printLayout(p, l)
 	}
+	for _, l := range layouts {
+		if l.Pipeline != nil {
+			printPipeline(p, l)
+		}
+	}
 	if r.MinGPUs > 0 {
 		p("fewest GPUs for weights", "%d", r.MinGPUs)
 	}
@@ -440,6 +445,73 @@ func printLayout(p func(string, string, ...any), l Layout) {
 	for _, n := range l.Needs {
 		p("  needs", "%s", n)
 	}
+}
+
+// printPipeline sets the layout's tensor-parallel figures beside the
+// same podVMs with pipeline parallelism.
+func printPipeline(p func(string, string, ...any), l Layout) {
+	r, pp := l.Result, l.Pipeline
+	d, e := r.Decode, r.Prefill
+	if d == nil || e == nil {
+		return
+	}
+	c := r.Config
+	n := pp.Stages
+	p(fmt.Sprintf("tp %d against pp %d", c.TP, n), "same %s (--path %s) and engine settings, with pipeline_parallel_size %d and tensor_parallel_size 1 (vLLM's advice across nodes: tensor parallelism inside a node, pipeline parallelism between nodes)",
+		l.Name, l.Path, n)
+	stages := make([]string, len(pp.Stage))
+	times := make([]string, len(pp.Stage))
+	for i, s := range pp.Stage {
+		stages[i] = s.describe()
+		times[i] = fmt.Sprintf("%.1f", ms(s.Memory))
+	}
+	p("  weights per GPU", "TP %s each; PP %s", gib(r.WeightsPerGPU), strings.Join(stages, ", "))
+	p("  KV capacity", "TP %d tokens (%.2f sequences of %d); PP %d tokens (%.2f), the smallest stage's: vLLM sizes every stage's cache to it, and a stage's MLP activations at full width (and, after the first, its buffer for the incoming tensors) take more of the budget",
+		r.KVTokens, r.Concurrency, c.MaxModelLen, pp.KVTokens, pp.Concurrency)
+	if !pp.Fits {
+		p("  PP does not fit", "the smallest stage holds %d tokens, fewer than max_model_len %d: vLLM would refuse to start", pp.KVTokens, c.MaxModelLen)
+	}
+	waiting := "the others wait"
+	if n == 2 {
+		waiting = "the other waits"
+	}
+	p("  decode, one sequence", "TP %.1f tokens/s (%.1f ms: %.1f memory, %.1f network); PP %.1f tokens/s (%.1f ms: the stages in turn, %s ms, and %s of %.2f ms): while one stage works %s (the pipeline bubble)",
+		d.TokensPerSecond, ms(d.PerToken), ms(d.Memory), ms(d.Network), pp.TokensPerSecond, ms(pp.PerToken), strings.Join(times, " + "), count(n-1, "send"), ms(pp.Send), waiting)
+	p(fmt.Sprintf("  decode, %d sequences", pp.Batch), "TP %.1f tokens/s; PP %.1f as one batch in flight, %.1f as %d micro-batches of %d on the stages at once (each reads the stage's weights again; vLLM's Ray executor allows pipeline_parallel_size batches in flight, how its scheduler divides the sequences is not modelled)",
+		d.BatchTokensPerSecond, pp.BatchTokensPerSecond, pp.OverlapTokensPerSecond, pp.MicroBatches, pp.MicroBatch)
+	p("  time to first token", "TP %.2f s; PP %.2f s for %d tokens: the stages' compute in turn (%.2f s) and one send of the chunk's hidden state and residual per boundary (%.2f s) instead of %d all-reduces of the chunk",
+		sec(e.TTFT), sec(pp.TTFT), e.PromptTokens, sec(pp.PrefillCompute), sec(pp.PrefillNetwork), d.AllReduces)
+	p("  network per token", "TP %d all-reduces and %d all-gather: %d ring steps of %s and %d KiB of bus traffic; PP one send of %d KiB (hidden state and residual) per stage boundary: %s of %s",
+		d.AllReduces, d.AllGathers, d.AllReduces*2*(c.TP-1)+d.AllGathers*(c.TP-1), fmtLatency(d.Link.Step), d.Payload/1024, pp.SendBytes/1024, count(n-1, "step"), fmtLatency(pp.Link.Step))
+	step := "assumed; the NCCL check measures it, --nccl-latency"
+	if pp.Link.StepMeasured {
+		step = "half the measured --nccl-latency"
+	}
+	switch x := pp.CrossoverStep(d, c.TP); {
+	case x > 0:
+		p("  network sensitivity", "PP decodes one sequence faster than TP once a ring step exceeds %s (now %s, %s)", fmtLatency(x.Round(time.Microsecond)), fmtLatency(pp.Link.Step), step)
+	case x == 0:
+		p("  network sensitivity", "PP decodes one sequence faster than TP at any ring-step latency")
+	}
+	p("  losing one podVM", "the same for both: the engine stops, since every TP all-reduce needs %s and every PP token passes %s; requests in flight fail and the running sequences' KV cache is lost",
+		every(c.TP, "rank"), every(n, "stage"))
+	p("  serving again", "the same for both: a new podVM's start-up (insert, boot, image pull, the whole checkpoint downloaded again: gcp-t4 plan -f prints each phase), then the engine loads on every podVM")
+}
+
+// count writes "one send" or "3 sends".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "one " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// every writes "both ranks" or "all 4 ranks".
+func every(n int, noun string) string {
+	if n == 2 {
+		return "both " + noun + "s"
+	}
+	return fmt.Sprintf("all %d %ss", n, noun)
 }
 
 func sizesList(s []int) string {

@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 )
@@ -55,6 +57,16 @@ func TestMainExampleCommand(t *testing.T) {
 		"layout 1 podVM           n1-standard-8 + 2 T4 (profile t4-2), $1.08/h on demand",
 		"decode about 20.0 tokens/s (149.2 over 8), TTFT about 1.21 s for 2048 tokens; quota 2 T4 (NVIDIA_T4_GPUS, GPUS_ALL_REGIONS), 8 N1 vCPUs; --path host",
 		"verdict                  FITS: the KV cache holds 25568 tokens",
+		// The same two podVMs with pipeline parallelism (pipeline_test.go's figures).
+		"tp 2 against pp 2        same 2 podVMs (--path vpc) and engine settings, with pipeline_parallel_size 2 and tensor_parallel_size 1",
+		"  weights per GPU        TP 11.41 GiB each; PP 11.41 GiB (layers 0-19 and the embedding), 11.41 GiB (layers 20-39, final norm and LM head)",
+		"  KV capacity            TP 25568 tokens (3.12 sequences of 8192); PP 24240 tokens (2.96), the smallest stage's",
+		"  decode, one sequence   TP 11.1 tokens/s (90.3 ms: 48.6 memory, 41.7 network); PP 10.3 tokens/s (97.4 ms: the stages in turn, 45.8 + 51.4 ms, and one send of 0.27 ms)",
+		"  decode, 8 sequences    TP 80.4 tokens/s; PP 78.1 as one batch in flight, 76.3 as 2 micro-batches of 4",
+		"  time to first token    TP 2.66 s; PP 1.88 s for 2048 tokens",
+		"  network sensitivity    PP decodes one sequence faster than TP once a ring step exceeds 294us (now 250us, assumed;",
+		"  losing one podVM       the same for both: the engine stops",
+		"  serving again          the same for both: a new podVM's start-up",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -75,6 +87,7 @@ func TestMainMeasuredNetwork(t *testing.T) {
 	for _, want := range []string{
 		"  network                29.0 ms: 81 all-reduces x 350us and 1 all-gather x 175us (ring of 2: 2 and 1 steps of 175us, half the measured --nccl-latency), plus 938 KiB at 2.00 GB/s bus bandwidth (--nccl-bandwidth; peak 2.00 GB/s)",
 		"at 250 GB/s (--memory-bandwidth); 36.4 ms at the 320 GB/s peak",
+		"once a ring step exceeds 285us (now 175us, half the measured --nccl-latency)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -259,15 +272,34 @@ func TestRunbookProseMatchesTheCommand(t *testing.T) {
 	}
 	cfg, _ := ParseArgs(append(slices.Clone(args), "--tp", "2", "--path", "host"), io.Discard)
 	host, _ := Compute(cfg)
+	cfg, _ = ParseArgs(append(slices.Clone(args), "--tp", "2"), io.Discard)
+	pp, err := ComputePipeline(cfg)
+	if err != nil || pp == nil {
+		t.Fatalf("pipeline: %v", err)
+	}
+	crossover := pp.CrossoverStep(r2.Decode, 2)
 	for _, want := range []string{
 		fmt.Sprintf("(about %.1f against %.1f tokens/s)", r4.Decode.TokensPerSecond, r2.Decode.TokensPerSecond),
 		fmt.Sprintf("decode about %.0f against %.0f tokens/s for one sequence", host.Decode.TokensPerSecond, r2.Decode.TokensPerSecond),
 		fmt.Sprintf("time to first token about %.1f against %.1f s for 2048 tokens", host.Prefill.TTFT.Seconds(), r2.Prefill.TTFT.Seconds()),
 		fmt.Sprintf("a 2048-token prompt's first token takes about %.1f s on two podVMs", r2.Prefill.TTFT.Seconds()),
 		fmt.Sprintf("%d tokens", r2.KVTokens) + "", // the output block
+		fmt.Sprintf("decodes at about %.1f against %.1f tokens/s", pp.TokensPerSecond, r2.Decode.TokensPerSecond),
+		fmt.Sprintf("once a step exceeds about %d µs", crossover.Round(time.Microsecond)/time.Microsecond),
+		fmt.Sprintf("(about %.1f against %.1f s for 2048 tokens", pp.TTFT.Seconds(), r2.Prefill.TTFT.Seconds()),
+		fmt.Sprintf("(%s tokens: a stage's", thousands(pp.KVTokens)),
 	} {
 		if !strings.Contains(doc, want) && !strings.Contains(doc, strings.ReplaceAll(want, "25568 tokens", "25,568 tokens")) {
 			t.Errorf("the runbook does not say %q", want)
 		}
 	}
+}
+
+// thousands writes 24240 as 24,240, as the runbook's prose does.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

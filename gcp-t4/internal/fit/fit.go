@@ -3,6 +3,8 @@
 // weights each GPU holds, the memory left outside vLLM's budget, the room
 // left for the KV cache inside it, how many tokens that holds, and an upper
 // bound on decode speed from memory bandwidth and per-token collectives.
+// Over one GPU per podVM it also sets pipeline parallelism on the same
+// podVMs beside it (pipeline.go).
 //
 // The memory model follows vLLM v0.11.0's GPU worker
 // (vllm/v1/worker/gpu_worker.py):

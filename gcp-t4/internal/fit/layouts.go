@@ -48,6 +48,11 @@ type Layout struct {
 	QuotaGPUs, QuotaN1VCPUs int
 	// Result is the full calculation on this path.
 	Result Result
+	// Pipeline is the same podVMs with pipeline parallelism instead
+	// (one stage per podVM); only on the VPC path, where vLLM's advice to
+	// put pipeline parallelism between nodes applies. Nil without the
+	// model's shape.
+	Pipeline *Pipeline
 	// Needs is what must hold for the layout to work.
 	Needs []string
 }
@@ -102,6 +107,11 @@ func Layouts(cfg Config) ([]Layout, error) {
 		}
 		if l.Result, err = Compute(c); err != nil {
 			return nil, err
+		}
+		if l.Path == PathVPC {
+			if l.Pipeline, err = ComputePipeline(c); err != nil {
+				return nil, err
+			}
 		}
 		e := tab.Hourly(l.MachineType, cfg.GPU.Accelerator, int64(l.GPUsPerVM), false)
 		l.Hourly, l.PriceKnown, l.PriceAsOf = float64(l.VMs)*e.Total, e.Known, e.AsOf
