@@ -76,7 +76,7 @@ func TestInterruptionNamesTheCause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	wait := func(op *compute.Operation, err error) {
 		t.Helper()
 		if err != nil {

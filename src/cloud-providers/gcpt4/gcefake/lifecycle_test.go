@@ -86,7 +86,7 @@ func TestStopStartDelete(t *testing.T) {
 	_, err = c.Stop(ctx, &computepb.StopInstanceRequest{Project: testProject, Zone: zoneA, Instance: "vm"})
 	wantSyncErr(t, err, 400, "resourceNotReady")
 	clk.Advance(time.Minute)
-	if err := stop.Wait(ctx); err != nil {
+	if err = stop.Wait(ctx); err != nil {
 		t.Fatalf("stop wait: %v", err)
 	}
 	inst := wantStatus(t, c, "vm", "TERMINATED")
@@ -100,7 +100,7 @@ func TestStopStartDelete(t *testing.T) {
 	}
 	wantStatus(t, c, "vm", "TERMINATED")
 	clk.Advance(time.Minute)
-	if err := again.Wait(ctx); err != nil {
+	if err = again.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -110,7 +110,7 @@ func TestStopStartDelete(t *testing.T) {
 	}
 	wantStatus(t, c, "vm", "STAGING")
 	clk.Advance(time.Minute)
-	if err := start.Wait(ctx); err != nil {
+	if err = start.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if inst := wantStatus(t, c, "vm", "RUNNING"); inst.GetLastStartTimestamp() <= inst.GetLastStopTimestamp() {
@@ -123,7 +123,7 @@ func TestStopStartDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Minute)
-	if err := stop.Wait(ctx); err != nil {
+	if err = stop.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	del, err := c.Delete(ctx, &computepb.DeleteInstanceRequest{Project: testProject, Zone: zoneA, Instance: "vm"})
@@ -131,7 +131,7 @@ func TestStopStartDelete(t *testing.T) {
 		t.Fatalf("delete of a TERMINATED VM: %v", err)
 	}
 	clk.Advance(time.Minute)
-	if err := del.Wait(ctx); err != nil || len(s.Instances()) != 0 {
+	if err = del.Wait(ctx); err != nil || len(s.Instances()) != 0 {
 		t.Fatalf("after delete: %v %v", err, s.Instances())
 	}
 	_, err = c.Start(ctx, &computepb.StartInstanceRequest{Project: testProject, Zone: zoneA, Instance: "vm"})
