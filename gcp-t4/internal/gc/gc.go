@@ -36,6 +36,34 @@
 //   - Nothing younger than the grace period is deleted. VMs of other
 //     clusters are never listed; VMs without a cluster label are listed
 //     and never deleted.
+//
+// A podVM GCE shows TERMINATED is lost: GCE stopped it (a Spot
+// preemption, host maintenance, which GPU VMs cannot live-migrate, a host
+// error, its guest powering off) or someone did, and its sandbox can never
+// run again: the provider creates podVMs with automaticRestart=false and
+// never starts one, and a start would boot a fresh agent without the
+// sandbox. So a TERMINATED VM of this cluster is deleted at once, whatever
+// its PeerPod and pod say and whatever its age (the grace period guards a
+// running VM against lagging reads; nothing a read says can revive a
+// stopped one), which frees its boot disk and internal address. When its
+// pod still used it, the VM is "lost" (Finding.Lost) and the pod is told
+// why, with the cause GCE's operations give (gcpt4.Provider.Interruption).
+// A VM still STOPPING is judged as before and is TERMINATED or gone by
+// the next pass; a SUSPENDED one is judged as before too, since a resume
+// restores its memory, sandbox included (the provider never suspends a
+// podVM; whoever did may resume or delete it).
+//
+// A live pod's newest PeerPod naming a VM GCE no longer lists is a podVM
+// gone while in use (deleted out of band, or a Spot VM GCE deleted on
+// preemption): nothing is left to delete, and the pod is told why (Pass.Gone).
+// Only a PeerPod recorded before the VM list began counts (CAA records it
+// after the VM exists), and not while its pod is being deleted (the
+// kubelet stopped the sandbox and CAA deleted the VM).
+//
+// The bound: a VM that turns TERMINATED is listed by the next pass, which
+// starts at most one interval (REAPER_INTERVAL) after the pass then in
+// progress ended, and deleted in that pass (docs/reaper.md, "A lost
+// podVM").
 package gc
 
 import (
@@ -65,6 +93,9 @@ type Pod struct {
 	UID             types.UID
 	Phase           corev1.PodPhase
 	Created         time.Time
+	// Deleting: the pod has a deletion timestamp; the kubelet is stopping
+	// its sandbox, and CAA deletes its VM.
+	Deleting bool
 }
 
 func (p Pod) finished() bool {
@@ -102,8 +133,34 @@ type Finding struct {
 	Reason  string          `json:"reason"`
 	// Release are the PeerPods whose finalizer goes once the VM is gone.
 	Release []peerpod.PeerPod `json:"-"`
-	// Pod is the live pod an unowned VM was made for, told by an Event.
+	// Pod is the live pod an unowned VM was made for, or a lost VM's, told
+	// by an Event.
 	Pod *Pod `json:"-"`
+	// Lost: GCE shows the VM TERMINATED while its live pod still used it
+	// (its verdict is Orphan: nothing will use it again).
+	Lost bool `json:"lost,omitempty"`
+	// Interruption is what stopped a lost VM, from GCE's operations; nil
+	// when the provider cannot say (VMs without Interrupter).
+	Interruption *gcpt4.Interruption `json:"interruption,omitempty"`
+}
+
+// GoneVM is a podVM a live pod's newest PeerPod names that GCE no longer
+// lists: deleted out of band, or a Spot VM GCE deleted on preemption.
+type GoneVM struct {
+	// ID is the VM's instance ID, as the PeerPod records it.
+	ID string `json:"id"`
+	// PeerPod is the record that names it (namespace/name).
+	PeerPod string `json:"peerPod"`
+	// Pod is the live pod whose sandbox ran on it.
+	Pod Pod `json:"pod"`
+	// Interruption is what ended it, when the provider can say.
+	Interruption *gcpt4.Interruption `json:"interruption,omitempty"`
+}
+
+// Interrupter is what the reaper asks of a provider that can say what
+// ended a VM (gcpt4.Provider); it is optional.
+type Interrupter interface {
+	Interruption(ctx context.Context, instanceID string) (gcpt4.Interruption, error)
 }
 
 // Policy is how cautious the reaper is.
@@ -132,6 +189,8 @@ type Pass struct {
 	OtherClusters int
 	// PeerPods is false where the PeerPod CRD is not installed.
 	PeerPods bool
+	// Gone are podVMs a live pod still uses that GCE no longer lists.
+	Gone []GoneVM
 }
 
 // Count returns how many findings have verdict v.
@@ -155,6 +214,10 @@ type Collector struct {
 	Log     *slog.Logger
 	// Observer, if set, learns every pass (metrics, Events).
 	Observer Observer
+
+	// interruptions caches what ended each gone VM, looked up once: a
+	// pod may go without a sandbox for many passes.
+	interruptions map[string]gcpt4.Interruption
 }
 
 // Observer is told about every pass and every action.
@@ -175,6 +238,7 @@ func (c *Collector) Run(ctx context.Context) (Pass, error) {
 }
 
 func (c *Collector) run(ctx context.Context) (Pass, error) {
+	listedAt := c.Now()
 	list, err := c.VMs.ListManagedDetail(ctx)
 	if err != nil {
 		return Pass{}, fmt.Errorf("listing podVMs (nothing deleted): %w", err)
@@ -192,6 +256,10 @@ func (c *Collector) run(ctx context.Context) (Pass, error) {
 		return pass, fmt.Errorf("listing pods (nothing deleted): %w", err)
 	}
 	pass.Findings = Decide(c.Now(), c.Policy, list.VMs, pods, pps, pass.PeerPods)
+	if pass.PeerPods {
+		pass.Gone = Vanished(listedAt, c.Policy, list.VMs, pods, pps)
+	}
+	c.explain(ctx, &pass)
 	if !c.Delete {
 		return pass, nil
 	}
@@ -206,7 +274,11 @@ func (c *Collector) run(ctx context.Context) (Pass, error) {
 			continue
 		}
 		f.Verdict = Deleted
-		c.Log.Info("deleted orphan podVM", "vm", f.VM.ID, "pod", f.VM.Namespace+"/"+f.VM.Pod, "reason", f.Reason)
+		if f.Lost {
+			c.Log.Warn("deleted lost podVM: it stopped while its pod used it", "vm", f.VM.ID, "pod", f.VM.Namespace+"/"+f.VM.Pod, "reason", f.Reason)
+		} else {
+			c.Log.Info("deleted orphan podVM", "vm", f.VM.ID, "pod", f.VM.Namespace+"/"+f.VM.Pod, "reason", f.Reason)
+		}
 		pass.Released = append(pass.Released, c.release(ctx, f.Release)...)
 	}
 	pass.Released = append(pass.Released, c.release(ctx, strayFinalizers(list.VMs, pps))...)
@@ -300,9 +372,25 @@ func (j judge) vm(vm gcpt4.ManagedVM, refs []peerpod.PeerPod) Finding {
 	} else {
 		reason, f.Verdict, f.Pod = j.unrecorded(vm)
 		if f.Verdict != "" {
+			if stopped(vm) {
+				return lost(f)
+			}
 			f.Reason = reason
+			if f.Verdict != Unowned {
+				f.Pod = nil
+			}
 			return f
 		}
+	}
+	if reason == "" && stopped(vm) {
+		if owner, ok := j.byUID[newest(refs).OwnerUID]; ok {
+			f.Pod = &owner
+		}
+		return lost(f)
+	}
+	if reason != "" && stopped(vm) {
+		f.Verdict, f.Reason = Orphan, reason+"; it is "+statusTerminated+" (stopped), so no grace period applies: nothing can revive it"
+		return f
 	}
 	if reason == "" {
 		n := newest(refs)
@@ -374,7 +462,11 @@ func (j judge) unrecorded(vm gcpt4.ManagedVM) (string, Verdict, *Pod) {
 		return fmt.Sprintf("no PeerPod names it and pod %s%s was created after the VM: the VM was an earlier pod's", where, vm.Pod), "", nil
 	}
 	if j.now.Sub(vm.Created) < j.pol.Creating {
-		return fmt.Sprintf("no PeerPod yet: its create may still be running (up to %s)", j.pol.Creating), Creating, nil
+		var pod *Pod
+		if len(older) == 1 {
+			pod = &older[0]
+		}
+		return fmt.Sprintf("no PeerPod yet: its create may still be running (up to %s)", j.pol.Creating), Creating, pod
 	}
 	if j.havePeerPods && len(older) == 1 {
 		for _, pp := range j.byOwner[older[0].UID] {
@@ -408,4 +500,119 @@ func newest(pps []peerpod.PeerPod) peerpod.PeerPod {
 		}
 	}
 	return n
+}
+
+// statusTerminated is GCE's status of a stopped VM
+// (compute/docs/instances/instance-life-cycle).
+const statusTerminated = "TERMINATED"
+
+// stopped: GCE shows the VM stopped, for good as far as its sandbox goes.
+func stopped(vm gcpt4.ManagedVM) bool { return vm.Status == statusTerminated }
+
+// lost judges a stopped VM whose pod still used it: an orphan, deleted at
+// once, and its pod (f.Pod, when one is known) told why.
+func lost(f Finding) Finding {
+	who := "its pod"
+	if f.Pod != nil {
+		who = "pod " + f.Pod.Namespace + "/" + f.Pod.Name
+	}
+	f.Verdict, f.Lost = Orphan, true
+	f.Reason = fmt.Sprintf("lost: GCE shows it %s while %s still used it; a stopped podVM never runs its sandbox again (it has automaticRestart=false and nothing starts a podVM), so it is deleted at once, freeing its disk and address", statusTerminated, who)
+	return f
+}
+
+// Vanished finds the podVMs live pods still use that GCE no longer lists
+// (see the package comment): the newest PeerPod of a pod that exists, has
+// not finished and is not being deleted names a VM missing from vms, and
+// was recorded before the list began (listedAt, less the clock skew), so
+// the VM existed before the list unless it was deleted. It calls nothing.
+func Vanished(listedAt time.Time, pol Policy, vms []gcpt4.ManagedVM, pods []Pod, pps []peerpod.PeerPod) []GoneVM {
+	listed := map[string]bool{}
+	for _, vm := range vms {
+		listed[vm.ID] = true
+	}
+	byUID := map[types.UID]Pod{}
+	for _, p := range pods {
+		byUID[p.UID] = p
+	}
+	byOwner := map[types.UID][]peerpod.PeerPod{}
+	for _, pp := range pps {
+		if pp.CloudProvider == gcpt4.ProviderName && !pp.Deleting {
+			byOwner[pp.OwnerUID] = append(byOwner[pp.OwnerUID], pp)
+		}
+	}
+	var out []GoneVM
+	for uid, owned := range byOwner {
+		pod, ok := byUID[uid]
+		if !ok || pod.finished() || pod.Deleting {
+			continue
+		}
+		pp := newest(owned)
+		if pp.InstanceID == "" || listed[pp.InstanceID] || !pp.Created.Before(listedAt.Add(-pol.Skew)) {
+			continue
+		}
+		out = append(out, GoneVM{ID: pp.InstanceID, PeerPod: pp.Namespace + "/" + pp.Name, Pod: pod})
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out
+}
+
+// explain asks the provider what ended each lost and gone VM, when it can
+// say: once per lost VM (deleted in this pass), once per gone VM while it
+// stays gone. A failed lookup leaves the cause unknown and is not retried
+// for that VM: the pod is told either way.
+func (c *Collector) explain(ctx context.Context, pass *Pass) {
+	iv, ok := c.VMs.(Interrupter)
+	if !ok {
+		return
+	}
+	cached := c.interruptions
+	c.interruptions = map[string]gcpt4.Interruption{}
+	lookup := func(id string) *gcpt4.Interruption {
+		in, ok := cached[id]
+		if !ok {
+			var err error
+			if in, err = iv.Interruption(ctx, id); err != nil {
+				c.Log.Warn("cannot tell what ended a lost podVM; its pod is told without a cause", "vm", id, "err", err)
+			}
+		}
+		c.interruptions[id] = in
+		return &in
+	}
+	for i := range pass.Findings {
+		if f := &pass.Findings[i]; f.Lost {
+			f.Interruption = lookup(f.VM.ID)
+			f.Reason += "; " + CauseText(*f.Interruption)
+		}
+	}
+	for i := range pass.Gone {
+		g := &pass.Gone[i]
+		if _, seen := cached[g.ID]; !seen {
+			c.Log.Warn("a podVM its pod still uses is gone from GCE", "vm", g.ID, "pod", g.Pod.Namespace+"/"+g.Pod.Name, "peerpod", g.PeerPod)
+		}
+		g.Interruption = lookup(g.ID)
+	}
+}
+
+// CauseText says in words what ended a VM.
+func CauseText(in gcpt4.Interruption) string {
+	at := ""
+	if !in.At.IsZero() {
+		at = " at " + in.At.UTC().Format(time.RFC3339)
+	}
+	switch in.Cause {
+	case gcpt4.CausePreempted:
+		return "GCE preempted it" + at + " (Spot capacity reclaimed; " + in.Operation + ")"
+	case gcpt4.CauseHostMaintenance:
+		return "host maintenance stopped it" + at + " (a GPU VM cannot live-migrate; " + in.Operation + ")"
+	case gcpt4.CauseHostError:
+		return "its host failed" + at + " (" + in.Operation + ")"
+	case gcpt4.CauseGuestShutdown:
+		return "its guest powered it off" + at + " (" + in.Operation + ")"
+	case gcpt4.CauseStopped:
+		return in.By + " stopped it" + at + " (instances.stop)"
+	case gcpt4.CauseDeleted:
+		return in.By + " deleted it" + at + " (instances.delete)"
+	}
+	return "GCE's operations on it name no cause (GCE keeps them for a limited time; the reaper's role needs compute.zoneOperations.list to read them)"
 }

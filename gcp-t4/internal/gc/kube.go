@@ -19,7 +19,8 @@ type KubeCluster struct {
 	PeerPods peerpod.Client
 }
 
-// ListPods returns every pod's identity, phase and creation time.
+// ListPods returns every pod's identity, phase, creation time and whether
+// it is being deleted.
 func (k KubeCluster) ListPods(ctx context.Context) ([]Pod, error) {
 	var out []Pod
 	opts := metav1.ListOptions{Limit: 500}
@@ -29,7 +30,8 @@ func (k KubeCluster) ListPods(ctx context.Context) ([]Pod, error) {
 			return nil, fmt.Errorf("listing pods in all namespaces (needs RBAC list on pods): %w", err)
 		}
 		for _, p := range list.Items {
-			out = append(out, Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Phase: p.Status.Phase, Created: p.CreationTimestamp.Time})
+			out = append(out, Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Phase: p.Status.Phase, Created: p.CreationTimestamp.Time,
+				Deleting: p.DeletionTimestamp != nil})
 		}
 		if list.Continue == "" {
 			return out, nil

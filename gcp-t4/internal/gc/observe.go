@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -30,6 +32,7 @@ type Metrics struct {
 	lastSuccess    prometheus.Gauge
 	otherClusters  prometheus.Gauge
 	unownedAge     prometheus.Gauge
+	lost           *prometheus.CounterVec
 
 	// Start-ups, from the provider's Events (Startup).
 	startup             *prometheus.HistogramVec
@@ -40,7 +43,14 @@ type Metrics struct {
 
 	mu   sync.Mutex
 	seen map[string]bool
+	// lostSeen are the lost and gone VMs counted, kept while a pass still
+	// shows them (a lost VM the reaper deleted is gone at the next pass).
+	lostSeen map[string]bool
 }
+
+// lostCauses are the label values of the lost counter.
+var lostCauses = []string{gcpt4.CausePreempted, gcpt4.CauseHostMaintenance, gcpt4.CauseHostError, gcpt4.CauseGuestShutdown,
+	gcpt4.CauseStopped, gcpt4.CauseDeleted, gcpt4.CauseUnknown}
 
 // NewMetrics registers the reaper's metrics on a registry of their own.
 func NewMetrics() *Metrics {
@@ -75,10 +85,16 @@ func NewMetrics() *Metrics {
 			Help: "PodVM start-ups that failed, by failure class."}, []string{"failure"}),
 		startupListFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "gcp_t4_reaper_startup_event_list_failures_total",
 			Help: "Listings of the start-up Events that failed (the start-up metrics skipped that pass; clean-up is not affected)."}),
-		seen: map[string]bool{},
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gcp_t4_reaper_podvms_lost_total",
+			Help: "PodVMs lost while their pod used them (found stopped, or gone from GCE), by cause from GCE's operations."}, []string{"cause"}),
+		seen:     map[string]bool{},
+		lostSeen: map[string]bool{},
 	}
 	m.Registry.MustRegister(m.podVMs, m.orphansSeen, m.deleted, m.deleteFailures, m.released, m.passes, m.lastSuccess, m.otherClusters, m.unownedAge,
-		m.startup, m.stockouts, m.quotaRefusals, m.failures, m.startupListFailures)
+		m.startup, m.stockouts, m.quotaRefusals, m.failures, m.startupListFailures, m.lost)
+	for _, c := range lostCauses {
+		m.lost.WithLabelValues(c)
+	}
 	// Every span and failure class from zero, so that rate() and
 	// increase() see the first one.
 	for _, span := range timeline.Spans {
@@ -135,10 +151,41 @@ func (m *Metrics) Record(p Pass, err error, now time.Time) {
 			delete(m.seen, id)
 		}
 	}
+	m.recordLost(p)
 	m.unownedAge.Set(oldest.Seconds())
 	m.released.Add(float64(len(p.Released)))
 	for _, v := range []Verdict{InUse, Creating, TooYoung, Orphan, Unowned, Unidentified, Deleted, DeleteErr} {
 		m.podVMs.WithLabelValues(string(v)).Set(float64(counts[v]))
+	}
+}
+
+// recordLost counts each lost or gone VM once, by cause; m.mu is held.
+func (m *Metrics) recordLost(p Pass) {
+	current := map[string]bool{}
+	count := func(id string, in *gcpt4.Interruption) {
+		current[id] = true
+		if m.lostSeen[id] {
+			return
+		}
+		m.lostSeen[id] = true
+		cause := gcpt4.CauseUnknown
+		if in != nil && in.Cause != "" {
+			cause = in.Cause
+		}
+		m.lost.WithLabelValues(cause).Inc()
+	}
+	for _, f := range p.Findings {
+		if f.Lost {
+			count(f.VM.ID, f.Interruption)
+		}
+	}
+	for _, g := range p.Gone {
+		count(g.ID, g.Interruption)
+	}
+	for id := range m.lostSeen {
+		if !current[id] {
+			delete(m.lostSeen, id)
+		}
 	}
 }
 
@@ -184,7 +231,117 @@ func (e *Events) Emit(ctx context.Context, p Pass) {
 			ref := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: f.Pod.Namespace, Name: f.Pod.Name, UID: f.Pod.UID}
 			e.emit(ctx, ref, corev1.EventTypeWarning, reason, UnownedPodMessage(f), true, "pod/"+f.VM.ID)
 		}
+		if f.Verdict == Deleted && f.Lost && f.Pod != nil {
+			e.tellLost(ctx, *f.Pod, f.VM.ID, f.Interruption, true)
+		}
 	}
+	for _, g := range p.Gone {
+		e.tellLost(ctx, g.Pod, g.ID, g.Interruption, false)
+	}
+}
+
+// LostPodMessage is the Event a lost podVM's pod gets: which VM, what
+// ended it, what the reaper did and what happens to the pod.
+func LostPodMessage(podVM, zone string, in *gcpt4.Interruption, deleted bool) string {
+	cause := "the reaper cannot say what ended it (its provider does not read GCE's operations)"
+	if in != nil {
+		cause = CauseText(*in)
+	}
+	what := fmt.Sprintf("podVM %s (%s) stopped while this pod still used it: %s. A stopped podVM never runs its sandbox again, so the reaper deleted it, freeing its disk and address", podVM, zone, cause)
+	if !deleted {
+		what = fmt.Sprintf("podVM %s (%s) no longer exists on GCE while this pod still used it: %s", podVM, zone, cause)
+	}
+	return what + ". The pod's sandbox is gone with it: kata's shim notices the lost agent within seconds and the kubelet makes a new sandbox on a new podVM; a pod left without one (kubectl describe shows no newer podVM Events) recovers when it is deleted and its controller makes it again."
+}
+
+// tellLost records a lost or gone podVM on its pod, once per podVM: with
+// the provider's start-up Event schema (phase lost, podevents.go) under
+// the phase's fixed name, so that a restarted reaper finds it already
+// told. A gone VM whose start-up the provider reported failed is not
+// told: the adaptor deleted it itself, after that failure, and the pod's
+// Events already say so.
+func (e *Events) tellLost(ctx context.Context, pod Pod, instanceID string, in *gcpt4.Interruption, deleted bool) {
+	zone, podVM := splitInstanceID(instanceID)
+	key := "lost/" + pod.Namespace + "/" + podVM
+	e.mu.Lock()
+	told := e.told[key]
+	e.mu.Unlock()
+	if told {
+		return
+	}
+	if !deleted {
+		failed, err := e.startupFailed(ctx, pod, podVM)
+		if err != nil {
+			e.Log.Warn("reading a gone podVM's start-up Events failed; telling its pod next pass", "pod", pod.Namespace+"/"+pod.Name, "vm", instanceID, "err", err)
+			return
+		}
+		if failed {
+			e.markTold(key)
+			return
+		}
+	}
+	at := e.Now()
+	if in != nil && !in.At.IsZero() {
+		at = in.At
+	}
+	cause := gcpt4.CauseUnknown
+	if in != nil && in.Cause != "" {
+		cause = in.Cause
+	}
+	now := metav1.NewTime(e.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: gcpt4.EventName(pod.Name, podVM, gcpt4.PhaseLost), Namespace: pod.Namespace,
+			Labels: map[string]string{gcpt4.EventPhaseLabel: gcpt4.PhaseLost, gcpt4.EventPodVMLabel: gcpt4.LabelValue(podVM)},
+			Annotations: map[string]string{gcpt4.EventAtAnnotation: at.UTC().Format(time.RFC3339Nano), gcpt4.EventZoneAnnotation: zone,
+				gcpt4.EventCauseAnnotation: cause},
+		},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Reason:         gcpt4.ReasonLost,
+		Message:        LostPodMessage(podVM, zone, in, deleted),
+		Type:           corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "gcp-t4-reaper"},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
+	_, err := e.Client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		e.Log.Warn("recording a lost podVM's Event failed; retried next pass", "pod", pod.Namespace+"/"+pod.Name, "vm", instanceID, "err", err)
+		return
+	}
+	e.markTold(key)
+}
+
+func (e *Events) markTold(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.told == nil {
+		e.told = map[string]bool{}
+	}
+	e.told[key] = true
+}
+
+// startupFailed: the provider recorded the podVM's start-up as failed
+// (its failed Event, by its fixed name; listed, as the reaper may list
+// Events but not get them).
+func (e *Events) startupFailed(ctx context.Context, pod Pod, podVM string) (bool, error) {
+	list, err := e.Client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + gcpt4.EventName(pod.Name, podVM, gcpt4.PhaseFailed),
+	})
+	if err != nil {
+		return false, fmt.Errorf("listing pod %s/%s's Events: %w", pod.Namespace, pod.Name, err)
+	}
+	return len(list.Items) > 0, nil
+}
+
+// splitInstanceID reads zones/ZONE/instances/NAME (gcpt4.InstanceID).
+func splitInstanceID(id string) (zone, name string) {
+	parts := strings.Split(id, "/")
+	if len(parts) == 4 && parts[0] == "zones" && parts[2] == "instances" {
+		return parts[1], parts[3]
+	}
+	return "", id
 }
 
 // UnownedPodMessage is the Event an unowned VM's pod gets: what the VM is,

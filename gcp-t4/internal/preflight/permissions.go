@@ -46,6 +46,7 @@ var methodPermissions = map[string]string{
 	"instances.aggregatedList":        "compute.instances.list",
 	"zoneOperations.get":              "compute.zoneOperations.get",
 	"zoneOperations.wait":             "compute.zoneOperations.get",
+	"zoneOperations.list":             "compute.zoneOperations.list",
 	"acceleratorTypes.get":            "compute.acceleratorTypes.get",
 	"acceleratorTypes.list":           "compute.acceleratorTypes.list",
 	"acceleratorTypes.aggregatedList": "compute.acceleratorTypes.list",

@@ -6,10 +6,11 @@ import (
 )
 
 // The reaper's own custom role: what `gcp-t4 reaper` calls and nothing
-// more. It lists this cluster's podVMs (instances.aggregatedList), and
+// more. It lists this cluster's podVMs (instances.aggregatedList),
 // deletes orphans and waits for the delete (instances.delete,
-// zoneOperations.wait); nothing it does calls instances.get, so the role
-// has none. Bound with PodVMCondition, so its delete reaches podvm-*
+// zoneOperations.wait), and reads what ended a lost podVM from the
+// operations on it (zoneOperations.list); nothing it does calls
+// instances.get, so the role has none. Bound with PodVMCondition, so its delete reaches podvm-*
 // instances only; list is granted on the project, which a
 // condition on the instance name cannot narrow (issue: list reads every
 // VM's metadata; docs/threat-model.md).
@@ -19,7 +20,7 @@ const (
 )
 
 // ReaperPermissions are the reaper's role's permissions, sorted.
-var ReaperPermissions = []string{"compute.instances.delete", "compute.instances.list", "compute.zoneOperations.get"}
+var ReaperPermissions = []string{"compute.instances.delete", "compute.instances.list", "compute.zoneOperations.get", "compute.zoneOperations.list"}
 
 // ReaperMember is the reaper's principal when no other is known: its
 // Kubernetes ServiceAccount through GKE's Workload Identity Federation for

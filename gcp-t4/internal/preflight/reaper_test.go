@@ -17,8 +17,8 @@ import (
 )
 
 // TestReaperRoleIsWhatTheReaperCalls: a reaper pass on gcefake (list this
-// cluster's podVMs, delete one) records calls whose permissions are the
-// reaper's role, no more and no less.
+// cluster's podVMs, read what stopped a lost one, delete it) records calls
+// whose permissions are the reaper's role, no more and no less.
 func TestReaperRoleIsWhatTheReaperCalls(t *testing.T) {
 	fake := gcefake.New()
 	t.Cleanup(fake.Close)
@@ -45,6 +45,13 @@ func TestReaperRoleIsWhatTheReaperCalls(t *testing.T) {
 	list, err := reaper.ListManagedDetail(ctx)
 	if err != nil || len(list.VMs) != 1 {
 		t.Fatalf("list: %v, %+v", err, list)
+	}
+	// A lost podVM: what ended it, then its delete.
+	if err := fake.Interrupt("us-central1-a", inst.Name, gcefake.HostMaintenance); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reaper.Interruption(ctx, inst.ID); err != nil {
+		t.Fatal(err)
 	}
 	if err := reaper.DeleteInstance(ctx, inst.ID); err != nil {
 		t.Fatal(err)

@@ -207,8 +207,8 @@ func details(e timeline.Entry) string {
 			b = append(b, fmt.Sprintf("%d GPU%s", n, map[bool]string{true: "", false: "s"}[n == 1]))
 		}
 		add(strings.Join(b, ", "))
-	case gcpt4.PhaseFailed:
-		if class := f[gcpt4.EventFailureAnnotation]; class != "" {
+	case gcpt4.PhaseFailed, gcpt4.PhaseLost:
+		if class := f[gcpt4.EventFailureAnnotation] + f[gcpt4.EventCauseAnnotation]; class != "" {
 			add(class + ":")
 		}
 		line, _, _ := strings.Cut(strings.TrimSpace(e.Message), "\n")

@@ -56,7 +56,7 @@ var factAnnotations = []string{
 	gcpt4.EventZoneAnnotation, gcpt4.EventZonesAnnotation, gcpt4.EventMachineTypeAnnotation,
 	gcpt4.EventGPUAnnotation, gcpt4.EventGPUCountAnnotation, gcpt4.EventProvisioningModelAnnotation,
 	gcpt4.EventPriceAnnotation, gcpt4.EventIPAnnotation, gcpt4.EventQuotaMetricAnnotation,
-	gcpt4.EventRegionAnnotation, gcpt4.EventDriverAnnotation, gcpt4.EventFailureAnnotation,
+	gcpt4.EventRegionAnnotation, gcpt4.EventDriverAnnotation, gcpt4.EventFailureAnnotation, gcpt4.EventCauseAnnotation,
 }
 
 // Entry is one phase of a podVM's start-up.
@@ -312,7 +312,7 @@ func build(namespace, podVM string, events []*corev1.Event, opts Options) Timeli
 // cost is the price times the time the VM billed: from created until now
 // while it still bills, or until it ended. GCE's word wins: a VM GCE
 // still lists bills even after a failed phase (its delete failed, and the
-// reaper collects it). Otherwise it ended at the failed phase, else when
+// reaper collects it). Otherwise it ended at the failed or lost phase (the earlier), else when
 // the caller says (its pod finished); one GCE no longer lists, with no end
 // known, went at some time after its last phase (a floor); without GCE's
 // word a VM that has not failed still bills.
@@ -323,6 +323,10 @@ func cost(t Timeline, byPhase map[string]Entry, opts Options) *Cost {
 	}
 	c := &Cost{From: created.At}
 	failed, isFailed := byPhase[gcpt4.PhaseFailed]
+	if l, isLost := byPhase[gcpt4.PhaseLost]; isLost && (!isFailed || l.At.Before(failed.At)) {
+		// Lost: it stopped billing its run when it stopped or vanished.
+		failed, isFailed = l, true
+	}
 	ended := opts.Ended[t.PodVM]
 	switch {
 	case t.VM != nil && t.VM.Exists:

@@ -213,3 +213,30 @@ func TestTimeWithoutAnnotation(t *testing.T) {
 		t.Errorf("at %v, want lastTimestamp", tl.Entries[0].At)
 	}
 }
+
+// TestLostAfterItRan: a podVM preempted an hour after its agent was
+// reached: its start-up stays reachable, the lost phase carries its
+// cause, and its cost ends when it was lost, not now.
+func TestLostAfterItRan(t *testing.T) {
+	s := gpuPod
+	evs := objects(
+		s.Phase(gcpt4.PhaseRequested, 0, nil),
+		s.Phase(gcpt4.PhaseCreated, 40*time.Second, map[string]string{gcpt4.EventPriceAnnotation: "0.2"}),
+		s.Phase(gcpt4.PhaseReachable, 100*time.Second, nil),
+		s.Phase(gcpt4.PhaseLost, 40*time.Second+time.Hour, map[string]string{gcpt4.EventCauseAnnotation: gcpt4.CausePreempted}),
+	)
+	now := t0.Add(5 * time.Hour)
+	for _, opts := range []Options{{Now: now}, {Now: now, VMs: map[string]VM{}}} {
+		tl := Build(evs, opts)[0]
+		e, ok := tl.Entry(gcpt4.PhaseLost)
+		if !ok || e.Facts[gcpt4.EventCauseAnnotation] != gcpt4.CausePreempted || !e.Warning || e.Reason != gcpt4.ReasonLost {
+			t.Fatalf("lost entry %+v", e)
+		}
+		if tl.State != StateReachable || tl.Failure != "" {
+			t.Errorf("state %s, failure %q; want reachable, none", tl.State, tl.Failure)
+		}
+		if tl.Cost == nil || tl.Cost.Ongoing || !near(tl.Cost.USD, 0.2) {
+			t.Errorf("cost %+v, want one hour at $0.2/h, ended", tl.Cost)
+		}
+	}
+}

@@ -123,3 +123,94 @@ func managedVM(zone string, inst *computepb.Instance) ManagedVM {
 }
 
 func proto32(v uint32) *uint32 { return &v }
+
+// Interruption is what GCE's operation history says ended a podVM:
+// compute/docs/instances/create-use-spot finds a preemption there
+// (operation type compute.instances.preempted), and
+// compute/docs/instances/host-maintenance-overview the host events; a
+// user's stop or delete is there too, under the user who made it.
+type Interruption struct {
+	// Cause is one of the Cause… values.
+	Cause string
+	// Operation is the operation's type, "" when none was found.
+	Operation string
+	// By is the operation's user: the principal that stopped or deleted
+	// it, or "system" for GCE's own events.
+	By string
+	// At is when the operation was inserted; zero when none was found.
+	At time.Time
+}
+
+// interruptionOps maps the operation types that end a VM's run to a
+// cause; types that start a run (insert, start, GCE's automatic restart)
+// begin a new one.
+var (
+	interruptionOps = map[string]string{
+		"compute.instances.preempted":                  CausePreempted,
+		"compute.instances.terminateOnHostMaintenance": CauseHostMaintenance,
+		"compute.instances.hostError":                  CauseHostError,
+		"compute.instances.guestTerminate":             CauseGuestShutdown,
+		"stop":                                         CauseStopped,
+		"delete":                                       CauseDeleted,
+	}
+	runOps = map[string]bool{"insert": true, "start": true, "compute.instances.automaticRestart": true}
+)
+
+// maxInterruptionOps bounds how many operations one lookup reads: a podVM
+// is created once and ended once, so a handful is normal.
+const maxInterruptionOps = 500
+
+// Interruption reads what ended a podVM, stopped or gone, from the
+// operations GCE recorded on it (zoneOperations.list, filtered by the
+// VM's link): the first operation that ends a run after its last start.
+// It finds no cause (CauseUnknown, no error) when GCE kept no such
+// operation. The link is built with the www.googleapis.com host, the one
+// GCE writes in every targetLink whatever endpoint the client uses.
+func (p *Provider) Interruption(ctx context.Context, instanceID string) (Interruption, error) {
+	unknown := Interruption{Cause: CauseUnknown}
+	if err := p.enter(); err != nil {
+		return unknown, err
+	}
+	defer p.inflight.Done()
+	zone, name := parseInstanceID(instanceID)
+	if zone == "" || name == "" {
+		return unknown, fmt.Errorf("podVM ID %q names no zone and instance", instanceID)
+	}
+	link := "https://www.googleapis.com/compute/v1/projects/" + p.cfg.ProjectID + "/zones/" + zone + "/instances/" + name
+	it := p.operations.List(ctx, &computepb.ListZoneOperationsRequest{
+		Project:    p.cfg.ProjectID,
+		Zone:       zone,
+		Filter:     stringPtr(fmt.Sprintf("targetLink = %q", link)),
+		MaxResults: proto32(500),
+	})
+	var ops []*computepb.Operation
+	for len(ops) < maxInterruptionOps {
+		op, err := it.Next()
+		if err == iterator.Done {
+			break
+		}
+		if err != nil {
+			return unknown, fmt.Errorf("listing the operations on podVM %s in %s (needs compute.zoneOperations.list): %w", name, zone, err)
+		}
+		if op.GetTargetLink() == link {
+			ops = append(ops, op)
+		}
+	}
+	at := func(op *computepb.Operation) time.Time {
+		t, _ := time.Parse(time.RFC3339, op.GetInsertTime())
+		return t
+	}
+	sort.SliceStable(ops, func(i, j int) bool { return at(ops[i]).Before(at(ops[j])) })
+	from := 0
+	for i, op := range ops {
+		if runOps[op.GetOperationType()] {
+			from = i + 1
+		}
+	}
+	for _, op := range ops[from:] {
+		if cause, ok := interruptionOps[op.GetOperationType()]; ok {
+			return Interruption{Cause: cause, Operation: op.GetOperationType(), By: op.GetUser(), At: at(op)}, nil
+		}
+	}
+	return unknown, nil
+}

@@ -59,10 +59,16 @@ const (
 	PhaseReachable = "reachable"
 	// PhaseFailed: the terminal failure, with its class (FailureAnnotation).
 	PhaseFailed = "failed"
+	// PhaseLost: after it started, the podVM stopped or vanished while its
+	// pod still used it (preempted, stopped by host maintenance or by
+	// someone, deleted out of band), so its sandbox can never run again;
+	// the cause in EventCauseAnnotation. The reaper tells it, once it has
+	// deleted what was left of the VM (docs/startup-visibility.md).
+	PhaseLost = "lost"
 )
 
 // Phases lists the phases in order.
-var Phases = []string{PhaseRequested, PhaseStockout, PhaseQuota, PhaseCreated, PhaseBooted, PhaseReachable, PhaseFailed}
+var Phases = []string{PhaseRequested, PhaseStockout, PhaseQuota, PhaseCreated, PhaseBooted, PhaseReachable, PhaseFailed, PhaseLost}
 
 // The Event reason of each phase.
 const (
@@ -73,13 +79,14 @@ const (
 	ReasonBooted    = "PodVMBooted"
 	ReasonReachable = "PodVMAgentReachable"
 	ReasonFailed    = "PodVMFailed"
+	ReasonLost      = "PodVMLost"
 )
 
 // PhaseReason is the Event reason of a phase.
 func PhaseReason(phase string) string {
 	return map[string]string{
 		PhaseRequested: ReasonRequested, PhaseStockout: ReasonStockout, PhaseQuota: ReasonQuota,
-		PhaseCreated: ReasonCreated, PhaseBooted: ReasonBooted, PhaseReachable: ReasonReachable, PhaseFailed: ReasonFailed,
+		PhaseCreated: ReasonCreated, PhaseBooted: ReasonBooted, PhaseReachable: ReasonReachable, PhaseFailed: ReasonFailed, PhaseLost: ReasonLost,
 	}[phase]
 }
 
@@ -125,6 +132,31 @@ const (
 	EventDriverAnnotation = "caa-gcp-t4/driver"
 	// EventFailureAnnotation classifies a failure (the Failure… values).
 	EventFailureAnnotation = "caa-gcp-t4/failure"
+	// EventCauseAnnotation is what ended a lost podVM (lost; the Cause…
+	// values).
+	EventCauseAnnotation = "caa-gcp-t4/cause"
+)
+
+// Causes of a lost podVM (EventCauseAnnotation, Interruption.Cause): what
+// GCE's operations on the VM say ended it.
+const (
+	// CausePreempted: GCE reclaimed the Spot VM (stopped, or deleted with
+	// instanceTerminationAction DELETE, which the provider sets).
+	CausePreempted = "preempted"
+	// CauseHostMaintenance: host maintenance stopped it; GPU VMs cannot
+	// live-migrate, so they terminate (onHostMaintenance TERMINATE).
+	CauseHostMaintenance = "host-maintenance"
+	// CauseHostError: its host failed.
+	CauseHostError = "host-error"
+	// CauseGuestShutdown: its guest powered it off (a failed boot does).
+	CauseGuestShutdown = "guest-shutdown"
+	// CauseStopped: someone stopped it through the API (instances.stop).
+	CauseStopped = "stopped"
+	// CauseDeleted: someone deleted it through the API (instances.delete).
+	CauseDeleted = "deleted"
+	// CauseUnknown: GCE's operations name none of the above (they are
+	// kept for a limited time, or could not be read).
+	CauseUnknown = "unknown"
 )
 
 // Failure classes (EventFailureAnnotation), each with its own fix.

@@ -54,7 +54,7 @@ func (e Event) Object() *corev1.Event {
 	}
 	typ := corev1.EventTypeNormal
 	switch e.Phase {
-	case gcpt4.PhaseStockout, gcpt4.PhaseQuota, gcpt4.PhaseFailed:
+	case gcpt4.PhaseStockout, gcpt4.PhaseQuota, gcpt4.PhaseFailed, gcpt4.PhaseLost:
 		typ = corev1.EventTypeWarning
 	}
 	first := e.First

@@ -22,9 +22,12 @@
 //
 // Deliberate simplifications are documented next to the code that makes them;
 // the most visible ones: quota usage counts every stored instance, including
-// those still PROVISIONING; an instance is visible with status PROVISIONING
+// those still PROVISIONING or TERMINATED; an instance is visible with status PROVISIONING
 // while its insert operation runs and with STOPPING while its delete
-// operation runs; quota and stockout outcomes are decided when the insert is
+// operation runs (lifecycle.go: instances.stop and instances.start, and
+// what GCE does on its own, Server.Interrupt and Server.PowerOff, go the
+// same way, each recorded as the operation zoneOperations.list shows);
+// quota and stockout outcomes are decided when the insert is
 // accepted and reported when its operation completes, per zone and
 // provisioning model (SetStockout, SetStockoutFor); a single VPC
 // ("default") exists; reservations are not modelled: an insert that

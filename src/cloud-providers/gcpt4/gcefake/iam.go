@@ -54,6 +54,7 @@ var knownPermissions = []string{
 	"compute.subnetworks.get",
 	"compute.subnetworks.use",
 	"compute.zoneOperations.get",
+	"compute.zoneOperations.list",
 	"iam.serviceAccounts.actAs",
 	"resourcemanager.projects.get",
 }

@@ -361,16 +361,7 @@ func (s *Server) handleInstancesDelete(rc *reqCtx) (proto.Message, error) {
 	ir.inst.Status = proto.String("STOPPING")
 	rec := s.newOperation(ir.zone, "delete", ir.inst.GetName(), ir.inst.GetId(), rid)
 	rec.body = []byte(rc.params["instance"])
-	key := ir.zone + "/" + ir.inst.GetName()
-	rec.onDone = func() {
-		if s.instances[key] != ir {
-			return
-		}
-		delete(s.instances, key)
-		for _, ip := range ir.ips {
-			delete(s.usedIPs, ip)
-		}
-	}
+	rec.onDone = func() { s.removeInstance(ir) }
 	s.settle()
 	return proto.Clone(rec.op), nil
 }

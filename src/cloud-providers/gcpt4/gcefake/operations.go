@@ -67,6 +67,7 @@ func (s *Server) newOperation(zone, opType, targetName string, targetID uint64, 
 	rec := &opRecord{op: op, zone: zone, doneAt: now.Add(s.latency)}
 	s.ops[name] = rec
 	s.opOrder = append(s.opOrder, rec)
+	s.opLog = append(s.opLog, rec)
 	return rec
 }
 

@@ -5,7 +5,6 @@ package gcefake
 
 import (
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 
@@ -187,7 +186,7 @@ func (s *Server) handleSerialPort(rc *reqCtx) (proto.Message, error) {
 	// covers an insert still PROVISIONING, a delete in progress
 	// (STOPPING) and a stopped or preempted VM (TERMINATED).
 	if st := rec.inst.GetStatus(); st != "RUNNING" {
-		return nil, apiErr(http.StatusBadRequest, "resourceNotReady", fmt.Sprintf("The resource '%s' is not ready", s.instancePath(rec.zone, rec.inst.GetName())))
+		return nil, s.notReady(rec)
 	}
 	var p portBuffer
 	if rec.console != nil {
@@ -246,11 +245,18 @@ func (p *portBuffer) read(start int64, size int) (int64, string) {
 
 // PowerOff models the guest powering its VM off (a podVM whose boot
 // failed does, rather than waiting at an emergency shell): the instance
-// turns TERMINATED, as GCE shows a VM shut down from inside, and keeps
-// its disks and console history; the console can no longer be read
-// (handleSerialPort: only RUNNING VMs answer).
+// turns TERMINATED at once, as GCE shows a VM shut down from inside, with
+// lastStopTimestamp and the system operation GCE records for it
+// (compute.instances.guestTerminate), and keeps its disks and console
+// history; the console can no longer be read (handleSerialPort: only
+// RUNNING VMs answer).
 func (s *Server) PowerOff(zone, instance string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.mustInstance("PowerOff", zone, instance).inst.Status = proto.String("TERMINATED")
+	s.settle()
+	rec := s.mustInstance("PowerOff", zone, instance)
+	s.complete(s.systemOperation(rec, opGuestTerminate, "Instance terminated by guest OS shutdown."))
+	s.settle()
+	rec.inst.Status = proto.String("TERMINATED")
+	rec.inst.LastStopTimestamp = proto.String(s.stamp())
 }

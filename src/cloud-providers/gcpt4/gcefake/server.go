@@ -59,6 +59,7 @@ type Server struct {
 	instances  map[string]*instanceRecord // key zone/name
 	ops        map[string]*opRecord       // key operation name
 	opOrder    []*opRecord
+	opLog      []*opRecord       // every operation, oldest first (zoneOperations.list)
 	requestIDs map[string]string // requestId -> operation name
 	usedIPs    map[string]bool
 	nextHost   map[string]uint32 // region -> next host offset in the subnet
