@@ -54,7 +54,7 @@ func TestGPUCatalogueRows(t *testing.T) {
 			if !ok || s.bundledAccelerator != f.Accelerator || int64(s.bundledCount) != int64(b.GPUs) || b.GPUs <= 0 || b.VCPUs <= 0 || b.MemoryMiB <= 0 {
 				t.Errorf("%s: %s resolves to %+v", f.Name, b.MachineType, s)
 			}
-			if _, ok := series[familyOf(b.MachineType)]; !ok {
+			if _, known := series[familyOf(b.MachineType)]; !known {
 				t.Errorf("%s: the series of %s is not in the series table", f.Name, b.MachineType)
 			}
 			p, ok := prices.MachineTypes[b.MachineType]
@@ -114,7 +114,7 @@ func TestGPUUses(t *testing.T) {
 	if !ok || u.Automatic || u.MaxGPUs != 1 {
 		t.Fatalf("listed g2-standard-8: %+v, %v", u, ok)
 	}
-	if _, ok := use(cfg.GPUUses(catalog), "nvidia-tesla-t4"); !ok {
+	if _, found := use(cfg.GPUUses(catalog), "nvidia-tesla-t4"); !found {
 		t.Fatal("listed t4-1: no T4 use")
 	}
 	// Listing the accelerator lets fit choose it.

@@ -64,7 +64,7 @@ func (c *Config) GPUUses(catalog *Catalog) []GPUUse {
 	auto := len(c.InstanceTypes) == 0 || slices.Contains(c.InstanceTypes, allowAuto)
 	for _, f := range gpuFamilies {
 		listed := slices.Contains(c.InstanceTypes, f.Accelerator)
-		if !(f.Automatic && auto) && !listed {
+		if (!f.Automatic || !auto) && !listed {
 			continue
 		}
 		// The largest podVM fit may make of it, within the per-pod GPU limit.
