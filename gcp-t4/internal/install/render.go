@@ -124,13 +124,77 @@ type Settings struct {
 	carried []string
 }
 
+// component is one optional directory under install/components, declared
+// in one place: when a user's Settings switch it on, the patches it takes
+// from them, and how everyComponent switches it on.
+type component struct {
+	dir string
+	on  func(Settings) bool
+	// patches are the component's edits from the Settings (nil: none).
+	patches func(Settings) ([]types.Patch, error)
+	// switchOn turns it on in an uninstall's render; nil for a component
+	// that adds no kind of object of its own.
+	switchOn func(*Settings)
+}
+
+// components are the optional components, in the order the top-level
+// kustomization lists them. A new one is a directory under
+// install/components, a row here, the Settings field its on reads, and
+// the flag in cmd.go where a person chooses it.
+var components = []component{
+	{dir: componentGKE, on: func(s Settings) bool { return s.GKERemediation }, patches: remediationPatches,
+		switchOn: func(s *Settings) { s.GKERemediation = true }},
+	{dir: componentRC, on: func(s Settings) bool { return s.RuntimeClass },
+		switchOn: func(s *Settings) { s.RuntimeClass = true }},
+	{dir: componentTLS, on: func(s Settings) bool { return s.TLS != nil }},
+	{dir: componentGuard, on: func(s Settings) bool { return s.CostGuard }, patches: costGuardPatches,
+		switchOn: func(s *Settings) { s.CostGuard = true }},
+	{dir: componentKey, on: func(s Settings) bool { return s.Credentials != nil }},
+}
+
 // everyComponent is Settings with every component that adds kinds of its
 // own switched on, in namespace ns: what Cluster.Labelled renders to know
 // every kind of object an install may have created, for an uninstall
-// without an inventory. A component added to Settings.kustomization is
-// switched on here too.
+// without an inventory.
 func everyComponent(ns string) Settings {
-	return Settings{GKERemediation: true, RuntimeClass: true, CostGuard: true, Namespace: ns}
+	s := Settings{Namespace: ns}
+	for _, c := range components {
+		if c.switchOn != nil {
+			c.switchOn(&s)
+		}
+	}
+	return s
+}
+
+// remediationPatches set the sidecar's --create-container-timeout.
+func remediationPatches(s Settings) ([]types.Patch, error) {
+	if s.CreateContainerTimeout == "" {
+		return nil, nil
+	}
+	if err := CheckCreateContainerTimeout(s.CreateContainerTimeout); err != nil {
+		return nil, err
+	}
+	patch, err := createContainerPatch(s.CreateContainerTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return []types.Patch{{Patch: patch, Target: &types.Selector{
+		ResId: resid.ResId{Gvk: resid.Gvk{Group: "apps", Version: "v1", Kind: "DaemonSet"}, Name: RemediationDaemonSet},
+	}}}, nil
+}
+
+// costGuardPatches set every namespace's per-pod GPU limit: a patch, as a
+// user's own overlay would write it; only the one key, so keys the admin
+// added stay theirs.
+func costGuardPatches(s Settings) ([]types.Patch, error) {
+	if s.GuardMaxGPUsPerPod == "" {
+		return nil, nil
+	}
+	if err := checkGuardMax(s.GuardMaxGPUsPerPod); err != nil {
+		return nil, err
+	}
+	patch := fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\ndata:\n  %s: %q\n", CostGuardPolicy, Namespace, guardMaxKey, s.GuardMaxGPUsPerPod)
+	return []types.Patch{{Patch: patch}}, nil
 }
 
 // TLSFiles are the PEM files of the certs-for-tls Secret.
@@ -370,41 +434,18 @@ func (s Settings) kustomization() ([]byte, error) {
 		TypeMeta:  types.TypeMeta{APIVersion: types.KustomizationVersion, Kind: types.KustomizationKind},
 		Resources: []string{"../" + overlayDir},
 	}
-	if s.GKERemediation {
-		k.Components = append(k.Components, "../"+componentGKE)
-		if s.CreateContainerTimeout != "" {
-			if err := CheckCreateContainerTimeout(s.CreateContainerTimeout); err != nil {
-				return nil, err
-			}
-			patch, err := createContainerPatch(s.CreateContainerTimeout)
+	for _, c := range components {
+		if !c.on(s) {
+			continue
+		}
+		k.Components = append(k.Components, "../"+c.dir)
+		if c.patches != nil {
+			ps, err := c.patches(s)
 			if err != nil {
 				return nil, err
 			}
-			k.Patches = append(k.Patches, types.Patch{Patch: patch, Target: &types.Selector{
-				ResId: resid.ResId{Gvk: resid.Gvk{Group: "apps", Version: "v1", Kind: "DaemonSet"}, Name: RemediationDaemonSet},
-			}})
+			k.Patches = append(k.Patches, ps...)
 		}
-	}
-	if s.RuntimeClass {
-		k.Components = append(k.Components, "../"+componentRC)
-	}
-	if s.TLS != nil {
-		k.Components = append(k.Components, "../"+componentTLS)
-	}
-	if s.CostGuard {
-		k.Components = append(k.Components, "../"+componentGuard)
-		if s.GuardMaxGPUsPerPod != "" {
-			if err := checkGuardMax(s.GuardMaxGPUsPerPod); err != nil {
-				return nil, err
-			}
-			// A patch, as a user's own overlay would write it; only the
-			// one key, so keys the admin added stay theirs.
-			patch := fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\ndata:\n  %s: %q\n", CostGuardPolicy, Namespace, guardMaxKey, s.GuardMaxGPUsPerPod)
-			k.Patches = append(k.Patches, types.Patch{Patch: patch})
-		}
-	}
-	if s.Credentials != nil {
-		k.Components = append(k.Components, "../"+componentKey)
 	}
 	if s.Image != "" {
 		img, err := parseImage(s.Image)
