@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -92,7 +93,7 @@ func testKataDeployCoexistence(t *testing.T, kdv string, rel release) {
 	drop := kataDeployInstall(t, n, "gke-v2.toml")
 	n.start()
 	installedDump := n.dump()
-	kdHandler := sub(installedDump, cat(n.run.CRI.Runtimes, []string{"kata-remote"}))
+	kdHandler := sub(installedDump, slices.Concat(n.run.CRI.Runtimes, []string{"kata-remote"}))
 	kdFile := read(t, drop)
 	node := labelled(true)
 	cfg := n.config()
@@ -105,7 +106,7 @@ func testKataDeployCoexistence(t *testing.T, kdv string, rel release) {
 	h := DefaultHandler()
 	assertLoaded(t, n, h)
 	assertDump(t, n, h)
-	if got := sub(n.dump(), cat(n.run.CRI.Runtimes, []string{"kata-remote"})); !reflect.DeepEqual(got, kdHandler) {
+	if got := sub(n.dump(), slices.Concat(n.run.CRI.Runtimes, []string{"kata-remote"})); !reflect.DeepEqual(got, kdHandler) {
 		t.Errorf("handler in containerd's merge after the sidecar:\n%v\nkata-deploy's:\n%v", got, kdHandler)
 	}
 	if n.run.Strategy == containerdrelease.DropIn {
@@ -150,7 +151,7 @@ func testKataDeployCoexistence(t *testing.T, kdv string, rel release) {
 	}
 	assertLoaded(t, n, h)
 	assertDump(t, n, h)
-	if got := sub(n.dump(), cat(n.run.CRI.Runtimes, []string{"kata-remote"})); !reflect.DeepEqual(got, kdHandler) {
+	if got := sub(n.dump(), slices.Concat(n.run.CRI.Runtimes, []string{"kata-remote"})); !reflect.DeepEqual(got, kdHandler) {
 		t.Errorf("handler restored after GKE's rewrite:\n%v\nkata-deploy's:\n%v", got, kdHandler)
 	}
 
@@ -215,7 +216,7 @@ func TestForeignUnimportedDropIn(t *testing.T) {
 			h := DefaultHandler()
 			assertLoaded(t, n, h)
 			assertDump(t, n, h)
-			if _, ok := at(n.dump(), cat(n.run.CRI.Runtimes, []string{"nvidia"})...); ok {
+			if _, ok := at(n.dump(), slices.Concat(n.run.CRI.Runtimes, []string{"nvidia"})...); ok {
 				t.Error("NVIDIA's unimported drop-in is loaded now")
 			}
 

@@ -82,17 +82,17 @@ func assertDump(t *testing.T, n *node, h configplan.Handler) {
 	t.Helper()
 	dump := n.dump()
 	cri := n.run.CRI
-	rt := cat(cri.Runtimes, []string{h.Name})
+	rt := slices.Concat(cri.Runtimes, []string{h.Name})
 	want := map[string]any{
-		tomledit.FormatPath(cat(cri.Images, []string{"discard_unpacked_layers"})):      false,
-		tomledit.FormatPath(cat(cri.Images, []string{"disable_snapshot_annotations"})): false,
-		tomledit.FormatPath(cat(rt, []string{"runtime_type"})):                         h.RuntimeType,
-		tomledit.FormatPath(cat(rt, []string{"runtime_path"})):                         h.RuntimePath,
-		tomledit.FormatPath(cat(rt, []string{"privileged_without_host_devices"})):      true,
-		tomledit.FormatPath(cat(rt, []string{"pod_annotations"})):                      strs(h.PodAnnotations),
-		tomledit.FormatPath(cat(rt, []string{"container_annotations"})):                strs(h.ContainerAnnotations),
-		tomledit.FormatPath(cat(rt, []string{"snapshotter"})):                          h.Snapshotter,
-		tomledit.FormatPath(cat(rt, []string{"options", "ConfigPath"})):                h.ConfigPath,
+		tomledit.FormatPath(slices.Concat(cri.Images, []string{"discard_unpacked_layers"})):      false,
+		tomledit.FormatPath(slices.Concat(cri.Images, []string{"disable_snapshot_annotations"})): false,
+		tomledit.FormatPath(slices.Concat(rt, []string{"runtime_type"})):                         h.RuntimeType,
+		tomledit.FormatPath(slices.Concat(rt, []string{"runtime_path"})):                         h.RuntimePath,
+		tomledit.FormatPath(slices.Concat(rt, []string{"privileged_without_host_devices"})):      true,
+		tomledit.FormatPath(slices.Concat(rt, []string{"pod_annotations"})):                      strs(h.PodAnnotations),
+		tomledit.FormatPath(slices.Concat(rt, []string{"container_annotations"})):                strs(h.ContainerAnnotations),
+		tomledit.FormatPath(slices.Concat(rt, []string{"snapshotter"})):                          h.Snapshotter,
+		tomledit.FormatPath(slices.Concat(rt, []string{"options", "ConfigPath"})):                h.ConfigPath,
 	}
 	if h.SnapshotterAddress != "" {
 		want[tomledit.FormatPath([]string{"proxy_plugins", h.Snapshotter, "type"})] = "snapshot"
@@ -102,9 +102,9 @@ func assertDump(t *testing.T, n *node, h configplan.Handler) {
 		want[tomledit.FormatPath([]string{"proxy_plugins", h.Snapshotter, "exports", "root"})] = h.ExportsRoot
 	}
 	if cri.RuntimePlatforms != nil {
-		want[tomledit.FormatPath(cat(cri.RuntimePlatforms, []string{h.Name, "snapshotter"}))] = h.Snapshotter
+		want[tomledit.FormatPath(slices.Concat(cri.RuntimePlatforms, []string{h.Name, "snapshotter"}))] = h.Snapshotter
 	}
-	want[tomledit.FormatPath(cat(cri.Runtimes, []string{"runc", "options", "SystemdCgroup"}))] = true
+	want[tomledit.FormatPath(slices.Concat(cri.Runtimes, []string{"runc", "options", "SystemdCgroup"}))] = true
 	leaves := tomledit.Leaves(dump)
 	if reflect.DeepEqual(cri, containerdrelease.CRIConfigVersion2) {
 		want[`plugins."io.containerd.grpc.v1.cri".cni.bin_dir`] = "/home/kubernetes/bin"
@@ -331,7 +331,7 @@ func TestVersion3DropInOverVersion2Main(t *testing.T) {
 func handlerDropIn(h configplan.Handler, version int) []byte {
 	cri := containerdrelease.FileCRI(version)
 	var b strings.Builder
-	fmt.Fprintf(&b, "version = %d\n\n[%s]\n", version, tomledit.FormatPath(cat(cri.Runtimes, []string{h.Name})))
+	fmt.Fprintf(&b, "version = %d\n\n[%s]\n", version, tomledit.FormatPath(slices.Concat(cri.Runtimes, []string{h.Name})))
 	fmt.Fprintf(&b, "  runtime_type = %s\n  runtime_path = %s\n  snapshotter = %s\n", tomledit.String(h.RuntimeType), tomledit.String(h.RuntimePath), tomledit.String(h.Snapshotter))
 	fmt.Fprintf(&b, "\n[%s]\n  discard_unpacked_layers = false\n", tomledit.FormatPath(cri.Images))
 	return []byte(b.String())
@@ -421,7 +421,7 @@ func testRuncFromDefaults(t *testing.T, rel release) {
 	minimal := []byte("version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"runc\"\n  discard_unpacked_layers = true\n[plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/home/kubernetes/bin\"\n  conf_dir = \"" + n.dir + "/cni\"\n")
 	n.catWrite(n.target.Config, minimal)
 	n.start()
-	runc := cat(n.run.CRI.Runtimes, []string{"runc"})
+	runc := slices.Concat(n.run.CRI.Runtimes, []string{"runc"})
 	runcBefore, ok := at(n.dump(), runc...)
 	if !ok {
 		t.Fatalf("containerd %s shows no built-in runc in the dump", rel.Version)

@@ -65,8 +65,8 @@ func TestConfDModeNoImportFight(t *testing.T) {
 				if slices.Contains(imports, legacy) {
 					t.Fatalf("conf.d drop-in %v: imports %q: the stale legacy drop-in was imported again", confd, imports)
 				}
-				rt := cat(n.run.CRI.Runtimes, []string{"kata-remote"})
-				got, _ := at(n.dump(), cat(rt, []string{"options", "ConfigPath"})...)
+				rt := slices.Concat(n.run.CRI.Runtimes, []string{"kata-remote"})
+				got, _ := at(n.dump(), slices.Concat(rt, []string{"options", "ConfigPath"})...)
 				if want := DefaultHandler().ConfigPath; got != want {
 					t.Fatalf("conf.d drop-in %v: containerd's merge has ConfigPath %q, want %q (kata-deploy's current drop-in)", confd, got, want)
 				}
@@ -135,9 +135,9 @@ func TestExistingHandlerWithoutDefaultPaths(t *testing.T) {
 			if res.Plan.Handler.RuntimePath != shim || res.Plan.Handler.ConfigPath != conf {
 				t.Fatalf("handler %+v, want the configured paths kept", res.Plan.Handler)
 			}
-			rt := cat(n.run.CRI.Runtimes, []string{"kata-remote"})
+			rt := slices.Concat(n.run.CRI.Runtimes, []string{"kata-remote"})
 			dump := n.dump()
-			if got, _ := at(dump, cat(rt, []string{"runtime_path"})...); got != shim {
+			if got, _ := at(dump, slices.Concat(rt, []string{"runtime_path"})...); got != shim {
 				t.Errorf("merged runtime_path %q, want %q", got, shim)
 			}
 			h := DefaultHandler()

@@ -538,15 +538,6 @@ func (lp *loop) stop(t *testing.T) {
 	}
 }
 
-// cat joins key paths.
-func cat(parts ...[]string) []string {
-	var out []string
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
-}
-
 // strs is a string list as TOML decodes it.
 func strs(v []string) []any {
 	out := make([]any, len(v))

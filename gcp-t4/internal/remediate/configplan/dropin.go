@@ -39,10 +39,10 @@ func fileKey(parts []string, dump containerdrelease.CRITables, version int) []st
 	file := containerdrelease.FileCRI(version)
 	switch {
 	case hasPrefix(parts, dump.Runtimes):
-		return cat(file.Runtimes, parts[len(dump.Runtimes):])
+		return slices.Concat(file.Runtimes, parts[len(dump.Runtimes):])
 	case hasPrefix(parts, dump.Images) && len(parts) == len(dump.Images)+1 &&
 		(parts[len(parts)-1] == keyDiscardUnpackedLayers || parts[len(parts)-1] == keyDisableSnapshotAnnotations):
-		return cat(file.Images, parts[len(dump.Images):])
+		return slices.Concat(file.Images, parts[len(dump.Images):])
 	}
 	return parts
 }

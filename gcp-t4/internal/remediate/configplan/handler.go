@@ -148,18 +148,18 @@ func strsOf(doc map[string]any, path ...string) []string {
 // in either CRI layout.
 func handlerFromDoc(doc map[string]any, name string) (Handler, bool) {
 	for _, t := range runtimeTables {
-		rt := cat(t, []string{name})
-		if str(doc, cat(rt, []string{"runtime_type"})...) == "" {
+		rt := slices.Concat(t, []string{name})
+		if str(doc, slices.Concat(rt, []string{"runtime_type"})...) == "" {
 			continue
 		}
 		h := Handler{
 			Name:                 name,
-			RuntimeType:          str(doc, cat(rt, []string{"runtime_type"})...),
-			RuntimePath:          str(doc, cat(rt, []string{"runtime_path"})...),
-			ConfigPath:           str(doc, cat(rt, []string{"options", "ConfigPath"})...),
-			Snapshotter:          str(doc, cat(rt, []string{"snapshotter"})...),
-			PodAnnotations:       strsOf(doc, cat(rt, []string{"pod_annotations"})...),
-			ContainerAnnotations: strsOf(doc, cat(rt, []string{"container_annotations"})...),
+			RuntimeType:          str(doc, slices.Concat(rt, []string{"runtime_type"})...),
+			RuntimePath:          str(doc, slices.Concat(rt, []string{"runtime_path"})...),
+			ConfigPath:           str(doc, slices.Concat(rt, []string{"options", "ConfigPath"})...),
+			Snapshotter:          str(doc, slices.Concat(rt, []string{"snapshotter"})...),
+			PodAnnotations:       strsOf(doc, slices.Concat(rt, []string{"pod_annotations"})...),
+			ContainerAnnotations: strsOf(doc, slices.Concat(rt, []string{"container_annotations"})...),
 		}
 		if h.Snapshotter != "" {
 			h.SnapshotterAddress = str(doc, "proxy_plugins", h.Snapshotter, "address")

@@ -185,7 +185,7 @@ func (p *Planner) inPlace(ctx context.Context, files []LoadFile, before map[stri
 	if lost := lostRuntimes(before, after, l, p.Handler.Name); len(lost) > 0 {
 		for _, lf := range flatten(before) {
 			for _, r := range lost {
-				if hasPrefix(lf.parts, cat(l.Runtimes, []string{r})) {
+				if hasPrefix(lf.parts, slices.Concat(l.Runtimes, []string{r})) {
 					changes = append(changes, tomledit.Change{Table: lf.parts[:len(lf.parts)-1], Key: lf.parts[len(lf.parts)-1], Value: lf.value})
 				}
 			}
@@ -301,13 +301,13 @@ func (p *Planner) dropIn(ctx context.Context, files []LoadFile, before map[strin
 	if restoreImport {
 		base = append(base, p.KataDeploy.DropIn)
 		for _, r := range p.KataDeploy.Runtimes {
-			o.extras = append(o.extras, cat(l.Runtimes, []string{r}))
+			o.extras = append(o.extras, slices.Concat(l.Runtimes, []string{r}))
 			if l.RuntimePlatforms != nil {
 				o.extras = append(o.extras, platforms(l, r))
 			}
 		}
 		for _, pp := range p.KataDeploy.ProxyPlugins {
-			o.extras = append(o.extras, cat(proxyPlugins, []string{pp}))
+			o.extras = append(o.extras, slices.Concat(proxyPlugins, []string{pp}))
 		}
 	}
 	baseMain, err := p.withImports(main.Data, doc, base)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -203,9 +204,9 @@ func TestDropInFollowsTheFilesVersion(t *testing.T) {
 		key  []string
 		want []string
 	}{
-		{cat(v3.Runtimes, []string{"kata-remote", "runtime_type"}), []string{"plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "kata-remote", "runtime_type"}},
-		{cat(v3.Images, []string{keyDiscardUnpackedLayers}), []string{"plugins", "io.containerd.grpc.v1.cri", "containerd", keyDiscardUnpackedLayers}},
-		{cat(v3.RuntimePlatforms, []string{"kata-remote", "snapshotter"}), cat(v3.RuntimePlatforms, []string{"kata-remote", "snapshotter"})},
+		{slices.Concat(v3.Runtimes, []string{"kata-remote", "runtime_type"}), []string{"plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "kata-remote", "runtime_type"}},
+		{slices.Concat(v3.Images, []string{keyDiscardUnpackedLayers}), []string{"plugins", "io.containerd.grpc.v1.cri", "containerd", keyDiscardUnpackedLayers}},
+		{slices.Concat(v3.RuntimePlatforms, []string{"kata-remote", "snapshotter"}), slices.Concat(v3.RuntimePlatforms, []string{"kata-remote", "snapshotter"})},
 		{[]string{"proxy_plugins", "nydus", "address"}, []string{"proxy_plugins", "nydus", "address"}},
 	} {
 		if got := fileKey(tc.key, v3, 2); !reflect.DeepEqual(got, tc.want) {

@@ -46,14 +46,6 @@ func hasPrefix(parts, prefix []string) bool {
 
 var proxyPlugins = []string{"proxy_plugins"}
 
-func cat(parts ...[]string) []string {
-	var out []string
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
-}
-
 func strs(v []string) []any {
 	out := make([]any, len(v))
 	for i, s := range v {
@@ -64,23 +56,23 @@ func strs(v []string) []any {
 
 // platforms is handler name's entry in the release's runtime_platforms.
 func platforms(l containerdrelease.CRITables, name string) []string {
-	return cat(l.RuntimePlatforms, []string{name})
+	return slices.Concat(l.RuntimePlatforms, []string{name})
 }
 
 // wanted are the settings the merged configuration must hold for h, as
 // containerd's dump names them, in the order they are written.
 func wanted(h Handler, l containerdrelease.CRITables) []leaf {
-	rt := cat(l.Runtimes, []string{h.Name})
+	rt := slices.Concat(l.Runtimes, []string{h.Name})
 	out := []leaf{
-		{cat(l.Images, []string{keyDisableSnapshotAnnotations}), false},
-		{cat(l.Images, []string{keyDiscardUnpackedLayers}), false},
-		{cat(rt, []string{"runtime_type"}), h.RuntimeType},
-		{cat(rt, []string{"runtime_path"}), h.RuntimePath},
-		{cat(rt, []string{"privileged_without_host_devices"}), true},
-		{cat(rt, []string{"pod_annotations"}), strs(h.PodAnnotations)},
-		{cat(rt, []string{"container_annotations"}), strs(h.ContainerAnnotations)},
-		{cat(rt, []string{"snapshotter"}), h.Snapshotter},
-		{cat(rt, []string{"options", "ConfigPath"}), h.ConfigPath},
+		{slices.Concat(l.Images, []string{keyDisableSnapshotAnnotations}), false},
+		{slices.Concat(l.Images, []string{keyDiscardUnpackedLayers}), false},
+		{slices.Concat(rt, []string{"runtime_type"}), h.RuntimeType},
+		{slices.Concat(rt, []string{"runtime_path"}), h.RuntimePath},
+		{slices.Concat(rt, []string{"privileged_without_host_devices"}), true},
+		{slices.Concat(rt, []string{"pod_annotations"}), strs(h.PodAnnotations)},
+		{slices.Concat(rt, []string{"container_annotations"}), strs(h.ContainerAnnotations)},
+		{slices.Concat(rt, []string{"snapshotter"}), h.Snapshotter},
+		{slices.Concat(rt, []string{"options", "ConfigPath"}), h.ConfigPath},
 	}
 	if l.RuntimePlatforms != nil {
 		// containerd 2.x pulls a runtime's images with the images plugin's
@@ -89,17 +81,17 @@ func wanted(h Handler, l containerdrelease.CRITables) []leaf {
 		// migrateConfig reads "snapshot" and writes "runtime_platform", at
 		// v2.0.14 and v2.4.2), and kata-deploy 4.x only writes it for a
 		// version 3 main file.
-		out = append(out, leaf{cat(platforms(l, h.Name), []string{"snapshotter"}), h.Snapshotter})
+		out = append(out, leaf{slices.Concat(platforms(l, h.Name), []string{"snapshotter"}), h.Snapshotter})
 	}
 	if h.SnapshotterAddress == "" {
 		// A snapshotter learned without an address is defined elsewhere
 		// (or built in): its proxy plugin is not ours to write.
 		return out
 	}
-	pp := cat(proxyPlugins, []string{h.Snapshotter})
-	out = append(out, leaf{cat(pp, []string{"type"}), "snapshot"}, leaf{cat(pp, []string{"address"}), h.SnapshotterAddress})
+	pp := slices.Concat(proxyPlugins, []string{h.Snapshotter})
+	out = append(out, leaf{slices.Concat(pp, []string{"type"}), "snapshot"}, leaf{slices.Concat(pp, []string{"address"}), h.SnapshotterAddress})
 	if h.ExportsRoot != "" {
-		out = append(out, leaf{cat(pp, []string{"exports", "root"}), h.ExportsRoot})
+		out = append(out, leaf{slices.Concat(pp, []string{"exports", "root"}), h.ExportsRoot})
 	}
 	return out
 }
@@ -128,10 +120,10 @@ type owned struct {
 
 func (o owned) prefixes() [][]string {
 	out := [][]string{
-		cat(o.l.Runtimes, []string{o.h.Name}),
-		cat(proxyPlugins, []string{o.h.Snapshotter}),
-		cat(o.l.Images, []string{keyDisableSnapshotAnnotations}),
-		cat(o.l.Images, []string{keyDiscardUnpackedLayers}),
+		slices.Concat(o.l.Runtimes, []string{o.h.Name}),
+		slices.Concat(proxyPlugins, []string{o.h.Snapshotter}),
+		slices.Concat(o.l.Images, []string{keyDisableSnapshotAnnotations}),
+		slices.Concat(o.l.Images, []string{keyDiscardUnpackedLayers}),
 	}
 	if o.l.RuntimePlatforms != nil {
 		out = append(out, platforms(o.l, o.h.Name))
