@@ -207,12 +207,17 @@ func bundledShape(machineType string) (machineShape, bool) {
 		f := &gpuFamilies[i]
 		for _, b := range f.Bundled {
 			if b.MachineType == machineType {
-				return machineShape{name: machineType, family: familyOf(machineType), vcpus: b.VCPUs, memoryMiB: b.MemoryMiB,
-					bundledAccelerator: f.Accelerator, bundledCount: b.GPUs, soldAs: b.SoldAs, soldNote: b.SoldNote}, true
+				return b.shape(f), true
 			}
 		}
 	}
 	return machineShape{}, false
+}
+
+// shape is the machine shape of a bundled type of family f.
+func (b BundledShape) shape(f *GPUFamily) machineShape {
+	return machineShape{name: b.MachineType, family: familyOf(b.MachineType), vcpus: b.VCPUs, memoryMiB: b.MemoryMiB,
+		bundledAccelerator: f.Accelerator, bundledCount: b.GPUs, soldAs: b.SoldAs, soldNote: b.SoldNote}
 }
 
 // familyByAccelerator is the catalogue's row for a GCE accelerator type.

@@ -338,7 +338,7 @@ func synthesize(r Request) []Profile {
 			}
 		}
 		for _, b := range f.Bundled {
-			if s, ok := bundledShape(b.MachineType); ok && int64(b.GPUs) >= r.GPUs && holds(s, int64(b.GPUs)) {
+			if s := b.shape(f); int64(b.GPUs) >= r.GPUs && holds(s, int64(b.GPUs)) {
 				out = append(out, autoProfile(s, "", 0))
 			}
 		}
