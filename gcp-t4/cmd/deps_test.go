@@ -58,18 +58,19 @@ func TestNodeSidecarLinksNoCloudOrInstaller(t *testing.T) {
 	}
 }
 
-// gpu-init runs in the podVM: the standard library and our gpuinit package
-// only. A module path has a dot in its first element; the standard
-// library's never does.
-func TestGPUInitLinksStandardLibraryOnly(t *testing.T) {
-	allowed := map[string]bool{
-		"github.com/caa-gcp-t4/gcp-t4/cmd/gpu-init":     true,
-		"github.com/caa-gcp-t4/gcp-t4/internal/gpuinit": true,
-	}
-	for _, d := range deps(t, "./gpu-init") {
-		first, _, _ := strings.Cut(d, "/")
-		if strings.Contains(first, ".") && !allowed[d] {
-			t.Errorf("gpu-init links %s: the podVM binary may use the standard library and internal/gpuinit only", d)
+// gpu-init and podvm-notice run in the podVM: the standard library and
+// each its own package only. A module path has a dot in its first
+// element; the standard library's never does.
+func TestPodVMBinariesLinkStandardLibraryOnly(t *testing.T) {
+	for bin, own := range map[string]string{
+		"gpu-init":     "github.com/caa-gcp-t4/gcp-t4/internal/gpuinit",
+		"podvm-notice": "github.com/caa-gcp-t4/gcp-t4/internal/notice",
+	} {
+		for _, d := range deps(t, "./"+bin) {
+			first, _, _ := strings.Cut(d, "/")
+			if strings.Contains(first, ".") && d != own && d != "github.com/caa-gcp-t4/gcp-t4/cmd/"+bin {
+				t.Errorf("%s links %s: a podVM binary may use the standard library and %s only", bin, d, own)
+			}
 		}
 	}
 }
@@ -77,7 +78,7 @@ func TestGPUInitLinksStandardLibraryOnly(t *testing.T) {
 // The operator CLI must not carry the node's job, nor the podVM's.
 func TestOperatorCLILinksNoNodeOrGuestCode(t *testing.T) {
 	for _, d := range deps(t, "./gcp-t4") {
-		for _, p := range []string{"github.com/caa-gcp-t4/gcp-t4/internal/remediate", "github.com/caa-gcp-t4/gcp-t4/internal/gpuinit", "github.com/caa-gcp-t4/gcp-t4/internal/restart"} {
+		for _, p := range []string{"github.com/caa-gcp-t4/gcp-t4/internal/remediate", "github.com/caa-gcp-t4/gcp-t4/internal/gpuinit", "github.com/caa-gcp-t4/gcp-t4/internal/notice", "github.com/caa-gcp-t4/gcp-t4/internal/restart"} {
 			if d == p {
 				t.Errorf("gcp-t4 links %s, which belongs to another binary", d)
 			}

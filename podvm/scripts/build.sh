@@ -8,8 +8,8 @@
 # the UKI stub, and whether and with which certificate the image is signed.
 #
 # Inputs of the key: every file under podvm/ that mkosi reads, the generated
-# apt sources, the mkosi version, the gpu-init/nvidia-ctk/nvidia-cdi-hook
-# binaries, the guest binaries, the UKI stub and the signing certificate.
+# apt sources, the mkosi version, the gpu-init/podvm-notice/nvidia-ctk/
+# nvidia-cdi-hook binaries, the guest binaries, the UKI stub and the signing certificate.
 # Package versions in the archive are not part of it: pin
 # PODVM_DEBIAN_MIRROR to a snapshot for a fixed universe.
 #
@@ -97,11 +97,13 @@ if [ -n "$sbkey" ] || [ -n "$sbcert" ]; then
 	cp "$sign/db.crt" "$gen/signing/db.crt"
 fi
 
-# 1. Tools that go into the image: gpu-init (static, the GPU init unit; the
-#    only binary of ours in the podVM) and NVIDIA's CDI tools.
+# 1. Tools that go into the image: gpu-init (static, the GPU init unit) and
+#    podvm-notice (static, GCE's notices for the pod's containers), the two
+#    binaries of ours in the podVM, and NVIDIA's CDI tools.
 tools=$gen/tools-tree/usr/bin
 mkdir -p "$tools" "$gen/tools-tree/usr/lib/caa-gcp-t4"
 (cd gcp-t4 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/gpu-init" ./cmd/gpu-init)
+(cd gcp-t4 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/podvm-notice" ./cmd/podvm-notice)
 nvbin=$(podvm/scripts/nvidia-tools.sh)
 install -m 0755 "$nvbin/nvidia-ctk" "$nvbin/nvidia-cdi-hook" "$tools/"
 
@@ -133,16 +135,23 @@ echo "$kind" >"$gen/tools-tree/usr/lib/caa-gcp-t4/image-kind"
 # 2b. Every file in the image that no Debian package installed, with its
 #     version, source and sha256: /usr/lib/caa-gcp-t4/binaries.json inside
 #     the image, and the same list under "caa-gcp-t4" in podvm.manifest.
-# gpu-init's version: the last commit that changed its sources (workspace
-# builds carry no VCS stamp), "-modified" if they differ from it, and the Go
-# release; unrelated commits leave it, and so the cache key, unchanged.
-src=(gcp-t4/cmd/gpu-init gcp-t4/internal/gpuinit gcp-t4/go.mod gcp-t4/go.sum)
-rev=$(git log -1 --format=%h --abbrev=12 -- "${src[@]}" 2>/dev/null || true)
-if [ -n "$rev" ] && [ -n "$(git status --porcelain -- "${src[@]}" 2>/dev/null)" ]; then rev="$rev-modified"; fi
-rev="${rev:-no-git}+$(go version "$tools/gpu-init" | awk '{print $2}')"
+# Our binaries' versions: the last commit that changed their sources
+# (workspace builds carry no VCS stamp), "-modified" if they differ from it,
+# and the Go release; unrelated commits leave them, and so the cache key,
+# unchanged.
+ourrev() {
+	local bin=$1 r
+	shift
+	r=$(git log -1 --format=%h --abbrev=12 -- "$@" gcp-t4/go.mod gcp-t4/go.sum 2>/dev/null || true)
+	if [ -n "$r" ] && [ -n "$(git status --porcelain -- "$@" gcp-t4/go.mod gcp-t4/go.sum 2>/dev/null)" ]; then r="$r-modified"; fi
+	echo "${r:-no-git}+$(go version "$tools/$bin" | awk '{print $2}')"
+}
+rev=$(ourrev gpu-init gcp-t4/cmd/gpu-init gcp-t4/internal/gpuinit)
+noticerev=$(ourrev podvm-notice gcp-t4/cmd/podvm-notice gcp-t4/internal/notice)
 nvver=$("$tools/nvidia-ctk" --version | sed -n 's/.*version \([^ ]*\).*/\1/p' | head -n 1)
 {
 	printf 'gpu-init\t%s\t%s\tgcp-t4/cmd/gpu-init (this repository)\t/usr/bin/gpu-init\n' "$(sha256sum "$tools/gpu-init" | cut -c1-64)" "$rev"
+	printf 'podvm-notice\t%s\t%s\tgcp-t4/cmd/podvm-notice (this repository)\t/usr/bin/podvm-notice\n' "$(sha256sum "$tools/podvm-notice" | cut -c1-64)" "$noticerev"
 	for t in nvidia-ctk nvidia-cdi-hook; do
 		printf '%s\t%s\t%s\tgithub.com/NVIDIA/nvidia-container-toolkit/cmd/%s@v%s (Go module)\t/usr/bin/%s\n' "$t" "$(sha256sum "$tools/$t" | cut -c1-64)" "$nvver" "$t" "$nvver" "$t"
 	done

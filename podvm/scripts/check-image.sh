@@ -171,13 +171,14 @@ grep -qx gsp_tu10x.bin <<<"$(ls_root "/usr/lib/firmware/nvidia/$fwver")" ||
 	fail "root fs: /usr/lib/firmware/nvidia/$fwver/gsp_tu10x.bin missing (firmware-nvidia-gsp)"
 src=$(ls_root /usr/src)
 [ -z "$src" ] || fail "root fs: /usr/src still holds: $src (headers must be removed)"
-for f in gpu-init nvidia-ctk nvidia-cdi-hook tpm2_pcrextend tpm2_pcrread; do
+for f in gpu-init podvm-notice nvidia-ctk nvidia-cdi-hook tpm2_pcrextend tpm2_pcrread; do
 	grep -qx "$f" <<<"$(ls_root /usr/bin)" || fail "root fs: /usr/bin/$f missing"
 done
 wants=$(ls_root /etc/systemd/system/multi-user.target.wants)
 for u in caa-gcp-t4-gpu-init.service caa-gcp-t4-slots.service 'netns@podns.service' 'run-kata\x2dcontainers.mount' \
 	process-user-data.service attestation-agent.service confidential-data-hub.service kata-agent.path \
-	caa-gcp-t4-cdh-check.service agent-protocol-forwarder.path api-server-rest.service; do
+	caa-gcp-t4-cdh-check.service agent-protocol-forwarder.path api-server-rest.service \
+	caa-gcp-t4-notice.socket caa-gcp-t4-notice.service; do
 	grep -qxF "$u" <<<"$wants" || fail "root fs: $u not enabled"
 done
 # kata-agent is started by kata-agent.path on CDH's socket, never by the boot.
@@ -204,7 +205,7 @@ cat_root /usr/lib/systemd/system/process-user-data.service | grep -qx 'ExecStart
 # Every binary no Debian package installed is in the manifest with a version
 # and the sha256 of the file on the disk, and nothing unlisted sits in the slots.
 nb=$(jq -r '."caa-gcp-t4".binaries // [] | length' "$manifest")
-for n in gpu-init nvidia-ctk nvidia-cdi-hook; do
+for n in gpu-init podvm-notice nvidia-ctk nvidia-cdi-hook; do
 	jq -e --arg n "$n" '."caa-gcp-t4".binaries[]? | select(.name == $n)' "$manifest" >/dev/null ||
 		fail "manifest: no caa-gcp-t4 binaries entry for $n"
 done

@@ -18,7 +18,8 @@ func TestExampleDecodesStrictly(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.kind] = o.name
 	}
-	want := map[string]string{"Namespace": "mistral-tp2", "RayService": "mistral-tp2", "Service": "mistral-tp2-openai"}
+	want := map[string]string{"Namespace": "mistral-tp2", "RayService": "mistral-tp2", "Service": "mistral-tp2-openai",
+		"ConfigMap": "drain-on-notice"}
 	if len(kinds) != len(want) || len(objs) != len(want) {
 		t.Errorf("rendered %v, want exactly %v", kinds, want)
 	}

@@ -2,6 +2,7 @@ package kuberay
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -370,5 +371,65 @@ func TestScrapeConfigSelectsTheMetricsPort(t *testing.T) {
 	timeout, err2 := time.ParseDuration(ep.Timeout)
 	if err1 != nil || err2 != nil || timeout > interval {
 		t.Errorf("endpoint interval %q, timeout %q: want durations with the timeout no longer than the interval", ep.Interval, ep.Timeout)
+	}
+}
+
+// The worker's drain-on-notice sidecar reaches what it names: the GCS and
+// the dashboard on the Service KubeRay makes for the RayService's head,
+// with the ports that Service has; its script is the ConfigMap the
+// kustomization generates (under its hashed name); it runs the Ray
+// container's image, so the podVM pulls nothing more for it; and it takes
+// the pod's IP, which is the Ray node's. The head has none (its podVM's
+// loss ends the cluster: nothing to drain to).
+func TestWorkerDrainSidecar(t *testing.T) {
+	objs := example(t)
+	rs := only[*rayv1.RayService](t, objs)
+	cm := only[*corev1.ConfigMap](t, objs)
+	if _, ok := cm.Data["drain-on-notice.py"]; !ok {
+		t.Fatalf("ConfigMap %s holds %v, want drain-on-notice.py", cm.Name, slices.Collect(maps.Keys(cm.Data)))
+	}
+	if n := len(rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers); n != 1 {
+		t.Errorf("the head has %d containers, want the Ray container alone", n)
+	}
+	w := rs.Spec.RayClusterSpec.WorkerGroupSpecs[0].Template.Spec
+	i := slices.IndexFunc(w.Containers, func(c corev1.Container) bool { return c.Name == "drain-on-notice" })
+	if i < 1 {
+		t.Fatalf("worker containers %d, want the Ray container first and a drain-on-notice sidecar", len(w.Containers))
+	}
+	side := w.Containers[i]
+	if side.Image != w.Containers[0].Image {
+		t.Errorf("sidecar image %s, Ray container %s: the podVM would pull a second image", side.Image, w.Containers[0].Image)
+	}
+
+	cluster := rayv1.RayCluster{Spec: *rs.Spec.RayClusterSpec.DeepCopy()}
+	cluster.Name, cluster.Namespace = "mistral-tp2-raycluster-x", rs.Namespace
+	svc, err := common.BuildHeadServiceForRayService(t.Context(), *rs, cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[string]int32{}
+	for _, p := range svc.Spec.Ports {
+		ports[p.Name] = p.Port
+	}
+	args := strings.Join(side.Command, " ")
+	for _, want := range []string{
+		"python3 /opt/caa-gcp-t4/drain-on-notice.py",
+		"--gcs=" + svc.Name + ":" + strconv.Itoa(int(ports[utils.GcsServerPortName])),
+		"--dashboard=http://" + svc.Name + ":" + strconv.Itoa(int(ports[utils.DashboardPortName])),
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("sidecar command %q lacks %q (KubeRay's head Service %s has ports %v)", args, want, svc.Name, ports)
+		}
+	}
+	if len(side.Env) != 1 || side.Env[0].Name != "POD_IP" || side.Env[0].ValueFrom == nil ||
+		side.Env[0].ValueFrom.FieldRef == nil || side.Env[0].ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Errorf("sidecar env %+v, want POD_IP from status.podIP", side.Env)
+	}
+	if len(side.VolumeMounts) != 1 || side.VolumeMounts[0].MountPath != "/opt/caa-gcp-t4" {
+		t.Fatalf("sidecar mounts %+v, want its script at /opt/caa-gcp-t4", side.VolumeMounts)
+	}
+	v := slices.IndexFunc(w.Volumes, func(v corev1.Volume) bool { return v.Name == side.VolumeMounts[0].Name })
+	if v < 0 || w.Volumes[v].ConfigMap == nil || w.Volumes[v].ConfigMap.Name != cm.Name {
+		t.Errorf("sidecar volume %s does not name the generated ConfigMap %s", side.VolumeMounts[0].Name, cm.Name)
 	}
 }

@@ -30,12 +30,17 @@
 #     kata-agent.service for it (Requires=): the agent never starts.
 # The VM reaches a GCE-style metadata server at 169.254.169.254
 # (test/podvm/gce-metadata.py through QEMU's guestfwd) that serves the
-# attribute user-data, base64-encoded as CAA's GCP provider stores it.
+# attribute user-data, base64-encoded as CAA's GCP provider stores it, and
+# a host maintenance notice (maintenance-event TERMINATE_ON_HOST_MAINTENANCE)
+# that podvm-notice must pass to the pod's namespace.
 #
 # With stand-in guest binaries in the slots (PODVM_BOOT_STANDINS lists
 # them; test/podvm/standin), it also checks the peer-pod guest contract
 # from the records they leave on the disk:
 #   - /run/netns/podns exists and the forwarder opened it;
+#   - a client in the pod's namespace reads the maintenance notice at
+#     127.0.0.1:8007/v1/notice (caa-gcp-t4-notice.socket there, the
+#     service in the VM's namespace reading the metadata server);
 #   - / is the squashfs on the dm-verity device, read-only; the NVIDIA
 #     module's signature is accepted (Secure Boot's lockdown enforces it);
 #   - /run/kata-containers is the state partition's ext4 with the disk's
@@ -171,7 +176,7 @@ start_vm() {
 		-drive if=none,id=disk,format=qcow2,file="$1" \
 		-device virtio-scsi-pci,id=scsi -device scsi-hd,drive=disk,bootindex=1 \
 		-chardev socket,id=chrtpm,path="$work/tpm/swtpm.sock" -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-crb,tpmdev=tpm0 \
-		-netdev "user,id=net0,${PODVM_BOOT_HOSTFWD:+hostfwd=$PODVM_BOOT_HOSTFWD,}net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,dhcpstart=169.254.169.15,guestfwd=tcp:169.254.169.254:80-cmd:env GCE_METADATA_LOG=$work/metadata.log python3 $here/gce-metadata.py user-data=$work/user-data.b64${meta_extra:+ $meta_extra}" \
+		-netdev "user,id=net0,${PODVM_BOOT_HOSTFWD:+hostfwd=$PODVM_BOOT_HOSTFWD,}net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,dhcpstart=169.254.169.15,guestfwd=tcp:169.254.169.254:80-cmd:env GCE_METADATA_LOG=$work/metadata.log GCE_METADATA_MAINTENANCE_EVENT=TERMINATE_ON_HOST_MAINTENANCE python3 $here/gce-metadata.py user-data=$work/user-data.b64${meta_extra:+ $meta_extra}" \
 		-device virtio-net-pci,netdev=net0 \
 		-device virtio-rng-pci \
 		</dev/null >"$work/qemu.out" 2>&1 &

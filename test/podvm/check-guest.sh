@@ -184,7 +184,8 @@ n=$((n + 1))
 # the VM's own address for lease renewals (port 68); :15150 is the
 # forwarder CAA dials (Go listens on 0.0.0.0 with one dual-stack socket,
 # listed as tcp6 [::]); 127.0.0.1:8006 in the pod's namespace is
-# api-server-rest for the pod's containers.
+# api-server-rest for the pod's containers, 127.0.0.1:8007 there the GCE
+# notice endpoint (caa-gcp-t4-notice.socket), in every image.
 expect_root="tcp 127.0.0.53:53
 tcp 127.0.0.54:53
 udp 127.0.0.53:53
@@ -192,8 +193,8 @@ udp 127.0.0.54:53"
 if filled agent-protocol-forwarder; then expect_root+=$'\ntcp6 [::]:15150'; fi
 # The real forwarder's VXLAN tunnel to the worker node (VXLAN_PORT 4789).
 if grep -qw -- agent-protocol-forwarder <<<"$real"; then expect_root+=$'\nudp 0.0.0.0:4789'; fi
-expect_pod=""
-if filled api-server-rest; then expect_pod="tcp 127.0.0.1:8006"; fi
+expect_pod="tcp 127.0.0.1:8007"
+if filled api-server-rest; then expect_pod=$'tcp 127.0.0.1:8006\ntcp 127.0.0.1:8007'; fi
 root_all=$(jq -r '.listening_root[]' <<<"$report")
 dhcp=$(grep -E '^udp ([0-9]{1,3}\.){3}[0-9]{1,3}:68$' <<<"$root_all" || true)
 [ "$(grep -c . <<<"$dhcp")" -le 1 ] || fail "more than one DHCP client socket: $(tr '\n' ';' <<<"$dhcp")"
@@ -207,4 +208,16 @@ missing=$(comm -13 <(sort -u <<<"$root_l") <(sort -u <<<"$expect_root") | grep -
 [ "$(sort -u <<<"$pod_l" | grep -v '^$' || true)" = "$expect_pod" ] || fail "the pod namespace listens on '$(tr '\n' ';' <<<"$pod_l")', want '$expect_pod'"
 n=$((n + 1))
 
-echo "  guest contract: ok ($n groups): / squashfs ro on dm-verity ($dmuuid), writes refused; secure boot ${secure_boot}, lockdown $(jq -r '.lockdown // "none"' <<<"$report" | grep -o '\[[a-z]*\]'); modprobe nvidia: ${mp}; podns, /run/kata-containers ext4 $((fsz / 1024 / 1024)) MiB, forwarder flags within upstream's, order process-user-data -> CDH -> kata-agent -> forwarder, listening: $(tr '\n' ' ' <<<"$root_l")| podns: $(tr '\n' ' ' <<<"$pod_l")"
+# GCE's notice reaches the pod: the boot's metadata server says
+# TERMINATE_ON_HOST_MAINTENANCE, and a client in the pod's namespace reads
+# it from the socket systemd opened there, served by the unit in the VM's
+# namespace (the only one that reaches the metadata server).
+for u in caa-gcp-t4-notice.socket caa-gcp-t4-notice.service; do
+	[ "$(unit "$u" ActiveState)" = active ] || fail "$u is '$(unit "$u" ActiveState)/$(unit "$u" SubState)', want active"
+done
+notice=$(jq -c '.notice_podns // "none"' <<<"$report")
+jq -e '.event == "maintenance" and .drain == true and .source == "maintenance-event=TERMINATE_ON_HOST_MAINTENANCE" and (.deadline | type) == "string"' <<<"$notice" >/dev/null 2>&1 ||
+	fail "the pod's namespace read $notice at 127.0.0.1:8007/v1/notice, want the maintenance notice the metadata server gave"
+n=$((n + 1))
+
+echo "  guest contract: ok ($n groups): / squashfs ro on dm-verity ($dmuuid), writes refused; secure boot ${secure_boot}, lockdown $(jq -r '.lockdown // "none"' <<<"$report" | grep -o '\[[a-z]*\]'); modprobe nvidia: ${mp}; podns, /run/kata-containers ext4 $((fsz / 1024 / 1024)) MiB, forwarder flags within upstream's, order process-user-data -> CDH -> kata-agent -> forwarder, listening: $(tr '\n' ' ' <<<"$root_l")| podns: $(tr '\n' ' ' <<<"$pod_l")| notice in podns: $(jq -r '.event + " " + (.remainingSeconds | tostring) + " s left"' <<<"$notice")"

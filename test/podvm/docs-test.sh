@@ -152,11 +152,15 @@ n=$((n + 1))
 # path that the image ships (a .path unit that starts the agent included),
 # and says the agent waits for CDH's socket, as kata-agent.path makes it.
 table=$(sed -n '/^### Boot sequence/,/^How the waits are bounded/p' docs/podvm-build-guide.md)
-for u in kata-agent.path kata-agent.service process-user-data.service attestation-agent.service confidential-data-hub.service api-server-rest.service agent-protocol-forwarder.path; do
+for u in kata-agent.path kata-agent.service process-user-data.service attestation-agent.service confidential-data-hub.service api-server-rest.service agent-protocol-forwarder.path caa-gcp-t4-notice.socket caa-gcp-t4-notice.service; do
 	[ -f "podvm/mkosi.extra/usr/lib/systemd/system/$u" ] || fail "the image has no $u"
 	grep -q "^| \`$u\`" <<<"$table" || grep -q "^| \`${u%.*}\.path\` → " <<<"$table" || fail "the build guide's boot-sequence table has no row for $u"
 done
 grep -q '^PathExists=/run/confidential-containers/cdh.sock$' podvm/mkosi.extra/usr/lib/systemd/system/kata-agent.path || fail "kata-agent.path no longer waits for CDH's socket; the guide says it does"
+# The notice endpoint the guide and the runbook name is the one the socket opens.
+grep -q '^ListenStream=127.0.0.1:8007$' podvm/mkosi.extra/usr/lib/systemd/system/caa-gcp-t4-notice.socket || fail "caa-gcp-t4-notice.socket no longer listens on 127.0.0.1:8007; the guide says it does"
+grep -q 'http://127.0.0.1:8007/v1/notice' docs/podvm-build-guide.md || fail "the build guide does not name the notice endpoint"
+grep -q 'default="http://127.0.0.1:8007/v1/notice"' install/examples/mistral-tp2/drain-on-notice.py || fail "the serving example's sidecar does not default to the podVM's notice endpoint"
 ! grep -q 'does not wait for a CDH' docs/podvm-build-guide.md || fail "the build guide says the agent does not wait for CDH; kata-agent.path makes it wait"
 n=$((n + 1))
 echo "docs-test: ok ($n checks; $repo)"

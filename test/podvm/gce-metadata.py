@@ -11,10 +11,21 @@ X-Forwarded-For (403 otherwise), responses carry "Metadata-Flavor: Google",
 and attribute values are returned as stored (CAA's GCP providers store
 user-data base64-encoded; process-user-data decodes it).
 
+It also serves instance/maintenance-event and instance/preempted, the
+notices GCE gives before it stops a VM (compute/docs/metadata/
+getting-live-migration-notice, compute/docs/instances/create-use-spot):
+NONE and FALSE, or the values in GCE_METADATA_MAINTENANCE_EVENT and
+GCE_METADATA_PREEMPTED. Answers carry an ETag, and wait_for_change=true
+with the current last_etag hangs until timeout_sec passes or the guest
+closes the connection (the values do not change during a boot here).
+
 Each request is appended to the log file named by GCE_METADATA_LOG.
 """
+import hashlib
 import os
+import select
 import sys
+import urllib.parse
 
 PREFIX = "/computeMetadata/v1/instance"
 
@@ -42,13 +53,22 @@ def main():
                 break
             k, _, v = h.decode("latin-1").partition(":")
             headers[k.strip().lower()] = v.strip()
-        path = target.split("?", 1)[0]
+        path, _, query = target.partition("?")
         status, body = route(method, path, headers, attrs)
+        etag = hashlib.sha256(body).hexdigest()[:16]
+        q = urllib.parse.parse_qs(query)
+        if status == 200 and q.get("wait_for_change") == ["true"] and q.get("last_etag") == [etag]:
+            # Nothing changes here: hang until timeout_sec, or until the
+            # guest closes the connection (QEMU then closes stdin).
+            timeout = float(q.get("timeout_sec", ["300"])[0])
+            ready, _, _ = select.select([rin], [], [], timeout)
+            if ready and not rin.peek(1):
+                return
         if log:
             with open(log, "a") as f:
                 f.write(f"{method} {target} {status}\n")
         reason = {200: "OK", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed"}[status]
-        wout.write(f"HTTP/1.1 {status} {reason}\r\nMetadata-Flavor: Google\r\n"
+        wout.write(f"HTTP/1.1 {status} {reason}\r\nMetadata-Flavor: Google\r\nETag: {etag}\r\n"
                    f"Content-Type: application/text\r\nContent-Length: {len(body)}\r\n\r\n".encode())
         wout.write(body)
         wout.flush()
@@ -62,7 +82,11 @@ def route(method, path, headers, attrs):
     if method != "GET":
         return 405, b""
     if path in (PREFIX, PREFIX + "/"):
-        return 200, b"attributes/\n"
+        return 200, b"attributes/\nmaintenance-event\npreempted\n"
+    if path == PREFIX + "/maintenance-event":
+        return 200, os.environ.get("GCE_METADATA_MAINTENANCE_EVENT", "NONE").encode()
+    if path == PREFIX + "/preempted":
+        return 200, os.environ.get("GCE_METADATA_PREEMPTED", "FALSE").encode()
     if path == PREFIX + "/attributes/":
         return 200, "".join(n + "\n" for n in sorted(attrs)).encode()
     name = path[len(PREFIX + "/attributes/"):] if path.startswith(PREFIX + "/attributes/") else None

@@ -49,6 +49,9 @@ func TestThreatModelClaims(t *testing.T) {
 		{"podvm/guest-artefacts.pins", "-none_x86_64"},
 		{"install/components/cost-guard/policy.yaml", "io.katacontainers.config.hypervisor.default_gpus"},
 		{"gcp-t4/internal/preflight/exposure.go", "caa-podvms-deny-podvms"},
+		{"podvm/mkosi.extra/usr/lib/systemd/system/caa-gcp-t4-notice.socket", "ListenStream=127.0.0.1:8007"},
+		{"podvm/mkosi.extra/usr/lib/systemd/system/caa-gcp-t4-notice.service", "CapabilityBoundingSet=\n"},
+		{"podvm/mkosi.extra/usr/lib/systemd/system/caa-gcp-t4-notice.service", "DynamicUser=yes"},
 	} {
 		data, err := os.ReadFile(filepath.Join(threatRepoRoot, c.file))
 		if err != nil || !strings.Contains(string(data), c.want) {

@@ -97,10 +97,18 @@ func (sf *startupFlags) startOf(w Workload, g Group) (GroupStart, error) {
 		}
 	}
 	// The image: the largest of the pod's containers (each is pulled
-	// inside the podVM, one after another).
+	// inside the podVM, one after another). A second container of the same
+	// image pulls nothing more: image-rs in the podVM's CDH finds the image
+	// by its config digest and only makes a bundle (image-rs/src/image.rs,
+	// pull_image, guest-components dcd55ea1).
 	var imageBytes int64
 	known := true
+	seen := map[string]bool{}
 	for _, c := range append(slices.Clone(g.Spec.InitContainers), g.Spec.Containers...) {
+		if seen[c.Image] {
+			continue
+		}
+		seen[c.Image] = true
 		im, ok := cat.LookupImage(c.Image)
 		if !ok {
 			gs.Notes = append(gs.Notes, fmt.Sprintf("image %s is not in the start-up catalogue: give --image-size", c.Image))

@@ -455,6 +455,7 @@ var units = []string{
 	"confidential-data-hub.service", "kata-agent.path", "kata-agent.service", "caa-gcp-t4-cdh-check.service",
 	"agent-protocol-forwarder.path",
 	"agent-protocol-forwarder.service", "api-server-rest.service", "systemd-resolved.service",
+	"caa-gcp-t4-notice.socket", "caa-gcp-t4-notice.service",
 }
 
 var props = "Id,ActiveState,SubState,Result,NRestarts,ConditionResult,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic,InactiveExitTimestampMonotonic"
@@ -490,6 +491,7 @@ func report(ctx context.Context) {
 	rep["units"] = parseShow(string(show))
 	rep["listening_root"] = listening("/proc/self/net")
 	rep["listening_podns"] = inNetNS("/run/netns/podns", func() any { return listening("/proc/thread-self/net") })
+	rep["notice_podns"] = inNetNS("/run/netns/podns", func() any { return podNotice(ctx) })
 	rep["run_peerpod"] = listDir("/run/peerpod")
 	rep["run_netns"] = listDir("/run/netns")
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
@@ -515,6 +517,38 @@ func report(ctx context.Context) {
 	b, _ := json.Marshal(rep)
 	writeFile(filepath.Join(recordDir, "report.json"), b)
 	console("CAA-GCP-T4-STANDIN-REPORT " + string(b))
+}
+
+// podNotice asks the podVM's notice endpoint what a container in the pod
+// would, from the pod's namespace, and waits (bounded) for the notice the
+// boot test's metadata server gives. It dials on the calling thread, which
+// inNetNS has moved into that namespace (http.Client would dial from
+// another thread, in the VM's namespace).
+func podNotice(ctx context.Context) any {
+	d := net.Dialer{}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	c, err := d.DialContext(ctx, "tcp", "127.0.0.1:8007")
+	if err != nil {
+		return "dial: " + err.Error()
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(c, "GET /v1/notice?wait=true HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"); err != nil {
+		return "write: " + err.Error()
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return "read: " + err.Error()
+	}
+	defer resp.Body.Close()
+	var n map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&n); err != nil {
+		return "decode: " + err.Error()
+	}
+	return n
 }
 
 // trust records what the trust boundary looks like from inside: the root's

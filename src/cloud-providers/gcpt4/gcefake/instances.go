@@ -31,6 +31,9 @@ type instanceRecord struct {
 	ips         []string
 	// console is the serial port output (serial.go); nil until written.
 	console *console
+	// guest is what the VM's metadata server says about an interruption
+	// (guestmeta.go).
+	guest guestState
 }
 
 func (s *Server) fingerprint() string {

@@ -30,10 +30,10 @@ import (
 // pages name. Every transition takes the operation latency (the clock):
 // STOPPING until the operation completes, then the new state.
 //
-// The guest-visible side (the metadata server's instance/preempted and
-// instance/maintenance-event, the ACPI shutdown the guest sees) is not
-// modelled: the fake serves no metadata server, and nothing that talks to
-// it runs inside a podVM here.
+// The guest-visible side, the metadata server's instance/preempted and
+// instance/maintenance-event, is in guestmeta.go: Notice gives it ahead of
+// the stop, and Interrupt gives it at the stop when no notice came first.
+// The ACPI shutdown the guest sees is not modelled.
 
 // systemUser is the user GCE's own operations carry.
 const systemUser = "system"
@@ -154,10 +154,26 @@ func (s *Server) settleState(ir *instanceRecord, during, to string) {
 	switch to {
 	case "TERMINATED":
 		ir.inst.LastStopTimestamp = proto.String(s.stamp())
+		s.changed()
 	case "RUNNING":
 		ir.inst.LastStartTimestamp = proto.String(s.stamp())
 		s.booted(ir)
 	}
+}
+
+// runningLocked settles the clock and returns the instance, or an error
+// that names what was asked (what) and, for one that is not RUNNING, GCE's
+// rule (why); s.mu must be held.
+func (s *Server) runningLocked(zone, instance, what, why string) (*instanceRecord, error) {
+	s.settle()
+	ir := s.instances[zone+"/"+instance]
+	if ir == nil {
+		return nil, fmt.Errorf("gcefake: %s %s/%s: no such instance", what, zone, instance)
+	}
+	if st := ir.inst.GetStatus(); st != "RUNNING" {
+		return nil, fmt.Errorf("gcefake: %s %s/%s: the instance is %s, and %s", what, zone, instance, st, why)
+	}
+	return ir, nil
 }
 
 // Interrupt makes GCE do ev to a running instance, as its operation list
@@ -169,13 +185,9 @@ func (s *Server) settleState(ir *instanceRecord, during, to string) {
 func (s *Server) Interrupt(zone, instance string, ev HostEvent) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.settle()
-	ir := s.instances[zone+"/"+instance]
-	if ir == nil {
-		return fmt.Errorf("gcefake: %s of %s/%s: no such instance", ev, zone, instance)
-	}
-	if st := ir.inst.GetStatus(); st != "RUNNING" {
-		return fmt.Errorf("gcefake: %s of %s/%s: the instance is %s, and GCE interrupts only running VMs", ev, zone, instance, st)
+	ir, err := s.runningLocked(zone, instance, fmt.Sprintf("%s of", ev), "GCE interrupts only running VMs")
+	if err != nil {
+		return err
 	}
 	sc := ir.inst.GetScheduling()
 	var opType, msg string
@@ -192,9 +204,12 @@ func (s *Server) Interrupt(zone, instance string, ev HostEvent) error {
 		remove = sc.GetInstanceTerminationAction() == "DELETE"
 	case HostMaintenance:
 		if sc.GetOnHostMaintenance() != "TERMINATE" {
-			// Live migration: the VM keeps running on another host.
+			// Live migration: the VM keeps running on another host, and
+			// its metadata says NONE again afterwards.
 			rec := s.systemOperation(ir, opMigrateOnHost, "")
 			s.complete(rec)
+			ir.guest.maintenanceEvent = ""
+			s.changed()
 			return nil
 		}
 		opType = opTerminateOnHost
@@ -202,6 +217,11 @@ func (s *Server) Interrupt(zone, instance string, ev HostEvent) error {
 		opType = opHostError
 	default:
 		return fmt.Errorf("gcefake: unknown host event %d", ev)
+	}
+	if ev != HostError {
+		// GCE's notice comes first; a test that skipped Notice gets it
+		// now, with no time left.
+		s.giveNotice(ir, ev)
 	}
 	rec := s.systemOperation(ir, opType, msg)
 	ir.inst.Status = proto.String("STOPPING")
@@ -223,6 +243,7 @@ func (s *Server) Interrupt(zone, instance string, ev HostEvent) error {
 		default:
 			ir.inst.Status = proto.String("TERMINATED")
 			ir.inst.LastStopTimestamp = proto.String(s.stamp())
+			s.changed()
 		}
 	}
 	s.settle()
@@ -250,6 +271,7 @@ func (s *Server) removeInstance(ir *instanceRecord) {
 	for _, ip := range ir.ips {
 		delete(s.usedIPs, ip)
 	}
+	s.changed()
 }
 
 func operationGetter(op *computepb.Operation) fieldGetter {

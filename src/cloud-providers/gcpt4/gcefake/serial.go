@@ -143,6 +143,7 @@ func (s *Server) SetBootConsole(boot func(zone string, inst *computepb.Instance)
 // booted runs the boot console script for an instance that has just turned
 // RUNNING; s.mu is held.
 func (s *Server) booted(rec *instanceRecord) {
+	s.guestBooted(rec)
 	if s.bootConsole == nil {
 		return
 	}
