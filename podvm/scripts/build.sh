@@ -102,8 +102,9 @@ fi
 #    binaries of ours in the podVM, and NVIDIA's CDI tools.
 tools=$gen/tools-tree/usr/bin
 mkdir -p "$tools" "$gen/tools-tree/usr/lib/caa-gcp-t4"
-(cd gcp-t4 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/gpu-init" ./cmd/gpu-init)
-(cd gcp-t4 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/podvm-notice" ./cmd/podvm-notice)
+for b in gpu-init podvm-notice; do
+	(cd gcp-t4 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/$b" "./cmd/$b")
+done
 nvbin=$(podvm/scripts/nvidia-tools.sh)
 install -m 0755 "$nvbin/nvidia-ctk" "$nvbin/nvidia-cdi-hook" "$tools/"
 

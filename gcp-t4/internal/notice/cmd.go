@@ -47,12 +47,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, log *slo
 		return 1
 	}
 	st := NewState(time.Now)
+	const hang = 5 * time.Minute
 	w := &Watcher{
-		Base: *metadata, Client: &http.Client{}, State: st, Log: log,
-		Hang: 5 * time.Minute, Retry: time.Second,
+		// The server answers a hanging GET within timeout_sec; a connection
+		// that outlives it by far is dead, and a watcher stuck on it would
+		// miss the notice, so the client gives up and the watcher retries.
+		Base: *metadata, Client: &http.Client{Timeout: hang + 30*time.Second}, State: st, Log: log,
+		Hang: hang, Retry: time.Second,
 		OnChange: func(n Notice) {
 			log.Info("notice", "event", n.Event, "source", n.Source, "remainingSeconds", n.RemainingSeconds)
-			consoleLine(*console, stdout, n)
+			if err := consoleLine(*console, stdout, n); err != nil {
+				log.Warn("the console line was not written", "console", *console, "error", err)
+			}
 		},
 	}
 	srv := &http.Server{Handler: Handler(st, *maxWait), ReadHeaderTimeout: 10 * time.Second}
@@ -97,26 +103,30 @@ func listener(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// consoleLine puts the notice on the serial console, where the operator
-// (gcloud compute instances get-serial-port-output) and the provider's
-// start-up timeline read the podVM's other lines.
-func consoleLine(path string, stdout io.Writer, n Notice) {
+// consoleLine puts the notice on the serial console, with the podVM's
+// other lines, where an operator reads them (gcloud compute instances
+// get-serial-port-output). The provider reads that console only while a
+// podVM boots, so this line is for people; the pod's containers read the
+// endpoint.
+func consoleLine(path string, stdout io.Writer, n Notice) error {
 	var f io.Writer = stdout
 	switch path {
 	case "":
-		return
+		return nil
 	case "-":
 	default:
 		file, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
-			return
+			return err
 		}
 		defer file.Close()
 		f = file
 	}
+	var err error
 	if n.Drain {
-		fmt.Fprintf(f, "caa-gcp-t4: notice: %s (%s): GCE stops this VM in about %d s; containers read it at http://%s%s\n", n.Event, n.Source, n.RemainingSeconds, ListenAddr, Path)
-		return
+		_, err = fmt.Fprintf(f, "caa-gcp-t4: notice: %s (%s): GCE stops this VM in about %d s; containers read it at http://%s%s\n", n.Event, n.Source, n.RemainingSeconds, ListenAddr, Path)
+	} else {
+		_, err = fmt.Fprintf(f, "caa-gcp-t4: notice: %s\n", n.Event)
 	}
-	fmt.Fprintf(f, "caa-gcp-t4: notice: %s\n", n.Event)
+	return err
 }
