@@ -594,25 +594,6 @@ func (c *Collector) explain(ctx context.Context, pass *Pass) {
 	}
 }
 
-// CauseText says in words what ended a VM.
-func CauseText(in gcpt4.Interruption) string {
-	at := ""
-	if !in.At.IsZero() {
-		at = " at " + in.At.UTC().Format(time.RFC3339)
-	}
-	switch in.Cause {
-	case gcpt4.CausePreempted:
-		return "GCE preempted it" + at + " (Spot capacity reclaimed; " + in.Operation + ")"
-	case gcpt4.CauseHostMaintenance:
-		return "host maintenance stopped it" + at + " (a GPU VM cannot live-migrate; " + in.Operation + ")"
-	case gcpt4.CauseHostError:
-		return "its host failed" + at + " (" + in.Operation + ")"
-	case gcpt4.CauseGuestShutdown:
-		return "its guest powered it off" + at + " (" + in.Operation + ")"
-	case gcpt4.CauseStopped:
-		return in.By + " stopped it" + at + " (instances.stop)"
-	case gcpt4.CauseDeleted:
-		return in.By + " deleted it" + at + " (instances.delete)"
-	}
-	return "GCE's operations on it name no cause (GCE keeps them for a limited time; the reaper's role needs compute.zoneOperations.list to read them)"
-}
+// CauseText says in words what ended a VM: the provider's words, so a
+// pod told by the adaptor and one told by the reaper read alike.
+func CauseText(in gcpt4.Interruption) string { return in.Text() }

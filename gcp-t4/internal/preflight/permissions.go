@@ -132,6 +132,13 @@ func ProviderPermissions(cfg gcpt4.Config, tmpl *computepb.InstanceProperties) [
 	// instances, so CAA reads no other VM's console (a node's console may
 	// carry what its boot printed).
 	add("compute.instances.getSerialPortOutput")
+	// When CAA deletes a podVM GCE no longer runs (kata's shim lost its
+	// agent), the provider reads GCE's operations on it to tell the pod
+	// what ended it (preempted, host maintenance, someone's stop or
+	// delete): the reaper's permission too. It lists operations, not VMs;
+	// IAM conditions cannot narrow it to podvm-* (an operation is not an
+	// Instance resource).
+	add("compute.zoneOperations.list")
 	if len(cfg.NetworkTags) > 0 {
 		add("compute.instances.setTags")
 	}

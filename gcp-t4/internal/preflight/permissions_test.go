@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"flag"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,12 +133,13 @@ func TestRoleIsExactlyWhatTheProviderCalls(t *testing.T) {
 			ctx := context.Background()
 			// Started as CAA starts it, with a cluster to tell pods their
 			// podVMs' start-up: it then reads podVM consoles too.
-			p := startAsCAA(t, cfg)
+			p, await := startAsCAA(t, cfg)
 			defer p.Teardown()
 			if err := p.ConfigVerifier(); err != nil {
 				t.Fatal(err)
 			}
-			cc := &cloudinit.CloudConfig{WriteFiles: []cloudinit.WriteFile{{Path: "/run/peerpod/apf.json", Content: "{}"}}}
+			// The pod is named in apf.json, as CAA writes it: its Events need it.
+			cc := &cloudinit.CloudConfig{WriteFiles: []cloudinit.WriteFile{{Path: "/run/peerpod/apf.json", Content: `{"pod-name":"llm","pod-namespace":"ml"}`}}}
 			var ids []string
 			for i, spec := range []provider.InstanceTypeSpec{
 				{GPUs: 1, VCPUs: 2, Memory: 8192},
@@ -149,6 +152,13 @@ func TestRoleIsExactlyWhatTheProviderCalls(t *testing.T) {
 				ids = append(ids, inst.ID)
 			}
 			if _, err := p.ListManaged(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Both sandboxes ran; then GCE stops the first podVM (a host
+			// error), so its delete reads what ended it for its pod.
+			await(gcpt4.ReasonReachable, len(ids))
+			parts := strings.Split(ids[0], "/") // zones/Z/instances/N
+			if err := fake.Interrupt(parts[1], parts[3], gcefake.HostError); err != nil {
 				t.Fatal(err)
 			}
 			for _, id := range ids {
@@ -351,13 +361,23 @@ func TestDocsListTheRolesPermissions(t *testing.T) {
 // pods (gone, which ends a podVM's boot watch). The API server itself is
 // exercised in internal/gc's start-up scenario; this test is about the
 // calls the provider makes to GCE.
-func startAsCAA(t *testing.T, cfg gcpt4.Config) *gcpt4.Provider {
+func startAsCAA(t *testing.T, cfg gcpt4.Config) (*gcpt4.Provider, func(reason string, n int)) {
 	t.Helper()
+	var mu sync.Mutex
+	posted := map[string]int{}
 	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/kube-system":
 			fmt.Fprintf(w, `{"metadata":{"name":"kube-system","uid":%q}}`, cfg.ClusterID)
+		case r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/pods/"):
+			// Every pod's sandbox is ready: CAA reached its agent.
+			fmt.Fprint(w, `{"metadata":{"uid":"u"},"status":{"phase":"Running","conditions":[{"type":"PodReadyToStartContainers","status":"True"}]}}`)
 		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/events"):
+			var ev struct{ Reason string }
+			_ = json.NewDecoder(r.Body).Decode(&ev)
+			mu.Lock()
+			posted[ev.Reason]++
+			mu.Unlock()
 			w.WriteHeader(http.StatusCreated)
 			fmt.Fprint(w, `{}`)
 		default:
@@ -373,5 +393,20 @@ func startAsCAA(t *testing.T, cfg gcpt4.Config) *gcpt4.Provider {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	// await waits for n Events of a reason; the deadline is a hang guard.
+	await := func(reason string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			got := posted[reason]
+			mu.Unlock()
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d %s Events, want %d", got, reason, n)
+			}
+		}
+	}
+	return p, await
 }

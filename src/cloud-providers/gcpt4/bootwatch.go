@@ -131,6 +131,12 @@ func (w *bootWatch) isNoConsole() bool {
 	return w.noConsole
 }
 
+func (w *bootWatch) isReachable() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reachable
+}
+
 func (w *bootWatch) isFinished() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -254,8 +260,10 @@ func (p *Provider) checkSandbox(ctx context.Context, w *bootWatch) bool {
 	w.reachable = true
 	// The condition's time has one-second resolution and the console is
 	// read every few seconds: a boot seen after the condition's second
-	// still came first.
-	if at.IsZero() || at.Before(w.bootedAt) {
+	// still came first, and a sandbox ready within the podVM's first
+	// second is not ready before it was created (a real CAA run showed
+	// "-1s after the podVM was created").
+	if at.IsZero() || at.Before(w.bootedAt) || at.Before(w.created) {
 		at = w.created
 		if w.bootedAt.After(at) {
 			at = w.bootedAt
@@ -342,7 +350,11 @@ func (p *Provider) beforeDelete(ctx context.Context, zone, name string) {
 		return
 	}
 	defer p.events.record(podEvent{podVM: name, namespace: w.vm.namespace, pod: w.vm.podName}) // forget it
-	if w.reachable {
+	if w.isReachable() {
+		if zone == "" {
+			zone = w.zone
+		}
+		p.tellIfLost(ctx, w, zone, name)
 		return
 	}
 	if zone == "" {

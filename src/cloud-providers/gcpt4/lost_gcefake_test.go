@@ -5,9 +5,13 @@ package gcpt4
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -122,5 +126,148 @@ func TestInterruptionNamesTheCause(t *testing.T) {
 	}
 	if _, err := p.Interruption(ctx, maint); err == nil {
 		t.Error("a bare name (no zone) was looked up")
+	}
+}
+
+// When CAA deletes a podVM whose sandbox ran (StopVM: kata's shim lost
+// the agent) and GCE no longer runs it, the pod is told why in one
+// PodVMLost Event, under the name the reaper uses, and nothing is left:
+// deleted by an admin, stopped by an admin, stopped by host maintenance,
+// preempted (Spot, which GCE deletes), still stopping. A pod whose podVM
+// still runs (it went away, not its podVM) gets no such Event, and its
+// sibling's VM stays.
+func TestStopVMOfALostPodVMTellsItsPod(t *testing.T) {
+	const zone = "us-central1-a"
+	admin := func(t *testing.T, fake *gcefake.Server, verb, name string) {
+		t.Helper()
+		c, err := compute.NewInstancesRESTClient(context.Background(), fake.ClientOptions()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Close() }()
+		var op *compute.Operation
+		switch verb {
+		case "delete":
+			op, err = c.Delete(context.Background(), &computepb.DeleteInstanceRequest{Project: fake.Project(), Zone: zone, Instance: name})
+		case "stop":
+			op, err = c.Stop(context.Background(), &computepb.StopInstanceRequest{Project: fake.Project(), Zone: zone, Instance: name})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	user := "demo@demo-project.iam.gserviceaccount.com"
+	for _, sc := range []struct {
+		name  string
+		spot  bool
+		lose  func(t *testing.T, fake *gcefake.Server, vm string)
+		cause string
+		words []string
+	}{
+		{name: "DeletedByAnAdmin", cause: CauseDeleted, words: []string{"no longer exists on GCE", user + " deleted it"},
+			lose: func(t *testing.T, fake *gcefake.Server, vm string) { admin(t, fake, "delete", vm) }},
+		{name: "StoppedByAnAdmin", cause: CauseStopped, words: []string{"is terminated", user + " stopped it"},
+			lose: func(t *testing.T, fake *gcefake.Server, vm string) { admin(t, fake, "stop", vm) }},
+		{name: "HostMaintenance", cause: CauseHostMaintenance, words: []string{"is terminated", "host maintenance stopped it", "cannot live-migrate"},
+			lose: func(t *testing.T, fake *gcefake.Server, vm string) {
+				if err := fake.Interrupt(zone, vm, gcefake.HostMaintenance); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "SpotPreempted", spot: true, cause: CausePreempted, words: []string{"no longer exists on GCE", "GCE preempted it"},
+			lose: func(t *testing.T, fake *gcefake.Server, vm string) {
+				if err := fake.Interrupt(zone, vm, gcefake.Preemption); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "StillStopping", cause: CauseHostMaintenance, words: []string{"is stopping", "host maintenance stopped it"},
+			lose: func(t *testing.T, fake *gcefake.Server, vm string) {
+				// GCE's stop takes the guest's shutdown; kata's shim is
+				// faster (StopVM within 0.02 s of a clean guest shutdown).
+				fake.SetOperationLatency(time.Hour)
+				if err := fake.Interrupt(zone, vm, gcefake.HostMaintenance); err != nil {
+					t.Fatal(err)
+				}
+				// Only GCE's own stop is slow: CAA's delete is not.
+				fake.SetOperationLatency(0)
+			}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			fake := gcefake.New()
+			t.Cleanup(fake.Close)
+			api := newEventAPI(t)
+			api.addPod("ml", "victim-0", "uid-v")
+			api.addPod("ml", "sibling-0", "uid-s")
+			p := newEventProvider(t, fake, api, io.Discard, func(c *Config) {
+				if sc.spot {
+					c.ProvisioningModel = ProvisioningSpot
+				}
+			})
+			t.Cleanup(func() { _ = p.Teardown() })
+			ctx := context.Background()
+			victim, err := p.CreateInstance(ctx, "victim-0", sandbox, podCloudConfig("ml", "victim-0"), oneT4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sibling, err := p.CreateInstance(ctx, "sibling-0", strings.Repeat("b", 64), podCloudConfig("ml", "sibling-0"), oneT4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			api.sandboxReady("ml", "victim-0")
+			api.sandboxReady("ml", "sibling-0")
+			api.waitEvents(t, "both sandboxes ready", func(evs []storedEvent) bool {
+				n := 0
+				for _, e := range evs {
+					if e.Reason == ReasonReachable {
+						n++
+					}
+				}
+				return n == 2
+			})
+			sc.lose(t, fake, victim.Name)
+			if err := p.DeleteInstance(ctx, victim.ID); err != nil {
+				t.Fatalf("StopVM's delete: %v", err)
+			}
+			evs := api.waitEvents(t, "the lost Event", hasReason(ReasonLost))
+			var lost []storedEvent
+			for _, e := range evs {
+				if e.Reason == ReasonLost {
+					lost = append(lost, e)
+				}
+			}
+			if len(lost) != 1 {
+				t.Fatalf("%d PodVMLost Events: %v", len(lost), reasons(evs))
+			}
+			e := lost[0]
+			if e.Type != "Warning" || e.UID != "uid-v" || e.Annotations[EventCauseAnnotation] != sc.cause || e.Annotations[EventZoneAnnotation] != zone || e.Labels[EventPhaseLabel] != PhaseLost {
+				t.Errorf("Event: %s uid %s labels %v annotations %v", e.Type, e.UID, e.Labels, e.Annotations)
+			}
+			for _, w := range append(sc.words, victim.Name, "new podVM") {
+				if !strings.Contains(e.Message, w) {
+					t.Errorf("message lacks %q: %s", w, e.Message)
+				}
+			}
+			var name struct{ Metadata struct{ Name string } }
+			_ = json.Unmarshal(e.raw, &name)
+			if want := EventName("victim-0", victim.Name, PhaseLost); name.Metadata.Name != want {
+				t.Errorf("Event name %q, want the reaper's %q", name.Metadata.Name, want)
+			}
+			if vms := fake.Instances(); len(vms) != 1 || vms[0].GetName() != sibling.Name || vms[0].GetStatus() != "RUNNING" {
+				t.Fatalf("left %v, want only the sibling, running", vms)
+			}
+			// The sibling's pod goes away: its podVM runs, so no loss.
+			if err := p.DeleteInstance(ctx, sibling.ID); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Teardown(); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(slices.DeleteFunc(api.list(), func(e storedEvent) bool { return e.Reason != ReasonLost })); n != 1 {
+				t.Errorf("%d PodVMLost Events after the sibling's delete, want the victim's 1", n)
+			}
+		})
 	}
 }

@@ -62,8 +62,11 @@ const (
 	// PhaseLost: after it started, the podVM stopped or vanished while its
 	// pod still used it (preempted, stopped by host maintenance or by
 	// someone, deleted out of band), so its sandbox can never run again;
-	// the cause in EventCauseAnnotation. The reaper tells it, once it has
-	// deleted what was left of the VM (docs/startup-visibility.md).
+	// the cause in EventCauseAnnotation. The provider tells it when CAA
+	// deletes a podVM GCE no longer runs (kata's shim lost the agent: the
+	// usual path, within seconds), the reaper when it deletes what CAA
+	// left; both under one Event name, so a pod is told once
+	// (docs/startup-visibility.md, docs/reaper.md "A lost podVM").
 	PhaseLost = "lost"
 )
 
