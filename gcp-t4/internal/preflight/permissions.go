@@ -160,6 +160,14 @@ func ProviderPermissions(cfg gcpt4.Config, tmpl *computepb.InstanceProperties) [
 		} else {
 			add("compute.images.get")
 		}
+		// GCP_CACHE_IMAGE is looked up as the podVM image is, and every
+		// podVM's cache disk is made from it (disks.create,
+		// images.useReadOnly, both held already).
+		if _, name, family, err := cfg.CacheImageRef(); err == nil && family != "" {
+			add("compute.images.getFromFamily")
+		} else if err == nil && name != "" {
+			add("compute.images.get")
+		}
 		if cfg.Subnetwork != "" {
 			add("compute.subnetworks.use")
 		} else {

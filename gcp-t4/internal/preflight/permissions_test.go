@@ -103,6 +103,7 @@ func TestRoleIsExactlyWhatTheProviderCalls(t *testing.T) {
 		{name: "service account", mutate: func(c *gcpt4.Config) { c.ServiceAccount = sa }},
 		{name: "zones auto", mutate: func(c *gcpt4.Config) { c.FallbackZones = []string{gcpt4.ZonesAuto} }},
 		{name: "no network tags", mutate: func(c *gcpt4.Config) { c.NetworkTags = nil }},
+		{name: "cache image family", mutate: func(c *gcpt4.Config) { c.CacheImage = "projects/demo-project/global/images/family/podvm-t4" }},
 		{name: "global template", tmpl: tmplProps(sa)},
 		{name: "regional template", tmpl: tmplProps(""), region: "us-central1"},
 	} {

@@ -77,6 +77,11 @@ type Config struct {
 	NICType string
 	// ProfileImages are per-profile podVM images, profile=image.
 	ProfileImages provider.KeyValueFlag
+	// CacheImage is a GCE image holding a cache for the podVM (the
+	// workload's image layers, its weights): every podVM of a profile gets
+	// a second disk made from it (cache.go). A profile's cacheImage
+	// overrides it.
+	CacheImage string
 	// ClusterID, ClusterName and NodeName are labelled on every podVM
 	// (identity.go): whose cluster and node made it.
 	ClusterID, ClusterName, NodeName string
@@ -196,6 +201,9 @@ func (c *Config) Validate() error {
 		if _, err := c.parseImage(img); err != nil {
 			return fmt.Errorf("GCP_PROFILE_IMAGES: profile %s: %w", name, err)
 		}
+	}
+	if err := c.validateCacheImage(); err != nil {
+		return err
 	}
 	if len(c.NetworkTags) > 64 {
 		return fmt.Errorf("GCP_NETWORK_TAGS: %d tags; GCE allows 64 per instance", len(c.NetworkTags))

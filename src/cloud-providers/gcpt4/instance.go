@@ -204,12 +204,16 @@ func (c *Config) buildInstance(vm podVM, p Profile, zone, model string, diskSize
 	if needsNVMe(p.MachineType, p.ConfidentialType != "") {
 		boot.Interface = proto.String("NVME")
 	}
+	disks := []*computepb.AttachedDisk{boot}
+	if cache := c.cacheDisk(p, zone, boot.Interface); cache != nil {
+		disks = append(disks, cache)
+	}
 	inst := &computepb.Instance{
 		Name:              proto.String(vm.name),
 		MachineType:       proto.String(fmt.Sprintf("zones/%s/machineTypes/%s", zone, p.MachineType)),
 		Labels:            c.podLabels(vm, p.Name),
 		Metadata:          &computepb.Metadata{Items: c.podMetadata(vm)},
-		Disks:             []*computepb.AttachedDisk{boot},
+		Disks:             disks,
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
 		Scheduling:        scheduling(model, p.gpus > 0 || p.ConfidentialType != ""),
 		Tags:              c.tags(nil),

@@ -74,6 +74,7 @@ func (m *Manager) register(reg *keyRegistrar) {
 	reg.BoolWithEnv(&c.UsePublicIP, "use-public-ip", false, "USE_PUBLIC_IP", "Refused: podVMs never get an external IP")
 	reg.StringWithEnv(&c.NICType, "nic-type", "", "GCP_NIC_TYPE", "PodVM NIC type: GVNIC (Google's recommendation with GPUs; the image needs the GVNIC guest OS feature) or VIRTIO_NET; empty leaves GCE's default. C3 and A3 always get GVNIC")
 	reg.CustomTypeWithEnv(&c.ProfileImages, "profile-images", "", "GCP_PROFILE_IMAGES", "Per-profile podVM images: profile=image,… (a confidential profile such as h100-cc needs its own image)")
+	reg.StringWithEnv(&c.CacheImage, "cache-image", "", "GCP_CACHE_IMAGE", "Image of a cache disk every profile podVM gets (image layers, weights), same forms as PODVM_IMAGE_NAME; a profile's cacheImage overrides it; empty attaches none")
 	reg.StringWithEnv(&c.ClusterID, "cluster-id", "", "GCP_CLUSTER_ID", "This cluster's ID, labelled on every podVM so only this cluster's reaper collects it: the kube-system namespace's UID (gcp-t4 install sets it)")
 	reg.StringWithEnv(&c.ClusterName, "cluster-name", "", "GCP_CLUSTER_NAME", "Optional human-readable cluster name, labelled on every podVM")
 	reg.StringWithEnv(&c.NodeName, "node-name", "", "NODE_NAME", "The node this adaptor runs on (the downward API's spec.nodeName), labelled on the podVMs it creates")

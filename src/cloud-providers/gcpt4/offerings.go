@@ -460,6 +460,11 @@ func (c *Config) checkCatalog(catalog *Catalog) error {
 		if _, err := c.modelsFor(p); err != nil {
 			return fmt.Errorf("profiles[%d]: %w", i, err)
 		}
+		if p.CacheImage != "" {
+			if _, err := c.parseImageFor(fmt.Sprintf("profiles[%d].cacheImage (profile %s)", i, p.Name), p.CacheImage); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -128,6 +128,16 @@ func (c *Config) ImageRef() (project, name, family string, err error) {
 	return ref.project, ref.name, ref.family, err
 }
 
+// CacheImageRef is GCP_CACHE_IMAGE's parts, as ImageRef's; all empty when
+// it is not set.
+func (c *Config) CacheImageRef() (project, name, family string, err error) {
+	if c.CacheImage == "" {
+		return "", "", "", nil
+	}
+	ref, err := c.parseImageFor("GCP_CACHE_IMAGE", c.CacheImage)
+	return ref.project, ref.name, ref.family, err
+}
+
 // ClientOptions are the options the provider makes its Google API clients
 // with (endpoint, credentials), for tools that call the same project.
 func (c *Config) ClientOptions() []option.ClientOption { return c.clientOptions() }

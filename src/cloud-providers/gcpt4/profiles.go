@@ -37,6 +37,9 @@ type Profile struct {
 	Image string `yaml:"image,omitempty"`
 	// DiskType overrides GCP_DISK_TYPE for this profile's boot disk.
 	DiskType string `yaml:"diskType,omitempty"`
+	// CacheImage overrides GCP_CACHE_IMAGE for this profile's podVMs
+	// (same forms as PODVM_IMAGE_NAME).
+	CacheImage string `yaml:"cacheImage,omitempty"`
 	// Explicit profiles are used only when a pod names them, never picked
 	// by fit: a 1-GPU pod must not land on an H100 by accident.
 	Explicit bool `yaml:"explicit,omitempty"`

@@ -116,6 +116,9 @@ func (p *Provider) verifyAPI(ctx context.Context) error {
 	if err := p.verifyProfileImages(ctx, images); err != nil {
 		return err
 	}
+	if err := p.verifyCacheImages(ctx, images); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	for name, img := range images {
 		p.imageSizeGB[name] = img.GetDiskSizeGb()
@@ -257,6 +260,11 @@ var (
 // project), global/images/…, projects/P/global/images/…, and the full URL
 // on Compute Engine's own hosts.
 func (c *Config) parseImage(image string) (imageRef, error) {
+	return c.parseImageFor("PODVM_IMAGE_NAME", image)
+}
+
+// parseImageFor is parseImage with the setting its errors name.
+func (c *Config) parseImageFor(setting, image string) (imageRef, error) {
 	rest, full := image, false
 	for _, h := range computeHosts {
 		if r, ok := strings.CutPrefix(image, h); ok {
@@ -281,10 +289,10 @@ func (c *Config) parseImage(image string) (imageRef, error) {
 	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "global" && parts[3] == "images" && parts[4] == "family":
 		ref = imageRef{project: parts[1], family: parts[5]}
 	default:
-		return imageRef{}, fmt.Errorf("PODVM_IMAGE_NAME: %q is not an image; use a name, projects/P/global/images/NAME or projects/P/global/images/family/FAMILY", image)
+		return imageRef{}, fmt.Errorf("%s: %q is not an image; use a name, projects/P/global/images/NAME or projects/P/global/images/family/FAMILY", setting, image)
 	}
 	if !imageProjectRE.MatchString(ref.project) || !imageNameRE.MatchString(ref.name+ref.family) {
-		return imageRef{}, fmt.Errorf("PODVM_IMAGE_NAME: %q is not an image: a project ID and an image or family name are lowercase letters, digits and '-'", image)
+		return imageRef{}, fmt.Errorf("%s: %q is not an image: a project ID and an image or family name are lowercase letters, digits and '-'", setting, image)
 	}
 	return ref, nil
 }
