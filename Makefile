@@ -86,6 +86,7 @@ upstream-go: tools
 ## unit: every Go test of go.work's modules, against real containerd, kube-apiserver + etcd and
 ## kustomize (built first, cached), except the reaper-acceptance scenarios
 unit: tools containerd controlplane
+	$(APT_LOCK) test/cache/deps.sh
 	$(PROGRESS) deps "$(MODULES)"
 	$(CONTROLPLANE_ENV) $(CONTAINERD_ENV) $(PROGRESS) watch $(GO) test -count=1 -skip '$(REAPER_ACCEPTANCE)' $(MODULES)
 

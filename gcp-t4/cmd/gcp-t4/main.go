@@ -1,5 +1,5 @@
 // Command gcp-t4 is caa-gcp-t4's operator tool: the demo on the embedded GCE
-// emulator, install, plan, preflight, gc and status, and the adaptor for testing
+// emulator, install, plan, preflight, gc, status and cache, and the adaptor for testing
 // without CAA. It runs on an operator's machine or in the CAA pod, never on
 // a node's host namespaces (that is gcp-t4-node) or in a podVM (gpu-init).
 package main
@@ -12,6 +12,7 @@ import (
 	"os"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/adaptor"
+	"github.com/caa-gcp-t4/gcp-t4/internal/cachebuild"
 	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/demo"
 	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
@@ -39,6 +40,7 @@ func program() cli.Program {
 		"plan":      {Summary: "show the podVM a pod, Deployment or RayService would get (profile, zones, insert request, $/h); `plan serve` sizes a model over T4s; no cloud account needed", Run: plan.Main},
 		"install":   {Summary: "install CAA with gcp-t4 (embedded kustomize overlays; detects GKE; server-side apply; --render prints the YAML, --dry-run has the API server check it)", Run: install.Main},
 		"uninstall": {Summary: "remove exactly what `gcp-t4 install` created", Run: uninstall.Main},
+		"cache":     {Summary: "cache build: write a workload's images, pinned by digest, into an OCI layout for a podVM cache disk (docs/cache.md)", Run: cachebuild.Main},
 		"status":    {Summary: "how each peer pod's podVM started, from its start-up Events: phases, times, zones out of stock, shape, $/h, cost so far; -o json", Run: status.Main},
 	}}
 }

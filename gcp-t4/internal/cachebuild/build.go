@@ -1,0 +1,160 @@
+// Package cachebuild builds the contents of a cache disk (docs/cache.md):
+// an OCI image layout holding the images a workload pulls, each pinned by
+// digest, which the podVM's registry mirror (cachemirror) serves to
+// image-rs. It uses go-containerregistry, a well-kept implementation of
+// the registry protocol and the layout format, rather than our own.
+package cachebuild
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
+)
+
+// Image is one image written to the layout.
+type Image struct {
+	// Ref is the reference as given, pinned by digest.
+	Ref string
+	// Digest is what the reference names: an index (multi-platform) or
+	// an image manifest.
+	Digest string
+	// Manifest is the platform's image manifest (equal to Digest for a
+	// single-platform reference).
+	Manifest string
+	// Layers and Bytes count the platform image's layers and its
+	// compressed size (config and layers).
+	Layers int
+	Bytes  int64
+}
+
+// Options say what to build.
+type Options struct {
+	// Platform is the one image of an index the layout keeps (the podVM's:
+	// linux/amd64); the index itself is kept too, so a pull by the index's
+	// digest resolves.
+	Platform v1.Platform
+	// Remote are go-containerregistry's options (transport, auth).
+	Remote []remote.Option
+}
+
+// Build writes refs into a new OCI image layout at dir, which must not
+// exist or be empty. Every reference must be pinned by digest: a tag
+// would let the cache drift from what the pod's spec names, and image-rs
+// checks a manifest only when it is asked for by digest.
+func Build(ctx context.Context, dir string, refs []string, o Options) ([]Image, error) {
+	if len(refs) == 0 {
+		return nil, errors.New("no images: name each as REPOSITORY@sha256:DIGEST")
+	}
+	var parsed []name.Digest
+	for _, r := range refs {
+		d, err := name.NewDigest(r, name.StrictValidation)
+		if err != nil {
+			return nil, fmt.Errorf("image %q: pin it by digest, as REPOSITORY@sha256:DIGEST (the digest a pull by tag prints): %w", r, err)
+		}
+		parsed = append(parsed, d)
+	}
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		return nil, fmt.Errorf("%s is not empty: build into a new directory", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return nil, fmt.Errorf("starting the layout in %s: %w", dir, err)
+	}
+	opts := append([]remote.Option{remote.WithContext(ctx), remote.WithPlatform(o.Platform)}, o.Remote...)
+	var out []Image
+	for _, ref := range parsed {
+		img, err := add(p, ref, opts)
+		if err != nil {
+			_ = os.RemoveAll(dir) // nothing half-written is left to be imaged
+			return nil, fmt.Errorf("image %s: %w", ref, err)
+		}
+		out = append(out, img)
+	}
+	return out, nil
+}
+
+func add(p layout.Path, ref name.Digest, opts []remote.Option) (Image, error) {
+	desc, err := remote.Get(ref, opts...)
+	if err != nil {
+		return Image{}, err
+	}
+	img, err := desc.Image() // the platform's, for an index
+	if err != nil {
+		return Image{}, err
+	}
+	if err := p.WriteImage(img); err != nil {
+		return Image{}, fmt.Errorf("writing its blobs: %w", err)
+	}
+	mdig, err := img.Digest()
+	if err != nil {
+		return Image{}, err
+	}
+	if desc.MediaType.IsIndex() {
+		// The index manifest as the registry served it (its digest is
+		// the reference's), beside the one platform image it names.
+		if err := p.WriteBlob(desc.Digest, io.NopCloser(bytes.NewReader(desc.Manifest))); err != nil {
+			return Image{}, fmt.Errorf("writing its index: %w", err)
+		}
+	}
+	d := desc.Descriptor
+	d.Annotations = map[string]string{cachemirror.RefNameAnnotation: ref.String()}
+	if err := p.AppendDescriptor(d); err != nil {
+		return Image{}, fmt.Errorf("recording it in index.json: %w", err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return Image{}, err
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return Image{}, err
+	}
+	size := m.Config.Size
+	for _, l := range m.Layers {
+		size += l.Size
+	}
+	return Image{Ref: ref.String(), Digest: desc.Digest.String(), Manifest: mdig.String(), Layers: len(layers), Bytes: size}, nil
+}
+
+// Verify re-reads every blob of the layout at dir against its digest, as
+// the last step before the layout is imaged: a disk made from a layout
+// with a bad blob would only fail in the guest.
+func Verify(dir string) error {
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		return err
+	}
+	return filepath.WalkDir(filepath.Join(string(p), "blobs", "sha256"), func(path string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		h, _, err := v1.SHA256(f)
+		if err != nil {
+			return err
+		}
+		if h.Hex != e.Name() {
+			return fmt.Errorf("blob %s has digest sha256:%s: the layout is damaged; build it again", e.Name(), h.Hex)
+		}
+		return nil
+	})
+}

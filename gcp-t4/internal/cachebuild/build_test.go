@@ -1,0 +1,304 @@
+package cachebuild
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
+)
+
+var amd64 = v1.Platform{OS: "linux", Architecture: "amd64"}
+
+// source is a registry holding a two-platform index of 3-layer images and
+// a single-platform 2-layer image, as a workload's images are published.
+func source(t *testing.T) (host string, index, single v1.Hash, want v1.Image, stop func()) {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	host = strings.TrimPrefix(srv.URL, "http://")
+	img := func(layers int64) v1.Image {
+		i, err := random.Image(4096, layers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	want = img(3)
+	idx := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: want, Descriptor: v1.Descriptor{Platform: &amd64}},
+		mutate.IndexAddendum{Add: img(3), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
+	ref, err := name.ParseReference(host + "/library/cachetest:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(ref, idx); err != nil {
+		t.Fatal(err)
+	}
+	one := img(2)
+	ref2, _ := name.ParseReference(host + "/tools/single:v1")
+	if err := remote.Write(ref2, one); err != nil {
+		t.Fatal(err)
+	}
+	index, _ = idx.Digest()
+	single, _ = one.Digest()
+	return host, index, single, want, srv.Close
+}
+
+// skopeo copies ref through the mirror, reading registries.conf as
+// image-rs does in the podVM: the image's registry has the mirror first.
+func skopeo(t *testing.T, mirror, ref, out string) (string, error) {
+	t.Helper()
+	bin, err := exec.LookPath("skopeo")
+	if err != nil {
+		t.Fatal("skopeo is missing: run test/cache/deps.sh as root (make test does), or apt-get install -y skopeo")
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "registries.conf")
+	// The workload names docker.io; the podVM's mirror is tried first.
+	err = os.WriteFile(conf, []byte(fmt.Sprintf(`
+[[registry]]
+prefix = "docker.io/library/cachetest"
+location = "docker.io/library/cachetest"
+
+[[registry.mirror]]
+location = "%s/library/cachetest"
+insecure = true
+`, mirror)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(dir, "policy.json")
+	if err := os.WriteFile(policy, []byte(`{"default":[{"type":"insecureAcceptAnything"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--registries-conf", conf, "--policy", policy, "--tmpdir", dir,
+		"copy", "--override-os", "linux", "--override-arch", "amd64", "docker://"+ref, "dir:"+out)
+	b, err := cmd.CombinedOutput()
+	return string(b), err
+}
+
+// counting wraps the mirror to count what it served.
+type counting struct {
+	h  http.Handler
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	for _, k := range []string{"/manifests/", "/blobs/"} {
+		if strings.Contains(r.URL.Path, k) {
+			c.n[strings.Trim(k, "/")]++
+		}
+	}
+	c.mu.Unlock()
+	c.h.ServeHTTP(w, r)
+}
+
+// A cache built from images pinned by digest serves, through the podVM's
+// mirror, a multi-layer image pulled by digest by a real client that
+// reads registries.conf (skopeo), with the source registry gone: the
+// image it gets is the one published. A blob tampered with on the disk is
+// refused by the client (the digest it asked for), and Verify finds it.
+func TestMirrorServesTheCacheToARegistriesConfClient(t *testing.T) {
+	host, index, single, want, stop := source(t)
+	dir := filepath.Join(t.TempDir(), "cache")
+	imgs, err := Build(context.Background(), dir, []string{
+		host + "/library/cachetest@" + index.String(),
+		host + "/tools/single@" + single.String(),
+	}, Options{Platform: amd64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantManifest, _ := want.Digest()
+	if len(imgs) != 2 || imgs[0].Digest != index.String() || imgs[0].Manifest != wantManifest.String() || imgs[0].Layers != 3 || imgs[1].Manifest != single.String() || imgs[1].Layers != 2 {
+		t.Fatalf("built %+v", imgs)
+	}
+	if err := Verify(dir); err != nil {
+		t.Fatal(err)
+	}
+	stop() // from here on only the cache can serve
+
+	m, err := cachemirror.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &counting{h: m, n: map[string]int{}}
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	mirror := strings.TrimPrefix(srv.URL, "http://")
+
+	out := filepath.Join(t.TempDir(), "pulled")
+	if msg, err := skopeo(t, mirror, "docker.io/library/cachetest@"+index.String(), out); err != nil {
+		t.Fatalf("skopeo through the mirror: %v\n%s", err, msg)
+	}
+	// dir: keeps the manifest as the registry served it.
+	b, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := v1.SHA256(bytes.NewReader(b)); got != wantManifest {
+		t.Fatalf("pulled manifest %s, want the amd64 image's %s", got, wantManifest)
+	}
+	for _, l := range mustLayers(t, want) {
+		if _, err := os.Stat(filepath.Join(out, l.Hex)); err != nil {
+			t.Errorf("layer %s not pulled: %v", l, err)
+		}
+	}
+	if c.n["manifests"] < 2 || c.n["blobs"] < 4 {
+		t.Errorf("the mirror served %v; want the index, the image manifest, its config and 3 layers", c.n)
+	}
+
+	// One byte of a layer changed on the disk.
+	layers, _ := want.Layers()
+	ld, _ := layers[1].Digest()
+	blob := filepath.Join(dir, "blobs", "sha256", ld.Hex)
+	data, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if err := os.Chmod(blob, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blob, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := skopeo(t, mirror, "docker.io/library/cachetest@"+index.String(), filepath.Join(t.TempDir(), "tampered"))
+	if err == nil {
+		t.Fatalf("skopeo accepted a tampered layer:\n%s", msg)
+	}
+	if !strings.Contains(strings.ToLower(msg), "digest") {
+		t.Errorf("skopeo refused the tampered layer, but not by its digest:\n%s", msg)
+	}
+	if err := Verify(dir); err == nil || !strings.Contains(err.Error(), ld.Hex) {
+		t.Errorf("Verify of the tampered layout: %v", err)
+	}
+}
+
+// A reference by tag is refused before anything is written: the cache
+// must hold what the pod names, by digest.
+func TestBuildRefusesTags(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	_, err := Build(context.Background(), dir, []string{"docker.io/rayproject/ray-llm:2.52.0-py311-cu128"}, Options{Platform: amd64})
+	if err == nil || !strings.Contains(err.Error(), "pin it by digest") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s was created for a refused build", dir)
+	}
+	if _, err := Build(context.Background(), dir, nil, Options{Platform: amd64}); err == nil {
+		t.Error("an empty list was accepted")
+	}
+}
+
+// The mirror is read-only and serves only what the layout names.
+func TestMirrorRefusals(t *testing.T) {
+	host, index, _, _, stop := source(t)
+	defer stop()
+	dir := filepath.Join(t.TempDir(), "cache")
+	if _, err := Build(context.Background(), dir, []string{host + "/library/cachetest@" + index.String()}, Options{Platform: amd64}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := cachemirror.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{
+		{"GET", "/v2/", 200},
+		{"HEAD", "/v2/library/cachetest/manifests/" + index.String(), 200},
+		{"GET", "/v2/library/cachetest/manifests/v1", 404},
+		{"GET", "/v2/library/other/manifests/" + index.String(), 404},
+		{"GET", "/v2/library/cachetest/blobs/sha256:../../oci-layout", 404},
+		{"GET", "/v2/library/cachetest/blobs/sha256:" + strings.Repeat("0", 64), 404},
+		{"PUT", "/v2/library/cachetest/manifests/v2", 405},
+		{"DELETE", "/v2/library/cachetest/manifests/" + index.String(), 405},
+	} {
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, bytes.NewReader(nil))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("%s %s: %d, want %d", c.method, c.path, resp.StatusCode, c.status)
+		}
+	}
+	if _, err := cachemirror.Open(t.TempDir()); err == nil {
+		t.Error("an empty directory opened as a layout")
+	}
+}
+
+func mustLayers(t *testing.T, img v1.Image) []v1.Hash {
+	t.Helper()
+	ls, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []v1.Hash
+	for _, l := range ls {
+		d, err := l.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// The command builds, verifies and prints the table; a tag, a missing -o
+// or a bad platform is refused with its fix.
+func TestCacheBuildCommand(t *testing.T) {
+	host, index, single, _, stop := source(t)
+	defer stop()
+	dir := filepath.Join(t.TempDir(), "cache")
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"build", "-o", dir, host + "/library/cachetest@" + index.String(), host + "/tools/single@" + single.String()}, &out, &errb, nil)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"IMAGE", "/library/cachetest@" + index.String(), "  3  ", "2 images", "read back against their digests"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"build", "-o", filepath.Join(t.TempDir(), "c"), host + "/library/cachetest:v1"}, 1, "pin it by digest"},
+		{[]string{"build", host + "/library/cachetest@" + index.String()}, 2, "-o DIR is required"},
+		{[]string{"build", "-o", filepath.Join(t.TempDir(), "c"), "-platform", "x/y/z/w", host + "/library/cachetest@" + index.String()}, 2, "-platform"},
+		{[]string{"build", "-o", dir, host + "/library/cachetest@" + index.String()}, 1, "is not empty"},
+		{nil, 2, "usage: gcp-t4 cache build"},
+	} {
+		var o, e bytes.Buffer
+		if got := Main(context.Background(), c.args, &o, &e, nil); got != c.code || !strings.Contains(e.String(), c.want) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", c.args, got, e.String(), c.code, c.want)
+		}
+	}
+}
