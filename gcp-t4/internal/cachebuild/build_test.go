@@ -3,6 +3,7 @@ package cachebuild
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"log"
@@ -302,3 +303,65 @@ func TestCacheBuildCommand(t *testing.T) {
 		}
 	}
 }
+
+// -disk packs the layout as GCE imports an image: a gzip'd oldgnu tar
+// holding disk.raw, a whole number of GiB, with an ext4 filesystem labelled
+// for the podVM holding the layout at its root (read back with debugfs,
+// no mount needed). Two builds of the same images are the same bytes.
+func TestCacheDiskImage(t *testing.T) {
+	for _, tool := range []string{"mke2fs", "debugfs", "tar", "gzip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is missing: apt-get install -y e2fsprogs tar gzip", tool)
+		}
+	}
+	host, index, _, _, stop := source(t)
+	defer stop()
+	var sums []string
+	var layout string
+	for i := range 2 {
+		tmp := t.TempDir()
+		layout = filepath.Join(tmp, "cache")
+		disk := filepath.Join(tmp, "cache.tar.gz")
+		var out, errb bytes.Buffer
+		if code := Main(context.Background(), []string{"build", "-o", layout, "-disk", disk, host + "/library/cachetest@" + index.String()}, &out, &errb, nil); code != 0 {
+			t.Fatalf("build %d: exit %d: %s", i, code, errb.String())
+		}
+		if !strings.Contains(out.String(), "a 1 GiB disk") {
+			t.Errorf("output: %s", out.String())
+		}
+		b, err := os.ReadFile(disk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sums = append(sums, fmt.Sprintf("%x", sha256Sum(b)))
+		if i == 1 {
+			x := t.TempDir()
+			if b, err := exec.Command("tar", "-C", x, "-xzf", disk).CombinedOutput(); err != nil {
+				t.Fatalf("tar: %v: %s", err, b)
+			}
+			entries, _ := os.ReadDir(x)
+			if len(entries) != 1 || entries[0].Name() != "disk.raw" {
+				t.Fatalf("the image file holds %v, want disk.raw alone", entries)
+			}
+			raw := filepath.Join(x, "disk.raw")
+			st, _ := os.Stat(raw)
+			if st.Size()%(1<<30) != 0 {
+				t.Errorf("disk.raw is %d bytes, not whole GiB", st.Size())
+			}
+			label, err := exec.Command("debugfs", "-R", "stats", raw).CombinedOutput()
+			if err != nil || !strings.Contains(string(label), "Filesystem volume name:   "+FilesystemLabel) {
+				t.Errorf("debugfs stats: %v\n%s", err, label)
+			}
+			got, err := exec.Command("debugfs", "-R", "cat /index.json", raw).Output()
+			want, _ := os.ReadFile(filepath.Join(layout, "index.json"))
+			if err != nil || !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(want)) {
+				t.Errorf("index.json on the disk: %v\n%s\nwant\n%s", err, got, want)
+			}
+		}
+	}
+	if sums[0] != sums[1] {
+		t.Errorf("two builds of the same images differ: %s, %s", sums[0], sums[1])
+	}
+}
+
+func sha256Sum(b []byte) [32]byte { return sha256.Sum256(b) }

@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
-const usage = `Usage: gcp-t4 cache build -o DIR [-platform linux/amd64] IMAGE@sha256:DIGEST...
+const usage = `Usage: gcp-t4 cache build -o DIR [-platform linux/amd64] [-disk FILE.tar.gz] IMAGE@sha256:DIGEST...
 
 Writes the images a workload pulls, each pinned by digest, into a new OCI image
 layout at DIR: the contents of a cache disk, which the podVM's registry mirror
@@ -41,6 +41,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	out := fs.String("o", "", "the new layout's directory (must not exist, or be empty)")
 	platform := fs.String("platform", "linux/amd64", "the platform kept from a multi-platform image: the podVM's")
+	disk := fs.String("disk", "", "also write the layout as a GCE image file here (FILE.tar.gz: disk.raw holding an ext4 filesystem, reproducible), for gcloud compute images create --source-uri")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -74,5 +75,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(stdout, "%d images, %.1f MB, written to %s and read back against their digests\n", len(imgs), float64(total)/1e6, *out)
+	if *disk != "" {
+		size, err := Disk(ctx, *out, *disk)
+		if err != nil {
+			fmt.Fprintf(stderr, "gcp-t4 cache build: the disk image: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "GCE image file %s: a %d GiB disk, filesystem label %s (docs/cache.md)\n", *disk, size, FilesystemLabel)
+	}
 	return 0
 }
