@@ -62,6 +62,7 @@ func everyKey(t *testing.T) map[string]string {
 		"USE_PUBLIC_IP":                "1",
 		"GCP_NIC_TYPE":                 "GVNIC",
 		"GCP_PROFILE_IMAGES":           "h100-cc=podvm-cc",
+		"GCP_CACHE_IMAGE":              "podvm-cache-llm",
 		"GCP_CLUSTER_ID":               clusterUID,
 		"GCP_CLUSTER_NAME":             "gpu",
 		"NODE_NAME":                    "worker-1",
