@@ -296,6 +296,8 @@ func TestCacheBuildCommand(t *testing.T) {
 		{[]string{"build", "-o", filepath.Join(t.TempDir(), "c"), "-platform", "x/y/z/w", host + "/library/cachetest@" + index.String()}, 2, "-platform"},
 		{[]string{"build", "-o", dir, host + "/library/cachetest@" + index.String()}, 1, "is not empty"},
 		{nil, 2, "usage: gcp-t4 cache build"},
+		// docs/cache.md points users here.
+		{[]string{"build", "-h"}, 0, "Usage: gcp-t4 cache build -o DIR"},
 	} {
 		var o, e bytes.Buffer
 		if got := Main(context.Background(), c.args, &o, &e, nil); got != c.code || !strings.Contains(e.String(), c.want) {
@@ -348,9 +350,16 @@ func TestCacheDiskImage(t *testing.T) {
 			if st.Size()%(1<<30) != 0 {
 				t.Errorf("disk.raw is %d bytes, not whole GiB", st.Size())
 			}
-			label, err := exec.Command("debugfs", "-R", "stats", raw).CombinedOutput()
+			stats := exec.Command("debugfs", "-R", "stats", raw)
+			stats.Env = append(os.Environ(), "TZ=UTC")
+			label, err := stats.CombinedOutput()
 			if err != nil || !strings.Contains(string(label), "Filesystem volume name:   "+FilesystemLabel) {
 				t.Errorf("debugfs stats: %v\n%s", err, label)
+			}
+			// Every time is the epoch, not the build's clock: two builds
+			// a second apart would differ otherwise.
+			if !strings.Contains(string(label), "Last write time:          Thu Jan  1 00:00:00 1970") {
+				t.Errorf("the filesystem records its build time:\n%s", label)
 			}
 			got, err := exec.Command("debugfs", "-R", "cat /index.json", raw).Output()
 			want, _ := os.ReadFile(filepath.Join(layout, "index.json"))

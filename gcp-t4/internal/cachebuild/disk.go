@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 )
 
-// FilesystemLabel is the cache filesystem's label.
-const FilesystemLabel = "caa-gcp-t4-cache"
+// FilesystemLabel is the cache filesystem's label: the provider's device
+// name for the disk, one name the podVM looks for.
+const FilesystemLabel = gcpt4.CacheDeviceName
 
 // epoch is every time the disk records: the disk is a function of the
 // layout alone, so two builds of the same images are the same bytes, and
@@ -75,7 +78,11 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error)
 	}
 	mkfs := exec.CommandContext(ctx, "mke2fs", "-q", "-F", "-t", "ext4", "-L", FilesystemLabel, "-U", id.String(),
 		"-E", "hash_seed="+id.String()+",root_owner=0:0", "-d", layoutDir, raw)
-	mkfs.Env = append(os.Environ(), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", epoch.Unix()))
+	// mke2fs 1.47.1 and later take their times (the superblock's, each
+	// inode's ctime and crtime) from SOURCE_DATE_EPOCH; earlier ones from
+	// E2FSPROGS_FAKE_TIME. Without either, a build crossing a second
+	// boundary differs from the next.
+	mkfs.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch.Unix()), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", epoch.Unix()))
 	if b, err := mkfs.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("mke2fs (e2fsprogs; apt-get install -y e2fsprogs): %v: %s", err, b)
 	}
