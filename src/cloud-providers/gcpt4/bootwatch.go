@@ -280,6 +280,9 @@ func (p *Provider) checkSandbox(ctx context.Context, w *bootWatch) bool {
 
 // podState is the part of a pod the watch reads.
 type podState struct {
+	Metadata struct {
+		DeletionTimestamp string `json:"deletionTimestamp"`
+	} `json:"metadata"`
 	Status struct {
 		Phase      string `json:"phase"`
 		Conditions []struct {

@@ -6,6 +6,7 @@ package gcpt4
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -44,6 +45,14 @@ func (in Interruption) Text() string {
 // (PhaseLost, under the Event name the reaper uses, so once), because the
 // kubelet's new sandbox on a new podVM otherwise looks like a slow start.
 func (p *Provider) tellIfLost(ctx context.Context, w *bootWatch, zone, name string) {
+	// Most deletes are of a pod that went away, and took its podVM with
+	// it: a pod gone or being deleted costs no GCE call. A pod still there
+	// (its sandbox ended, or its podVM was lost), or one that cannot be
+	// read, is checked in GCE.
+	if ps, status, err := p.events.pod(ctx, w.vm.namespace, w.vm.podName); err == nil &&
+		(status == http.StatusNotFound || (status == http.StatusOK && ps.Metadata.DeletionTimestamp != "")) {
+		return
+	}
 	inst, err := p.getInstance(ctx, zone, name)
 	gone := err != nil && classifyCall(err).kind == failNotFound
 	if err != nil && !gone {

@@ -258,9 +258,15 @@ func TestStopVMOfALostPodVMTellsItsPod(t *testing.T) {
 			if vms := fake.Instances(); len(vms) != 1 || vms[0].GetName() != sibling.Name || vms[0].GetStatus() != "RUNNING" {
 				t.Fatalf("left %v, want only the sibling, running", vms)
 			}
-			// The sibling's pod goes away: its podVM runs, so no loss.
+			// The sibling's pod goes away: no loss, and no GCE read to
+			// find that out.
+			api.deleting("ml", "sibling-0")
+			gets := fake.CountCalls("instances.get")
 			if err := p.DeleteInstance(ctx, sibling.ID); err != nil {
 				t.Fatal(err)
+			}
+			if n := fake.CountCalls("instances.get"); n != gets {
+				t.Errorf("the delete of a deleted pod's podVM read it from GCE (%d instances.get)", n-gets)
 			}
 			if err := p.Teardown(); err != nil {
 				t.Fatal(err)

@@ -130,6 +130,14 @@ func (a *eventAPI) addPod(ns, name, uid string) {
 	a.pods[ns+"/"+name] = map[string]any{"metadata": map[string]any{"name": name, "namespace": ns, "uid": uid}, "status": map[string]any{"phase": "Pending"}}
 }
 
+// deleting marks a pod as the API server shows it once deleted, while its
+// containers stop.
+func (a *eventAPI) deleting(ns, name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pods[ns+"/"+name]["metadata"].(map[string]any)["deletionTimestamp"] = time.Now().UTC().Format(time.RFC3339)
+}
+
 func (a *eventAPI) sandboxReady(ns, name string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
