@@ -582,7 +582,7 @@ func (c *Collector) explain(ctx context.Context, pass *Pass) {
 	for i := range pass.Findings {
 		if f := &pass.Findings[i]; f.Lost {
 			f.Interruption = lookup(f.VM.ID)
-			f.Reason += "; " + CauseText(*f.Interruption)
+			f.Reason += "; " + f.Interruption.Text()
 		}
 	}
 	for i := range pass.Gone {
@@ -593,7 +593,3 @@ func (c *Collector) explain(ctx context.Context, pass *Pass) {
 		g.Interruption = lookup(g.ID)
 	}
 }
-
-// CauseText says in words what ended a VM: the provider's words, so a
-// pod told by the adaptor and one told by the reaper read alike.
-func CauseText(in gcpt4.Interruption) string { return in.Text() }

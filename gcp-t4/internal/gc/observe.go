@@ -245,7 +245,7 @@ func (e *Events) Emit(ctx context.Context, p Pass) {
 func LostPodMessage(podVM, zone string, in *gcpt4.Interruption, deleted bool) string {
 	cause := "the reaper cannot say what ended it (its provider does not read GCE's operations)"
 	if in != nil {
-		cause = CauseText(*in)
+		cause = in.Text()
 	}
 	what := fmt.Sprintf("podVM %s (%s) stopped while this pod still used it: %s. A stopped podVM never runs its sandbox again, so the reaper deleted it, freeing its disk and address", podVM, zone, cause)
 	if !deleted {
