@@ -11,9 +11,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// CacheDeviceName is the cache disk's device name: the podVM finds it at
-// /dev/disk/by-id/google-caa-gcp-t4-cache (GCE's guest environment names
-// a disk's link after its device name, compute/docs/disks/format-mount-disk-linux).
+// CacheDeviceName is the cache disk's device name, and the label of the
+// filesystem gcp-t4 cache build puts on it: the podVM will find the disk
+// by that label (/dev/disk/by-label/, systemd's udev rules), which holds
+// under QEMU too, rather than by GCE's by-id link, which needs the guest
+// environment's udev rules.
 const CacheDeviceName = "caa-gcp-t4-cache"
 
 // A podVM pulls its workload's image inside the guest and fetches its
