@@ -231,6 +231,7 @@ podvm-verify: tools
 
 ## podvm-test: shellcheck + systemd-analyze verify, build (cached), boot under QEMU
 podvm-test: tools
+	$(APT_LOCK) test/cache/deps.sh
 	test/podvm/run.sh
 
 ## bench: benchmarks recorded in docs/benchmarks.md

@@ -63,8 +63,9 @@ func TestNodeSidecarLinksNoCloudOrInstaller(t *testing.T) {
 // element; the standard library's never does.
 func TestPodVMBinariesLinkStandardLibraryOnly(t *testing.T) {
 	for bin, own := range map[string]string{
-		"gpu-init":     "github.com/caa-gcp-t4/gcp-t4/internal/gpuinit",
-		"podvm-notice": "github.com/caa-gcp-t4/gcp-t4/internal/notice",
+		"gpu-init":           "github.com/caa-gcp-t4/gcp-t4/internal/gpuinit",
+		"podvm-notice":       "github.com/caa-gcp-t4/gcp-t4/internal/notice",
+		"podvm-cache-mirror": "github.com/caa-gcp-t4/gcp-t4/internal/cachemirror",
 	} {
 		for _, d := range deps(t, "./"+bin) {
 			first, _, _ := strings.Cut(d, "/")

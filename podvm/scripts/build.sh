@@ -8,7 +8,7 @@
 # the UKI stub, and whether and with which certificate the image is signed.
 #
 # Inputs of the key: every file under podvm/ that mkosi reads, the generated
-# apt sources, the mkosi version, the gpu-init/podvm-notice/nvidia-ctk/
+# apt sources, the mkosi version, the gpu-init/podvm-notice/podvm-cache-mirror/nvidia-ctk/
 # nvidia-cdi-hook binaries, the guest binaries, the UKI stub and the signing certificate.
 # Package versions in the archive are not part of it: pin
 # PODVM_DEBIAN_MIRROR to a snapshot for a fixed universe.
@@ -97,12 +97,13 @@ if [ -n "$sbkey" ] || [ -n "$sbcert" ]; then
 	cp "$sign/db.crt" "$gen/signing/db.crt"
 fi
 
-# 1. Tools that go into the image: gpu-init (static, the GPU init unit) and
-#    podvm-notice (static, GCE's notices for the pod's containers), the two
+# 1. Tools that go into the image: gpu-init (static, the GPU init unit),
+#    podvm-notice (static, GCE's notices for the pod's containers) and
+#    podvm-cache-mirror (static, the cache disk's registry mirror), the
 #    binaries of ours in the podVM, and NVIDIA's CDI tools.
 tools=$gen/tools-tree/usr/bin
 mkdir -p "$tools" "$gen/tools-tree/usr/lib/caa-gcp-t4"
-for b in gpu-init podvm-notice; do
+for b in gpu-init podvm-notice podvm-cache-mirror; do
 	(cd gcp-t4 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/$b" "./cmd/$b")
 done
 nvbin=$(podvm/scripts/nvidia-tools.sh)
@@ -149,10 +150,12 @@ ourrev() {
 }
 rev=$(ourrev gpu-init gcp-t4/cmd/gpu-init gcp-t4/internal/gpuinit)
 noticerev=$(ourrev podvm-notice gcp-t4/cmd/podvm-notice gcp-t4/internal/notice)
+mirrorrev=$(ourrev podvm-cache-mirror gcp-t4/cmd/podvm-cache-mirror gcp-t4/internal/cachemirror)
 nvver=$("$tools/nvidia-ctk" --version | sed -n 's/.*version \([^ ]*\).*/\1/p' | head -n 1)
 {
 	printf 'gpu-init\t%s\t%s\tgcp-t4/cmd/gpu-init (this repository)\t/usr/bin/gpu-init\n' "$(sha256sum "$tools/gpu-init" | cut -c1-64)" "$rev"
 	printf 'podvm-notice\t%s\t%s\tgcp-t4/cmd/podvm-notice (this repository)\t/usr/bin/podvm-notice\n' "$(sha256sum "$tools/podvm-notice" | cut -c1-64)" "$noticerev"
+	printf 'podvm-cache-mirror\t%s\t%s\tgcp-t4/cmd/podvm-cache-mirror (this repository)\t/usr/bin/podvm-cache-mirror\n' "$(sha256sum "$tools/podvm-cache-mirror" | cut -c1-64)" "$mirrorrev"
 	for t in nvidia-ctk nvidia-cdi-hook; do
 		printf '%s\t%s\t%s\tgithub.com/NVIDIA/nvidia-container-toolkit/cmd/%s@v%s (Go module)\t/usr/bin/%s\n' "$t" "$(sha256sum "$tools/$t" | cut -c1-64)" "$nvver" "$t" "$nvver" "$t"
 	done

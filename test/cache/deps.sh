@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # System packages the cache tests need: skopeo, a real registry client that
 # reads containers-registries.conf (the format image-rs reads in the
-# podVM), to pull through the cache mirror (gcp-t4/internal/cachebuild).
+# podVM), to pull through the cache mirror (gcp-t4/internal/cachebuild and
+# the podVM boot test), and docker-registry (the CNCF distribution
+# registry) that the boot test's cache disk is built from.
 set -euo pipefail
-if command -v skopeo >/dev/null 2>&1; then
+missing=()
+command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
+command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
+if [ "${#missing[@]}" -eq 0 ]; then
 	exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
-	echo "deps.sh: skopeo is missing; as root run: apt-get update && apt-get install -y skopeo" >&2
+	echo "deps.sh: ${missing[*]} missing; as root run: apt-get update && apt-get install -y ${missing[*]}" >&2
 	exit 1
 fi
 apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq skopeo >/dev/null
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+for c in "${missing[@]}"; do
+	command -v "$c" >/dev/null 2>&1 || { echo "deps.sh: $c still missing after apt-get install" >&2; exit 1; }
+done

@@ -28,6 +28,20 @@
 #     measure-initdata fails closed (state no-digest, "kata_agent":"not
 #     started"), process-user-data.service fails, and systemd refuses
 #     kata-agent.service for it (Requires=): the agent never starts.
+# With PODVM_BOOT_CACHE (a directory test/podvm/cache-fixture.sh wrote), the
+# first boot also has the cache disk attached, read-only, as GCE attaches a
+# second disk (docs/cache.md), and, once booted:
+#   - the mirror's CAA-GCP-T4-CACHE line says it serves the disk's images on
+#     127.0.0.1:5000, and the guest contract says the disk is mounted
+#     read-only by the unit udev started on its label;
+#   - skopeo on this machine, reading a containers-registries.conf (the
+#     format image-rs reads) whose mirror is the podVM's, pulls the first
+#     image by digest, its source registry gone, and gets the manifest the
+#     layout holds; it refuses the second, whose layer was changed on the
+#     disk, naming the layer's digest.
+#   The client reaches the mirror, which listens on the VM's loopback only,
+#   through a relay the CDH stand-in opens (asked through a metadata
+#   attribute) and a QEMU host port forward.
 # The VM reaches a GCE-style metadata server at 169.254.169.254
 # (test/podvm/gce-metadata.py through QEMU's guestfwd) that serves the
 # attribute user-data, base64-encoded as CAA's GCP provider stores it, and
@@ -58,6 +72,7 @@
 # Environment: PODVM_BOOT_TIMEOUT (seconds, default 900), PODVM_QEMU_ACCEL (tcg|kvm),
 #   PODVM_BOOT_STANDINS (slots holding test/podvm/standin, space-separated),
 #   PODVM_BOOT_REAL (slots holding upstream's real binaries, for a manual run),
+#   PODVM_BOOT_CACHE (a cache fixture directory, above),
 #   PODVM_BOOT_USER_DATA (file served as the user-data attribute, before base64;
 #   default fixtures/user-data.yaml); for manual runs, PODVM_BOOT_HOSTFWD (QEMU
 #   hostfwd rule, e.g. tcp:127.0.0.1:25150-:15150) and PODVM_BOOT_WHILE_UP (a
@@ -69,6 +84,7 @@ timeout=${PODVM_BOOT_TIMEOUT:-900}
 standins=${PODVM_BOOT_STANDINS:-}
 here=$(cd "$(dirname "$0")" && pwd)
 user_data=${PODVM_BOOT_USER_DATA:-$here/fixtures/user-data.yaml}
+cache=${PODVM_BOOT_CACHE:-}
 fail() {
 	echo "boot-test: FAIL: $*" >&2
 	if [ -n "$results" ] && [ -f "${log:-}" ]; then
@@ -104,6 +120,13 @@ done
 for t in swtpm virt-fw-vars qemu-io; do
 	command -v "$t" >/dev/null || fail "no $t: run podvm/scripts/setup-host.sh"
 done
+if [ -n "$cache" ]; then
+	if [ ! -f "$cache/disk.raw" ] || [ ! -f "$cache/fixture.json" ]; then
+		fail "PODVM_BOOT_CACHE=$cache: no disk.raw and fixture.json (test/podvm/cache-fixture.sh writes them)"
+	fi
+	grep -qw confidential-data-hub <<<"$standins" || fail "PODVM_BOOT_CACHE needs the CDH stand-in, whose relay reaches the mirror"
+	command -v skopeo >/dev/null || fail "no skopeo: run test/cache/deps.sh"
+fi
 
 work=$(mktemp -d)
 qpid=""
@@ -163,7 +186,13 @@ start_vm() {
 		sleep 0.1
 	done
 	fresh_vars
-	local machine=q35 sbargs=()
+	local machine=q35 sbargs=() cacheargs=() cachefwd=""
+	# The cache disk, on the first boot only: a second disk, read-only.
+	if [ -n "$cache" ] && [ "$2" = "$work/console.log" ]; then
+		# shellcheck disable=SC2054 # QEMU's option syntax, one argument
+		cacheargs=(-drive "if=none,id=cache,format=raw,readonly=on,file=$cache/disk.raw" -device scsi-hd,drive=cache)
+		cachefwd="hostfwd=tcp:127.0.0.1:$cache_port-:15000,"
+	fi
 	if [ "$secure_boot" = yes ]; then
 		machine=q35,smm=on
 		sbargs=(-global "driver=cfi.pflash01,property=secure,value=on")
@@ -174,17 +203,23 @@ start_vm() {
 		-drive if=pflash,format=raw,unit=0,readonly=on,file="$code" \
 		-drive if=pflash,format=raw,unit=1,file="$work/vars.fd" \
 		-drive if=none,id=disk,format=qcow2,file="$1" \
-		-device virtio-scsi-pci,id=scsi -device scsi-hd,drive=disk,bootindex=1 \
+		-device virtio-scsi-pci,id=scsi -device scsi-hd,drive=disk,bootindex=1 "${cacheargs[@]}" \
 		-chardev socket,id=chrtpm,path="$work/tpm/swtpm.sock" -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-crb,tpmdev=tpm0 \
-		-netdev "user,id=net0,${PODVM_BOOT_HOSTFWD:+hostfwd=$PODVM_BOOT_HOSTFWD,}net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,dhcpstart=169.254.169.15,guestfwd=tcp:169.254.169.254:80-cmd:env GCE_METADATA_LOG=$work/metadata.log GCE_METADATA_MAINTENANCE_EVENT=TERMINATE_ON_HOST_MAINTENANCE python3 $here/gce-metadata.py user-data=$work/user-data.b64${meta_extra:+ $meta_extra}" \
+		-netdev "user,id=net0,${PODVM_BOOT_HOSTFWD:+hostfwd=$PODVM_BOOT_HOSTFWD,}${cachefwd}net=169.254.169.0/24,host=169.254.169.2,dns=169.254.169.3,dhcpstart=169.254.169.15,guestfwd=tcp:169.254.169.254:80-cmd:env GCE_METADATA_LOG=$work/metadata.log GCE_METADATA_MAINTENANCE_EVENT=TERMINATE_ON_HOST_MAINTENANCE python3 $here/gce-metadata.py user-data=$work/user-data.b64${meta_extra:+ $meta_extra}" \
 		-device virtio-net-pci,netdev=net0 \
 		-device virtio-rng-pci \
 		</dev/null >"$work/qemu.out" 2>&1 &
 	qpid=$!
 }
 
+if [ -n "$cache" ]; then
+	cache_port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	printf '0.0.0.0:15000' >"$work/cdh-relay"
+	meta_extra="caa-gcp-t4-standin-cdh-relay=$work/cdh-relay"
+fi
 start=$(date +%s)
 start_vm "$work/disk.qcow2" "$log"
+meta_extra=""
 
 clean() { tr -d '\r' <"$log" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g'; }
 gpu_at="" multi_at="" ready_at=""
@@ -299,6 +334,46 @@ if [ -n "${PODVM_BOOT_WHILE_UP:-}" ]; then
 	bash -c "$PODVM_BOOT_WHILE_UP" || echo "boot-test: PODVM_BOOT_WHILE_UP exited $?" >&2
 fi
 
+# The cache: the mirror's console line, then skopeo through the podVM's
+# mirror (registries.conf), the source registry long gone.
+cache_line=""
+if [ -n "$cache" ]; then
+	cache_line=$(grep -m1 -o 'CAA-GCP-T4-CACHE {.*}' <<<"$text") || fail "cache disk attached: no CAA-GCP-T4-CACHE line on the console"
+	cj=${cache_line#CAA-GCP-T4-CACHE }
+	[ "$(jq -r .state <<<"$cj")" = serving ] || fail "cache disk attached: the mirror is not serving: $cache_line"
+	[ "$(jq -r .listen <<<"$cj")" = 127.0.0.1:5000 ] || fail "cache disk attached: the mirror listens on $(jq -r .listen <<<"$cj"), want 127.0.0.1:5000: $cache_line"
+	[ "$(jq -r .images <<<"$cj")" = 2 ] || fail "cache disk attached: the mirror serves $(jq -r .images <<<"$cj") images, want the fixture's 2: $cache_line"
+	good=$(jq -r .good "$cache/fixture.json")
+	tampered=$(jq -r .tampered "$cache/fixture.json")
+	tlayer=$(jq -r .tampered_layer "$cache/fixture.json")
+	source=$(jq -r .source "$cache/fixture.json")
+	cat >"$work/registries.conf" <<EOF
+[[registry]]
+prefix = "$source/cachetest"
+location = "$source/cachetest"
+insecure = true
+
+[[registry.mirror]]
+location = "127.0.0.1:$cache_port/cachetest"
+insecure = true
+EOF
+	t0=$(date +%s.%N)
+	skopeo --registries-conf "$work/registries.conf" copy -q "docker://$good" "dir:$work/pull-good" >"$work/pull-good.out" 2>&1 ||
+		{ cat "$work/pull-good.out" >&2; fail "cache: skopeo could not pull $good through the podVM's mirror"; }
+	t1=$(date +%s.%N)
+	got=$(sha256sum "$work/pull-good/manifest.json" | cut -c1-64)
+	[ "sha256:$got" = "${good#*@}" ] || fail "cache: the manifest pulled through the mirror has digest sha256:$got, want ${good#*@}"
+	cmp -s "$work/pull-good/manifest.json" "$cache/layout/blobs/sha256/$got" || fail "cache: the manifest pulled differs from the layout's"
+	nlayers=$(jq '.layers | length' "$work/pull-good/manifest.json")
+	pulled=$(du -sb "$work/pull-good" | cut -f1)
+	if skopeo --registries-conf "$work/registries.conf" copy -q "docker://$tampered" "dir:$work/pull-bad" >"$work/pull-bad.out" 2>&1; then
+		fail "cache: skopeo pulled $tampered although its layer $tlayer was changed on the disk"
+	fi
+	grep -q "${tlayer#sha256:}" "$work/pull-bad.out" || { cat "$work/pull-bad.out" >&2; fail "cache: the refusal of the tampered image does not name its layer $tlayer"; }
+	cache_pull="cache disk: skopeo pulled ${good##*/} ($nlayers layers, $pulled bytes) through the podVM's mirror by digest in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s, its source registry gone; refused ${tampered##*/} by its changed layer's digest (${tlayer:0:19}…)"
+	if [ -n "$results" ]; then mkdir -p "$results" && cp "$work/pull-bad.out" "$results/cache-tampered-pull.txt"; fi
+fi
+
 # GCE stops a VM with an ACPI power button press: it must shut down cleanly.
 # The press is repeated because one that arrives before systemd-logind
 # watches the button is lost (GCE, too, presses and then waits).
@@ -360,7 +435,7 @@ rm -f "$work/after.raw"
 
 guest=""
 if [ -n "$standins" ]; then
-	guest=$("$here/check-guest.sh" "$work/state.raw" "$slots" "$standins" "$((fs_bytes))" "$work/user-data.b64" "${PODVM_BOOT_REAL:-}" "$secure_boot" "$want_digest") || fail "peer-pod guest contract (above)"
+	guest=$(CHECK_GUEST_CACHE=$cache "$here/check-guest.sh" "$work/state.raw" "$slots" "$standins" "$((fs_bytes))" "$work/user-data.b64" "${PODVM_BOOT_REAL:-}" "$secure_boot" "$want_digest") || fail "peer-pod guest contract (above)"
 fi
 stop_vm
 
@@ -502,6 +577,7 @@ echo "  $fl"
 [ -z "$cdh_line" ] || echo "  CDH never listening: kata-agent not started, after ${nocdh_s}s: $cdh_line"
 [ -z "$digest_line" ] || echo "  no initdata digest, TPM present: process-user-data failed, systemd refused kata-agent (Dependency failed), after ${nodigest_s}s: $digest_line"
 [ -z "$guest" ] || echo "$guest"
+[ -z "$cache_line" ] || { echo "  $cache_line"; echo "  $cache_pull"; }
 if [ -n "$results" ]; then
 	mkdir -p "$results"
 	clean >"$results/console.log"

@@ -193,6 +193,10 @@ udp 127.0.0.54:53"
 if filled agent-protocol-forwarder; then expect_root+=$'\ntcp6 [::]:15150'; fi
 # The real forwarder's VXLAN tunnel to the worker node (VXLAN_PORT 4789).
 if grep -qw -- agent-protocol-forwarder <<<"$real"; then expect_root+=$'\nudp 0.0.0.0:4789'; fi
+# With a cache disk (the boot test's PODVM_BOOT_CACHE): the mirror on the
+# VM's loopback, where CDH dials it, and the CDH stand-in's relay to it for
+# the test's client (only the stand-in listens there).
+if [ -n "${CHECK_GUEST_CACHE:-}" ]; then expect_root+=$'\ntcp 127.0.0.1:5000\ntcp6 [::]:15000'; fi
 expect_pod="tcp 127.0.0.1:8007"
 if filled api-server-rest; then expect_pod=$'tcp 127.0.0.1:8006\ntcp 127.0.0.1:8007'; fi
 root_all=$(jq -r '.listening_root[]' <<<"$report")
@@ -220,4 +224,31 @@ jq -e '.event == "maintenance" and .drain == true and .source == "maintenance-ev
 	fail "the pod's namespace read $notice at 127.0.0.1:8007/v1/notice, want the maintenance notice the metadata server gave"
 n=$((n + 1))
 
+# The cache disk: udev's rule on its label started the mirror, which
+# mounted it read-only (no journal replay, nothing executable); without
+# the disk, neither ran and nothing waited for it.
+cache_state="no cache disk: mirror and mount not started"
+mirror_u=caa-gcp-t4-cache-mirror.service
+mount_u='run-caa\x2dgcp\x2dt4-cache.mount'
+if [ -n "${CHECK_GUEST_CACHE:-}" ]; then
+	for u in "$mirror_u" "$mount_u"; do
+		[ "$(unit "$u" ActiveState)" = active ] || fail "cache disk attached: $u is '$(unit "$u" ActiveState)/$(unit "$u" SubState)', want active"
+	done
+	cm=$(jq -r '.cache_mount // ""' <<<"$report")
+	opts=$(awk '{print $6}' <<<"$cm")
+	for o in ro nodev nosuid noexec; do
+		tr ',' '\n' <<<"$opts" | grep -qx "$o" || fail "the cache disk is mounted without $o: $cm"
+	done
+	grep -q ' - ext4 ' <<<"$cm" || fail "the cache disk is not the ext4 mount: $cm"
+	# noload: the superblock options say norecovery (no journal replay).
+	awk '{print $NF}' <<<"$cm" | tr ',' '\n' | grep -qx norecovery || fail "the cache disk is mounted with journal replay (no noload): $cm"
+	cache_state="cache disk mounted ($opts, $(awk '{print $NF}' <<<"$cm")) and served by the mirror"
+else
+	for u in "$mirror_u" "$mount_u"; do
+		[ "$(unit "$u" ActiveState)" != active ] || fail "no cache disk, yet $u is active"
+	done
+fi
+n=$((n + 1))
+
+echo "  $cache_state"
 echo "  guest contract: ok ($n groups): / squashfs ro on dm-verity ($dmuuid), writes refused; secure boot ${secure_boot}, lockdown $(jq -r '.lockdown // "none"' <<<"$report" | grep -o '\[[a-z]*\]'); modprobe nvidia: ${mp}; podns, /run/kata-containers ext4 $((fsz / 1024 / 1024)) MiB, forwarder flags within upstream's, order process-user-data -> CDH -> kata-agent -> forwarder, listening: $(tr '\n' ' ' <<<"$root_l")| podns: $(tr '\n' ' ' <<<"$pod_l")| notice in podns: $(jq -r '.event + " " + (.remainingSeconds | tostring) + " s left"' <<<"$notice")"

@@ -152,7 +152,7 @@ n=$((n + 1))
 # path that the image ships (a .path unit that starts the agent included),
 # and says the agent waits for CDH's socket, as kata-agent.path makes it.
 table=$(sed -n '/^### Boot sequence/,/^How the waits are bounded/p' docs/podvm-build-guide.md)
-for u in kata-agent.path kata-agent.service process-user-data.service attestation-agent.service confidential-data-hub.service api-server-rest.service agent-protocol-forwarder.path caa-gcp-t4-notice.socket caa-gcp-t4-notice.service; do
+for u in kata-agent.path kata-agent.service process-user-data.service attestation-agent.service confidential-data-hub.service api-server-rest.service agent-protocol-forwarder.path caa-gcp-t4-notice.socket caa-gcp-t4-notice.service caa-gcp-t4-cache-mirror.service; do
 	[ -f "podvm/mkosi.extra/usr/lib/systemd/system/$u" ] || fail "the image has no $u"
 	grep -q "^| \`$u\`" <<<"$table" || grep -q "^| \`${u%.*}\.path\` → " <<<"$table" || fail "the build guide's boot-sequence table has no row for $u"
 done
@@ -161,6 +161,16 @@ grep -q '^PathExists=/run/confidential-containers/cdh.sock$' podvm/mkosi.extra/u
 grep -q '^ListenStream=127.0.0.1:8007$' podvm/mkosi.extra/usr/lib/systemd/system/caa-gcp-t4-notice.socket || fail "caa-gcp-t4-notice.socket no longer listens on 127.0.0.1:8007; the guide says it does"
 grep -q 'http://127.0.0.1:8007/v1/notice' docs/podvm-build-guide.md || fail "the build guide does not name the notice endpoint"
 grep -q 'default="http://127.0.0.1:8007/v1/notice"' install/examples/mistral-tp2/drain-on-notice.py || fail "the serving example's sidecar does not default to the podVM's notice endpoint"
+# The cache mirror's address and mount the guide and docs/cache.md give are
+# the unit's.
+grep -q '^ExecStart=/usr/bin/podvm-cache-mirror -dir /run/caa-gcp-t4/cache -listen 127.0.0.1:5000$' podvm/mkosi.extra/usr/lib/systemd/system/caa-gcp-t4-cache-mirror.service ||
+	fail "caa-gcp-t4-cache-mirror.service no longer serves /run/caa-gcp-t4/cache on 127.0.0.1:5000; the guide and docs/cache.md say it does"
+grep -q '^Where=/run/caa-gcp-t4/cache$' 'podvm/mkosi.extra/usr/lib/systemd/system/run-caa\x2dgcp\x2dt4-cache.mount' || fail "the cache disk's mount point is not the one the guide names"
+for d in docs/podvm-build-guide.md docs/cache.md; do
+	for w in 127.0.0.1:5000 ro,noload,nodev,nosuid,noexec; do
+		grep -qF "$w" "$d" || fail "$d does not name the mirror's $w"
+	done
+done
 ! grep -q 'does not wait for a CDH' docs/podvm-build-guide.md || fail "the build guide says the agent does not wait for CDH; kata-agent.path makes it wait"
 n=$((n + 1))
 echo "docs-test: ok ($n checks; $repo)"

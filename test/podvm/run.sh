@@ -8,7 +8,9 @@
 # the product configuration with test/podvm/standin in five of the six
 # guest slots (attestation-agent left empty on purpose): the stand-ins
 # record what the units give them and listen where the real programs would,
-# so the boot test checks the guest contract end to end.
+# so the boot test checks the guest contract end to end. The first boot has
+# a cache disk attached (test/podvm/cache-fixture.sh, built with
+# `gcp-t4 cache build -disk`): the boot test pulls through the podVM's mirror.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 podvm/scripts/lint.sh
@@ -57,10 +59,13 @@ podvm/scripts/check-image.sh "$dir"
 # runs on a qcow2 overlay), and the boot spends much of its time waiting on
 # the guest, time the rebuild's CPU-bound steps can use.
 bootlog=$(mktemp "$cache/podvm-boot.XXXXXX")
-trap 'rm -rf "$bins" "$bootlog"' EXIT
-PODVM_BOOT_STANDINS=$standin_slots test/podvm/boot-test.sh "$dir" "$dir.boot" >"$bootlog" 2>&1 &
+cachedisk=$(mktemp -d "$cache/podvm-cache-disk.XXXXXX")
+trap 'rm -rf "$bins" "$bootlog" "$cachedisk"' EXIT
+# skopeo and docker-registry: test/cache/deps.sh (make podvm-test runs it).
+test/podvm/cache-fixture.sh "$cachedisk"
+PODVM_BOOT_CACHE=$cachedisk PODVM_BOOT_STANDINS=$standin_slots test/podvm/boot-test.sh "$dir" "$dir.boot" >"$bootlog" 2>&1 &
 bootpid=$!
-trap 'kill "$bootpid" 2>/dev/null || true; rm -rf "$bins" "$bootlog"' EXIT
+trap 'kill "$bootpid" 2>/dev/null || true; rm -rf "$bins" "$bootlog" "$cachedisk"' EXIT
 # boot_result: wait for the boot test, print what it said, and pass on its
 # status (called on every path out of the foreground steps).
 boot_result() {
@@ -79,7 +84,7 @@ fi
 # Next to the cached image (same filesystem as the build's staging
 # directory, so the 1.1 GB image is renamed, not copied into a tmpfs).
 again=$(mktemp -d "$(dirname "$dir")/podvm-again.XXXXXX")
-trap 'kill "$bootpid" 2>/dev/null || true; rm -rf "$bins" "$bootlog" "$again"' EXIT
+trap 'kill "$bootpid" 2>/dev/null || true; rm -rf "$bins" "$bootlog" "$cachedisk" "$again"' EXIT
 rebuilt=0
 PODVM_BINARIES=$bins PODVM_OUT=$again/out PODVM_INCREMENTAL=1 podvm/scripts/build.sh >/dev/null || rebuilt=$?
 boot_result

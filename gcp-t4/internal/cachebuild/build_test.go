@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -94,6 +96,64 @@ insecure = true
 		"copy", "--override-os", "linux", "--override-arch", "amd64", "docker://"+ref, "dir:"+out)
 	b, err := cmd.CombinedOutput()
 	return string(b), err
+}
+
+// An image the cache does not hold comes from its own registry: the
+// mirror is asked first and answers that it does not have it, and the
+// client (skopeo, reading registries.conf as image-rs does) falls back to
+// the image's location, as a podVM does through Cloud NAT.
+func TestMirrorMissFallsBackToTheRegistry(t *testing.T) {
+	host, index, single, want, stop := source(t)
+	defer stop()
+	dir := filepath.Join(t.TempDir(), "cache")
+	if _, err := Build(context.Background(), dir, []string{host + "/tools/single@" + single.String()}, Options{Platform: amd64}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := cachemirror.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &counting{h: m, n: map[string]int{}}
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	mirror := strings.TrimPrefix(srv.URL, "http://")
+	bin, err := exec.LookPath("skopeo")
+	if err != nil {
+		t.Fatal("skopeo is missing: run test/cache/deps.sh as root (make test does), or apt-get install -y skopeo")
+	}
+	conf := filepath.Join(t.TempDir(), "registries.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`
+[[registry]]
+prefix = "%[1]s/library/cachetest"
+location = "%[1]s/library/cachetest"
+insecure = true
+
+[[registry.mirror]]
+location = "%[2]s/library/cachetest"
+insecure = true
+`, host, mirror)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "pulled")
+	cmd := exec.Command(bin, "--registries-conf", conf, "--insecure-policy", "copy", "--override-os", "linux", "--override-arch", "amd64",
+		"docker://"+host+"/library/cachetest@"+index.String(), "dir:"+out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("skopeo, the image not in the cache: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantManifest, _ := want.Digest()
+	if got, _, _ := v1.SHA256(bytes.NewReader(b)); got != wantManifest {
+		t.Fatalf("pulled manifest %s, want %s", got, wantManifest)
+	}
+	if c.n["manifests"] == 0 {
+		t.Errorf("the mirror was never asked (%v): the client did not try the cache first", c.n)
+	}
+	if c.n["blobs"] != 0 {
+		t.Errorf("the mirror served %d blobs of an image it does not hold", c.n["blobs"])
+	}
 }
 
 // counting wraps the mirror to count what it served.
@@ -325,7 +385,16 @@ func TestCacheDiskImage(t *testing.T) {
 		layout = filepath.Join(tmp, "cache")
 		disk := filepath.Join(tmp, "cache.tar.gz")
 		var out, errb bytes.Buffer
-		if code := Main(context.Background(), []string{"build", "-o", layout, "-disk", disk, host + "/library/cachetest@" + index.String()}, &out, &errb, nil); code != 0 {
+		// The second build under a strict umask: the disk must not depend
+		// on it (its files' modes are set, and the two builds compared).
+		umask := 0o022
+		if i == 1 {
+			umask = 0o077
+		}
+		old := syscall.Umask(umask)
+		code := Main(context.Background(), []string{"build", "-o", layout, "-disk", disk, host + "/library/cachetest@" + index.String()}, &out, &errb, nil)
+		syscall.Umask(old)
+		if code != 0 {
 			t.Fatalf("build %d: exit %d: %s", i, code, errb.String())
 		}
 		if !strings.Contains(out.String(), "a 1 GiB disk") {
@@ -360,6 +429,14 @@ func TestCacheDiskImage(t *testing.T) {
 			// a second apart would differ otherwise.
 			if !strings.Contains(string(label), "Last write time:          Thu Jan  1 00:00:00 1970") {
 				t.Errorf("the filesystem records its build time:\n%s", label)
+			}
+			// Readable by the podVM's unprivileged mirror, whatever the
+			// builder's umask (the test sets a strict one below).
+			for path, mode := range map[string]string{"/": "0755", "/blobs/sha256": "0755", "/index.json": "0644"} {
+				out, err := exec.Command("debugfs", "-R", "stat "+path, raw).CombinedOutput()
+				if err != nil || !regexp.MustCompile(`Mode:\s+0?`+mode+`\b`).Match(out) {
+					t.Errorf("%s on the disk: want mode %s: %v\n%s", path, mode, err, out)
+				}
 			}
 			got, err := exec.Command("debugfs", "-R", "cat /index.json", raw).Output()
 			want, _ := os.ReadFile(filepath.Join(layout, "index.json"))

@@ -44,7 +44,16 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error)
 		if info, err := d.Info(); err == nil && !d.IsDir() {
 			bytes += info.Size()
 		}
-		// mke2fs -d copies each file's times.
+		// mke2fs -d copies each file's mode and times. Every file is
+		// readable by all, so the podVM's mirror reads the disk as an
+		// unprivileged user (DynamicUser=) whatever the builder's umask.
+		mode := fs.FileMode(0o644)
+		if d.IsDir() {
+			mode = 0o755
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			return err
+		}
 		return os.Chtimes(path, epoch, epoch)
 	})
 	if err != nil {
@@ -69,6 +78,10 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error)
 		return 0, err
 	}
 	if err := f.Close(); err != nil {
+		return 0, err
+	}
+	// The tar records disk.raw's mode: the same whatever the umask.
+	if err := os.Chmod(raw, 0o644); err != nil {
 		return 0, err
 	}
 	sum := sha256.Sum256(index)

@@ -32,6 +32,8 @@ type Mirror struct {
 	repos map[string]bool
 	// tags maps repository → tag → digest, for references built by tag.
 	tags map[string]map[string]string
+	// images counts the index's named images.
+	images int
 }
 
 type descriptor struct {
@@ -67,6 +69,7 @@ func Open(dir string) (*Mirror, error) {
 		}
 		repo, tag := splitRef(ref)
 		m.repos[repo] = true
+		m.images++
 		if tag != "" {
 			if m.tags[repo] == nil {
 				m.tags[repo] = map[string]string{}
@@ -88,6 +91,9 @@ func (m *Mirror) Repositories() []string {
 	}
 	return out
 }
+
+// Images is how many images the layout's index names.
+func (m *Mirror) Images() int { return m.images }
 
 // splitRef splits host/path[:tag][@digest] into the path a mirror is asked
 // for and the tag ("" for a reference by digest).

@@ -56,7 +56,10 @@ func (c *Config) cacheImageFor(p Profile) string {
 // cacheDisk is the cache disk of a profile's podVM in zone, or nil: made
 // from the cache image at the image's size (GCE's default for a disk from
 // an image), of the boot disk's type and interface (an NVMe-only machine
-// takes no SCSI disk), and deleted with the VM.
+// takes no SCSI disk), and deleted with the VM. It is attached READ_WRITE,
+// GCE's default: a disk attached READ_ONLY cannot be auto-deleted (the
+// Compute API reference, PreservedStatePreservedDisk.autoDelete), and this
+// one is the VM's own; the podVM mounts it read-only.
 func (c *Config) cacheDisk(p Profile, zone string, iface *string) *computepb.AttachedDisk {
 	image := c.cacheImageFor(p)
 	if image == "" {

@@ -360,6 +360,19 @@ func confidentialDataHub(ctx context.Context, r *record) error {
 		<-ctx.Done()
 		return nil
 	}
+	// A boot with a cache disk: the boot test's client on the host reaches
+	// the podVM's mirror, which listens on the VM's loopback where CDH's
+	// image-rs dials it, through this relay (QEMU forwards a host port to
+	// it). Only the stand-in relays; the image has no such listener.
+	if relay := metadataAttribute(ctx, "caa-gcp-t4-standin-cdh-relay"); relay != "" {
+		l, err := net.Listen("tcp", relay)
+		if err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
+		r.Found["relay"] = relay + " -> " + cacheMirror
+		r.Listens = append(r.Listens, "tcp:"+l.Addr().String())
+		go relayTo(ctx, l, cacheMirror)
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -369,6 +382,33 @@ func confidentialDataHub(ctx context.Context, r *record) error {
 		r.Found["listen_uptime"] = strings.Fields(string(b))[0]
 	}
 	return serveUnix(ctx, r, "/run/confidential-containers/cdh.sock")
+}
+
+// cacheMirror is where the podVM's cache mirror listens, in the VM's own
+// namespace (caa-gcp-t4-cache-mirror.service).
+const cacheMirror = "127.0.0.1:5000"
+
+// relayTo copies each connection accepted on l to and from addr.
+func relayTo(ctx context.Context, l net.Listener, addr string) {
+	go func() { <-ctx.Done(); l.Close() }()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			u, err := net.Dial("tcp", addr)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(u, c); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(c, u); done <- struct{}{} }()
+			<-done
+		}()
+	}
 }
 
 // metadataAttribute is the instance attribute's value, or "" when the
@@ -456,6 +496,7 @@ var units = []string{
 	"agent-protocol-forwarder.path",
 	"agent-protocol-forwarder.service", "api-server-rest.service", "systemd-resolved.service",
 	"caa-gcp-t4-notice.socket", "caa-gcp-t4-notice.service",
+	"caa-gcp-t4-cache-mirror.service", `run-caa\x2dgcp\x2dt4-cache.mount`,
 }
 
 var props = "Id,ActiveState,SubState,Result,NRestarts,ConditionResult,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic,InactiveExitTimestampMonotonic"
@@ -498,6 +539,8 @@ func report(ctx context.Context) {
 		for _, l := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(l); len(f) > 4 && f[4] == "/run/kata-containers" {
 				rep["kata_containers_mount"] = l
+			} else if len(f) > 4 && f[4] == "/run/caa-gcp-t4/cache" {
+				rep["cache_mount"] = l
 			}
 		}
 	}
@@ -512,7 +555,8 @@ func report(ctx context.Context) {
 	// The journal of the guest units, for a person reading the results.
 	j, _ := exec.CommandContext(ctx, "journalctl", "--no-pager", "-o", "short-monotonic", "-b",
 		"-u", "process-user-data", "-u", "agent-protocol-forwarder", "-u", "kata-agent",
-		"-u", "confidential-data-hub", "-u", "attestation-agent", "-u", "api-server-rest").CombinedOutput()
+		"-u", "confidential-data-hub", "-u", "attestation-agent", "-u", "api-server-rest",
+		"-u", "caa-gcp-t4-cache-mirror").CombinedOutput()
 	writeFile(filepath.Join(recordDir, "journal.txt"), j)
 	b, _ := json.Marshal(rep)
 	writeFile(filepath.Join(recordDir, "report.json"), b)

@@ -443,6 +443,11 @@ func TestDiskValidation(t *testing.T) {
 		{"unknown disk type", func(i *computepb.Instance) {
 			i.Disks[0].InitializeParams.DiskType = proto.String("zones/us-central1-a/diskTypes/pd-turbo")
 		}, 400, "Disk type 'pd-turbo'"},
+		{"read-only and auto-deleted", func(i *computepb.Instance) {
+			d := proto.Clone(i.Disks[0]).(*computepb.AttachedDisk)
+			d.Boot, d.Mode, d.AutoDelete = proto.Bool(false), proto.String("READ_ONLY"), proto.Bool(true)
+			i.Disks = append(i.Disks, d)
+		}, 400, "Disks attached in READ_ONLY mode cannot be auto-deleted"},
 		{"existing disk source", func(i *computepb.Instance) {
 			i.Disks[0].InitializeParams = nil
 			i.Disks[0].Source = proto.String("zones/us-central1-a/disks/old")

@@ -597,6 +597,13 @@ func (s *Server) validateDisks(plan *insertPlan, inst *computepb.Instance) error
 			// Confidential VMs need the NVMe disk interface; SCSI is not supported.
 			return invalidField(field+".interface", iface, "Confidential VM instances require the NVME disk interface; SCSI is not supported.")
 		}
+		// A disk attached READ_ONLY cannot be auto-deleted (the Compute
+		// API reference, PreservedStatePreservedDisk.autoDelete: "disks
+		// attached in READ_ONLY mode cannot be auto-deleted"), so a disk
+		// made for this VM alone and deleted with it is READ_WRITE.
+		if d.GetMode() == "READ_ONLY" && d.GetAutoDelete() {
+			return invalidField(field+".autoDelete", "true", "Disks attached in READ_ONLY mode cannot be auto-deleted.")
+		}
 		if d.GetBoot() {
 			plan.bootImage = img
 		}

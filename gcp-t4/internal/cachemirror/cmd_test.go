@@ -1,0 +1,114 @@
+package cachemirror
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// layout writes a one-image OCI layout and returns the manifest's digest.
+func layout(t *testing.T, dir, ref string) string {
+	t.Helper()
+	blob := func(b []byte) string {
+		sum := sha256.Sum256(b)
+		h := hex.EncodeToString(sum[:])
+		if err := os.MkdirAll(filepath.Join(dir, "blobs", "sha256"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "blobs", "sha256", h), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return "sha256:" + h
+	}
+	cfg := []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}`)
+	man, _ := json.Marshal(map[string]any{
+		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+		"config": map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": blob(cfg), "size": len(cfg)},
+		"layers": []any{},
+	})
+	d := blob(man)
+	idx, _ := json.Marshal(map[string]any{"schemaVersion": 2, "manifests": []any{map[string]any{
+		"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d, "size": len(man),
+		"annotations": map[string]string{RefNameAnnotation: ref},
+	}}})
+	for name, b := range map[string][]byte{"index.json": idx, "oci-layout": []byte(`{"imageLayoutVersion":"1.0.0"}`)} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// The unit's binary: one console line saying what it serves and where,
+// then the registry API there, until its context ends.
+func TestMainServesTheLayoutAndSaysSoOnTheConsole(t *testing.T) {
+	dir := t.TempDir()
+	d := layout(t, dir, "docker.io/rayproject/ray-llm@sha256:"+strings.Repeat("a", 64))
+	ctx, cancel := context.WithCancel(context.Background())
+	r, w := io.Pipe()
+	code := make(chan int, 1)
+	go func() {
+		code <- Main(ctx, []string{"-dir", dir, "-listen", "127.0.0.1:0"}, w, io.Discard, slog.New(slog.DiscardHandler))
+		w.Close()
+	}()
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		State, Listen string
+		Images        int
+		Repositories  []string
+	}
+	if !strings.HasPrefix(line, ConsolePrefix) || json.Unmarshal([]byte(strings.TrimPrefix(line, ConsolePrefix)), &st) != nil {
+		t.Fatalf("console line %q", line)
+	}
+	if st.State != "serving" || st.Images != 1 || len(st.Repositories) != 1 || st.Repositories[0] != "rayproject/ray-llm" {
+		t.Fatalf("console line %q: want serving 1 image of rayproject/ray-llm", line)
+	}
+	resp, err := http.Get("http://" + st.Listen + "/v2/rayproject/ray-llm/manifests/" + d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	sum := sha256.Sum256(b)
+	if resp.StatusCode != http.StatusOK || "sha256:"+hex.EncodeToString(sum[:]) != d {
+		t.Fatalf("GET the manifest: %d, digest of the body sha256:%x, want 200 and %s", resp.StatusCode, sum, d)
+	}
+	cancel()
+	go func() { _, _ = io.Copy(io.Discard, r) }()
+	if c := <-code; c != 0 {
+		t.Fatalf("exit %d after its context ended, want 0", c)
+	}
+}
+
+// A disk without a layout: a console line that says so and that images
+// come from their registries, and the exit code the unit does not restart on.
+func TestMainOnAnUnusableDisk(t *testing.T) {
+	var out, errb bytes.Buffer
+	c := Main(context.Background(), []string{"-dir", t.TempDir(), "-listen", "127.0.0.1:0"}, &out, &errb, slog.New(slog.DiscardHandler))
+	if c != ExitUnusable {
+		t.Fatalf("exit %d, want %d (stderr %q)", c, ExitUnusable, errb.String())
+	}
+	var st struct{ State, Reason, Fallback string }
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(strings.TrimSpace(out.String()), ConsolePrefix)), &st); err != nil {
+		t.Fatalf("console %q: %v", out.String(), err)
+	}
+	if st.State != "unusable" || !strings.Contains(st.Reason, "not an OCI image layout") || !strings.Contains(st.Fallback, "registries") {
+		t.Fatalf("console %q", out.String())
+	}
+	if c := Main(context.Background(), []string{"extra"}, &out, &errb, slog.New(slog.DiscardHandler)); c != 2 {
+		t.Fatalf("an argument: exit %d, want 2", c)
+	}
+}

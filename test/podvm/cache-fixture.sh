@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Makes the cache disk the boot test attaches (docs/cache.md), the way an
+# admin makes one: `gcp-t4 cache build -disk` from a registry, by digest.
+# Two multi-layer images of random layers (test/startup/pull_bench.py) are
+# pushed with skopeo to a local CNCF distribution registry, the cache is
+# built from their digests, and the registry is stopped, so that whatever
+# the boot test pulls later can only have come from the podVM's mirror.
+# Then one byte of the second image's first layer is flipped on the disk:
+# a client must refuse that image by the layer's digest, and pull the first.
+#   cache-fixture.sh OUT
+# Writes OUT/disk.raw (the ext4 image as GCE would import it, tampered),
+# OUT/layout (the untampered layout), and OUT/fixture.json: the good and
+# the tampered references (registry host gone), the tampered layer.
+# Needs skopeo, docker-registry, e2fsprogs and python3 (apt-get on Debian).
+set -euo pipefail
+out=$1
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+die() { echo "cache-fixture: $*" >&2; exit 1; }
+for c in skopeo docker-registry debugfs python3; do
+	command -v "$c" >/dev/null || die "no $c: apt-get install -y skopeo docker-registry e2fsprogs python3"
+done
+rm -rf "$out"
+mkdir -p "$out"
+tmp=$(mktemp -d)
+rpid=""
+trap '[ -z "$rpid" ] || kill "$rpid" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$tmp/registry.yml" <<YML
+version: 0.1
+log:
+  level: error
+storage:
+  filesystem:
+    rootdirectory: $tmp/registry
+http:
+  addr: 127.0.0.1:$port
+YML
+docker-registry serve "$tmp/registry.yml" >"$tmp/registry.log" 2>&1 &
+rpid=$!
+for i in $(seq 50); do
+	bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null && break
+	[ "$i" -lt 50 ] || { cat "$tmp/registry.log" >&2; die "the registry did not listen on 127.0.0.1:$port"; }
+	sleep 0.1
+done
+printf '[[registry]]\nlocation = "127.0.0.1:%s"\ninsecure = true\n' "$port" >"$tmp/registries.conf"
+refs=()
+for name in good tampered; do
+	python3 "$root/test/startup/pull_bench.py" image "$tmp/$name" 24 3 >/dev/null
+	skopeo --registries-conf "$tmp/registries.conf" copy -q --digestfile "$tmp/$name.digest" \
+		"oci:$tmp/$name:latest" "docker://127.0.0.1:$port/cachetest/$name:latest" >/dev/null
+	refs+=("127.0.0.1:$port/cachetest/$name@$(cat "$tmp/$name.digest")")
+done
+(cd "$root/gcp-t4" && go build -o "$tmp/gcp-t4" ./cmd/gcp-t4)
+"$tmp/gcp-t4" cache build -o "$out/layout" -disk "$tmp/cache.tar.gz" "${refs[@]}" >"$tmp/build.out" ||
+	{ cat "$tmp/build.out" >&2; die "gcp-t4 cache build failed"; }
+kill "$rpid"
+wait "$rpid" 2>/dev/null || true
+rpid=""
+tar -C "$out" -xzf "$tmp/cache.tar.gz"
+[ -f "$out/disk.raw" ] || die "the image file holds no disk.raw"
+
+# The tampered image's first layer, located on the disk with debugfs.
+man=$(cut -d@ -f2 <<<"${refs[1]}")
+layer=$(jq -r '.layers[0].digest' "$out/layout/blobs/sha256/${man#sha256:}")
+bsize=$(dumpe2fs -h "$out/disk.raw" 2>/dev/null | awk -F': *' '/^Block size/ {print $2}')
+blk=$(debugfs -R "bmap /blobs/sha256/${layer#sha256:} 1" "$out/disk.raw" 2>/dev/null | tail -n 1)
+[[ "$blk" =~ ^[1-9][0-9]*$ ]] || die "debugfs found no block for the layer ${layer}: '$blk'"
+python3 - "$out/disk.raw" "$((blk * bsize + 17))" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(int(sys.argv[2]))
+    b = f.read(1)
+    f.seek(int(sys.argv[2]))
+    f.write(bytes([b[0] ^ 0xFF]))
+PY
+debugfs -R "cat /blobs/sha256/${layer#sha256:}" "$out/disk.raw" 2>/dev/null | sha256sum | grep -qv "^${layer#sha256:} " ||
+	die "the flipped byte did not change the layer on the disk"
+jq -n --arg good "${refs[0]}" --arg tampered "${refs[1]}" --arg layer "$layer" --arg source "127.0.0.1:$port" \
+	'{good: $good, tampered: $tampered, tampered_layer: $layer, source: $source}' >"$out/fixture.json"
+echo "cache-fixture: $(tail -n 2 "$tmp/build.out" | tr '\n' ' ')" >&2
