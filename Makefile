@@ -28,7 +28,7 @@ IMAGE_GO ?= go1.26.8
 include test/containerd/versions.mk
 CONTAINERD_ENV := CONTAINERD17_VERSION=$(CONTAINERD17) CONTAINERD2_VERSIONS="$(CONTAINERD2)"
 
-.PHONY: all help build test test-short demo bench bench-pull lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz print-containerd-versions
+.PHONY: all help build test test-short demo bench bench-pull bench-cache lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz print-containerd-versions
 .PHONY: delivery upstream-patch upstream-lint image
 .PHONY: controlplane controlplane-test kuberay helm-vet helm-check reaper-acceptance
 
@@ -244,6 +244,14 @@ bench: tools containerd controlplane
 ##   make bench-pull [PULL_BENCH_MIB=128] [PULL_BENCH_CASES="name:mbit:rtt_ms ..."]
 bench-pull:
 	$(APT_LOCK) test/startup/pull-bench.sh
+
+## bench-cache: as root, builds gcp-t4 and podvm-cache-mirror, and skopeo pulls one random-layer image by
+## digest through the cache mirror (a `gcp-t4 cache build` layout) and from a real registry behind a
+## Cloud-NAT-shaped link, then an uncached one through the mirror's fallback; MB/s and ratios
+## (not part of make test; docs/benchmarks.md)
+##   make bench-cache [PULL_BENCH_MIB=128] [PULL_BENCH_PULLS=3] [PULL_BENCH_NAT=mbit:rtt_ms]
+bench-cache: tools
+	$(APT_LOCK) test/startup/pull-bench.sh cache
 
 ## dropin-check: copy gcpt4 into an upstream CAA checkout and build and test it there
 ##   make dropin-check UPSTREAM=/path/to/cloud-api-adaptor [UPSTREAM_REF=v0.22.0]

@@ -28,6 +28,31 @@
 #                            kernel's; a namespace may set only those in
 #                            net.ipv4.tcp_allowed_congestion_control)
 #   PULL_BENCH_REAL_SRC=/usr/bin  a directory tarred as the compressible layer ("" skips)
+#
+# `pull-bench.sh cache` (make bench-cache, issue #37): the podVM's cache disk
+# against Cloud NAT, as ratios from one run. It builds gcp-t4 and
+# podvm-cache-mirror (with $GO, default go), pushes two random-layer images
+# to the same registry, writes the first into an OCI layout with
+# `gcp-t4 cache build -o LAYOUT REF@sha256:...`, and serves the layout with
+# podvm-cache-mirror on the client namespace's loopback, as the podVM does.
+# Then, PULL_BENCH_PULLS rounds, skopeo pulls the cached image by digest:
+# through a registries.conf whose [[registry.mirror]] is the mirror, with
+# the layout dropped from the page cache first (mirror-cold: read from this
+# machine's disk) and again at once (mirror-warm); from the registry with
+# no mirror over the unshaped link (registry-unshaped: this machine's
+# ceiling for the client); and from the registry behind the Cloud NAT link
+# (nat). Last, it pulls the image the cache does not hold through the
+# mirror configuration (fallback): skopeo must try the mirror, be refused,
+# and take the registry over the shaped link. Every pull's manifest must
+# have the pinned digest. Prints one JSON line per pull (link_bytes: what
+# the router sent the client; *_cpu_s: CPU seconds of skopeo, the mirror
+# and the registry), the locations the fallback tried, and a summary with
+# each case's MB/s and its ratio to nat. PULL_BENCH_CASES and the unpack
+# step are not part of it.
+#
+#   PULL_BENCH_PULLS=3       rounds (each: mirror-cold, mirror-warm, registry-unshaped, nat)
+#   PULL_BENCH_NAT=400:20    the Cloud NAT link, Mbit/s:RTT ms (the start-up
+#                            model's registry rate, gcp-t4/internal/startup/startup.yaml)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -36,14 +61,27 @@ layers=${PULL_BENCH_LAYERS:-4}
 cases=${PULL_BENCH_CASES:-same-region:1000:2 regional:400:20 far:100:60}
 cc=${PULL_BENCH_CC:-}
 real_src=${PULL_BENCH_REAL_SRC-/usr/bin}
+pulls=${PULL_BENCH_PULLS:-3}
+nat=${PULL_BENCH_NAT:-400:20}
+go=${GO:-go}
+kind=${1:-shaped}
 
 die() {
 	echo "pull-bench: $*" >&2
 	exit 1
 }
 
-[ "$(id -u)" -eq 0 ] || die "runs as root (network namespaces, tc, tmpfs): sudo $0"
+case $kind in
+shaped | cache) ;;
+*) die "usage: $0 [shaped|cache]: shaped (the default) pulls through each of PULL_BENCH_CASES; cache pulls through the podVM's cache mirror and through a Cloud NAT link" ;;
+esac
+[ "$(id -u)" -eq 0 ] || die "runs as root (network namespaces, tc, tmpfs): sudo $0 $kind"
 command -v python3 >/dev/null || die "python3 is missing: apt-get install -y python3"
+if [ "$kind" = cache ]; then
+	command -v "$go" >/dev/null || die "Go is missing (GO=$go): the cache bench builds gcp-t4 and podvm-cache-mirror (make tools)"
+	[[ $pulls =~ ^[1-9][0-9]*$ ]] || die "PULL_BENCH_PULLS=$pulls: give a count of 1 or more"
+	[[ $nat =~ ^[0-9]+:[0-9]+$ ]] || die "PULL_BENCH_NAT=$nat: give link Mbit/s:RTT ms, such as 400:20"
+fi
 
 # Tools: the command each package provides.
 declare -A pkg_of=([skopeo]=skopeo [docker-registry]=docker-registry [ip]=iproute2 [tc]=iproute2 [tar]=tar [gzip]=gzip)
@@ -177,7 +215,8 @@ insecure = true
 EOF
 skopeo=(skopeo --registries-conf "$tmp/registries.conf")
 ip netns exec "$srv" docker-registry serve "$tmp/registry.yml" >"$tmp/registry.log" 2>&1 &
-pids+=("$!")
+reg_pid=$!
+pids+=("$reg_pid")
 for i in $(seq 50); do
 	in_ns "$srv" bash -c "exec 3<>/dev/tcp/$reg/5000" 2>/dev/null && break
 	[ "$i" -lt 50 ] || {
@@ -186,6 +225,112 @@ for i in $(seq 50); do
 	}
 	sleep 0.1
 done
+
+if [ "$kind" = cache ]; then
+	IFS=: read -r nat_mbit nat_rtt <<<"$nat"
+	echo "pull-bench: building gcp-t4 and podvm-cache-mirror" >&2
+	(cd "$here/../../gcp-t4" && CGO_ENABLED=0 "$go" build -o "$tmp/bin/" ./cmd/gcp-t4 ./cmd/podvm-cache-mirror) ||
+		die "go build of gcp-t4 and podvm-cache-mirror failed"
+
+	# Two images of random layers, pushed unshaped and pinned by the digest
+	# the registry stored: the cache holds the first, not the second.
+	echo "pull-bench: building two ${mib} MiB images of $layers random layers (cached, uncached) and pushing them" >&2
+	for name in cached uncached; do
+		python3 "$here/pull_bench.py" image "$tmp/oci" "$mib" "$layers" >/dev/null
+		in_ns "$srv" "${skopeo[@]}" copy -q --digestfile "$tmp/$name.digest" "oci:$tmp/oci:latest" "docker://$reg:5000/bench/$name:latest" >/dev/null
+		rm -rf "$tmp/oci"
+	done
+	cached=$reg:5000/bench/cached@$(cat "$tmp/cached.digest")
+	uncached=$reg:5000/bench/uncached@$(cat "$tmp/uncached.digest")
+
+	echo "pull-bench: gcp-t4 cache build -o LAYOUT $cached" >&2
+	in_ns "$srv" "$tmp/bin/gcp-t4" cache build -o "$tmp/layout" "$cached" >&2
+
+	# The mirror on the client's loopback, as in the podVM (127.0.0.1:5000
+	# beside image-rs); its one console line says what it serves.
+	ip netns exec "$cli" "$tmp/bin/podvm-cache-mirror" -dir "$tmp/layout" -listen 127.0.0.1:5000 >"$tmp/mirror.out" 2>"$tmp/mirror.log" &
+	mirror_pid=$!
+	pids+=("$mirror_pid")
+	for i in $(seq 100); do
+		grep -q '^CAA-GCP-T4-CACHE ' "$tmp/mirror.out" && break
+		[ "$i" -lt 100 ] || {
+			cat "$tmp/mirror.log" >&2
+			die "podvm-cache-mirror printed no CAA-GCP-T4-CACHE line"
+		}
+		sleep 0.1
+	done
+	echo "pull-bench: $(cat "$tmp/mirror.out")" >&2
+	grep -q '"state":"serving"' "$tmp/mirror.out" || die "podvm-cache-mirror does not serve the layout"
+	# The registry through the mirror first, as image-rs is configured in
+	# the podVM: a mirror that lacks an image answers 404 and the client
+	# goes on to the registry.
+	printf '[[registry]]\nprefix = "%s"\nlocation = "%s"\ninsecure = true\n\n[[registry.mirror]]\nlocation = "127.0.0.1:5000"\ninsecure = true\n' \
+		"$reg:5000" "$reg:5000" >"$tmp/registries-mirror.conf"
+
+	results=$tmp/results.jsonl
+	tck=$(getconf CLK_TCK)
+	cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+	link_bytes() { in_ns "$rtr" cat /sys/class/net/vc1/statistics/tx_bytes; }
+	nat_link() { # on|off: the Cloud NAT link (tbf and delay line) or rtr forwarding unshaped
+		local dev
+		if [ "$1" = on ]; then
+			shape "$nat_mbit" "$nat_rtt"
+			route_via_delay on
+		else
+			route_via_delay off
+			for dev in vs1 vc1; do in_ns "$rtr" tc qdisc del dev $dev root; done
+		fi
+	}
+	last_bytes=0 last_link=0
+	# One pull by digest into a fresh dir, with the CPU seconds skopeo, the
+	# mirror and the registry used, and the bytes rtr sent the client (the
+	# shaped link's traffic); the manifest must be the pinned one.
+	cpull() { # case pull# registries.conf ref [skopeo global flags]
+		local c=$1 n=$2 conf=$3 ref=$4 l0 l1 m0 m1 r0 r1 got wall usr sys line TIMEFORMAT='%3R %3U %3S'
+		shift 4
+		rm -rf "$tmp/pull"
+		sync
+		l0=$(link_bytes) m0=$(cpu_ticks "$mirror_pid") r0=$(cpu_ticks "$reg_pid")
+		if ! { time in_ns "$cli" skopeo --registries-conf "$conf" "$@" copy -q "docker://$ref" "dir:$tmp/pull" >/dev/null 2>"$tmp/skopeo.log"; } 2>"$tmp/time.out"; then
+			cat "$tmp/skopeo.log" >&2
+			die "$c: skopeo copy docker://$ref failed"
+		fi
+		l1=$(link_bytes) m1=$(cpu_ticks "$mirror_pid") r1=$(cpu_ticks "$reg_pid")
+		read -r wall usr sys <"$tmp/time.out"
+		got=sha256:$(sha256sum "$tmp/pull/manifest.json" | cut -d' ' -f1)
+		[ "$got" = "${ref#*@}" ] || die "$c: the pulled manifest is $got, not the pinned ${ref#*@}"
+		last_bytes=$(du -sb "$tmp/pull" | cut -f1)
+		last_link=$((l1 - l0))
+		line=$(awk -v c="$c" -v n="$n" -v s="$wall" -v u="$usr" -v y="$sys" -v b="$last_bytes" -v l="$last_link" \
+			-v m=$((m1 - m0)) -v r=$((r1 - r0)) -v t="$tck" 'BEGIN {
+			printf "{\"case\":\"%s\",\"pull\":%d,\"bytes\":%d,\"seconds\":%.3f,\"mb_s\":%.1f,\"link_bytes\":%d,\"skopeo_cpu_s\":%.2f,\"mirror_cpu_s\":%.2f,\"registry_cpu_s\":%.2f,\"manifest\":\"pinned\"}\n", c, n, b, s, b / s / 1e6, l, u + y, m / t, r / t
+		}')
+		echo "$line"
+		echo "$line" >>"$results"
+	}
+	start_delay "$nat_rtt"
+	echo "pull-bench: $pulls rounds of mirror-cold, mirror-warm, registry-unshaped, nat (${nat_mbit} Mbit/s, ${nat_rtt} ms RTT)" >&2
+	for i in $(seq "$pulls"); do
+		python3 "$here/pull_bench.py" evict "$tmp/layout" >/dev/null
+		cpull mirror-cold "$i" "$tmp/registries-mirror.conf" "$cached"
+		cpull mirror-warm "$i" "$tmp/registries-mirror.conf" "$cached"
+		cpull registry-unshaped "$i" "$tmp/registries.conf" "$cached"
+		nat_link on
+		cpull nat "$i" "$tmp/registries.conf" "$cached"
+		nat_link off
+	done
+	nat_link on
+	cpull fallback 1 "$tmp/registries-mirror.conf" "$uncached" --debug
+	# The mirror first (refused: not in the cache), then the registry, whose
+	# bytes crossed the shaped link.
+	python3 "$here/pull_bench.py" tried "$tmp/skopeo.log" 127.0.0.1:5000 "$reg:5000" ||
+		die "the uncached image did not come from the registry after the mirror refused it"
+	[ "$last_link" -ge "$last_bytes" ] ||
+		die "the uncached image's $last_bytes bytes did not cross the shaped link (only $last_link did)"
+	stop_delay
+	python3 "$here/pull_bench.py" summary "$results"
+	exit 0
+fi
 
 echo "pull-bench: building a ${mib} MiB image of $layers random layers" >&2
 python3 "$here/pull_bench.py" image "$tmp/oci" "$mib" "$layers" >/dev/null
