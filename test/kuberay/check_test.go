@@ -85,7 +85,7 @@ func equalResources(a, b corev1.ResourceRequirements) bool {
 // Every manifest file in the example directories is rendered (so strictly
 // decoded), and every file a kustomization names exists.
 func TestEveryFileIsInTheKustomization(t *testing.T) {
-	for _, dir := range []string{exampleDir, checkDir, monitoringDir, singleDir} {
+	for _, dir := range []string{exampleDir, checkDir, monitoringDir, singleDir, exampleDir + "/image"} {
 		b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 		if err != nil {
 			t.Fatal(err)

@@ -132,8 +132,12 @@ var planned = engineKwargs{
 }
 
 const (
-	modelSourceID = "mistralai/Mistral-Nemo-Instruct-2407"
-	image         = "rayproject/ray-llm:2.52.0-py311-cu128"
+	// modelSourceID is the checkpoint served; modelBucketURI is the
+	// bucket it is loaded from as committed, BUCKET standing for the one
+	// runbook step 5 creates and writes in (its copy of that checkpoint).
+	modelSourceID  = "mistralai/Mistral-Nemo-Instruct-2407"
+	modelBucketURI = "gs://BUCKET/mistral-nemo-instruct-2407"
+	image          = "rayproject/ray-llm:2.52.0-py311-cu128"
 )
 
 func TestServeConfig(t *testing.T) {
@@ -142,8 +146,13 @@ func TestServeConfig(t *testing.T) {
 	if !reflect.DeepEqual(llm.EngineKwargs, planned) {
 		t.Errorf("engine_kwargs %+v, want the planned %+v", llm.EngineKwargs, planned)
 	}
-	if src := llm.ModelLoadingConfig.ModelSource; src.ID != modelSourceID || src.Mirror != nil {
-		t.Errorf("model_source %+v, want %q", src, modelSourceID)
+	// The weights come from the bucket in the region, never from Hugging
+	// Face per podVM; the bucket's prefix names the checkpoint it copies.
+	if src := llm.ModelLoadingConfig.ModelSource; src.ID != "" || src.Mirror == nil || src.Mirror.BucketURI != modelBucketURI || len(src.Mirror.ExtraFiles) != 0 {
+		t.Errorf("model_source %+v, want the bucket %q", src, modelBucketURI)
+	}
+	if want := strings.ToLower(modelSourceID[strings.Index(modelSourceID, "/")+1:]); !strings.HasSuffix(modelBucketURI, "/"+want) {
+		t.Errorf("bucket %s does not hold %s under its name (%s)", modelBucketURI, modelSourceID, want)
 	}
 	if n := llm.DeploymentConfig.NumReplicas; n == nil || *n != 1 {
 		t.Errorf("num_replicas %v, want 1: one engine over both GPUs", n)
@@ -368,5 +377,44 @@ func TestCompiledGraphTimeoutCoversTheFirstRequest(t *testing.T) {
 				t.Errorf("%s %s: RAY_CGRAPH_get_timeout %q; want whole seconds, at least 900 (vLLM's own 300 is what the first FlexAttention compile overruns)", rs.Name, p.group, v)
 			}
 		}
+	}
+}
+
+// The image component sets the Ray image of every pod of the example: the
+// RayService's, the NCCL check's and the one-podVM layout's. Pinned to a
+// digest, as runbook step 4 pins it for the cache, every container of
+// every one of them names that digest, and nothing else changes.
+func TestImageComponentPinsEveryRayPod(t *testing.T) {
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	fsys := mutatedTree(t, "image/kustomization.yaml", "  newTag: 2.52.0-py311-cu128\n", "  digest: "+digest+"\n")
+	containers := 0
+	for _, dir := range []string{"/example", "/example/nccl-check", "/example/single-podvm"} {
+		objs, err := decodeAll(fsys, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			var specs []corev1.PodSpec
+			switch v := o.typed.(type) {
+			case *corev1.Pod:
+				specs = append(specs, v.Spec)
+			case *rayv1.RayService:
+				for _, p := range rayPods(t, v) {
+					specs = append(specs, p.tpl.Spec)
+				}
+			}
+			for _, s := range specs {
+				for _, c := range append(slices.Clone(s.InitContainers), s.Containers...) {
+					containers++
+					if c.Image != "rayproject/ray-llm@"+digest {
+						t.Errorf("%s %s %s: image %s, want the pinned rayproject/ray-llm@%s", dir, o.name, c.Name, c.Image, digest)
+					}
+				}
+			}
+		}
+	}
+	// Head, worker and its sidecar; two check pods; the one-podVM head.
+	if containers != 6 {
+		t.Errorf("%d containers; want 6", containers)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -170,39 +171,48 @@ func fromDisk(t *testing.T, dir string) []object {
 	return objs
 }
 
-// mutated renders the example from an in-memory copy in which file name
+// mutated renders the example from an in-memory copy of its tree (the
+// image component with it) in which file name, relative to the example,
 // has had old replaced by new (exactly once).
 func mutated(t *testing.T, name, old, new string) ([]object, error) {
 	t.Helper()
+	return decodeAll(mutatedTree(t, name, old, new), "/example")
+}
+
+// mutatedTree is that in-memory copy, rooted at /example, for rendering
+// any of its kustomizations.
+func mutatedTree(t *testing.T, name, old, new string) filesys.FileSystem {
+	t.Helper()
 	fsys := filesys.MakeFsInMemory()
-	entries, err := os.ReadDir(exampleDir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	found := false
-	for _, e := range entries {
-		if e.IsDir() {
-			continue
+	err := filepath.WalkDir(exampleDir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
 		}
-		b, err := os.ReadFile(filepath.Join(exampleDir, e.Name()))
+		rel, err := filepath.Rel(exampleDir, p)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if e.Name() == name {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if rel == name {
 			if n := bytes.Count(b, []byte(old)); n != 1 {
 				t.Fatalf("%s holds %q %d times; the mutation needs exactly one", name, old, n)
 			}
 			b = bytes.Replace(b, []byte(old), []byte(new), 1)
 			found = true
 		}
-		if err := fsys.WriteFile(filepath.Join("/example", e.Name()), b); err != nil {
-			t.Fatal(err)
-		}
+		return fsys.WriteFile(filepath.Join("/example", rel), b)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if !found {
 		t.Fatalf("no file %s in the example", name)
 	}
-	return decodeAll(fsys, "/example")
+	return fsys
 }
 
 func only[T any](t *testing.T, objs []object) T {

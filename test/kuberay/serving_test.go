@@ -299,29 +299,31 @@ func TestAttentionBackendRunsOnT4(t *testing.T) {
 	}
 }
 
-// The optional GCS mirror, in the form the manifest's comment gives it,
-// decodes as Ray Serve LLM's CloudMirrorConfig; a wrong scheme or key does
-// not.
+// The weights' bucket, as committed, decodes as Ray Serve LLM's
+// CloudMirrorConfig; a wrong scheme or key does not; and the Hugging Face
+// form the manifest's comment gives instead decodes as a model id.
 func TestGCSModelSource(t *testing.T) {
-	const line = "                model_source: mistralai/Mistral-Nemo-Instruct-2407\n"
-	mirror := "                model_source:\n                  bucket_uri: gs://BUCKET/mistral-nemo-instruct-2407\n"
-	b, err := os.ReadFile(filepath.Join(exampleDir, "rayservice.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The comment shows the same lines, commented out.
-	if commented := strings.ReplaceAll(mirror, "                ", "                #   "); !strings.Contains(string(b), commented) {
-		t.Errorf("rayservice.yaml does not show the GCS form as the comment %q", commented)
+	mirror := "                model_source:\n                  bucket_uri: " + modelBucketURI + "\n"
+	hf := "                model_source: " + modelSourceID + "\n"
+	for _, dir := range []string{exampleDir, singleDir} {
+		b, err := os.ReadFile(filepath.Join(dir, "rayservice.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if commented := strings.ReplaceAll(hf, "                ", "                #   "); !strings.Contains(string(b), commented) {
+			t.Errorf("%s/rayservice.yaml does not show the Hugging Face form as the comment %q", dir, commented)
+		}
 	}
 	for _, tc := range []struct {
 		name, new, want string
 	}{
 		{"bucket", mirror, ""},
+		{"hugging face", hf, ""},
 		{"not a bucket URI", strings.Replace(mirror, "gs://", "https://storage.googleapis.com/", 1), "gs:// or s3://"},
 		{"misspelt key", strings.Replace(mirror, "bucket_uri", "bucket", 1), `unknown field "bucket"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs, err := mutated(t, "rayservice.yaml", line, tc.new)
+			objs, err := mutated(t, "rayservice.yaml", mirror, tc.new)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -332,7 +334,10 @@ func TestGCSModelSource(t *testing.T) {
 				t.Fatal(err)
 			case tc.want == "":
 				src := sc.Applications[0].Args.LLMConfigs[0].ModelLoadingConfig.ModelSource
-				if src.Mirror == nil || src.Mirror.BucketURI != "gs://BUCKET/mistral-nemo-instruct-2407" || src.ID != "" {
+				if tc.new == hf && (src.ID != modelSourceID || src.Mirror != nil) {
+					t.Errorf("model_source %+v, want %s", src, modelSourceID)
+				}
+				if tc.new == mirror && (src.Mirror == nil || src.Mirror.BucketURI != modelBucketURI || src.ID != "") {
 					t.Errorf("model_source %+v", src)
 				}
 			case err == nil || !strings.Contains(err.Error(), tc.want):

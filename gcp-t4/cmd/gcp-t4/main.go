@@ -40,7 +40,7 @@ func program() cli.Program {
 		"plan":      {Summary: "show the podVM a pod, Deployment or RayService would get (profile, zones, insert request, $/h); `plan serve` sizes a model over T4s; no cloud account needed", Run: plan.Main},
 		"install":   {Summary: "install CAA with gcp-t4 (embedded kustomize overlays; detects GKE; server-side apply; --render prints the YAML, --dry-run has the API server check it)", Run: install.Main},
 		"uninstall": {Summary: "remove exactly what `gcp-t4 install` created", Run: uninstall.Main},
-		"cache":     {Summary: "cache build: write a workload's images, pinned by digest, into an OCI layout for a podVM cache disk (docs/cache.md)", Run: cachebuild.Main},
+		"cache":     {Summary: "cache build|initdata|check: a workload's images, pinned by digest, on a podVM cache disk; the pods' initdata for its mirror; which images it serves (docs/cache.md)", Run: cachebuild.Main},
 		"status":    {Summary: "how each peer pod's podVM started, from its start-up Events: phases, times, zones out of stock, shape, $/h, cost so far; -o json", Run: status.Main},
 	}}
 }

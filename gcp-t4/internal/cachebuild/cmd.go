@@ -26,14 +26,20 @@ it returns. Registry credentials come from the Docker config
 Flags:
 `
 
-// Main is `gcp-t4 cache`: its one subcommand, build.
+// Main is `gcp-t4 cache`: build, and initdata and check (initdata.go).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
+	if len(args) > 0 && args[0] == "initdata" {
+		return initdataMain(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "check" {
+		return checkMain(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "build" {
-		fmt.Fprintln(stderr, "usage: gcp-t4 cache build -o DIR IMAGE@sha256:DIGEST... (gcp-t4 cache build -h for more)")
+		fmt.Fprintln(stderr, "usage: gcp-t4 cache build -o DIR IMAGE@sha256:DIGEST... | initdata | check (gcp-t4 cache SUBCOMMAND -h for more)")
 		return 2
 	}
 	fs := flag.NewFlagSet("gcp-t4 cache build", flag.ContinueOnError)

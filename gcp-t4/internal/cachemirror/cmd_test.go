@@ -112,3 +112,25 @@ func TestMainOnAnUnusableDisk(t *testing.T) {
 		t.Fatalf("an argument: exit %d, want 2", c)
 	}
 }
+
+// The path a mirror entry asks for: the reference's path, without its
+// registry host, tag and digest, whichever way the reference is written.
+// cache initdata names the mirror's repositories from it.
+func TestRepositoryPath(t *testing.T) {
+	d := "@sha256:" + strings.Repeat("d", 64)
+	for ref, want := range map[string]string{
+		"docker.io/rayproject/ray-llm" + d:                          "rayproject/ray-llm",
+		"index.docker.io/rayproject/ray-llm:2.52.0-py311-cu128" + d: "rayproject/ray-llm",
+		"docker.io/busybox" + d:                                     "busybox",
+		"docker.io/library/busybox" + d:                             "library/busybox",
+		"quay.io/prometheus/busybox:latest" + d:                     "prometheus/busybox",
+		"localhost:5000/team/app" + d:                               "team/app",
+		"localhost/team/app" + d:                                    "team/app",
+		"registry.example:443/a/b/c" + d:                            "a/b/c",
+		"rayproject/ray-llm" + d:                                    "rayproject/ray-llm",
+	} {
+		if got := RepositoryPath(ref); got != want {
+			t.Errorf("RepositoryPath(%s) = %s, want %s", ref, got, want)
+		}
+	}
+}

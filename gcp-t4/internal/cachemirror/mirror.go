@@ -44,8 +44,25 @@ type descriptor struct {
 
 var digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
 
-// Open reads the layout at dir: its oci-layout marker and index.json.
-func Open(dir string) (*Mirror, error) {
+// Image is one image a layout's index.json names: the descriptor cache
+// build wrote for it.
+type Image struct {
+	// Ref is the reference it was built from (its ref.name annotation).
+	Ref string
+	// Path is the repository the mirror serves it under: Ref's path
+	// without its registry host, tag or digest.
+	Path string
+	// MediaType, Digest and Size are the index entry's: an image index or
+	// an image manifest.
+	MediaType string
+	Digest    string
+	Size      int64
+}
+
+// Images reads the layout at dir, its oci-layout marker and index.json,
+// and returns the images the index names: the one reader of a cache's
+// contents, for the mirror, plan and cache check alike.
+func Images(dir string) ([]Image, error) {
 	var marker struct {
 		Version string `json:"imageLayoutVersion"`
 	}
@@ -56,29 +73,44 @@ func Open(dir string) (*Mirror, error) {
 		return nil, fmt.Errorf("%s: image layout version %q, want 1.0.0", dir, marker.Version)
 	}
 	var index struct {
-		Manifests []descriptor `json:"manifests"`
+		Manifests []struct {
+			descriptor
+			Size int64 `json:"size"`
+		} `json:"manifests"`
 	}
 	if err := readJSON(filepath.Join(dir, "index.json"), &index); err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
+		return nil, fmt.Errorf("%s: index.json: %w", dir, err)
 	}
-	m := &Mirror{dir: dir, repos: map[string]bool{}, tags: map[string]map[string]string{}}
+	var out []Image
 	for _, d := range index.Manifests {
 		ref := d.Annotations[RefNameAnnotation]
 		if ref == "" || !digestRE.MatchString(d.Digest) {
 			continue
 		}
-		repo, tag := splitRef(ref)
-		m.repos[repo] = true
-		m.images++
-		if tag != "" {
-			if m.tags[repo] == nil {
-				m.tags[repo] = map[string]string{}
-			}
-			m.tags[repo][tag] = d.Digest
-		}
+		out = append(out, Image{Ref: ref, Path: RepositoryPath(ref), MediaType: d.MediaType, Digest: d.Digest, Size: d.Size})
 	}
-	if len(m.repos) == 0 {
+	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: index.json names no image (%s annotations)", dir, RefNameAnnotation)
+	}
+	return out, nil
+}
+
+// Open reads the layout at dir (Images) to serve it.
+func Open(dir string) (*Mirror, error) {
+	imgs, err := Images(dir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Mirror{dir: dir, repos: map[string]bool{}, tags: map[string]map[string]string{}, images: len(imgs)}
+	for _, i := range imgs {
+		_, tag := splitRef(i.Ref)
+		m.repos[i.Path] = true
+		if tag != "" {
+			if m.tags[i.Path] == nil {
+				m.tags[i.Path] = map[string]string{}
+			}
+			m.tags[i.Path][tag] = i.Digest
+		}
 	}
 	return m, nil
 }
@@ -94,6 +126,14 @@ func (m *Mirror) Repositories() []string {
 
 // Images is how many images the layout's index names.
 func (m *Mirror) Images() int { return m.images }
+
+// RepositoryPath is the path the mirror serves ref under: the reference's
+// path without its registry host, tag and digest (a registries.conf mirror
+// entry asks for it there).
+func RepositoryPath(ref string) string {
+	repo, _ := splitRef(ref)
+	return repo
+}
 
 // splitRef splits host/path[:tag][@digest] into the path a mirror is asked
 // for and the tag ("" for a reference by digest).

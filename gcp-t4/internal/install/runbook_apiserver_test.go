@@ -95,8 +95,9 @@ type runbook struct {
 	section string
 	// network and subnet are what §2 created; router its Cloud Router.
 	network, subnet, router string
-	// image is the podVM image the pack step created.
-	image string
+	// image is the podVM image the pack step created; cacheImage the cache
+	// image §4's import created (runbook_cache_apiserver_test.go).
+	image, cacheImage string
 	// nodes are the cluster's nodes, as §3 asked for them.
 	nodes    []string
 	ran      map[string]bool // handler -> it ran
@@ -145,7 +146,7 @@ func (e *env) testRunbook(t *testing.T) {
 	t.Logf("not run here (%d):\n%s", len(r.skipped), strings.Join(r.skipped, "\n"))
 
 	// The runbook's own path through §4 ran, in full.
-	for _, h := range []string{"createNetwork", "createSubnet", "createRouter", "createNAT", "createCluster", "getCredentials", "pack", "install", "preflight", "planServe", "planFile", "createNamespace", "createSecret", "kustomize"} {
+	for _, h := range []string{"createNetwork", "createSubnet", "createRouter", "createNAT", "createCluster", "getCredentials", "pack", "install", "preflight", "planServe", "planFile", "createNamespace", "createSecret", "kustomize", "createCacheImage", "setCacheImage"} {
 		if !r.ran[h] {
 			t.Errorf("no runbook command reached %s: the runbook lost a step, or the test its rule", h)
 		}
@@ -158,7 +159,7 @@ func (e *env) testRunbook(t *testing.T) {
 // run runs one command by the first rule that matches it.
 func (r *runbook) run(t *testing.T, c doccmd.Command) {
 	t.Helper()
-	for _, rule := range runbookRules {
+	for _, rule := range slices.Concat(cacheRunbookRules, runbookRules) {
 		if !rule.re.MatchString(c.Text) {
 			continue
 		}

@@ -80,7 +80,9 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	sf.noteSet(fs)
+	if err := sf.noteSet(fs); err != nil {
+		return err
+	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q: give the manifest with -f", fs.Args())
 	}
@@ -178,10 +180,11 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		// A start is modelled for each group that gets a podVM.
 		for _, g := range w.Groups {
-			if !slices.ContainsFunc(es, func(e Entry) bool { return e.Group == g.Name }) {
+			i := slices.IndexFunc(es, func(e Entry) bool { return e.Group == g.Name })
+			if i < 0 {
 				continue
 			}
-			gs, err := sf.startOf(w, g)
+			gs, err := sf.startOf(w, g, es[i])
 			if err != nil {
 				return err
 			}

@@ -1,15 +1,19 @@
 package plan
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/fit"
@@ -20,7 +24,13 @@ import (
 // per row that names one: phase times, sizes, rates, and the deadlines a
 // cluster (not the manifest) sets. Their names come from the catalogue.
 type startupFlags struct {
-	cat      *startup.Catalog
+	cat *startup.Catalog
+	// cacheDir is --cache, cache the layout it names once read (nil
+	// without it); cacheGoal the start the cache is meant to reach.
+	cacheDir  *string
+	cache     *cacheLayout
+	cacheGoal *time.Duration
+	// the rest are per catalogue row
 	fixed    map[string]*time.Duration // phase id → its fixed part
 	sizes    map[string]*string        // size name → "10GB"
 	rates    map[string]*float64       // rate id → MB/s
@@ -47,6 +57,9 @@ func registerStartup(fs *flag.FlagSet, cat *startup.Catalog) *startupFlags {
 		sf.rates[r.ID] = fs.Float64(r.Flag, r.Effective(), fmt.Sprintf("start-up: MB/s for %s (%s)", r.ID, r.Kind))
 		sf.names = append(sf.names, r.Flag)
 	}
+	sf.cacheDir = fs.String("cache", "", "the cache disk's contents: the layout `DIR` that gcp-t4 cache build -o DIR wrote; images it holds (pinned by digest) are read from the cache disk, not through Cloud NAT (docs/cache.md)")
+	sf.cacheGoal = fs.Duration("cache-goal", CacheGoal, "start-up: the time a pod's start with --cache is held to (issue 37's goal)")
+	sf.names = append(sf.names, "cache-goal")
 	def := cat.Defaults()
 	for _, d := range cat.Deadlines {
 		if d.Flag == "" || sf.settings[d.Flag] != nil {
@@ -58,10 +71,26 @@ func registerStartup(fs *flag.FlagSet, cat *startup.Catalog) *startupFlags {
 	return sf
 }
 
-// noteSet records which flags were given, after parsing.
-func (sf *startupFlags) noteSet(fs *flag.FlagSet) {
+// CacheGoal is issue 37's goal for a pod's start with the cache disk:
+// insert to engine loaded, under 3 minutes (--cache-goal).
+const CacheGoal = 3 * time.Minute
+
+// noteSet records which flags were given, after parsing, and reads
+// --cache.
+func (sf *startupFlags) noteSet(fs *flag.FlagSet) error {
 	sf.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { sf.set[f.Name] = true })
+	if *sf.cacheGoal <= 0 {
+		return fmt.Errorf("--cache-goal %s: give a time above 0, e.g. 3m", *sf.cacheGoal)
+	}
+	if sf.set["cache"] {
+		c, err := readCache(*sf.cacheDir)
+		if err != nil {
+			return err
+		}
+		sf.cache = c
+	}
+	return nil
 }
 
 // GroupStart is a group's modelled start.
@@ -70,12 +99,42 @@ type GroupStart struct {
 	Group    string        `json:"group"`
 	Replicas int64         `json:"replicas"`
 	Start    startup.Start `json:"start"`
-	Notes    []string      `json:"notes,omitempty"`
+	// Cache is the start with --cache against its goal.
+	Cache *CacheStart `json:"cache,omitempty"`
+	Notes []string    `json:"notes,omitempty"`
 }
 
-// startOf models one group's start from the catalogue, the manifest and
-// the flags.
-func (sf *startupFlags) startOf(w Workload, g Group) (GroupStart, error) {
+// CacheStart is a start with the cache disk (--cache) against the goal
+// (--cache-goal).
+type CacheStart struct {
+	// Layout is --cache; Cached the pod's images read from the cache disk,
+	// FromRegistry those pulled from their registries through Cloud NAT.
+	Layout       string   `json:"layout"`
+	Cached       []string `json:"cached,omitempty"`
+	FromRegistry []string `json:"fromRegistry,omitempty"`
+	// Total is the start with the cache (Start.Total); WithoutCache the
+	// same start with every image pulled from its registry.
+	Total        startup.Duration `json:"total"`
+	WithoutCache startup.Duration `json:"withoutCache"`
+	Goal         startup.Duration `json:"goal"`
+	Met          bool             `json:"met"`
+	// Over is Total less Goal; Causes the phases, longest first, whose
+	// time makes up that gap.
+	Over   startup.Duration `json:"over,omitzero"`
+	Causes []string         `json:"causes,omitempty"`
+}
+
+// podImage is one of a pod's images as the start pulls it.
+type podImage struct {
+	ref   string
+	bytes int64
+	known bool
+	route string // startup.RouteCache, or "": from its registry
+}
+
+// startOf models one group's start from the catalogue, the manifest, the
+// flags and the group's podVM (e: whether it gets a cache disk).
+func (sf *startupFlags) startOf(w Workload, g Group, e Entry) (GroupStart, error) {
 	cat := sf.cat
 	in := cat.Defaults()
 	gs := GroupStart{Workload: w.Kind + "/" + w.Name, Group: g.Name, Replicas: g.Replicas}
@@ -96,41 +155,58 @@ func (sf *startupFlags) startOf(w Workload, g Group) (GroupStart, error) {
 			}
 		}
 	}
-	// The image: the largest of the pod's containers (each is pulled
-	// inside the podVM, one after another). A second container of the same
-	// image pulls nothing more: image-rs in the podVM's CDH finds the image
-	// by its config digest and only makes a bundle (image-rs/src/image.rs,
+	given := map[string]int64{} // --image-size, --weights-size
+	for name, v := range sf.sizes {
+		if *v == "" {
+			continue
+		}
+		b, err := fit.ParseSize(*v)
+		if err != nil {
+			return gs, fmt.Errorf("--%s: %w", sizeFlag(cat, name), err)
+		}
+		given[name] = b
+	}
+	gs.Notes = append(gs.Notes, sf.cacheDiskNotes(e)...)
+	// The image: the longest pull of the pod's containers (each is pulled
+	// inside the podVM, one after another, each under its own
+	// CreateContainer). A second container of the same image pulls
+	// nothing more: image-rs in the podVM's CDH finds the image by its
+	// config digest and only makes a bundle (image-rs/src/image.rs,
 	// pull_image, guest-components dcd55ea1).
-	var imageBytes int64
-	known := true
+	var images []podImage
 	seen := map[string]bool{}
 	for _, c := range append(slices.Clone(g.Spec.InitContainers), g.Spec.Containers...) {
 		if seen[c.Image] {
 			continue
 		}
 		seen[c.Image] = true
-		im, ok := cat.LookupImage(c.Image)
-		if !ok {
-			gs.Notes = append(gs.Notes, fmt.Sprintf("image %s is not in the start-up catalogue: give --image-size", c.Image))
-			known = false
-			continue
-		}
-		if b := int64(im.MB * 1e6); b > imageBytes {
-			imageBytes = b
-		}
-		gs.Notes = append(gs.Notes, fmt.Sprintf("image %s: %.1f GB (%s, %s)", c.Image, im.MB/1e3, im.Kind, refOf(cat, im.Source)))
+		im, note := sf.imageOf(c.Image, given)
+		images = append(images, im)
+		gs.Notes = append(gs.Notes, note)
 	}
-	if known {
-		in.Sizes["image"] = imageBytes
+	if err := sf.modelImages(&in, images); err != nil {
+		return gs, err
 	}
-	// Weights: every GPU pod of a Serve LLM cluster downloads the model.
+	// Weights: every GPU pod of a Serve LLM cluster downloads the model,
+	// from Cloud Storage when every model is mirrored there.
 	var weights int64
 	weightsKnown := true
 	if podGPUs(g) > 0 {
+		gcs := len(w.Models) > 0
+		for _, m := range w.Models {
+			gcs = gcs && strings.HasPrefix(m, "gs://")
+		}
+		if gcs {
+			in.Routes["weights"] = startup.RouteGCS
+		}
 		for _, m := range w.Models {
 			if strings.HasPrefix(m, "gs://") {
 				in.OffNAT["weights"] = true
-				gs.Notes = append(gs.Notes, fmt.Sprintf("model %s: from Cloud Storage (Private Google Access, not Cloud NAT); give --weights-size", m))
+				note := fmt.Sprintf("model %s: from Cloud Storage through Private Google Access, not Cloud NAT, at the gcs rate (--gcs-rate)", m)
+				if _, ok := given["weights"]; !ok {
+					note += "; give its size with --weights-size"
+				}
+				gs.Notes = append(gs.Notes, note)
 				weightsKnown = false
 				continue
 			}
@@ -148,15 +224,8 @@ func (sf *startupFlags) startOf(w Workload, g Group) (GroupStart, error) {
 	if weightsKnown {
 		in.Sizes["weights"] = weights
 	}
-	for name, v := range sf.sizes {
-		if *v == "" {
-			continue
-		}
-		b, err := fit.ParseSize(*v)
-		if err != nil {
-			return gs, fmt.Errorf("--%s: %w", sizeFlag(cat, name), err)
-		}
-		in.Sizes[name] = b
+	if b, ok := given["weights"]; ok {
+		in.Sizes["weights"] = b
 	}
 	// What the manifest sets: annotations on the pod (kata) or the
 	// object (KubeRay), environment variables on the containers.
@@ -174,7 +243,177 @@ func (sf *startupFlags) startOf(w Workload, g Group) (GroupStart, error) {
 		return gs, err
 	}
 	gs.Start = st
+	if sf.cache != nil {
+		if gs.Cache, err = sf.cacheStart(in, images, st); err != nil {
+			return gs, err
+		}
+	}
 	return gs, nil
+}
+
+// imageOf is how a pod's image is pulled, and the note that says so:
+// from the cache disk when --cache holds it, else from its registry; its
+// size --image-size, else the layout's, else the catalogue's.
+func (sf *startupFlags) imageOf(ref string, given map[string]int64) (podImage, string) {
+	im := podImage{ref: ref}
+	var how string
+	if sf.cache != nil {
+		match, ci, same := sf.cache.lookup(ref)
+		switch match {
+		case inCache:
+			im.route = startup.RouteCache
+			im.bytes, im.known = ci.Bytes, ci.Bytes > 0
+			how = fmt.Sprintf("in the cache (%s): read from the cache disk, not through Cloud NAT", ci.Ref)
+		case byTag:
+			how = "referenced by tag: a cached image is matched by digest only (image-rs checks a manifest only when it pulls by digest), so it falls back to its registry through Cloud NAT; pin it by digest in the manifest (IMAGE@sha256:DIGEST)"
+			if len(same) > 0 {
+				var refs []string
+				for _, c := range same {
+					refs = append(refs, c.Ref)
+				}
+				how += "; the cache holds " + strings.Join(refs, ", ") + " (its digest, if that is the image meant)"
+			} else {
+				how += " and build it into the cache (gcp-t4 cache build)"
+			}
+		default:
+			how = "not in the cache: it falls back to its registry through Cloud NAT (image-rs tries the podVM's mirror, then the image's own registry); add it with gcp-t4 cache build"
+		}
+	}
+	if b, ok := given["image"]; ok {
+		im.bytes, im.known = b, true
+		note := fmt.Sprintf("image %s: %.1f GB (--image-size)", ref, float64(b)/1e9)
+		if how != "" {
+			note += ", " + how
+		}
+		return im, note
+	}
+	if im.known {
+		return im, fmt.Sprintf("image %s: %.1f GB (the cache layout's manifest), %s", ref, float64(im.bytes)/1e9, how)
+	}
+	cat := sf.cat
+	if ci, ok := cat.LookupImage(ref); ok {
+		im.bytes, im.known = int64(ci.MB*1e6), true
+		note := fmt.Sprintf("image %s: %.1f GB (%s, %s)", ref, ci.MB/1e3, ci.Kind, refOf(cat, ci.Source))
+		if how != "" {
+			note += ", " + how
+		}
+		return im, note
+	}
+	note := fmt.Sprintf("image %s is not in the start-up catalogue: give --image-size", ref)
+	if how != "" {
+		note += "; " + how
+	}
+	return im, note
+}
+
+// modelImages sets the image phase's inputs: the longest of the pod's
+// pulls, each at its route's rates, and every byte pulled from a registry
+// as the bytes through Cloud NAT. An image of unknown size leaves the
+// phase unknown (its note names --image-size).
+func (sf *startupFlags) modelImages(in *startup.Inputs, images []podImage) error {
+	p, ok := sf.cat.Phase("image")
+	if !ok {
+		return fmt.Errorf("startup catalogue: no image phase")
+	}
+	var longest float64
+	var nat int64
+	chosen := -1
+	for i, im := range images {
+		if !im.known {
+			return nil
+		}
+		ids, err := p.Rates(im.route)
+		if err != nil {
+			return err
+		}
+		rate, _, err := startup.Slowest(ids, in.Rates)
+		if err != nil {
+			return fmt.Errorf("phase image: %w", err)
+		}
+		if t := float64(im.bytes) / rate; chosen < 0 || t > longest {
+			longest, chosen = t, i
+		}
+		if im.route == "" {
+			nat += im.bytes
+		}
+	}
+	if chosen < 0 {
+		return nil
+	}
+	in.Sizes["image"] = images[chosen].bytes
+	if r := images[chosen].route; r != "" {
+		in.Routes["image"] = r
+	}
+	in.NATBytes["image"] = nat
+	return nil
+}
+
+// cacheStart is the start with the cache against the goal, and the same
+// start with every image from its registry.
+func (sf *startupFlags) cacheStart(in startup.Inputs, images []podImage, with startup.Start) (*CacheStart, error) {
+	cs := &CacheStart{Layout: sf.cache.Dir, Total: with.Total, Goal: startup.Duration{Duration: *sf.cacheGoal}}
+	without := in.Clone()
+	delete(without.Routes, "image")
+	delete(without.Sizes, "image")
+	delete(without.NATBytes, "image")
+	registry := make([]podImage, len(images))
+	for i, im := range images {
+		if im.route == startup.RouteCache {
+			cs.Cached = append(cs.Cached, im.ref)
+		} else {
+			cs.FromRegistry = append(cs.FromRegistry, im.ref)
+		}
+		im.route = ""
+		registry[i] = im
+	}
+	if err := sf.modelImages(&without, registry); err != nil {
+		return nil, err
+	}
+	st, err := sf.cat.Model(without)
+	if err != nil {
+		return nil, err
+	}
+	cs.WithoutCache = st.Total
+	cs.Met = cs.Total.Duration <= cs.Goal.Duration
+	if cs.Met {
+		return cs, nil
+	}
+	cs.Over = startup.Duration{Duration: cs.Total.Duration - cs.Goal.Duration}
+	// The gap's causes: the longest phases, until they make it up.
+	phases := slices.Clone(with.Phases)
+	slices.SortStableFunc(phases, func(a, b startup.PhaseTime) int { return cmp.Compare(b.Took.Duration, a.Took.Duration) })
+	var sum time.Duration
+	for _, p := range phases {
+		if sum >= cs.Over.Duration || p.Took.Duration == 0 {
+			break
+		}
+		cs.Causes = append(cs.Causes, p.ID)
+		sum += p.Took.Duration
+	}
+	return cs, nil
+}
+
+// cacheDiskNotes say where --cache and the group's podVM disagree: a
+// cache modelled for a podVM that gets no cache disk, a cache disk not
+// modelled, or a disk of another type than the cache-disk rate's.
+func (sf *startupFlags) cacheDiskNotes(e Entry) []string {
+	var disk *computepb.AttachedDisk
+	for _, d := range e.Insert.GetInstanceResource().GetDisks() {
+		if d.GetDeviceName() == gcpt4.CacheDeviceName {
+			disk = d
+		}
+	}
+	switch {
+	case sf.cache != nil && disk == nil:
+		return []string{fmt.Sprintf("--cache: this podVM gets no cache disk (profile %s; GCP_CACHE_IMAGE, or the profile's cacheImage:, names none): modelled as if it had one made from %s", e.Profile, sf.cache.Dir)}
+	case sf.cache == nil && disk != nil:
+		return []string{fmt.Sprintf("this podVM gets a cache disk (image %s): give --cache DIR, the layout the image was built from, to model its pulls from the disk", path.Base(disk.GetInitializeParams().GetSourceImage()))}
+	case disk != nil:
+		if t := path.Base(disk.GetInitializeParams().GetDiskType()); t != "pd-balanced" {
+			return []string{fmt.Sprintf("the cache disk is %s; the cache-disk rate is pd-balanced's: give --cache-read-rate for %s", t, t)}
+		}
+	}
+	return nil
 }
 
 // manifestSetting is a deadline's value as the manifest sets it, if it does.
@@ -343,6 +582,9 @@ func renderStarts(w io.Writer, starts []GroupStart, cat *startup.Catalog) (bool,
 			}
 			misses = nil
 		}
+		if c := gs.Cache; c != nil {
+			fmt.Fprintf(w, "  %s\n", cacheLine(c, gs.Start))
+		}
 		fmt.Fprintf(w, "  through Cloud NAT: %.1f GB per start of each pod (x%d)\n", float64(gs.Start.NATBytes)/1e9, gs.Replicas)
 		for _, n := range gs.Notes {
 			fmt.Fprintf(w, "  note: %s\n", n)
@@ -353,4 +595,23 @@ func renderStarts(w io.Writer, starts []GroupStart, cat *startup.Catalog) (bool,
 		fmt.Fprintf(w, "\nthrough Cloud NAT in all: %.1f GB each time every pod starts (again after each preemption or host maintenance: a new podVM pulls and downloads again)\n", float64(nat)/1e9)
 	}
 	return ok, nil
+}
+
+// cacheLine is the start with the cache against its goal, in one line:
+// when over, by how much and the phases that make up the gap, each with
+// its figure.
+func cacheLine(c *CacheStart, st startup.Start) string {
+	line := fmt.Sprintf("with the cache (--cache %s): %s, %s without it; ", c.Layout, c.Total, c.WithoutCache)
+	if c.Met {
+		return line + fmt.Sprintf("within the %s goal (--cache-goal)", c.Goal)
+	}
+	var causes []string
+	for _, id := range c.Causes {
+		for _, p := range st.Phases {
+			if p.ID == id {
+				causes = append(causes, fmt.Sprintf("%s %s, %s", p.ID, p.Took, p.Figure))
+			}
+		}
+	}
+	return line + fmt.Sprintf("%s over the %s goal (--cache-goal), made up by the longest phases: %s", c.Over, c.Goal, strings.Join(causes, "; "))
 }

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -48,10 +49,16 @@ func TestPlanStartupOfTheExample(t *testing.T) {
 	if !kubelet.MatchString(out) {
 		t.Errorf("kubelet's bound on the pull is not reported as not met with its fix:\n%s", out)
 	}
-	// The weights come from plan serve's catalogue (24.5 GB), the image
-	// from the start-up catalogue (10 GB): 34.5 GB per pod, 69 in all.
-	if !strings.Contains(out, "through Cloud NAT: 34.5 GB per start of each pod") || !strings.Contains(out, "through Cloud NAT in all: 69.0 GB") {
+	// The weights come from the example's Cloud Storage bucket through
+	// Private Google Access, sized only by --weights-size; the image from
+	// Docker Hub by tag (the start-up catalogue's 10 GB): 10 GB per pod
+	// through Cloud NAT, 20 in all.
+	if !strings.Contains(out, "through Cloud NAT: 10.0 GB per start of each pod") || !strings.Contains(out, "through Cloud NAT in all: 20.0 GB") {
 		t.Errorf("NAT bytes:\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^  note: model gs://\S+: from Cloud Storage through Private Google Access, not Cloud NAT, at the gcs rate \(--gcs-rate\); give its size with --weights-size$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^  weights +0s +unknown weights size: not counted`).MatchString(out) {
+		t.Errorf("the bucket's weights are not said to need --weights-size:\n%s", out)
 	}
 	if !strings.Contains(out, "1h0m0s (annotation ray.io/initializing-timeout)  met") {
 		t.Errorf("the example's KubeRay annotation is not read:\n%s", out)
@@ -72,7 +79,7 @@ func TestPlanStartupWithTheClustersSettings(t *testing.T) {
 	if !strings.Contains(out, "30m0s (--kubelet-runtime-request-timeout)") {
 		t.Errorf("the flag's value is not shown as the cluster's:\n%s", out)
 	}
-	out, _, code = runPlan(t, "-f", rayExample, "-o", "json", "--pull-rate=400", "--unpack-rate=400")
+	out, _, code = runPlan(t, "-f", rayExample, "-o", "json", "--pull-rate=400", "--unpack-rate=400", "--weights-size=24.5GB")
 	if code != 0 {
 		t.Fatalf("-o json with a 400 MB/s pull: exit %d, want 0 (25 s fits kubelet's 2m)", code)
 	}
@@ -80,6 +87,11 @@ func TestPlanStartupWithTheClustersSettings(t *testing.T) {
 		Startups []struct {
 			Group string `json:"group"`
 			Start struct {
+				Phases []struct {
+					ID    string `json:"id"`
+					Route string `json:"route"`
+					Bytes int64  `json:"bytes"`
+				} `json:"phases"`
 				NATBytes  int64 `json:"natBytes"`
 				Deadlines []struct {
 					ID  string `json:"id"`
@@ -91,9 +103,14 @@ func TestPlanStartupWithTheClustersSettings(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatal(err)
 	}
-	// 10 GB of image and the checkpoint plan serve counts (24,495,564,800 B).
-	if len(doc.Startups) != 2 || doc.Startups[0].Start.NATBytes != 10_000_000_000+24_495_564_800 {
+	// 10 GB of image through Cloud NAT; the weights from the bucket.
+	if len(doc.Startups) != 2 || doc.Startups[0].Start.NATBytes != 10_000_000_000 {
 		t.Fatalf("startups: %+v", doc.Startups)
+	}
+	for _, p := range doc.Startups[0].Start.Phases {
+		if p.ID == "weights" && (p.Route != startup.RouteGCS || p.Bytes != 24_500_000_000) {
+			t.Errorf("weights %+v: want --weights-size's 24.5 GB from Cloud Storage", p)
+		}
 	}
 	for _, s := range doc.Startups {
 		for _, d := range s.Start.Deadlines {
@@ -157,12 +174,14 @@ func TestRunbookStartupIsPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(doc)
-	cmd := regexp.MustCompile(`(?m)^gcp-t4 plan -f (\S+)$`).FindStringSubmatch(text)
+	// The command as written: -f FILE or -k DIR and any start-up flags
+	// (--weights-size for a model in a bucket).
+	cmd := regexp.MustCompile(`(?m)^gcp-t4 plan (-[fk] \S+(?: -{1,2}[a-z-]+(?:[ =][^\s-]\S*)?)*)$`).FindStringSubmatch(text)
 	if cmd == nil {
-		t.Fatal("the runbook has no `gcp-t4 plan -f` command")
+		t.Fatal("the runbook has no `gcp-t4 plan -f FILE` or `-k DIR` command")
 	}
 	t.Chdir(root)
-	out, _, code := runPlan(t, "-f", cmd[1])
+	out, _, code := runPlan(t, strings.Fields(cmd[1])...)
 	if code != 1 || !strings.Contains(text, "it exits 1") {
 		t.Fatalf("plan exits %d; the runbook says it exits 1 on GKE", code)
 	}
@@ -172,6 +191,13 @@ func TestRunbookStartupIsPlans(t *testing.T) {
 	}
 	section := text[i:]
 	section = section[:strings.Index(section, "\n## ")]
+	// The figures with the cache come from the second command, below.
+	a, b := strings.Index(section, "<!-- startup-cache -->"), strings.Index(section, "<!-- /startup-cache -->")
+	if a < 0 || b < a {
+		t.Fatal("the runbook's start-up section has no <!-- startup-cache --> region")
+	}
+	cached := section[a:b]
+	section = section[:a] + section[b:]
 	rows := regexp.MustCompile(`(?m)^\| ([A-Za-z][^|]*?) \| (?:\*\*)?([0-9hms.]+)(?:\*\*)? \|`).FindAllStringSubmatch(section, -1)
 	phases := map[string]string{"insert (GCE)": "insert", "boot to readiness": "boot", "CAA reaches the forwarder": "agent",
 		"image pulled inside the podVM": "image", "weights downloaded": "weights", "engine load": "engine"}
@@ -192,5 +218,62 @@ func TestRunbookStartupIsPlans(t *testing.T) {
 		if !strings.Contains(out, v) {
 			t.Errorf("the runbook quotes %s; plan does not print it", v)
 		}
+	}
+
+	// The second command, with the cache, as written, where step 4 has
+	// left the reader: the example's image pinned by digest in image/
+	// (kustomize edit set image) and the layout cache build wrote. The
+	// layout here names the pinned image alone (no blobs: plan then sizes
+	// the image from its catalogue, as for the real 10 GB image).
+	ccmd := regexp.MustCompile(`(?m)^gcp-t4 plan (-[fk] \S+ --cache \S+(?: -{1,2}[a-z-]+(?:[ =][^\s-]\S*)?)*)$`).FindStringSubmatch(text)
+	if ccmd == nil {
+		t.Fatal("the runbook has no `gcp-t4 plan … --cache DIR` command")
+	}
+	args := strings.Fields(ccmd[1])
+	layout := args[3]
+	work := t.TempDir()
+	if err := os.CopyFS(filepath.Join(work, "install"), os.DirFS(filepath.Join(root, "install"))); err != nil {
+		t.Fatal(err)
+	}
+	const digest = "sha256:7369fe15c0c4eb9121742c07acdec49d2992d3f4800e01f1d884f214390e19d2"
+	comp := filepath.Join(work, "install", "examples", "mistral-tp2", "image", "kustomization.yaml")
+	y, err := os.ReadFile(comp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := regexp.MustCompile(`(?m)^  newTag: \S+$`).ReplaceAll(y, []byte("  digest: "+digest))
+	if bytes.Equal(pinned, y) {
+		t.Fatalf("%s names no newTag for step 4 to replace with the digest", comp)
+	}
+	if err := os.WriteFile(comp, pinned, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(work, layout), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"oci-layout": `{"imageLayoutVersion":"1.0.0"}`,
+		"index.json": `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":"` + digest + `","size":1000,"annotations":{"org.opencontainers.image.ref.name":"docker.io/rayproject/ray-llm@` + digest + `"}}]}`,
+	} {
+		if err := os.WriteFile(filepath.Join(work, layout, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(work)
+	cout, cerr, code := runPlan(t, args...)
+	if code > 1 {
+		t.Fatalf("plan %v: exit %d\n%s", args, code, cerr)
+	}
+	if !strings.Contains(cout, "via cache") || !strings.Contains(cout, "in the cache (docker.io/rayproject/ray-llm@"+digest+")") {
+		t.Errorf("plan %v does not read the pinned image from the cache:\n%s", args, cout)
+	}
+	for _, v := range regexp.MustCompile(`\b\d+h\d+m\d+s|\b\d+m\d+s\b|\d+\.\d GB`).FindAllString(cached, -1) {
+		if !strings.Contains(cout, v) {
+			t.Errorf("the runbook quotes %s with the cache; plan %v does not print it:\n%s", v, args, cout)
+		}
+	}
+	if line := regexp.MustCompile("`(with the cache \\(--cache [^`]*)`").FindStringSubmatch(strings.Join(strings.Fields(cached), " ")); line == nil ||
+		!strings.Contains(strings.Join(strings.Fields(cout), " "), line[1]) {
+		t.Errorf("the runbook's quoted cache line %v is not plan's:\n%s", line, cout)
 	}
 }

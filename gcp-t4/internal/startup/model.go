@@ -2,6 +2,7 @@ package startup
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -26,13 +27,29 @@ type Inputs struct {
 	// OffNAT names sizes that do not go through Cloud NAT this time (a
 	// model mirrored in Cloud Storage, read through Private Google Access).
 	OffNAT map[string]bool
+	// Routes: the route (Phase.Routes) a phase's bytes take this time, by
+	// phase id; none: the phase's own rates. A route's bytes do not go
+	// through Cloud NAT.
+	Routes map[string]string
+	// NATBytes: what a phase moves through Cloud NAT, by phase id, where
+	// that is not its own bytes (a phase modelling the longest of several
+	// pulls, some from the cache disk and some from their registries).
+	NATBytes map[string]int64
+}
+
+// Clone is a copy of in whose maps can be changed on their own.
+func (in Inputs) Clone() Inputs {
+	return Inputs{Sizes: maps.Clone(in.Sizes), Rates: maps.Clone(in.Rates), Fixed: maps.Clone(in.Fixed),
+		Settings: maps.Clone(in.Settings), SetFrom: maps.Clone(in.SetFrom), OffNAT: maps.Clone(in.OffNAT),
+		Routes: maps.Clone(in.Routes), NATBytes: maps.Clone(in.NATBytes)}
 }
 
 // Defaults are the catalogue's own figures and each deadline's value once
 // gcp-t4 install has run (its install value, else the owner's default).
 func (c *Catalog) Defaults() Inputs {
 	in := Inputs{Sizes: map[string]int64{}, Rates: map[string]float64{}, Fixed: map[string]time.Duration{},
-		Settings: map[string]time.Duration{}, SetFrom: map[string]string{}, OffNAT: map[string]bool{}}
+		Settings: map[string]time.Duration{}, SetFrom: map[string]string{}, OffNAT: map[string]bool{},
+		Routes: map[string]string{}, NATBytes: map[string]int64{}}
 	for _, r := range c.Rates {
 		in.Rates[r.ID] = r.Effective()
 	}
@@ -50,11 +67,18 @@ func (c *Catalog) Defaults() Inputs {
 	return in
 }
 
-// PhaseTime is one phase of a modelled start.
+// PhaseTime is one phase of a modelled start. Its Rate is the rates it
+// moved at this time: its route's, where it took one.
 type PhaseTime struct {
 	Phase
 	Took  Duration `json:"took"`
 	Bytes int64    `json:"bytes,omitempty"`
+	// Route is the route its bytes took (Phase.Routes), if any; Pace the
+	// rate that set its pace.
+	Route string `json:"route,omitempty"`
+	Pace  string `json:"pace,omitempty"`
+	// NATBytes is what it moved through Cloud NAT.
+	NATBytes int64 `json:"natBytes,omitempty"`
 	// Figure says what it was computed from, in words.
 	Figure string `json:"figure"`
 }
@@ -90,9 +114,12 @@ func (c *Catalog) Model(in Inputs) (Start, error) {
 		if err != nil {
 			return Start{}, err
 		}
-		if p.NAT && !in.OffNAT[p.Size] {
-			s.NATBytes += pt.Bytes
+		if n, ok := in.NATBytes[p.ID]; ok && p.NAT {
+			pt.NATBytes = n
+		} else if p.NAT && !in.OffNAT[p.Size] && pt.Route == "" {
+			pt.NATBytes = pt.Bytes
 		}
+		s.NATBytes += pt.NATBytes
 		took[p.ID] = d
 		s.Total.Duration += d
 		s.Phases = append(s.Phases, pt)
@@ -137,21 +164,27 @@ func phaseTime(p Phase, in Inputs) (time.Duration, PhaseTime, error) {
 			pt.Figure = "none (no " + p.Size + ")"
 			return 0, pt, nil
 		}
+		route := in.Routes[p.ID]
+		ids, err := p.Rates(route)
+		if err != nil {
+			return 0, pt, err
+		}
 		// Several rates: the stages overlap (a layer unpacks while the
 		// next downloads), so the slowest sets the pace.
-		rate := 0.0
-		for _, id := range strings.Split(p.Rate, ",") {
-			r := in.Rates[strings.TrimSpace(id)]
-			if r <= 0 {
-				return 0, pt, fmt.Errorf("phase %s: rate %s must be above 0", p.ID, id)
-			}
-			if rate == 0 || r < rate {
-				rate = r
-			}
+		rate, pace, err := Slowest(ids, in.Rates)
+		if err != nil {
+			return 0, pt, fmt.Errorf("phase %s: %w", p.ID, err)
 		}
 		took = time.Duration(float64(size) / (rate * 1e6) * float64(time.Second)).Round(time.Second)
-		pt.Bytes = size
-		parts = append(parts, fmt.Sprintf("%.1f GB at %.3g MB/s", float64(size)/1e9, rate))
+		pt.Bytes, pt.Rate, pt.Route, pt.Pace = size, ids, route, pace
+		fig := fmt.Sprintf("%.1f GB at %.3g MB/s", float64(size)/1e9, rate)
+		if strings.Contains(ids, ",") {
+			fig += " (" + pace + ")"
+		}
+		if route != "" {
+			fig += " via " + route
+		}
+		parts = append(parts, fig)
 	}
 	if p.Fixed != nil {
 		f, ok := in.Fixed[p.ID]

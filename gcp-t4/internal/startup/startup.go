@@ -30,6 +30,13 @@ const (
 	KindAssumption = "assumption" // ours: the user overrides it with the phase's flag
 )
 
+// Routes a phase's bytes may take instead of its own rates
+// (Phase.Routes).
+const (
+	RouteCache = "cache" // an image read from the podVM's cache disk (docs/cache.md)
+	RouteGCS   = "gcs"   // weights from Cloud Storage, through Private Google Access
+)
+
 // Who sets a deadline.
 const (
 	SetByInstall  = "install"  // gcp-t4 install (and the node sidecar keeps it)
@@ -163,8 +170,13 @@ type Phase struct {
 	Size  string    `json:"size,omitempty"`
 	Rate  string    `json:"rate,omitempty"`
 	// NAT: the bytes of this phase go through Cloud NAT.
-	NAT  bool   `json:"nat,omitempty"`
-	Kind string `json:"kind"`
+	NAT bool `json:"nat,omitempty"`
+	// Routes are other ways the phase's bytes may come, by name (Route*),
+	// each with its own rates (as Rate: the slowest applies). Bytes that
+	// come by a route do not go through Cloud NAT. The caller picks one
+	// per start (Inputs.Routes); without one the phase takes Rate.
+	Routes map[string]string `json:"routes,omitempty"`
+	Kind   string            `json:"kind"`
 	// Flag is gcp-t4 plan's flag for the phase's fixed part, or, for a
 	// phase without one, for its size.
 	Flag   string `json:"flag"`
@@ -283,6 +295,16 @@ func (c *Catalog) validate() error {
 				errs = append(errs, fmt.Errorf("phase %s: rate %q is not listed under rates", p.ID, r))
 			}
 		}
+		for name, rs := range p.Routes {
+			if p.Size == "" || name == "" || rs == "" {
+				errs = append(errs, fmt.Errorf("phase %s: route %q: a route is a name and its rates, on a phase with a size", p.ID, name))
+			}
+			for _, r := range strings.Split(rs, ",") {
+				if !rates[strings.TrimSpace(r)] {
+					errs = append(errs, fmt.Errorf("phase %s: route %s: rate %q is not listed under rates", p.ID, name, r))
+				}
+			}
+		}
 		if !slices.Contains(kinds, p.Kind) || p.Flag == "" {
 			errs = append(errs, fmt.Errorf("phase %s: needs a kind (%s) and a flag", p.ID, strings.Join(kinds, ", ")))
 		}
@@ -317,6 +339,46 @@ func (c *Catalog) validate() error {
 		cite("deadline "+d.ID, d.Source)
 	}
 	return errors.Join(errs...)
+}
+
+// Phase returns the phase id.
+func (c *Catalog) Phase(id string) (Phase, bool) {
+	i := slices.IndexFunc(c.Phases, func(p Phase) bool { return p.ID == id })
+	if i < 0 {
+		return Phase{}, false
+	}
+	return c.Phases[i], true
+}
+
+// Rates are the rate ids a phase's bytes move at by route ("" for its
+// own), comma-separated.
+func (p Phase) Rates(route string) (string, error) {
+	if route == "" {
+		return p.Rate, nil
+	}
+	rs, ok := p.Routes[route]
+	if !ok {
+		return "", fmt.Errorf("phase %s has no route %q", p.ID, route)
+	}
+	return rs, nil
+}
+
+// Slowest is the slowest of the rates ids names (comma-separated), in
+// MB/s, and its id: the stages of a transfer overlap (a layer unpacks
+// while the next downloads), so the slowest sets the pace.
+func Slowest(ids string, rates map[string]float64) (float64, string, error) {
+	rate, pace := 0.0, ""
+	for _, id := range strings.Split(ids, ",") {
+		id = strings.TrimSpace(id)
+		r := rates[id]
+		if r <= 0 {
+			return 0, "", fmt.Errorf("rate %s must be above 0", id)
+		}
+		if rate == 0 || r < rate {
+			rate, pace = r, id
+		}
+	}
+	return rate, pace, nil
 }
 
 // Deadline returns the row id.

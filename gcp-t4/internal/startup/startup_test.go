@@ -147,3 +147,54 @@ func TestModelPhases(t *testing.T) {
 		t.Errorf("NAT bytes %d, want the image's 4e9 only", s.NATBytes)
 	}
 }
+
+// A route takes its own rates, the slowest pacing it, and keeps its bytes
+// off Cloud NAT; NATBytes overrides what a phase moves through NAT (the
+// longest of several pulls, some from the cache); a route the phase does
+// not have is an error.
+func TestModelRoutes(t *testing.T) {
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := c.Defaults()
+	in.Sizes["image"], in.Sizes["weights"] = 10e9, 24.5e9
+	in.Routes["image"], in.Routes["weights"] = RouteCache, RouteGCS
+	s, err := c.Model(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct {
+		id, route, rates, pace string
+		took                   time.Duration
+	}{
+		{"image", RouteCache, "cache-disk,unpack", "unpack", 200 * time.Second},
+		{"weights", RouteGCS, "gcs", "gcs", 123 * time.Second},
+		{"engine", "", "disk", "disk", 60*time.Second + 102*time.Second},
+	} {
+		for _, p := range s.Phases {
+			if p.ID == want.id && (p.Route != want.route || p.Rate != want.rates || p.Pace != want.pace || p.Took.Duration != want.took || p.NATBytes != 0) {
+				t.Errorf("%s: route %q rates %q pace %q took %s NAT %d; want %+v", p.ID, p.Route, p.Rate, p.Pace, p.Took, p.NATBytes, want)
+			}
+		}
+	}
+	if s.NATBytes != 0 {
+		t.Errorf("NAT bytes %d: want none, the image from the cache and the weights from Cloud Storage", s.NATBytes)
+	}
+	in.NATBytes["image"] = 3e9
+	if s, err = c.Model(in); err != nil || s.NATBytes != 3e9 {
+		t.Errorf("NATBytes override: %d, %v", s.NATBytes, err)
+	}
+	in.Routes["image"] = "tape"
+	if _, err := c.Model(in); err == nil || !strings.Contains(err.Error(), `no route "tape"`) {
+		t.Errorf("an unknown route: %v", err)
+	}
+}
+
+// A route must name listed rates.
+func TestCatalogueRefusesARouteWithAnUnlistedRate(t *testing.T) {
+	bad := strings.Replace(string(catalogYAML), "cache: cache-disk,unpack", "cache: floppy,unpack", 1)
+	if _, err := Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), `route cache: rate "floppy" is not listed`) {
+		t.Fatalf("a route with an unlisted rate was accepted: %v", err)
+	}
+}

@@ -1,0 +1,81 @@
+package install
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/protobuf/proto"
+)
+
+// The runbook's image cache (its step 4, <!-- cache-path -->) and the
+// weights' bucket (step 5): what runs here, on the emulator and the API
+// server, and what runs elsewhere and why.
+const (
+	skipCachePath = "runs on the admin's machine against a registry (skopeo, the kustomize CLI, gcp-t4 cache): gcp-t4/internal/cachebuild's TestRunbookCachePath runs it as written on a copy of the example, against a stand-in Docker Hub"
+	skipUpload    = "uploads the cache's image file to Cloud Storage, which the emulator does not model: the image import that reads it runs next"
+	skipBucketSed = "writes the bucket into the reader's copy of the example: test/kuberay's TestRunbookSetsTheBucket runs it as written on a copy"
+	skipCleanup   = "deletes the cache image and the bucket in Google Cloud; the emulator models neither deletion"
+	skipCachePlan = "plans with the layout the cache path wrote and the example it pinned, which this test skips: gcp-t4/internal/plan's TestRunbookStartupIsPlans runs it as written on a copy of the example pinned as step 4 pins it, with a layout naming that digest, and checks step 7's figures against it"
+)
+
+// cacheRunbookRules go before runbookRules' own (the first match handles
+// a command): the cache path's `export RAY_DIGEST=$(…)` before the
+// generic export, the upload before the model mirror's gcloud storage.
+var cacheRunbookRules = []runbookRule{
+	{re: regexp.MustCompile(`^export RAY_DIGEST=|^cd |^kustomize edit |^gcp-t4 cache `), skip: skipCachePath},
+	{re: regexp.MustCompile(`^gcloud storage cp ray-llm-cache\.tar\.gz `), skip: skipUpload},
+	{re: regexp.MustCompile(`^gcloud compute images create `), run: (*runbook).createCacheImage},
+	{re: regexp.MustCompile(`^gcp-t4 install --(set|unset) GCP_CACHE_IMAGE`), run: (*runbook).setCacheImage},
+	{re: regexp.MustCompile(`^sed -i "s\|bucket_uri: `), skip: skipBucketSed},
+	{re: regexp.MustCompile(`^gcloud compute images delete |^gcloud storage rm `), skip: skipCleanup},
+	{re: regexp.MustCompile(`^gcp-t4 plan -k \S+ --cache `), skip: skipCachePlan},
+}
+
+// createCacheImage stands in for the import of the cache's image file: the
+// image it names, in the project, from the file the runbook uploaded next
+// to the podVM image's.
+func (r *runbook) createCacheImage(t *testing.T, args []string) {
+	r.mark("createCacheImage")
+	name, f := args[4], flags(args[5:])
+	if f["project"] != r.fake.Project() {
+		t.Fatalf("%s: images create %s in project %q, PROJECT is %q", r.section, name, f["project"], r.fake.Project())
+	}
+	if src := f["source-uri"]; !strings.HasPrefix(src, r.vars["UPLOAD"]+"/") || !strings.HasSuffix(src, ".tar.gz") {
+		t.Fatalf("%s: images create --source-uri=%q; want the file uploaded to UPLOAD (%s)", r.section, src, r.vars["UPLOAD"])
+	}
+	r.fake.AddImage(r.fake.Project(), &computepb.Image{Name: proto.String(name), DiskSizeGb: proto.Int64(11), Status: proto.String("READY")})
+	r.cacheImage = name
+}
+
+// setCacheImage runs the install upgrade that names the cache image to the
+// provider (or drops it), as written; everything else install set before
+// must stay, and GCP_CACHE_IMAGE must be the image the import created.
+func (r *runbook) setCacheImage(t *testing.T, args []string) {
+	r.mark("setCacheImage")
+	before := r.e.configMap(t, Namespace)
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), args[2:], &stdout, &stderr, nil)
+	out := stdout.String() + stderr.String()
+	t.Logf("gcp-t4 install (cache):\n%s", out)
+	if code != 0 {
+		t.Fatalf("%s: %v: exit %d\n%s", r.section, args, code, out)
+	}
+	after := r.e.configMap(t, Namespace)
+	want := ""
+	if flags(args[2:])["set"] != "" {
+		want = r.cacheImage
+		if want == "" || after["GCP_CACHE_IMAGE"] != want {
+			t.Errorf("%s: GCP_CACHE_IMAGE=%q after %v; the import created %q", r.section, after["GCP_CACHE_IMAGE"], args, want)
+		}
+	} else if v, ok := after["GCP_CACHE_IMAGE"]; ok && v != "" {
+		t.Errorf("%s: GCP_CACHE_IMAGE=%q after %v", r.section, v, args)
+	}
+	for k, v := range before {
+		if k != "GCP_CACHE_IMAGE" && after[k] != v {
+			t.Errorf("%s: %v changed %s from %q to %q; an upgrade keeps what it does not name", r.section, args, k, v, after[k])
+		}
+	}
+}

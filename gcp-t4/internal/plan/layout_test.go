@@ -1,0 +1,122 @@
+// An external test: cachebuild imports plan, so only plan_test may use
+// cachebuild's Build to write the layout plan reads.
+package plan_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/cachebuild"
+	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
+)
+
+// The layout cache build writes from a registry (a multi-platform index
+// and a single image, as TestMirrorServesTheCacheToARegistriesConfClient
+// builds it) is what plan --cache reads: both images are pulled from the
+// cache disk, each sized as the layout's manifest says (the platform
+// image's config and layers, what a pull moves), and nothing crosses
+// Cloud NAT.
+func TestPlanReadsTheLayoutCacheBuildWrote(t *testing.T) {
+	for _, v := range []string{"GCP_PROJECT_ID", "GCP_ZONE", "GCP_ZONES", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_PROFILES",
+		"GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_ENDPOINT", "GCP_CREDENTIALS", "GCP_CACHE_IMAGE", "GCP_ALLOWED_IMAGES"} {
+		t.Setenv(v, "")
+	}
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	amd64 := v1.Platform{OS: "linux", Architecture: "amd64"}
+	img := func(layers int64) v1.Image {
+		i, err := random.Image(1<<20, layers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	idx := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: img(3), Descriptor: v1.Descriptor{Platform: &amd64}},
+		mutate.IndexAddendum{Add: img(3), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
+	ref, _ := name.ParseReference(host + "/library/cachetest:v1")
+	if err := remote.WriteIndex(ref, idx); err != nil {
+		t.Fatal(err)
+	}
+	one := img(2)
+	ref2, _ := name.ParseReference(host + "/tools/single:v1")
+	if err := remote.Write(ref2, one); err != nil {
+		t.Fatal(err)
+	}
+	index, _ := idx.Digest()
+	single, _ := one.Digest()
+	refs := []string{host + "/library/cachetest@" + index.String(), host + "/tools/single@" + single.String()}
+	dir := filepath.Join(t.TempDir(), "cache")
+	built, err := cachebuild.Build(context.Background(), dir, refs, cachebuild.Options{Platform: amd64})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var pod strings.Builder
+	pod.WriteString("apiVersion: v1\nkind: Pod\nmetadata:\n  name: cached\n  namespace: default\nspec:\n  runtimeClassName: kata-remote\n  containers:\n")
+	for i, r := range refs {
+		fmt.Fprintf(&pod, "    - name: c%d\n      image: %s\n      resources:\n        limits: {nvidia.com/gpu: %d}\n", i, r, 1-i)
+	}
+	manifest := filepath.Join(t.TempDir(), "pod.yaml")
+	if err := os.WriteFile(manifest, []byte(pod.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := plan.Main(context.Background(), []string{"-f", manifest, "--cache", dir, "-o", "json"}, &out, &errOut, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var doc struct {
+		Startups []struct {
+			Start struct {
+				Phases []struct {
+					ID    string `json:"id"`
+					Bytes int64  `json:"bytes"`
+					Route string `json:"route"`
+				} `json:"phases"`
+				NATBytes int64 `json:"natBytes"`
+			} `json:"start"`
+			Cache struct {
+				Cached []string `json:"cached"`
+			} `json:"cache"`
+			Notes []string `json:"notes"`
+		} `json:"startups"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil || len(doc.Startups) != 1 {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	s := doc.Startups[0]
+	if len(s.Cache.Cached) != 2 || s.Start.NATBytes != 0 {
+		t.Errorf("cached %v, NAT %d: want both images from the cache, nothing through NAT", s.Cache.Cached, s.Start.NATBytes)
+	}
+	for _, p := range s.Start.Phases {
+		if p.ID == "image" && (p.Route != "cache" || p.Bytes != max(built[0].Bytes, built[1].Bytes)) {
+			t.Errorf("image phase %+v: want the larger of %d and %d bytes, from the cache", p, built[0].Bytes, built[1].Bytes)
+		}
+	}
+	notes := strings.Join(s.Notes, "\n")
+	for _, b := range built {
+		if want := fmt.Sprintf("image %s: %.1f GB (the cache layout's manifest), in the cache", b.Ref, float64(b.Bytes)/1e9); !strings.Contains(notes, want) || b.Bytes < 2<<20 {
+			t.Errorf("no note %q (%d bytes):\n%s", want, b.Bytes, notes)
+		}
+	}
+}
