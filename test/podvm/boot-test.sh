@@ -29,8 +29,8 @@
 #     started"), process-user-data.service fails, and systemd refuses
 #     kata-agent.service for it (Requires=): the agent never starts.
 # With PODVM_BOOT_CACHE (a directory test/podvm/cache-fixture.sh wrote), the
-# first boot also has the cache disk attached, read-only, as GCE attaches a
-# second disk (docs/cache.md), and, once booted:
+# first boot also has the cache disk attached as a second disk, writable as
+# GCE attaches it (docs/cache.md), and, once booted:
 #   - the mirror's CAA-GCP-T4-CACHE line says it serves the disk's images on
 #     127.0.0.1:5000, and the guest contract says the disk is mounted
 #     read-only by the unit udev started on its label;
@@ -187,10 +187,12 @@ start_vm() {
 	done
 	fresh_vars
 	local machine=q35 sbargs=() cacheargs=() cachefwd=""
-	# The cache disk, on the first boot only: a second disk, read-only.
+	# The cache disk, on the first boot only: a second disk, writable as
+	# GCE attaches it (READ_WRITE, auto-deleted), so that only the guest's
+	# read-only mount keeps it unchanged; the test compares its bytes after.
 	if [ -n "$cache" ] && [ "$2" = "$work/console.log" ]; then
 		# shellcheck disable=SC2054 # QEMU's option syntax, one argument
-		cacheargs=(-drive "if=none,id=cache,format=raw,readonly=on,file=$cache/disk.raw" -device scsi-hd,drive=cache)
+		cacheargs=(-drive "if=none,id=cache,format=raw,file=$cache/disk.raw" -device scsi-hd,drive=cache)
 		cachefwd="hostfwd=tcp:127.0.0.1:$cache_port-:15000,"
 	fi
 	if [ "$secure_boot" = yes ]; then
@@ -213,6 +215,7 @@ start_vm() {
 }
 
 if [ -n "$cache" ]; then
+	cache_sum=$(sha256sum "$cache/disk.raw" | cut -c1-64)
 	cache_port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 	printf '0.0.0.0:15000' >"$work/cdh-relay"
 	meta_extra="caa-gcp-t4-standin-cdh-relay=$work/cdh-relay"
@@ -370,7 +373,7 @@ EOF
 		fail "cache: skopeo pulled $tampered although its layer $tlayer was changed on the disk"
 	fi
 	grep -q "${tlayer#sha256:}" "$work/pull-bad.out" || { cat "$work/pull-bad.out" >&2; fail "cache: the refusal of the tampered image does not name its layer $tlayer"; }
-	cache_pull="cache disk: skopeo pulled ${good##*/} ($nlayers layers, $pulled bytes) through the podVM's mirror by digest in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s, its source registry gone; refused ${tampered##*/} by its changed layer's digest (${tlayer:0:19}…)"
+	cache_pull="cache disk (unchanged by the boot): skopeo pulled ${good##*/} ($nlayers layers, $pulled bytes) through the podVM's mirror by digest in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s, its source registry gone; refused ${tampered##*/} by its changed layer's digest (${tlayer:0:19}…)"
 	if [ -n "$results" ]; then mkdir -p "$results" && cp "$work/pull-bad.out" "$results/cache-tampered-pull.txt"; fi
 fi
 
@@ -411,6 +414,11 @@ fi
 wait "$qpid" || true
 qpid=""
 clean | grep -q 'reboot: Power down' || fail "no clean power-down on the console"
+# The guest mounted the cache disk read-only with no journal replay: not
+# one byte of it changed, although the disk itself was writable.
+if [ -n "$cache" ] && [ "$(sha256sum "$cache/disk.raw" | cut -c1-64)" != "$cache_sum" ]; then
+	fail "the cache disk changed during the boot: its mount wrote to it"
+fi
 
 # The state partition (the last; /var) must have grown to the end of the
 # 4 GiB disk, and its ext4 filesystem with it (systemd-repart, then

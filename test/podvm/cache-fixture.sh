@@ -17,8 +17,8 @@ out=$1
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 die() { echo "cache-fixture: $*" >&2; exit 1; }
-for c in skopeo docker-registry debugfs python3; do
-	command -v "$c" >/dev/null || die "no $c: apt-get install -y skopeo docker-registry e2fsprogs python3"
+for c in skopeo docker-registry debugfs dumpe2fs python3 jq go; do
+	command -v "$c" >/dev/null || die "no $c: apt-get install -y skopeo docker-registry e2fsprogs python3 jq, and Go (make test installs what it needs)"
 done
 rm -rf "$out"
 mkdir -p "$out"
@@ -75,8 +75,9 @@ with open(sys.argv[1], "r+b") as f:
     f.seek(int(sys.argv[2]))
     f.write(bytes([b[0] ^ 0xFF]))
 PY
-debugfs -R "cat /blobs/sha256/${layer#sha256:}" "$out/disk.raw" 2>/dev/null | sha256sum | grep -qv "^${layer#sha256:} " ||
-	die "the flipped byte did not change the layer on the disk"
+debugfs -R "dump /blobs/sha256/${layer#sha256:} $tmp/layer" "$out/disk.raw" 2>/dev/null
+[ -s "$tmp/layer" ] || die "debugfs could not read the layer ${layer} back from the disk"
+[ "sha256:$(sha256sum "$tmp/layer" | cut -c1-64)" != "$layer" ] || die "the flipped byte did not change the layer on the disk"
 jq -n --arg good "${refs[0]}" --arg tampered "${refs[1]}" --arg layer "$layer" --arg source "127.0.0.1:$port" \
 	'{good: $good, tampered: $tampered, tampered_layer: $layer, source: $source}' >"$out/fixture.json"
 echo "cache-fixture: $(tail -n 2 "$tmp/build.out" | tr '\n' ' ')" >&2

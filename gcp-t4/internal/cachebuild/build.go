@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -112,7 +113,11 @@ func add(p layout.Path, ref name.Digest, opts []remote.Option) (Image, error) {
 		}
 	}
 	d := desc.Descriptor
-	d.Annotations = map[string]string{cachemirror.RefNameAnnotation: ref.String()}
+	// The reference without any tag it was given beside its digest: the
+	// cache answers by digest only, so a tag on the disk would be a name
+	// the mirror could be asked for without the client checking what it
+	// gets (docs/threat-model.md).
+	d.Annotations = map[string]string{cachemirror.RefNameAnnotation: untagged(ref)}
 	if err := p.AppendDescriptor(d); err != nil {
 		return Image{}, fmt.Errorf("recording it in index.json: %w", err)
 	}
@@ -157,4 +162,14 @@ func Verify(dir string) error {
 		}
 		return nil
 	})
+}
+
+// untagged is ref as written, less a tag it carries beside its digest
+// (REPOSITORY:TAG@sha256:… → REPOSITORY@sha256:…).
+func untagged(ref name.Digest) string {
+	repo, _, _ := strings.Cut(ref.String(), "@")
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	return repo + "@" + ref.DigestStr()
 }

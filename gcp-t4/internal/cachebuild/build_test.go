@@ -271,13 +271,19 @@ func TestBuildRefusesTags(t *testing.T) {
 	}
 }
 
-// The mirror is read-only and serves only what the layout names.
+// The mirror is read-only and serves only what the layout names, by
+// digest: an image given with a tag beside its digest is recorded without
+// the tag, and a pull by that tag is not answered (a client checks a
+// manifest against a digest it asked for, never against a tag).
 func TestMirrorRefusals(t *testing.T) {
 	host, index, _, _, stop := source(t)
 	defer stop()
 	dir := filepath.Join(t.TempDir(), "cache")
-	if _, err := Build(context.Background(), dir, []string{host + "/library/cachetest@" + index.String()}, Options{Platform: amd64}); err != nil {
+	if _, err := Build(context.Background(), dir, []string{host + "/library/cachetest:v1@" + index.String()}, Options{Platform: amd64}); err != nil {
 		t.Fatal(err)
+	}
+	if imgs, err := cachemirror.Images(dir); err != nil || len(imgs) != 1 || imgs[0].Ref != host+"/library/cachetest@"+index.String() {
+		t.Fatalf("the layout names %+v (%v); want the reference without its tag", imgs, err)
 	}
 	m, err := cachemirror.Open(dir)
 	if err != nil {

@@ -28,9 +28,9 @@ const (
 // console: what it serves, or why it serves nothing.
 const ConsolePrefix = "CAA-GCP-T4-CACHE "
 
-// ExitUnusable is the exit code for a disk that holds no usable layout:
-// the unit does not restart on it (RestartPreventExitStatus=), since
-// another try would read the same disk.
+// ExitUnusable is the exit code for a disk that holds no usable layout, or
+// an address it cannot listen on: the unit does not restart on it
+// (RestartPreventExitStatus=), since another try would meet the same.
 const ExitUnusable = 3
 
 // Main is podvm-cache-mirror: it opens the layout, listens, prints the
@@ -66,7 +66,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, log *slo
 	if err != nil {
 		consoleLine(stdout, map[string]any{"state": "unusable", "dir": *dir, "reason": err.Error(), "fallback": "images come from their registries"})
 		fmt.Fprintf(stderr, "podvm-cache-mirror: -listen %s: %v\n", *listen, err)
-		return 1
+		// Something else holds the address; a restart every 2 s would only
+		// repeat the console line.
+		return ExitUnusable
 	}
 	repos := m.Repositories()
 	sort.Strings(repos)

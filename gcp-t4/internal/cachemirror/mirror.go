@@ -30,8 +30,6 @@ type Mirror struct {
 	// repos are the repositories the layout holds, as a mirror is asked
 	// for them: the reference's path without its registry host.
 	repos map[string]bool
-	// tags maps repository → tag → digest, for references built by tag.
-	tags map[string]map[string]string
 	// images counts the index's named images.
 	images int
 }
@@ -101,16 +99,9 @@ func Open(dir string) (*Mirror, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Mirror{dir: dir, repos: map[string]bool{}, tags: map[string]map[string]string{}, images: len(imgs)}
+	m := &Mirror{dir: dir, repos: map[string]bool{}, images: len(imgs)}
 	for _, i := range imgs {
-		_, tag := splitRef(i.Ref)
 		m.repos[i.Path] = true
-		if tag != "" {
-			if m.tags[i.Path] == nil {
-				m.tags[i.Path] = map[string]string{}
-			}
-			m.tags[i.Path][tag] = i.Digest
-		}
 	}
 	return m, nil
 }
@@ -185,13 +176,12 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusNotFound, "NAME_UNKNOWN", fmt.Sprintf("repository %q is not in the cache", repo))
 		return
 	}
+	// No tags: a client checks a manifest against the digest it asked
+	// for, never against a tag, so the cache answers by digest only and a
+	// pull by tag goes on to the image's registry.
 	if kind == "manifests" && !digestRE.MatchString(ref) {
-		d, ok := m.tags[repo][ref]
-		if !ok {
-			apiError(w, http.StatusNotFound, "MANIFEST_UNKNOWN", fmt.Sprintf("tag %q of %s is not in the cache (pull by digest)", ref, repo))
-			return
-		}
-		ref = d
+		apiError(w, http.StatusNotFound, "MANIFEST_UNKNOWN", fmt.Sprintf("%s:%s: the cache answers by digest only (pin the image by digest)", repo, ref))
+		return
 	}
 	if !digestRE.MatchString(ref) {
 		apiError(w, http.StatusNotFound, "DIGEST_INVALID", fmt.Sprintf("%q is not a sha256 digest", ref))

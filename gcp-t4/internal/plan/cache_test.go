@@ -252,10 +252,11 @@ func TestPlanStartupOfTheExampleWithTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The image pinned (the tag kept, as kustomize edit set image keeps it
-	// beside a digest), the model from a bucket where it is not already.
-	const tag = "rayproject/ray-llm:2.52.0-py311-cu128"
-	text := regexp.MustCompile(`(?m)^(\s+image: )rayproject/ray-llm(:[\w.-]+)?$`).ReplaceAllString(string(b), "${1}"+tag+"@"+cachedDigest)
+	// The image pinned as the runbook's kustomize edit set image pins it
+	// (REPOSITORY@DIGEST, its tag dropped), the model from a bucket where
+	// it is not already.
+	const repo = "rayproject/ray-llm"
+	text := regexp.MustCompile(`(?m)^(\s+image: )rayproject/ray-llm(:[\w.-]+)?$`).ReplaceAllString(string(b), "${1}"+repo+"@"+cachedDigest)
 	text = regexp.MustCompile(`(?m)^(\s+)model_source: mistralai/Mistral-Nemo-Instruct-2407$`).ReplaceAllString(text, "${1}model_source: {bucket_uri: gs://BUCKET/mistral-nemo-instruct-2407}")
 	if strings.Count(text, cachedDigest) != 3 || !strings.Contains(text, "bucket_uri: gs://BUCKET/mistral") {
 		t.Fatal("the example's image lines or model_source changed: update this test")
@@ -264,7 +265,7 @@ func TestPlanStartupOfTheExampleWithTheCache(t *testing.T) {
 	if err := os.WriteFile(manifest, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	layout := writeLayout(t, "docker.io/"+tag+"@"+cachedDigest)
+	layout := writeLayout(t, "docker.io/"+repo+"@"+cachedDigest)
 	args := []string{"-f", manifest, "--cache", layout, "--weights-size", "24.5GB"}
 	out, _, code := runPlan(t, args...)
 	if code != 1 {
