@@ -1,9 +1,13 @@
 package plan
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -147,4 +151,39 @@ func readJSON(path string, v any) error {
 		return err
 	}
 	return json.Unmarshal(b, v)
+}
+
+// initdataAnnotation carries a pod's initdata to its podVM (kata
+// cf82bb35 annotations.go; CAA v0.22.0 pkg/util/cloud.go): base64 of gzip
+// of a TOML whose cdh.toml holds image-rs's registry configuration.
+const initdataAnnotation = "io.katacontainers.config.hypervisor.cc_init_data"
+
+// mirrorNamed says why a pod's image, though in the cache, would not be
+// read from it: image-rs asks the podVM's mirror only when the pod's
+// initdata names it (docs/cache.md). "" when the initdata names the
+// mirror's repository for the image, as gcp-t4 cache initdata writes it.
+// A text match, not image-rs's own rule matching (cache check follows
+// those): enough to tell a pod without the annotation, or with another.
+func mirrorNamed(ann map[string]string, ci cachedImage) string {
+	v, ok := ann[initdataAnnotation]
+	if !ok {
+		return "the pod has no initdata (" + initdataAnnotation + ")"
+	}
+	z, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v))
+	if err != nil {
+		return "its initdata is not base64"
+	}
+	r, err := gzip.NewReader(bytes.NewReader(z))
+	if err != nil {
+		return "its initdata is not gzip"
+	}
+	text, err := io.ReadAll(io.LimitReader(r, 1<<20))
+	if err != nil {
+		return "its initdata is not gzip"
+	}
+	want := `"` + cachemirror.Listen + "/" + cachemirror.RepositoryPath(ci.Ref) + `"`
+	if !strings.Contains(string(text), want) {
+		return "its initdata names no mirror " + strings.Trim(want, `"`)
+	}
+	return ""
 }

@@ -1,7 +1,10 @@
 package plan
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -50,11 +53,45 @@ func writeLayout(t *testing.T, refs ...string) string {
 	return dir
 }
 
-// gpuPod is a one-GPU pod whose containers pull images, in order.
+// mirrorInitdata is a pod's initdata annotation that points image-rs at
+// the podVM's mirror for the repository paths given, in the form cache
+// initdata writes its mirror entries (layout_test.go checks plan against
+// the generator's own output).
+func mirrorInitdata(t *testing.T, paths ...string) string {
+	t.Helper()
+	var text strings.Builder
+	text.WriteString("algorithm = \"sha256\"\nversion = \"0.1.0\"\n\n[data]\n\"cdh.toml\" = '''\n")
+	for _, p := range paths {
+		fmt.Fprintf(&text, "[[image.registry_config.registry.mirror]]\nlocation = \"%s/%s\"\ninsecure = true\n", cachemirror.Listen, p)
+	}
+	text.WriteString("'''\n")
+	var z bytes.Buffer
+	w := gzip.NewWriter(&z)
+	if _, err := w.Write([]byte(text.String())); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(z.Bytes())
+}
+
+// gpuPod is a one-GPU pod whose containers pull images, in order, with
+// the initdata that points image-rs at the mirror for rayproject/ray-llm.
 func gpuPod(t *testing.T, images ...string) string {
 	t.Helper()
+	return gpuPodWith(t, mirrorInitdata(t, "rayproject/ray-llm"), images...)
+}
+
+// gpuPodWith is gpuPod with the initdata annotation given ("" for none).
+func gpuPodWith(t *testing.T, initdata string, images ...string) string {
+	t.Helper()
 	var b strings.Builder
-	b.WriteString("apiVersion: v1\nkind: Pod\nmetadata:\n  name: cached\n  namespace: default\nspec:\n  runtimeClassName: kata-remote\n  containers:\n")
+	b.WriteString("apiVersion: v1\nkind: Pod\nmetadata:\n  name: cached\n  namespace: default\n")
+	if initdata != "" {
+		fmt.Fprintf(&b, "  annotations:\n    %s: %s\n", initdataAnnotation, initdata)
+	}
+	b.WriteString("spec:\n  runtimeClassName: kata-remote\n  containers:\n")
 	for i, im := range images {
 		fmt.Fprintf(&b, "    - name: c%d\n      image: %s\n", i, im)
 		if i == 0 {
@@ -205,6 +242,31 @@ func TestPlanStartupWithTheCache(t *testing.T) {
 			}
 			if c.Total != s.Start.Total || c.Goal != "3m0s" || c.Met || c.Over == "" || len(c.Causes) == 0 {
 				t.Errorf("the start with the cache against the 3-minute goal: %+v (total %s)", c, s.Start.Total)
+			}
+		})
+	}
+}
+
+// image-rs asks the podVM's mirror only when the pod's initdata names it:
+// a cached image in a pod without that initdata, or with initdata naming
+// another repository's mirror, comes from its registry, and plan says why.
+func TestPlanCachedImageNeedsTheInitdata(t *testing.T) {
+	const repo = "rayproject/ray-llm"
+	layout := writeLayout(t, "docker.io/"+repo+"@"+cachedDigest)
+	for _, tc := range []struct{ name, initdata, why string }{
+		{"no initdata", "", "the pod has no initdata (" + initdataAnnotation + ")"},
+		{"another repository's mirror", mirrorInitdata(t, "other/image"), "its initdata names no mirror " + cachemirror.Listen + "/" + repo},
+		{"not gzip", base64.StdEncoding.EncodeToString([]byte("plain text")), "its initdata is not gzip"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			starts := planJSON(t, "-f", gpuPodWith(t, tc.initdata, repo+"@"+cachedDigest), "--cache", layout)
+			s := starts[0]
+			if img := s.phase(t, "image"); img.Route != "" || img.NATBytes == 0 {
+				t.Errorf("image phase %+v: want it from its registry, through Cloud NAT", img)
+			}
+			notes := strings.Join(s.Notes, "\n")
+			if !strings.Contains(notes, tc.why) || !strings.Contains(notes, "gcp-t4 cache initdata -annotation") {
+				t.Errorf("no note saying %q and the fix:\n%s", tc.why, notes)
 			}
 		})
 	}

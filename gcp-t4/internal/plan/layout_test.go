@@ -71,8 +71,15 @@ func TestPlanReadsTheLayoutCacheBuildWrote(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The pod's initdata as gcp-t4 cache initdata writes it for this
+	// layout: plan must read the generator's own output as naming the
+	// podVM's mirror.
+	var ann, annErr bytes.Buffer
+	if code := cachebuild.Main(context.Background(), []string{"initdata", "-layout", dir, "-annotation"}, &ann, &annErr, nil); code != 0 {
+		t.Fatalf("gcp-t4 cache initdata: exit %d: %s", code, annErr.String())
+	}
 	var pod strings.Builder
-	pod.WriteString("apiVersion: v1\nkind: Pod\nmetadata:\n  name: cached\n  namespace: default\nspec:\n  runtimeClassName: kata-remote\n  containers:\n")
+	fmt.Fprintf(&pod, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: cached\n  namespace: default\n  annotations:\n    io.katacontainers.config.hypervisor.cc_init_data: %s\nspec:\n  runtimeClassName: kata-remote\n  containers:\n", strings.TrimSpace(ann.String()))
 	for i, r := range refs {
 		fmt.Fprintf(&pod, "    - name: c%d\n      image: %s\n      resources:\n        limits: {nvidia.com/gpu: %d}\n", i, r, 1-i)
 	}

@@ -180,7 +180,7 @@ func (sf *startupFlags) startOf(w Workload, g Group, e Entry) (GroupStart, error
 			continue
 		}
 		seen[c.Image] = true
-		im, note := sf.imageOf(c.Image, given)
+		im, note := sf.imageOf(c.Image, given, g.Annotations)
 		images = append(images, im)
 		gs.Notes = append(gs.Notes, note)
 	}
@@ -254,12 +254,19 @@ func (sf *startupFlags) startOf(w Workload, g Group, e Entry) (GroupStart, error
 // imageOf is how a pod's image is pulled, and the note that says so:
 // from the cache disk when --cache holds it, else from its registry; its
 // size --image-size, else the layout's, else the catalogue's.
-func (sf *startupFlags) imageOf(ref string, given map[string]int64) (podImage, string) {
+func (sf *startupFlags) imageOf(ref string, given map[string]int64, podAnnotations map[string]string) (podImage, string) {
 	im := podImage{ref: ref}
 	var how string
 	if sf.cache != nil {
 		match, ci, same := sf.cache.lookup(ref)
+		if match == inCache {
+			if why := mirrorNamed(podAnnotations, ci); why != "" {
+				match = ""
+				how = "in the cache (" + ci.Ref + "), but " + why + ": image-rs pulls it from its registry through Cloud NAT; give the pod the annotation gcp-t4 cache initdata -annotation prints"
+			}
+		}
 		switch match {
+		case "":
 		case inCache:
 			im.route = startup.RouteCache
 			im.bytes, im.known = ci.Bytes, ci.Bytes > 0
