@@ -119,24 +119,18 @@ func (m *Mirror) Repositories() []string {
 func (m *Mirror) Images() int { return m.images }
 
 // RepositoryPath is the path the mirror serves ref under: the reference's
-// path without its registry host, tag and digest (a registries.conf mirror
-// entry asks for it there).
+// path without its registry host (a first component holding a '.' or a
+// ':', or localhost), tag and digest; a registries.conf mirror entry asks
+// for it there.
 func RepositoryPath(ref string) string {
-	repo, _ := splitRef(ref)
-	return repo
-}
-
-// splitRef splits host/path[:tag][@digest] into the path a mirror is asked
-// for and the tag ("" for a reference by digest).
-func splitRef(ref string) (repo, tag string) {
 	ref, _, _ = strings.Cut(ref, "@")
 	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
-		ref, tag = ref[:i], ref[i+1:]
+		ref = ref[:i]
 	}
 	if host, rest, ok := strings.Cut(ref, "/"); ok && (strings.ContainsAny(host, ".:") || host == "localhost") {
 		ref = rest
 	}
-	return ref, tag
+	return ref
 }
 
 func readJSON(path string, v any) error {
