@@ -49,9 +49,7 @@ package cachebuild
 
 import (
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -71,11 +69,9 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
+	"github.com/caa-gcp-t4/gcp-t4/internal/initdata"
 	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
 )
-
-// initdataAnnotation is the pod annotation kata's shim reads initdata from.
-const initdataAnnotation = "io.katacontainers.config.hypervisor.cc_init_data"
 
 // repository is one repository of the cache as each side names it.
 type repository struct {
@@ -170,33 +166,6 @@ func initdataTOML(repos []repository, mirror string) (string, error) {
 	return "algorithm = \"sha256\"\nversion = \"0.1.0\"\n\n[data]\n\"aa.toml\" = '''\n'''\n\"cdh.toml\" = '''\n" + cdh.String() + "'''\n", nil
 }
 
-// encodeAnnotation is the annotation's value for an initdata TOML: base64
-// of gzip, as kata's shim decodes it.
-func encodeAnnotation(initdata string) (string, error) {
-	var gz bytes.Buffer
-	w := gzip.NewWriter(&gz) // no name, no time: the same TOML, the same bytes
-	if _, err := io.WriteString(w, initdata); err != nil {
-		return "", err
-	}
-	if err := w.Close(); err != nil {
-		return "", err
-	}
-	return base64.StdEncoding.EncodeToString(gz.Bytes()), nil
-}
-
-// decodeAnnotation is the initdata TOML an annotation value carries.
-func decodeAnnotation(v string) (string, error) {
-	r, err := gzip.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(v)))
-	if err != nil {
-		return "", fmt.Errorf("not base64 of gzip data: %w", err)
-	}
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return "", fmt.Errorf("not base64 of gzip data: %w", err)
-	}
-	return string(b), nil
-}
-
 // initdataDigest is what process-user-data writes to
 // /run/peerpod/initdata.digest for this initdata (sha256 of the TOML, hex)
 // and what the podVM measures into PCR 8 and prints on its console.
@@ -227,7 +196,7 @@ type registryRule struct {
 // parseInitdata reads an annotation value down to the registry rules its
 // cdh.toml gives image-rs (none when it has no cdh.toml or no rules).
 func parseInitdata(annotation string) (initdataDoc, []registryRule, error) {
-	text, err := decodeAnnotation(annotation)
+	text, err := initdata.Decode(annotation)
 	if err != nil {
 		return initdataDoc{}, nil, err
 	}
@@ -334,7 +303,7 @@ registries configuration has, for each repository of the cache, a rule that
 tries the mirror first and the image's own registry after it. The images are
 the cache's (-layout, the directory cache build wrote) and those named, as
 they were named to cache build. -annotation prints the value of the pod
-annotation ` + initdataAnnotation + `
+annotation ` + initdata.Annotation + `
 (base64 of gzip); -digest the sha256 the podVM measures and prints on its
 serial console (CAA-GCP-T4-INITDATA).
 
@@ -387,7 +356,7 @@ func initdataMain(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case *annotation:
-		v, err := encodeAnnotation(text)
+		v, err := initdata.Encode(text)
 		if err != nil {
 			fmt.Fprintf(stderr, "gcp-t4 cache initdata: %v\n", err)
 			return 1
@@ -520,7 +489,7 @@ func check(ws []plan.Workload, imgs []layoutImage, mirror string) ([]checkRow, e
 			if g.Name != "pod" {
 				pod += " " + g.Name // a Ray head or worker group
 			}
-			ann, hasInitdata := g.Annotations[initdataAnnotation]
+			ann, hasInitdata := g.Annotations[initdata.Annotation]
 			var rules []registryRule
 			var annErr error
 			if hasInitdata {
@@ -559,7 +528,7 @@ func judge(image string, cached map[string]map[string]string, hasInitdata bool, 
 	}
 	switch {
 	case !hasInitdata:
-		return "its registry: the pod has no initdata (" + initdataAnnotation + "), so image-rs knows no mirror (gcp-t4 cache initdata -annotation)", false, true
+		return "its registry: the pod has no initdata (" + initdata.Annotation + "), so image-rs knows no mirror (gcp-t4 cache initdata -annotation)", false, true
 	case annErr != nil:
 		return fmt.Sprintf("nowhere: the pod's initdata is unreadable: %v", annErr), false, true
 	}

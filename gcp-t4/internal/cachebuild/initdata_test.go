@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
+	"github.com/caa-gcp-t4/gcp-t4/internal/initdata"
 	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
 )
 
@@ -177,7 +178,7 @@ func TestInitdataAnnotationRoundTrips(t *testing.T) {
 	if err != nil || string(b) != toml.String() {
 		t.Fatalf("the annotation decodes to %q (%v), want the TOML %q", b, err, toml.String())
 	}
-	if again, _ := encodeAnnotation(toml.String()); again != v {
+	if again, _ := initdata.Encode(toml.String()); again != v {
 		t.Error("the same TOML encoded twice differs")
 	}
 	sum := sha256.Sum256(b)
@@ -402,13 +403,13 @@ func TestExampleCarriesTheGeneratedInitdata(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				v, ok := g.Annotations[initdataAnnotation]
+				v, ok := g.Annotations[initdata.Annotation]
 				if !ok {
-					t.Errorf("%s %s %s: no %s", dir, w.Name, g.Name, initdataAnnotation)
+					t.Errorf("%s %s %s: no %s", dir, w.Name, g.Name, initdata.Annotation)
 					continue
 				}
-				if got, err := decodeAnnotation(v); err != nil || got != want {
-					wantAnn, _ := encodeAnnotation(want)
+				if got, err := initdata.Decode(v); err != nil || got != want {
+					wantAnn, _ := initdata.Encode(want)
 					t.Errorf("%s %s %s: the annotation decodes to\n%s(%v)\nwant what gcp-t4 cache initdata -annotation %s writes:\n%s", dir, w.Name, g.Name, got, err, strings.Join(images, " "), wantAnn)
 				}
 			}
@@ -460,14 +461,14 @@ func TestCheckSaysWhereEachImageComesFrom(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, _ := encodeAnnotation(text)
+		v, _ := initdata.Encode(text)
 		return v
 	}
 	other := "sha256:" + strings.Repeat("c", 64)
 	pod := func(name, annotation string, images ...string) string {
 		s := fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\n", name)
 		if annotation != "" {
-			s += fmt.Sprintf("  annotations:\n    %s: %s\n", initdataAnnotation, annotation)
+			s += fmt.Sprintf("  annotations:\n    %s: %s\n", initdata.Annotation, annotation)
 		}
 		s += "spec:\n  containers:\n"
 		for i, im := range images {

@@ -27,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
+	"github.com/caa-gcp-t4/gcp-t4/internal/initdata"
 	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 )
 
@@ -272,8 +273,8 @@ func TestRunbookCachePath(t *testing.T) {
 	if !ok {
 		t.Fatal("the block does not print the initdata's digest")
 	}
-	ann := renderExample(t, example)[0].Groups[0].Annotations[initdataAnnotation]
-	text, err := decodeAnnotation(ann)
+	ann := renderExample(t, example)[0].Groups[0].Annotations[initdata.Annotation]
+	text, err := initdata.Decode(ann)
 	if err != nil || strings.TrimSpace(digestOut) != initdataDigest(text) {
 		t.Errorf("initdata -digest printed %q; the pods' initdata has %s (%v)", digestOut, initdataDigest(text), err)
 	}

@@ -1,13 +1,9 @@
 package plan
 
 import (
-	"bytes"
-	"compress/gzip"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
+	"github.com/caa-gcp-t4/gcp-t4/internal/initdata"
 )
 
 // cacheFix is what to give --cache, said in every error about it.
@@ -153,11 +150,6 @@ func readJSON(path string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// initdataAnnotation carries a pod's initdata to its podVM (kata
-// cf82bb35 annotations.go; CAA v0.22.0 pkg/util/cloud.go): base64 of gzip
-// of a TOML whose cdh.toml holds image-rs's registry configuration.
-const initdataAnnotation = "io.katacontainers.config.hypervisor.cc_init_data"
-
 // mirrorNamed says why a pod's image, though in the cache, would not be
 // read from it: image-rs asks the podVM's mirror only when the pod's
 // initdata names it (docs/cache.md). "" when the initdata names the
@@ -165,24 +157,16 @@ const initdataAnnotation = "io.katacontainers.config.hypervisor.cc_init_data"
 // A text match, not image-rs's own rule matching (cache check follows
 // those): enough to tell a pod without the annotation, or with another.
 func mirrorNamed(ann map[string]string, ci cachedImage) string {
-	v, ok := ann[initdataAnnotation]
+	v, ok := ann[initdata.Annotation]
 	if !ok {
-		return "the pod has no initdata (" + initdataAnnotation + ")"
+		return "the pod has no initdata (" + initdata.Annotation + ")"
 	}
-	z, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v))
+	text, err := initdata.Decode(v)
 	if err != nil {
-		return "its initdata is not base64"
-	}
-	r, err := gzip.NewReader(bytes.NewReader(z))
-	if err != nil {
-		return "its initdata is not gzip"
-	}
-	text, err := io.ReadAll(io.LimitReader(r, 1<<20))
-	if err != nil {
-		return "its initdata is not gzip"
+		return "its initdata is " + err.Error()
 	}
 	want := `"` + cachemirror.Listen + "/" + cachemirror.RepositoryPath(ci.Ref) + `"`
-	if !strings.Contains(string(text), want) {
+	if !strings.Contains(text, want) {
 		return "its initdata names no mirror " + strings.Trim(want, `"`)
 	}
 	return ""

@@ -1,8 +1,6 @@
 package plan
 
 import (
-	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -14,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
+	"github.com/caa-gcp-t4/gcp-t4/internal/initdata"
 	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
 )
 
@@ -65,15 +64,11 @@ func mirrorInitdata(t *testing.T, paths ...string) string {
 		fmt.Fprintf(&text, "[[image.registry_config.registry.mirror]]\nlocation = \"%s/%s\"\ninsecure = true\n", cachemirror.Listen, p)
 	}
 	text.WriteString("'''\n")
-	var z bytes.Buffer
-	w := gzip.NewWriter(&z)
-	if _, err := w.Write([]byte(text.String())); err != nil {
+	v, err := initdata.Encode(text.String())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(z.Bytes())
+	return v
 }
 
 // gpuPod is a one-GPU pod whose containers pull images, in order, with
@@ -84,12 +79,12 @@ func gpuPod(t *testing.T, images ...string) string {
 }
 
 // gpuPodWith is gpuPod with the initdata annotation given ("" for none).
-func gpuPodWith(t *testing.T, initdata string, images ...string) string {
+func gpuPodWith(t *testing.T, ann string, images ...string) string {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("apiVersion: v1\nkind: Pod\nmetadata:\n  name: cached\n  namespace: default\n")
-	if initdata != "" {
-		fmt.Fprintf(&b, "  annotations:\n    %s: %s\n", initdataAnnotation, initdata)
+	if ann != "" {
+		fmt.Fprintf(&b, "  annotations:\n    %s: %s\n", initdata.Annotation, ann)
 	}
 	b.WriteString("spec:\n  runtimeClassName: kata-remote\n  containers:\n")
 	for i, im := range images {
@@ -254,9 +249,9 @@ func TestPlanCachedImageNeedsTheInitdata(t *testing.T) {
 	const repo = "rayproject/ray-llm"
 	layout := writeLayout(t, "docker.io/"+repo+"@"+cachedDigest)
 	for _, tc := range []struct{ name, initdata, why string }{
-		{"no initdata", "", "the pod has no initdata (" + initdataAnnotation + ")"},
+		{"no initdata", "", "the pod has no initdata (" + initdata.Annotation + ")"},
 		{"another repository's mirror", mirrorInitdata(t, "other/image"), "its initdata names no mirror " + cachemirror.Listen + "/" + repo},
-		{"not gzip", base64.StdEncoding.EncodeToString([]byte("plain text")), "its initdata is not gzip"},
+		{"not gzip", base64.StdEncoding.EncodeToString([]byte("plain text")), "its initdata is not base64 of gzip data"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			starts := planJSON(t, "-f", gpuPodWith(t, tc.initdata, repo+"@"+cachedDigest), "--cache", layout)
