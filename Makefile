@@ -28,7 +28,7 @@ IMAGE_GO ?= go1.26.8
 include test/containerd/versions.mk
 CONTAINERD_ENV := CONTAINERD17_VERSION=$(CONTAINERD17) CONTAINERD2_VERSIONS="$(CONTAINERD2)"
 
-.PHONY: all help build test test-short demo bench bench-pull bench-cache lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz print-containerd-versions
+.PHONY: all help build test test-go test-short demo bench bench-pull bench-cache lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz print-containerd-versions
 .PHONY: delivery upstream-patch upstream-lint image
 .PHONY: controlplane controlplane-test kuberay helm-vet helm-check reaper-acceptance
 
@@ -67,9 +67,14 @@ build: tools
 demo: build
 	$(BIN)/gcp-t4 demo
 
-## test: everything CI runs, fast checks first: formatting and vet, the unit tests, the
-## harness and delivery checks, fuzzing, then the slow lint (staticcheck cold) and the podVM build
-test: tools fmt-check vet unit reaper-acceptance controlplane-test delivery upstream-go kuberay helm-vet remediate-fuzz lint podvm-test
+## test: everything CI runs, in two lanes at once: podvm-test (the podVM image built and booted
+## under QEMU; its lines start "podvm-test |") beside test-go (fast checks first: formatting and
+## vet, the unit tests, the harness and delivery checks, fuzzing, then the slow lint)
+test: tools
+	scripts/lanes.sh podvm-test "$(MAKE) --no-print-directory podvm-test" $(MAKE) --no-print-directory test-go
+
+## test-go: make test's main lane, everything but podvm-test, fast checks first
+test-go: tools fmt-check vet unit reaper-acceptance controlplane-test delivery upstream-go kuberay helm-vet remediate-fuzz lint
 
 ## test-short: go test -short over go.work's modules, no real containerd, API server or CLI; first run about 8 min, then about 1 min
 ##   (the first run compiles the tests' ~1000 dependencies once: docs/benchmarks.md)

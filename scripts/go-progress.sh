@@ -19,6 +19,8 @@
 #
 # PKG... is one argument (the Makefile's MODULES as it is). $GO names the go
 # command (the Makefile exports its GO). Exit status: go's.
+# GO_PROGRESS_SILENCE=S sets every silent stretch's length (count's 30 s and
+# watch's 60 s); the tests shorten it.
 set -euo pipefail
 
 usage() {
@@ -45,13 +47,37 @@ report() {
 	fi
 }
 
+# next_line SECONDS: reads one line of the command's output into $line
+# and sets $got: "line", "eof" or "silent" (nothing for SECONDS; a partial
+# line read so far is kept in $line). The status of read itself must be
+# taken, not $? after an if: that is 0 whatever the condition returned,
+# which once made count and watch take a silent stretch for the end of
+# input, return, and leave go to die of SIGPIPE mid-build (make: Error 141).
+# scripts_test (gcp-t4/internal/repocheck) runs every mode around a go that
+# stays silent past these timeouts.
+next_line() {
+	local rc=0
+	line=""
+	IFS= read -r -t "$1" line || rc=$?
+	if ((rc == 0)); then
+		got=line
+	elif ((rc > 128)); then
+		got=silent
+	else
+		got=eof
+	fi
+}
+
 # count TOTAL: reads go -v output on stdin; a line that is an import path
 # alone is one compiled package, anything else (errors, downloads) is
-# printed as it is.
+# printed as it is. Half a minute without a line (one large package, or
+# the link) is said, and waited out.
 count() {
-	local total=$1 n=0 step=0 last=$SECONDS line pending="" rc
+	local total=$1 n=0 step=0 last=$SECONDS line pending="" got
 	while :; do
-		if IFS= read -r -t 30 line; then
+		next_line "${GO_PROGRESS_SILENCE:-30}"
+		case $got in
+		line)
 			line=$pending$line pending=""
 			if [[ $line =~ ^[A-Za-z0-9_][^[:space:]:]*$ ]]; then
 				n=$((n + 1))
@@ -67,18 +93,18 @@ count() {
 				printf '%s\n' "$line"
 				last=$SECONDS
 			fi
-			continue
-		fi
-		rc=$?
-		if ((rc > 128)); then # nothing for 30 s: one large package, or the link
+			;;
+		silent)
 			pending+=$line
 			report "$n" "$total" " (go is still at work: a large package or the link)"
 			last=$SECONDS
-			continue
-		fi
-		line=$pending$line
-		[[ -z $line ]] || printf '%s\n' "$line"
-		return 0
+			;;
+		eof)
+			line=$pending$line
+			[[ -z $line ]] || printf '%s\n' "$line"
+			return 0
+			;;
+		esac
 	done
 }
 
@@ -86,28 +112,26 @@ count() {
 # (linking a test binary, or a long package) and the count of packages
 # reported so far.
 watch() {
-	local n=0 line pending="" last=$SECONDS rc
+	local n=0 line pending="" last=$SECONDS got
 	while :; do
-		# rc must be read's own status: after an if without else, $? is 0
-		# whatever the condition returned, which once ended the watch at the
-		# first silent minute (and go test on SIGPIPE).
-		rc=0
-		IFS= read -r -t "${GO_PROGRESS_SILENCE:-60}" line || rc=$?
-		if ((rc == 0)); then
+		next_line "${GO_PROGRESS_SILENCE:-60}"
+		case $got in
+		line)
 			line=$pending$line pending=""
 			[[ $line =~ ^(ok|FAIL|\?)[[:space:]]+[^[:space:]]+ ]] && n=$((n + 1))
 			printf '%s\n' "$line"
 			last=$SECONDS
-			continue
-		fi
-		if ((rc > 128)); then
+			;;
+		silent)
 			pending+=$line
 			echo "  ... $(elapsed): $n packages reported; nothing printed for $((SECONDS - last))s while the next test binaries link or run"
-			continue
-		fi
-		line=$pending$line
-		[[ -z $line ]] || printf '%s\n' "$line"
-		return 0
+			;;
+		eof)
+			line=$pending$line
+			[[ -z $line ]] || printf '%s\n' "$line"
+			return 0
+			;;
+		esac
 	done
 }
 

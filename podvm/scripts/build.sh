@@ -281,6 +281,9 @@ if [ -n "${PODVM_OUT:-}" ]; then
 fi
 rm -rf "$final.old"
 if [ -e "$final" ]; then mv "$final" "$final.old"; fi
+# test/podvm/run.sh's record that a rebuild reproduced the image: a new
+# image must be reproduced again.
+rm -f "$final.reproduced"
 mv "$out" "$final"
 out=""
 rm -rf "$final.old"
@@ -289,7 +292,7 @@ if [ -z "${PODVM_OUT:-}" ]; then
 	# Go tools or podvm/ makes a new key.
 	# shellcheck disable=SC2012,SC2010 # names are podvm-<hex key>
 	ls -dt "$cache"/podvm-* 2>/dev/null | grep -E '/podvm-[0-9a-f]{16}$' | tail -n +4 | while read -r old; do
-		rm -rf "$old" "$old.boot"
+		rm -rf "$old" "$old.boot" "$old.reproduced"
 	done
 fi
 echo "podvm: built in ${seconds}s (key $key): $final" >&2

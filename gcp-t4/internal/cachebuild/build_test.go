@@ -65,18 +65,30 @@ func source(t *testing.T) (host string, index, single v1.Hash, want v1.Image, st
 	return host, index, single, want, srv.Close
 }
 
+// skopeoBin is the real registry client the mirror tests pull with. A
+// -short run (make test-short: Go alone, no real CLI) leaves these tests
+// to make test, which installs skopeo first (test/cache/deps.sh).
+func skopeoBin(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("skopeo")
+	if err != nil {
+		if testing.Short() {
+			t.Skip("pulls with skopeo, a real registry client; make test installs it and runs this")
+		}
+		t.Fatal("skopeo is missing: run test/cache/deps.sh as root (make test does), or apt-get install -y skopeo")
+	}
+	return bin
+}
+
 // skopeo copies ref through the mirror, reading registries.conf as
 // image-rs does in the podVM: the image's registry has the mirror first.
 func skopeo(t *testing.T, mirror, ref, out string) (string, error) {
 	t.Helper()
-	bin, err := exec.LookPath("skopeo")
-	if err != nil {
-		t.Fatal("skopeo is missing: run test/cache/deps.sh as root (make test does), or apt-get install -y skopeo")
-	}
+	bin := skopeoBin(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "registries.conf")
 	// The workload names docker.io; the podVM's mirror is tried first.
-	err = os.WriteFile(conf, []byte(fmt.Sprintf(`
+	err := os.WriteFile(conf, []byte(fmt.Sprintf(`
 [[registry]]
 prefix = "docker.io/library/cachetest"
 location = "docker.io/library/cachetest"
@@ -103,6 +115,7 @@ insecure = true
 // client (skopeo, reading registries.conf as image-rs does) falls back to
 // the image's location, as a podVM does through Cloud NAT.
 func TestMirrorMissFallsBackToTheRegistry(t *testing.T) {
+	skopeoBin(t)
 	host, index, single, want, stop := source(t)
 	defer stop()
 	dir := filepath.Join(t.TempDir(), "cache")
@@ -117,10 +130,7 @@ func TestMirrorMissFallsBackToTheRegistry(t *testing.T) {
 	srv := httptest.NewServer(c)
 	defer srv.Close()
 	mirror := strings.TrimPrefix(srv.URL, "http://")
-	bin, err := exec.LookPath("skopeo")
-	if err != nil {
-		t.Fatal("skopeo is missing: run test/cache/deps.sh as root (make test does), or apt-get install -y skopeo")
-	}
+	bin := skopeoBin(t)
 	conf := filepath.Join(t.TempDir(), "registries.conf")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`
 [[registry]]
@@ -180,6 +190,7 @@ func (c *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // image it gets is the one published. A blob tampered with on the disk is
 // refused by the client (the digest it asked for), and Verify finds it.
 func TestMirrorServesTheCacheToARegistriesConfClient(t *testing.T) {
+	skopeoBin(t)
 	host, index, single, want, stop := source(t)
 	dir := filepath.Join(t.TempDir(), "cache")
 	imgs, err := Build(context.Background(), dir, []string{
@@ -433,8 +444,28 @@ func TestCacheDiskImage(t *testing.T) {
 			}
 			// Every time is the epoch, not the build's clock: two builds
 			// a second apart would differ otherwise.
-			if !strings.Contains(string(label), "Last write time:          Thu Jan  1 00:00:00 1970") {
-				t.Errorf("the filesystem records its build time:\n%s", label)
+			for _, field := range []string{"Filesystem created", "Last write time", "Last mount time", "Last checked"} {
+				if !regexp.MustCompile(field + `:\s+Thu Jan  1 00:00:01 1970`).Match(label) {
+					t.Errorf("the filesystem records its build time (%s):\n%s", field, label)
+				}
+			}
+			// And so does every inode: mke2fs 1.47.0 copies atime and
+			// ctime from the build machine's files, whatever
+			// SOURCE_DATE_EPOCH says (two builds then differ).
+			for _, path := range []string{"/", "/index.json", "/blobs", "/blobs/sha256", "/lost+found"} {
+				out, err := exec.Command("debugfs", "-R", "stat "+path, raw).CombinedOutput()
+				if err != nil {
+					t.Fatalf("debugfs stat %s: %v\n%s", path, err, out)
+				}
+				times := regexp.MustCompile(`(?m)^\s*(a|c|m|cr)time: (0x[0-9a-f]+:[0-9a-f]+)`).FindAllStringSubmatch(string(out), -1)
+				if len(times) != 4 {
+					t.Fatalf("debugfs stat %s: %d times, want 4:\n%s", path, len(times), out)
+				}
+				for _, m := range times {
+					if m[2] != "0x00000001:00000000" {
+						t.Errorf("%s's %stime on the disk is %s, not the epoch (1 s)", path, m[1], m[2])
+					}
+				}
 			}
 			// Readable by the podVM's unprivileged mirror, whatever the
 			// builder's umask (the test sets a strict one below).

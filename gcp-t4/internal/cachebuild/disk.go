@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,8 +23,10 @@ const FilesystemLabel = gcpt4.CacheDeviceName
 
 // epoch is every time the disk records: the disk is a function of the
 // layout alone, so two builds of the same images are the same bytes, and
-// a reviewer can rebuild and compare.
-var epoch = time.Unix(0, 0)
+// a reviewer can rebuild and compare. It is one second, not zero: to
+// e2fsprogs 1.47.0 (Debian 12's) a fake time of 0 means "unset", and
+// debugfs then stamps the superblock with the clock when it closes.
+var epoch = time.Unix(1, 0)
 
 // Disk makes the GCE image file of a layout: an ext4 filesystem holding
 // the layout at its root, in a raw disk whose size is a whole number of
@@ -37,9 +41,14 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error)
 		return 0, fmt.Errorf("%s is not a cache layout: %w", layoutDir, err)
 	}
 	var bytes int64
+	// Every path on the disk but the root, for the time fix-up below.
+	var paths []string
 	err = filepath.WalkDir(layoutDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if rel, err := filepath.Rel(layoutDir, path); err == nil && rel != "." {
+			paths = append(paths, "/"+filepath.ToSlash(rel))
 		}
 		if info, err := d.Info(); err == nil && !d.IsDir() {
 			bytes += info.Size()
@@ -95,9 +104,13 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error)
 	// inode's ctime and crtime) from SOURCE_DATE_EPOCH; earlier ones from
 	// E2FSPROGS_FAKE_TIME. Without either, a build crossing a second
 	// boundary differs from the next.
-	mkfs.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch.Unix()), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", epoch.Unix()))
+	timeEnv := append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch.Unix()), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", epoch.Unix()))
+	mkfs.Env = timeEnv
 	if b, err := mkfs.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("mke2fs (e2fsprogs; apt-get install -y e2fsprogs): %v: %s", err, b)
+	}
+	if err := pinTimes(ctx, raw, paths, timeEnv); err != nil {
+		return 0, err
 	}
 	tmp := filepath.Join(work, "disk.tar.gz")
 	// GNU tar's gzip records no name or time with -n.
@@ -110,4 +123,48 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error)
 		return 0, err
 	}
 	return sizeGiB, nil
+}
+
+// pinTimes sets every time the filesystem records to the epoch with
+// debugfs. mke2fs before 1.47.1 (Debian 12 ships 1.47.0) copies each
+// file's atime and ctime from the build machine, and SOURCE_DATE_EPOCH
+// does not clamp them there: the atime is when mke2fs read the file and
+// the ctime when the layout was written, so two builds of the same images
+// differed. Setting them after the fact holds for every e2fsprogs
+// version, and is a no-op where mke2fs already clamped them.
+func pinTimes(ctx context.Context, raw string, paths []string, env []string) error {
+	var script strings.Builder
+	t := strconv.FormatInt(epoch.Unix(), 10)
+	for _, p := range append([]string{"/", "/lost+found"}, paths...) {
+		// debugfs reads its script split at blanks, with double quotes
+		// grouping: a layout's paths are digests and fixed names, so
+		// anything else is refused rather than quoted.
+		if strings.ContainsAny(p, "\"\\ \t\n\r") {
+			return fmt.Errorf("cache layout path %q: only digests and OCI layout names can go on the disk", p)
+		}
+		for _, f := range []string{"atime", "ctime", "mtime", "crtime"} {
+			fmt.Fprintf(&script, "sif \"%s\" %s %s\nsif \"%s\" %s_extra 0\n", p, f, t, p, f)
+		}
+	}
+	for _, f := range []string{"mtime", "wtime", "lastcheck", "mkfs_time"} {
+		fmt.Fprintf(&script, "ssv %s %s\n", f, t)
+	}
+	cmds := raw + ".debugfs"
+	if err := os.WriteFile(cmds, []byte(script.String()), 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(cmds)
+	dbg := exec.CommandContext(ctx, "debugfs", "-w", "-f", cmds, raw)
+	dbg.Env = env
+	b, err := dbg.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("debugfs (e2fsprogs; apt-get install -y e2fsprogs), setting the disk's times: %v: %s", err, b)
+	}
+	// debugfs reports a failed request on its output and still exits 0.
+	for _, line := range strings.Split(string(b), "\n") {
+		if line != "" && !strings.HasPrefix(line, "debugfs ") && !strings.HasPrefix(line, "debugfs:") {
+			return fmt.Errorf("debugfs, setting the disk's times: %s", strings.TrimSpace(string(b)))
+		}
+	}
+	return nil
 }

@@ -291,6 +291,7 @@ func hub(t *testing.T) (tr http.RoundTripper, digest v1.Hash, img v1.Image, srv 
 // containers-registries.conf client (skopeo) given the same rules pulls it
 // through the mirror with the registry gone.
 func TestCachedImageIsPulledFromTheMirror(t *testing.T) {
+	skopeoBin(t)
 	tr, digest, img, srv := hub(t)
 	dir := filepath.Join(t.TempDir(), "ray-llm-cache")
 	// cache build wants the registry written out (name.StrictValidation).
@@ -353,10 +354,7 @@ func TestCachedImageIsPulledFromTheMirror(t *testing.T) {
 
 	// The same rules as containers-registries.conf, to skopeo: image-rs
 	// reads [image.registry_config] in that file's format.
-	bin, err := exec.LookPath("skopeo")
-	if err != nil {
-		t.Fatal("skopeo is missing: run test/cache/deps.sh as root (make test does), or apt-get install -y skopeo")
-	}
+	bin := skopeoBin(t)
 	var cdh map[string]any
 	if err := toml.Unmarshal([]byte(id.Data["cdh.toml"]), &cdh); err != nil {
 		t.Fatal(err)

@@ -108,8 +108,11 @@ func TestUnitBuildsItsNeighboursFirst(t *testing.T) {
 	}
 }
 
-// TestTestRunsFastChecksFirst: make test runs the unit tests before the
-// slow lint (staticcheck from cold) and the podVM build.
+// TestTestRunsFastChecksFirst: make test runs two lanes at once
+// (scripts/lanes.sh): the podVM build and boot beside the Go checks, whose
+// lane runs the unit tests before the slow lint (staticcheck from cold).
+// make -n runs a recipe that calls $(MAKE), so the lanes script runs here
+// with both sub-makes printing what they would do.
 func TestTestRunsFastChecksFirst(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")
@@ -119,17 +122,29 @@ func TestTestRunsFastChecksFirst(t *testing.T) {
 		t.Fatalf("make -n test: %v\n%s", err, out)
 	}
 	s := string(out)
-	order := []string{"gofmt -l", "go vet", "go test -count=1 -skip", "scripts/lint/setup.sh", "test/podvm/run.sh"}
+	if !strings.Contains(s, "podvm-test | test/podvm/run.sh") || !strings.Contains(s, "lanes: main lane and podvm-test passed") {
+		t.Errorf("make test does not run podvm-test in its own lane beside the Go checks:\n%s", s)
+	}
+	var main strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(line, "podvm-test | ") {
+			main.WriteString(line + "\n")
+		}
+	}
+	order := []string{"gofmt -l", "go vet", "go test -count=1 -skip", "scripts/lint/setup.sh"}
 	last, prev := -1, ""
 	for _, step := range order {
-		i := strings.Index(s, step)
+		i := strings.Index(main.String(), step)
 		if i < 0 {
-			t.Fatalf("make -n test does not run %q:\n%s", step, s)
+			t.Fatalf("make -n test's main lane does not run %q:\n%s", step, s)
 		}
 		if i < last {
 			t.Errorf("make test runs %q before %q; want the order %q", step, prev, order)
 		}
 		last, prev = i, step
+	}
+	if strings.Contains(main.String(), "test/podvm/run.sh") {
+		t.Errorf("make test's main lane runs the podVM test too:\n%s", s)
 	}
 }
 

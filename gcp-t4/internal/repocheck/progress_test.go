@@ -1,14 +1,18 @@
 package repocheck
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // progress runs scripts/go-progress.sh in dir with an own build cache.
@@ -86,24 +90,140 @@ func TestGoProgressCounts(t *testing.T) {
 	}
 }
 
-// TestGoProgressWatchOutlivesSilence: `make unit` runs go test through
-// the watch mode, which speaks up after each silent stretch. It once
-// ended at the first one (it took a read timeout for end of input), so
-// go test died of SIGPIPE in the middle of the suite. A command silent
-// for longer than the stretch (GO_PROGRESS_SILENCE seconds; a minute in
-// the Makefile) must be followed to its end, its lines and exit status
-// passed through.
-func TestGoProgressWatchOutlivesSilence(t *testing.T) {
-	cmd := exec.Command(filepath.Join(root(t), "scripts", "go-progress.sh"), "watch", "sh", "-c", `echo "ok  a 0.1s"; sleep 3; echo "ok  b 0.1s"; exit 3`)
-	cmd.Env = append(os.Environ(), "GO_PROGRESS_SILENCE=1")
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
-		t.Fatalf("exit %v, want the command's 3:\n%s", err, out)
+// fakeGo is a go that prints a package, then says nothing until the test
+// writes a line to $FAKE_GO_GATE (a FIFO), then prints another and exits
+// with $FAKE_GO_EXIT. `go list` (what build and deps ask first) answers
+// at once. The gate makes "silent for longer than every timeout" a fact
+// the test waits for, not a sleep it hopes is long enough.
+const fakeGo = `#!/bin/sh
+if [ "$1" = list ]; then echo example.com/fake/a; echo example.com/fake/b; exit 0; fi
+echo example.com/fake/a
+echo "ok  	example.com/fake/a	0.1s"
+read -r _ <"$FAKE_GO_GATE"
+echo example.com/fake/b
+echo "ok  	example.com/fake/b	0.1s"
+exit "$FAKE_GO_EXIT"
+`
+
+// wrapperCase is one way the Makefile runs a wrapper script around a
+// long command, and the line the wrapper prints when that command has
+// been silent past its timeout.
+type wrapperCase struct {
+	script string
+	args   []string
+	silent string
+}
+
+// wrapperCases: every mode of every wrapper script that reads a
+// command's output with a timeout (TestEveryTimedWrapperIsChecked finds
+// them). A timeout taken for the end of input once killed a cold
+// `make demo` at 50 % with "Error 141" (go build dead of SIGPIPE).
+func wrapperCases(goBin string) []wrapperCase {
+	return []wrapperCase{
+		{"scripts/go-progress.sh", []string{"build", "./..."}, "(go is still at work"},
+		{"scripts/go-progress.sh", []string{"deps", "./..."}, "(go is still at work"},
+		{"scripts/go-progress.sh", []string{"install", "example.com/fake@v1.0.0"}, "(go is still at work"},
+		{"scripts/go-progress.sh", []string{"watch", goBin, "test", "./..."}, "nothing printed for"},
 	}
-	for _, want := range []string{"ok  a", "nothing printed for", "ok  b"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("watch output lacks %q:\n%s", want, out)
+}
+
+// TestWrappersOutliveSilence runs each wrapper around a go that stays
+// silent until the wrapper has said so (its timeout passed, shortened to
+// a second by GO_PROGRESS_SILENCE), then goes on: the wrapper must follow
+// it to the end, print its last lines and pass its exit status through.
+func TestWrappersOutliveSilence(t *testing.T) {
+	dir := t.TempDir()
+	goBin := filepath.Join(dir, "go")
+	if err := os.WriteFile(goBin, []byte(fakeGo), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range wrapperCases(goBin) {
+		for _, exitCode := range []int{0, 3} {
+			name := fmt.Sprintf("%s %s exit %d", c.script, c.args[0], exitCode)
+			gate := filepath.Join(dir, fmt.Sprintf("gate-%d-%d", i, exitCode))
+			if err := syscall.Mkfifo(gate, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(filepath.Join(root(t), c.script), c.args...)
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "GO="+goBin, "GO_PROGRESS_SILENCE=1", "FAKE_GO_GATE="+gate, fmt.Sprintf("FAKE_GO_EXIT=%d", exitCode))
+			pipe, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = cmd.Stdout
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// A wrapper that takes the silence for the end of input
+			// returns while the command still waits at its gate, and
+			// bash waits for the command: the run would never end. This
+			// bound only turns that hang into a failure; the gate, not
+			// the clock, orders the run.
+			hung := time.AfterFunc(time.Minute, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+			var out strings.Builder
+			opened := false
+			sc := bufio.NewScanner(pipe)
+			for sc.Scan() {
+				out.WriteString(sc.Text() + "\n")
+				// The wrapper said the command is silent: only now may
+				// the command go on.
+				if !opened && strings.Contains(sc.Text(), c.silent) {
+					opened = true
+					f, err := os.OpenFile(gate, os.O_WRONLY, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					_, _ = f.WriteString("go on\n")
+					f.Close()
+				}
+			}
+			err = cmd.Wait()
+			hung.Stop()
+			if !opened {
+				t.Errorf("%s: the wrapper ended without saying the command was silent (it would have killed it):\n%s", name, out.String())
+				continue
+			}
+			got := 0
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				got = exit.ExitCode()
+			} else if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got != exitCode {
+				t.Errorf("%s: exit %d, want the command's %d (141 is SIGPIPE: the wrapper stopped reading):\n%s", name, got, exitCode, out.String())
+			}
+			// What the command printed after its silence, passed through.
+			last := "ok  \texample.com/fake/b"
+			if !strings.Contains(out.String(), last) {
+				t.Errorf("%s: output lacks %q, what the command printed after its silence:\n%s", name, last, out.String())
+			}
+		}
+	}
+}
+
+// TestEveryTimedWrapperIsChecked: a tracked shell script that reads with
+// a timeout (read -t) wraps a command's output, and is held by
+// TestWrappersOutliveSilence; a new one must be added there.
+func TestEveryTimedWrapperIsChecked(t *testing.T) {
+	out, err := exec.Command("git", "-C", root(t), "ls-files", "*.sh").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	checked := map[string]bool{}
+	for _, c := range wrapperCases("go") {
+		checked[c.script] = true
+	}
+	timed := regexp.MustCompile(`\bread\b[^\n]*\s-t\b`)
+	for _, f := range strings.Fields(string(out)) {
+		b, err := os.ReadFile(filepath.Join(root(t), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if timed.Match(b) && !checked[f] {
+			t.Errorf("%s reads with a timeout (read -t): add its modes to wrapperCases so a silent command is shown not to kill it", f)
 		}
 	}
 }
