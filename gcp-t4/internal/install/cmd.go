@@ -249,9 +249,6 @@ func checkConfig(objs []*unstructured.Unstructured, tlsMounted bool) error {
 // stderr), so it writes text rather than structured logs; the manifests
 // alone go to stdout with --render.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	o, err := parseInstall(args, stderr)
 	if err == nil {
 		// Before anything is rendered or applied: a key a `git add` would

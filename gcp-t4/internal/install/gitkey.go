@@ -28,6 +28,9 @@ func refuseCommittableKey(ctx context.Context, flag, path string, log *slog.Logg
 	if path == "" {
 		return nil
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	git, err := exec.LookPath("git")
 	if err != nil {
 		log.Debug("git not found: not checking whether the key file is in a git work tree", "flag", flag, "err", err)

@@ -5,9 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 )
 
 // gitIn runs git in dir with the test's environment and fails the test on
@@ -135,5 +138,47 @@ func TestInstallRefusesAKeyGitWouldCommit(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	if code, stderr := install(inRepo); code != 0 {
 		t.Errorf("without git: exit %d, want no check\n%s", code, stderr)
+	}
+}
+
+// TestInstallMDKeepsTheKeyOutOfTheRepository runs docs/install.md's env
+// and identity steps as TestAgainstAPIServer/InstallMDWalkthrough does
+// (the same commands, the same handlers, no cluster needed): CAA's key
+// lands outside the repository, mode 0600 in a 0700 directory, where
+// install's check accepts it; and every command of the page that hands
+// the key on names that place, never a file in the working directory.
+func TestInstallMDKeepsTheKeyOutOfTheRepository(t *testing.T) {
+	w := &walk{home: t.TempDir(), workdir: t.TempDir(), out: map[string]string{},
+		vars: map[string]string{"PROJECT": "demo-project", "BUCKET": "test-bucket"}}
+	_, steps := docSteps(t)
+	for _, step := range []string{"env", "identity"} {
+		if len(steps[step]) == 0 {
+			t.Fatalf("docs/install.md has no %s step", step)
+		}
+		for _, c := range steps[step] {
+			w.run(t, step, c.Text)
+		}
+	}
+	w.keyLeftTheRepository(t)
+	if strings.Contains(w.vars["BUCKET"], "gs://") || !strings.HasPrefix(w.vars["KEYDIR"], w.home+"/") {
+		t.Errorf("env: BUCKET %q (a name, as the runbook's), KEYDIR %q (under the home %s)", w.vars["BUCKET"], w.vars["KEYDIR"], w.home)
+	}
+
+	blocks, err := doccmd.File(filepath.Join(repoRoot, "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyArg := regexp.MustCompile(`(?:-credentials-file[ =]|--from-file=GCP_CREDENTIALS=)(\S+)`)
+	n := 0
+	for _, c := range doccmd.Commands(blocks) {
+		for _, m := range keyArg.FindAllStringSubmatch(c.Text, -1) {
+			n++
+			if m[1] != `"$KEYDIR/caa-key.json"` {
+				t.Errorf("docs/install.md line %d hands on the key as %s, not the identity step's \"$KEYDIR/caa-key.json\"", c.Line, m[1])
+			}
+		}
+	}
+	if n < 3 {
+		t.Errorf("docs/install.md hands the key on %d times; want preflight's, install's and the Helm Secret's", n)
 	}
 }
