@@ -96,7 +96,12 @@ func (g *guide) run(c doccmd.Command) error {
 				t.Fatalf("kubectl create secret: %s is not a flag the test knows", a)
 			}
 			k, file, _ := strings.Cut(kv, "=")
-			b, err := os.ReadFile(filepath.Join(g.workdir, file))
+			// The guide quotes a path under $HOME; the shell drops the quotes.
+			file = strings.Trim(file, `"`)
+			if !filepath.IsAbs(file) {
+				file = filepath.Join(g.workdir, file)
+			}
+			b, err := os.ReadFile(file)
 			if err != nil {
 				return err
 			}
@@ -265,6 +270,9 @@ func waitEstablished(t *testing.T, ri dynamic.ResourceInterface, name string) {
 func TestGuideHelmSection(t *testing.T) {
 	g := &guide{t: t, caa: tree(t, envCAA, "a cloud-api-adaptor tree at v0.22.0"), kata: tree(t, envKata, "a kata-containers tree at 4.0.0"),
 		workdir: t.TempDir(), vars: map[string]string{"PROJECT": "demo-project", "ZONE": "us-central1-a"}}
+	// Step 3's key, where the guide's env step puts it: KEYDIR, outside the
+	// working directory.
+	g.vars["KEYDIR"] = filepath.Join(t.TempDir(), ".config", "caa-gcp-t4")
 	// The post-renderer runs kustomize (KUSTOMIZE), else kustomize or
 	// kubectl from PATH; make's pinned build where there is one.
 	if k := os.Getenv("KUSTOMIZE_BIN"); k != "" {
@@ -274,7 +282,10 @@ func TestGuideHelmSection(t *testing.T) {
 	g.cs = kubernetes.NewForConfigOrDie(g.cp.Config())
 	ctx := context.Background()
 	certManagerCRDs(t, g.cp)
-	if err := os.WriteFile(filepath.Join(g.workdir, "key.json"), []byte(`{"type": "service_account", "client_email": "caa@demo-project.iam.gserviceaccount.com"}`), 0o600); err != nil {
+	if err := os.MkdirAll(g.vars["KEYDIR"], 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(g.vars["KEYDIR"], "caa-key.json"), []byte(`{"type": "service_account", "client_email": "caa@demo-project.iam.gserviceaccount.com"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	blocks := guideBlocks(t)

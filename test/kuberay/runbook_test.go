@@ -220,7 +220,7 @@ func TestRunbookReflectsEverySetting(t *testing.T) {
 		"/run/kata-containers/image/", "rootfs/local/", "df -h / /home/ray/.cache/huggingface /dev/shm",
 		// The optional GCS mirror through Private Google Access, and the one-time copy.
 		"bucket_uri: gs://BUCKET/mistral-nemo-instruct-2407", "Private Google Access",
-		`gcloud storage rsync --recursive --exclude='^\.cache/' mistral-nemo-instruct-2407 "gs://$BUCKET/mistral-nemo-instruct-2407"`,
+		`gcloud storage rsync --recursive --exclude='^\.cache/' ~/.cache/caa-gcp-t4/mistral-nemo-instruct-2407 "gs://$BUCKET/mistral-nemo-instruct-2407"`,
 		// Ray's object store, Serve's admission limit, the metrics port and scrape config.
 		`object-store-memory: "` + pods[0].rayStartParams["object-store-memory"] + `"`,
 		"max_ongoing_requests: " + strconv.Itoa(*llm.DeploymentConfig.MaxOngoingRequests),

@@ -64,7 +64,7 @@ echo "gcloud \$*" >>$work/gcloud.calls
 case "\$*" in *get-serial-port-output*) cat $work/console.txt ;; esac
 SH
 chmod 0755 "$work/shims"/*
-export PROJECT=test-proj ZONE=us-central1-a BUCKET=gs://test-bucket
+export PROJECT=test-proj ZONE=us-central1-a BUCKET=test-bucket
 run() { # one doc command in the copy, the user's environment plus ours
 	(cd "$work/clone" && env HOME="$work/home" PATH="$work/shims:$PATH" PODVM_CACHE="$work/cache" PODVM_OFFLINE=1 \
 		PODVM_ARTEFACTS="$work/layouts" PODVM_PINS="$work/up/pins" CAA_SRC="$work/up/caa" KATA_SRC="$work/up/kata" \

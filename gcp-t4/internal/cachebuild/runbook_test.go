@@ -133,7 +133,10 @@ func TestRunbookCachePath(t *testing.T) {
 	remote.DefaultTransport = tr
 	t.Cleanup(func() { remote.DefaultTransport = saved })
 	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials but the admin's, and there are none
-	vars := map[string]string{}
+	// The admin's home, new: the block writes the layout and its image
+	// file there, outside the checkout.
+	home := t.TempDir()
+	vars := map[string]string{"HOME": home}
 	env := func() []string {
 		e := append(os.Environ(), "PATH="+shims+":"+os.Getenv("PATH"))
 		for k, v := range vars {
@@ -156,6 +159,7 @@ func TestRunbookCachePath(t *testing.T) {
 
 	cwd, prev := root, root
 	ran := map[string]string{} // what ran -> its output
+	var layout, disk string    // where cache build wrote them
 	exportRE := regexp.MustCompile(`(?:^export | )([A-Z_][A-Z0-9_]*)=`)
 	for _, c := range block.Commands {
 		switch text := c.Text; {
@@ -187,6 +191,16 @@ func TestRunbookCachePath(t *testing.T) {
 				t.Fatalf("line %d: %v", c.Line, err)
 			}
 			t.Chdir(cwd)
+			if args[2] == "build" {
+				for i, a := range args[:len(args)-1] {
+					switch a {
+					case "-o":
+						layout = args[i+1]
+					case "-disk":
+						disk = args[i+1]
+					}
+				}
+			}
 			var out, errb bytes.Buffer
 			if code := Main(context.Background(), args[2:], &out, &errb, nil); code != 0 {
 				t.Fatalf("line %d: %s: exit %d\n%s%s", c.Line, text, code, out.String(), errb.String())
@@ -194,9 +208,16 @@ func TestRunbookCachePath(t *testing.T) {
 			ran[strings.Join(args[:3], " ")+" "+args[len(args)-1]] = out.String()
 		case strings.HasPrefix(text, "gcloud storage cp "):
 			// What the upload needs: the image file build wrote.
-			f := strings.Fields(text)[3]
-			if st, err := os.Stat(filepath.Join(cwd, f)); err != nil || st.Size() == 0 {
-				t.Errorf("line %d: %s uploads %s, which the build did not write: %v", c.Line, text, f, err)
+			args, err := doccmd.Fields(text, func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
+			if err != nil {
+				t.Fatalf("line %d: %v", c.Line, err)
+			}
+			f := args[3]
+			if !filepath.IsAbs(f) {
+				f = filepath.Join(cwd, f)
+			}
+			if st, err := os.Stat(f); err != nil || st.Size() == 0 || f != disk {
+				t.Errorf("line %d: %s uploads %s, not the file the build wrote (%s): %v", c.Line, text, f, disk, err)
 			}
 			t.Logf("line %d: not run here: %s\n    %s", c.Line, text, skipUpload)
 		case strings.HasPrefix(text, "gcloud compute images create "), strings.HasPrefix(text, "gcp-t4 install "), strings.HasPrefix(text, "gcp-t4 preflight "):
@@ -226,9 +247,19 @@ func TestRunbookCachePath(t *testing.T) {
 			}
 		}
 	}
+	// The layout and its image file, about 20 GB for the real image, are
+	// outside the checkout (a `git add -A` there takes neither): the
+	// checkout holds what was copied into it and nothing more.
+	for _, p := range []string{layout, disk} {
+		if p == "" || !strings.HasPrefix(p, home+string(filepath.Separator)) {
+			t.Errorf("cache build wrote %q, not under the admin's home %s (-o %q, -disk %q)", p, home, layout, disk)
+		}
+	}
+	if entries, err := os.ReadDir(root); err != nil || len(entries) != 1 || entries[0].Name() != "install" {
+		t.Errorf("the block left files in the checkout's root: %v %v", entries, err)
+	}
 	// The layout holds the index and its linux/amd64 image, and the
 	// mirror serves both by digest under the pods' repository.
-	layout := filepath.Join(root, "ray-llm-cache")
 	m, err := cachemirror.Open(layout)
 	if err != nil {
 		t.Fatal(err)

@@ -75,6 +75,8 @@ type installOptions struct {
 	wait                  bool
 	timeout, pollInterval time.Duration
 	rolloutTimeout        time.Duration
+	// keyFile is --credentials-file's path, for refuseCommittableKey.
+	keyFile string
 }
 
 func readFile(flag, path string) ([]byte, error) {
@@ -193,6 +195,7 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 		cfg[f.key] = f.val
 	}
 	o.req.Set, o.req.Unset = cfg, unset
+	o.keyFile = credFile
 	if o.req.Credentials, err = readFile("credentials-file", credFile); err != nil {
 		return nil, err
 	}
@@ -245,8 +248,13 @@ func checkConfig(objs []*unstructured.Unstructured, tlsMounted bool) error {
 // the settings diff and rollout progress on stdout, warnings and errors on
 // stderr), so it writes text rather than structured logs; the manifests
 // alone go to stdout with --render.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
 	o, err := parseInstall(args, stderr)
+	if err == nil {
+		// Before anything is rendered or applied: a key a `git add` would
+		// commit is misuse, as a bad flag is.
+		err = refuseCommittableKey(ctx, "credentials-file", o.keyFile, logger)
+	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

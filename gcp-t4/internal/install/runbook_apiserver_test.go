@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -61,6 +62,8 @@ type runbookRule struct {
 
 // runbookRules, most specific first; the first match handles a command.
 var runbookRules = []runbookRule{
+	{re: regexp.MustCompile(`^make build$`), run: (*runbook).build},
+	{re: regexp.MustCompile(`^export PATH=`), run: (*runbook).binOnPath},
 	{re: regexp.MustCompile(`^export `), run: (*runbook).export},
 	{re: regexp.MustCompile(`^gcloud projects create |^gcloud services enable `), skip: skipCloudAccount},
 	{re: regexp.MustCompile(`^gcloud config set project `), skip: skipGcloudConfig},
@@ -129,10 +132,17 @@ func (e *env) testRunbook(t *testing.T) {
 	e.setNodes(t)
 	t.Cleanup(func() { e.cleanupRunbook(t) })
 
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &runbook{walk: &walk{e: e, fake: fake, home: home, workdir: t.TempDir(), out: map[string]string{}, roles: map[string][]string{}, granted: map[string][]string{},
 		// The project is the emulator's; HF_TOKEN is the reader's own
 		// token, which the runbook asks for and never sets.
-		vars: map[string]string{"PROJECT": fake.Project(), "HF_TOKEN": "hf_runbooktest"}}, ran: map[string]bool{}}
+		vars: map[string]string{"PROJECT": fake.Project(), "HF_TOKEN": "hf_runbooktest",
+			// The runbook runs from the checkout's root; PATH is the
+			// reader's own.
+			"PWD": root, "PATH": os.Getenv("PATH")}}, ran: map[string]bool{}}
 	blocks, err := doccmd.File(runbookDoc)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +156,7 @@ func (e *env) testRunbook(t *testing.T) {
 	t.Logf("not run here (%d):\n%s", len(r.skipped), strings.Join(r.skipped, "\n"))
 
 	// The runbook's own path through §4 ran, in full.
-	for _, h := range []string{"createNetwork", "createSubnet", "createRouter", "createNAT", "createCluster", "getCredentials", "pack", "install", "preflight", "planServe", "planFile", "createNamespace", "createSecret", "kustomize", "createCacheImage", "setCacheImage"} {
+	for _, h := range []string{"build", "binOnPath", "createNetwork", "createSubnet", "createRouter", "createNAT", "createCluster", "getCredentials", "pack", "install", "preflight", "planServe", "planFile", "createNamespace", "createSecret", "kustomize", "createCacheImage", "setCacheImage"} {
 		if !r.ran[h] {
 			t.Errorf("no runbook command reached %s: the runbook lost a step, or the test its rule", h)
 		}
@@ -176,6 +186,30 @@ func (r *runbook) run(t *testing.T, c doccmd.Command) {
 }
 
 func (r *runbook) mark(name string) { r.ran[name] = true }
+
+// build stands in for `make build`, which the test does not run (its
+// gcp-t4 runs in process): make must build cmd/gcp-t4 into bin/, the
+// directory the next command puts on PATH.
+func (r *runbook) build(t *testing.T, args []string) {
+	r.mark("build")
+	out, err := exec.Command("make", "-n", "-C", repoRoot, "build").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "./cmd/gcp-t4 ") || !strings.Contains(string(out), "-o ../bin/") {
+		t.Fatalf("%s: make -n build does not build ./cmd/gcp-t4 into bin/: %v\n%s", r.section, err, out)
+	}
+}
+
+// binOnPath checks the runbook's PATH: the checkout's bin/, where make
+// build wrote gcp-t4, ahead of the reader's own, so that every `gcp-t4`
+// after it is the one built.
+func (r *runbook) binOnPath(t *testing.T, args []string) {
+	r.mark("binOnPath")
+	v, ok := strings.CutPrefix(args[1], "PATH=")
+	dirs := filepath.SplitList(v)
+	if len(args) != 2 || !ok || len(dirs) < 2 || dirs[0] != filepath.Join(r.vars["PWD"], "bin") || strings.Join(dirs[1:], string(filepath.ListSeparator)) != r.vars["PATH"] {
+		t.Fatalf("%s: %v: want the checkout's bin/ (%s) before the reader's PATH", r.section, args, filepath.Join(r.vars["PWD"], "bin"))
+	}
+	r.vars["PATH"] = v
+}
 
 // flags reads --name=value and --name value pairs (and bare --name).
 func flags(args []string) map[string]string {

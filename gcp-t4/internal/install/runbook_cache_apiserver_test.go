@@ -26,7 +26,7 @@ const (
 // generic export, the upload before the model mirror's gcloud storage.
 var cacheRunbookRules = []runbookRule{
 	{re: regexp.MustCompile(`^export RAY_DIGEST=|^cd |^kustomize edit |^gcp-t4 cache `), skip: skipCachePath},
-	{re: regexp.MustCompile(`^gcloud storage cp ray-llm-cache\.tar\.gz `), skip: skipUpload},
+	{re: regexp.MustCompile(`^gcloud storage cp ~/\.cache/caa-gcp-t4/ray-llm-cache\.tar\.gz `), skip: skipUpload},
 	{re: regexp.MustCompile(`^gcloud compute images create `), run: (*runbook).createCacheImage},
 	{re: regexp.MustCompile(`^gcp-t4 install --(set|unset) GCP_CACHE_IMAGE`), run: (*runbook).setCacheImage},
 	{re: regexp.MustCompile(`^sed -i "s\|bucket_uri: `), skip: skipBucketSed},
@@ -43,8 +43,9 @@ func (r *runbook) createCacheImage(t *testing.T, args []string) {
 	if f["project"] != r.fake.Project() {
 		t.Fatalf("%s: images create %s in project %q, PROJECT is %q", r.section, name, f["project"], r.fake.Project())
 	}
-	if src := f["source-uri"]; !strings.HasPrefix(src, r.vars["UPLOAD"]+"/") || !strings.HasSuffix(src, ".tar.gz") {
-		t.Fatalf("%s: images create --source-uri=%q; want the file uploaded to UPLOAD (%s)", r.section, src, r.vars["UPLOAD"])
+	// UPLOAD names the bucket, as BUCKET does: the URL is gs://$UPLOAD.
+	if src := f["source-uri"]; strings.HasPrefix(r.vars["UPLOAD"], "gs://") || !strings.HasPrefix(src, "gs://"+r.vars["UPLOAD"]+"/") || !strings.HasSuffix(src, ".tar.gz") {
+		t.Fatalf("%s: images create --source-uri=%q; want the file uploaded to the bucket UPLOAD names (%s)", r.section, src, r.vars["UPLOAD"])
 	}
 	r.fake.AddImage(r.fake.Project(), &computepb.Image{Name: proto.String(name), DiskSizeGb: proto.Int64(11), Status: proto.String("READY")})
 	r.cacheImage = name

@@ -64,6 +64,8 @@ type walk struct {
 	// preflightRuns is each preflight command's output, first and last
 	// round.
 	preflightRuns []preflightRun
+	// keyFile is where the identity step wrote CAA's key.
+	keyFile string
 }
 
 // preflightRun is one preflight command's output: its first round's
@@ -126,7 +128,8 @@ func newHome(t *testing.T, e *env) string {
 }
 
 // path resolves a relative path of the walk-through: repository files from
-// the repository, the user's own files (key.json) from the working dir.
+// the repository, the user's own relative files from the working dir;
+// an absolute path (the key under $KEYDIR) as it is.
 func (w *walk) path(p string) string {
 	if filepath.IsAbs(p) {
 		return p
@@ -135,6 +138,42 @@ func (w *walk) path(p string) string {
 		return filepath.Join(repoRoot, p)
 	}
 	return filepath.Join(w.workdir, p)
+}
+
+// userPath is a file the user creates: relative to the working dir.
+func (w *walk) userPath(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(w.workdir, p)
+}
+
+// keyLeftTheRepository checks where the identity step put CAA's key: in no
+// git work tree (not the repository's, where a `git add -A` would commit
+// it), readable by the user alone, and accepted by install's own check.
+func (w *walk) keyLeftTheRepository(t *testing.T) {
+	t.Helper()
+	if w.keyFile == "" {
+		t.Fatal("identity: no command wrote CAA's key")
+	}
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel, err := filepath.Rel(root, w.keyFile); err == nil && !strings.HasPrefix(rel, "..") {
+		t.Errorf("identity: the key is written inside the repository (%s): a `git add -A` there commits it", rel)
+	}
+	if !strings.HasPrefix(w.keyFile, w.home+string(filepath.Separator)) {
+		t.Errorf("identity: the key %s is not under the user's home (%s)", w.keyFile, w.home)
+	}
+	for p, want := range map[string]os.FileMode{w.keyFile: 0o600, filepath.Dir(w.keyFile): 0o700} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != want {
+			t.Errorf("identity: %s: mode %v (%v), want %v", p, st.Mode().Perm(), err, want)
+		}
+	}
+	if err := refuseCommittableKey(t.Context(), "credentials-file", w.keyFile, nil); err != nil {
+		t.Errorf("identity: install refuses the key where the guide puts it: %v", err)
+	}
 }
 
 func (w *walk) fixPaths(args []string) []string {
@@ -181,8 +220,25 @@ func (w *walk) run(t *testing.T, step, cmd string) {
 		if !ok || email != w.vars["CAA_SA"] {
 			t.Fatalf("%s: %s: want --iam-account=$CAA_SA", step, cmd)
 		}
-		if err := os.WriteFile(filepath.Join(w.workdir, args[5]), keyFor(t, email), 0o600); err != nil {
+		// As gcloud writes it: private to the user, into a directory that
+		// must exist.
+		if err := os.WriteFile(w.userPath(args[5]), keyFor(t, email), 0o600); err != nil {
+			t.Fatalf("%s: %s: %v", step, cmd, err)
+		}
+		w.keyFile = w.userPath(args[5])
+		return
+	case len(args) == 5 && strings.Join(args[:4], " ") == "mkdir -p -m 700":
+		if err := os.MkdirAll(w.userPath(args[4]), 0o700); err != nil {
 			t.Fatal(err)
+		}
+		// -m sets the last directory's mode whatever the umask.
+		if err := os.Chmod(w.userPath(args[4]), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return
+	case len(args) == 3 && args[0] == "chmod" && args[1] == "600":
+		if err := os.Chmod(w.userPath(args[2]), 0o600); err != nil {
+			t.Fatalf("%s: %s: %v", step, cmd, err)
 		}
 		return
 	case args[0] == "make" && args[1] == "image":
@@ -241,7 +297,9 @@ func (w *walk) uploadImage(t *testing.T, args []string) {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`(?m)^features=(\S+)$`).FindSubmatch(script)
-	if m == nil || env["GCE_IMAGE_NAME"] == "" || env["GCE_PROJECT"] != w.fake.Project() {
+	// The script wants the bucket as a URL; the guides' variables hold the
+	// bucket's name.
+	if m == nil || env["GCE_IMAGE_NAME"] == "" || env["GCE_PROJECT"] != w.fake.Project() || !strings.HasPrefix(env["GCE_BUCKET"], "gs://") || strings.HasPrefix(env["GCE_BUCKET"], "gs://gs://") {
 		t.Fatalf("podvm: gce-pack.sh invocation %v / features %q", env, m)
 	}
 	img := &computepb.Image{Name: proto.String(env["GCE_IMAGE_NAME"]), Family: proto.String("caa-gcp-t4-podvm"), DiskSizeGb: proto.Int64(20)}
@@ -510,7 +568,7 @@ func (e *env) testWalkthrough(t *testing.T) {
 	// The guide's own IMAGE, CAA_SA and the rest; only the project and
 	// bucket are the emulator's.
 	w := &walk{e: e, fake: fake, home: newHome(t, e), workdir: t.TempDir(), out: map[string]string{}, roles: map[string][]string{}, granted: map[string][]string{},
-		vars: map[string]string{"PROJECT": fake.Project(), "BUCKET": "gs://test-bucket"}}
+		vars: map[string]string{"PROJECT": fake.Project(), "BUCKET": "test-bucket"}}
 	names, steps := docSteps(t)
 	want := []string{"env", "podvm", "image", "identity", "preflight", "install", "gpu-pod", "upgrade", "uninstall"}
 	if strings.Join(names, ",") != strings.Join(want, ",") {
@@ -532,6 +590,8 @@ func (e *env) testWalkthrough(t *testing.T) {
 			if w.vars["IMAGE"] == "" || w.vars["CAA_SA"] != "caa@"+fake.Project()+".iam.gserviceaccount.com" {
 				t.Fatalf("env: IMAGE %q CAA_SA %q", w.vars["IMAGE"], w.vars["CAA_SA"])
 			}
+		case "identity":
+			w.keyLeftTheRepository(t)
 		case "preflight":
 			if len(w.preflightRuns) != 2 {
 				t.Fatalf("preflight ran %d times, want the guide's two commands", len(w.preflightRuns))

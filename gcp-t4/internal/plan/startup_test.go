@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
+	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 )
 
 const rayExample = "../../../install/examples/mistral-tp2/rayservice.yaml"
@@ -229,9 +230,17 @@ func TestRunbookStartupIsPlans(t *testing.T) {
 	if ccmd == nil {
 		t.Fatal("the runbook has no `gcp-t4 plan … --cache DIR` command")
 	}
-	args := strings.Fields(ccmd[1])
+	// The layout is under the reader's home (the runbook keeps it out of
+	// the checkout): ~ is a new home here.
+	work, home := t.TempDir(), t.TempDir()
+	args, err := doccmd.Fields(ccmd[1], func(k string) (string, bool) { return home, k == "HOME" })
+	if err != nil {
+		t.Fatal(err)
+	}
 	layout := args[3]
-	work := t.TempDir()
+	if !filepath.IsAbs(layout) {
+		layout = filepath.Join(work, layout)
+	}
 	if err := os.CopyFS(filepath.Join(work, "install"), os.DirFS(filepath.Join(root, "install"))); err != nil {
 		t.Fatal(err)
 	}
@@ -248,14 +257,14 @@ func TestRunbookStartupIsPlans(t *testing.T) {
 	if err := os.WriteFile(comp, pinned, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(work, layout), 0o755); err != nil {
+	if err := os.MkdirAll(layout, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for name, body := range map[string]string{
 		"oci-layout": `{"imageLayoutVersion":"1.0.0"}`,
 		"index.json": `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":"` + digest + `","size":1000,"annotations":{"org.opencontainers.image.ref.name":"docker.io/rayproject/ray-llm@` + digest + `"}}]}`,
 	} {
-		if err := os.WriteFile(filepath.Join(work, layout, name), []byte(body), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(layout, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -272,8 +281,11 @@ func TestRunbookStartupIsPlans(t *testing.T) {
 			t.Errorf("the runbook quotes %s with the cache; plan %v does not print it:\n%s", v, args, cout)
 		}
 	}
+	// plan prints the layout as the shell gave it, the home expanded; the
+	// runbook quotes it with ~, as the reader typed it.
+	printed := strings.ReplaceAll(strings.Join(strings.Fields(cout), " "), home+"/", "~/")
 	if line := regexp.MustCompile("`(with the cache \\(--cache [^`]*)`").FindStringSubmatch(strings.Join(strings.Fields(cached), " ")); line == nil ||
-		!strings.Contains(strings.Join(strings.Fields(cout), " "), line[1]) {
+		!strings.Contains(printed, line[1]) {
 		t.Errorf("the runbook's quoted cache line %v is not plan's:\n%s", line, cout)
 	}
 }
