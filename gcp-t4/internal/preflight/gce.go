@@ -300,9 +300,9 @@ func (g *GCE) credentialsFix(code int) string {
 	}
 	switch {
 	case g.Cfg.Credentials != "" && email == "":
-		return fmt.Sprintf("%s is not a service account key: gcloud iam service-accounts keys create key.json --iam-account=CAA_SERVICE_ACCOUNT_EMAIL   # then -credentials-file key.json", from)
+		return fmt.Sprintf("%s is not a service account key: mkdir -p -m 700 ~/.config/caa-gcp-t4 && gcloud iam service-accounts keys create ~/.config/caa-gcp-t4/caa-key.json --iam-account=CAA_SERVICE_ACCOUNT_EMAIL   # outside any git work tree, then -credentials-file ~/.config/caa-gcp-t4/caa-key.json", from)
 	case g.Cfg.Credentials != "" && (code == 0 || code == 401):
-		return fmt.Sprintf("gcloud iam service-accounts keys list --iam-account=%[1]s --project=%[2]s   # is the key of %[3]s listed and enabled? if not: gcloud iam service-accounts keys create key.json --iam-account=%[1]s", email, g.Cfg.ProjectID, from)
+		return fmt.Sprintf("gcloud iam service-accounts keys list --iam-account=%[1]s --project=%[2]s   # is the key of %[3]s listed and enabled? if not: mkdir -p -m 700 ~/.config/caa-gcp-t4 && gcloud iam service-accounts keys create ~/.config/caa-gcp-t4/caa-key.json --iam-account=%[1]s", email, g.Cfg.ProjectID, from)
 	case g.Cfg.Credentials != "":
 		return fmt.Sprintf("nothing to change in the key (%s, for %s), which was not refused: the Compute API did not answer; check that this machine reaches it (GCP_ENDPOINT, proxy settings) and run preflight again", from, email)
 	case code == 0 || code == 401:

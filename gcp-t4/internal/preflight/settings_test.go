@@ -72,7 +72,7 @@ func TestCredentialsFixWithAKeyFile(t *testing.T) {
 	}{
 		{"refused", key, 401, "gcloud iam service-accounts keys list --iam-account=" + caaAccount + " --project=demo-project", "refused"},
 		{"no answer", key, 500, "nothing to change in the key (-credentials-file " + key + ", for " + caaAccount + ")", "calling the Compute API"},
-		{"not a service account key", notKey, 401, "-credentials-file " + notKey + " is not a service account key: gcloud iam service-accounts keys create key.json", "refused"},
+		{"not a service account key", notKey, 401, "-credentials-file " + notKey + " is not a service account key: mkdir -p -m 700 ~/.config/caa-gcp-t4 && gcloud iam service-accounts keys create ~/.config/caa-gcp-t4/caa-key.json", "refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake := readyProject(t)
