@@ -198,29 +198,19 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	met := true
+	see := "NOT MET above"
 	switch *output {
 	case OutputTable:
 		if met, err = renderStarts(stdout, starts, cat); err != nil {
 			return err
 		}
 	case OutputJSON:
-		met = allMet(starts)
+		met, see = allMet(starts), "startups[].start.deadlines[] with met false, and its fix"
 	}
 	if !met {
-		return errors.New("start-up does not fit every deadline on its path: see NOT MET above (-o json: deadlines[].met); give the cluster's settings with their flags when they differ from the defaults")
+		return fmt.Errorf("start-up does not fit every deadline on its path: see %s; give the cluster's settings with their flags when they differ from the defaults", see)
 	}
 	return nil
-}
-
-func allMet(starts []GroupStart) bool {
-	for _, gs := range starts {
-		for _, c := range gs.Start.Checks {
-			if !c.Met {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func readManifest(path string) ([]Workload, []string, error) {

@@ -8,10 +8,13 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/prices"
+	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
+	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 )
 
 // Output formats.
@@ -166,4 +169,317 @@ func renderJSON(w io.Writer, entries []Entry, notes []string, starts []GroupStar
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// renderStarts prints each group's start: a table of its phases, the
+// figures' sources, the start as a chart with a column at each deadline,
+// the deadlines with short verdicts, and below them, wrapped, what each
+// one not met means and how to fix it; then the bytes through Cloud NAT.
+// Groups whose starts are the same are printed once, named together.
+// Every line fits termout.Width. It reports whether every deadline is
+// met (one of unknown outcome is not counted as missed).
+func renderStarts(w io.Writer, starts []GroupStart, cat *startup.Catalog) (bool, error) {
+	var b strings.Builder
+	var nat int64
+	for _, grp := range sameStarts(starts) {
+		gs := grp[0]
+		names := make([]string, len(grp))
+		for i, g := range grp {
+			names[i] = termout.Clean(g.Group)
+		}
+		head := fmt.Sprintf("start-up: %s %s: each pod's podVM starts on its own, so the slowest pod sets the workload's time", termout.Clean(gs.Workload), strings.Join(names, ", "))
+		b.WriteString("\n")
+		writeWrapped(&b, head, "", "  ")
+		writePhases(&b, gs, cat)
+		writeChart(&b, gs)
+		writeDeadlines(&b, gs)
+		if c := gs.Cache; c != nil {
+			writeWrapped(&b, cacheLine(c, gs.Start), "  ", "    ")
+		}
+		writeWrapped(&b, fmt.Sprintf("through Cloud NAT: %.1f GB per start of each pod (x%d)", float64(gs.Start.NATBytes)/1e9, gs.Replicas), "  ", "    ")
+		for _, n := range gs.Notes {
+			writeWrapped(&b, "note: "+termout.Clean(n), "  ", "    ")
+		}
+		for _, g := range grp {
+			nat += g.Start.NATBytes * g.Replicas
+		}
+	}
+	if len(starts) > 0 {
+		b.WriteString("\n")
+		writeWrapped(&b, fmt.Sprintf("through Cloud NAT in all: %.1f GB each time every pod starts (again after each preemption or host maintenance: a new podVM pulls and downloads again)", float64(nat)/1e9), "", "  ")
+	}
+	_, err := io.WriteString(w, b.String())
+	return allMet(starts), err
+}
+
+// allMet says whether every deadline of every start is met; one whose
+// outcome is unknown (a size not given) is not counted as missed.
+func allMet(starts []GroupStart) bool {
+	for _, gs := range starts {
+		for _, c := range gs.Start.Checks {
+			if !c.Met && !c.Unknown {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// sameStarts groups the starts of one workload that would print the
+// same, in the order they come.
+func sameStarts(starts []GroupStart) [][]GroupStart {
+	var out [][]GroupStart
+	var keys []string
+	for _, gs := range starts {
+		k, err := json.Marshal(struct {
+			W     string
+			R     int64
+			S     startup.Start
+			C     *CacheStart
+			N     []string
+			Sizes map[string]SizeFrom
+		}{gs.Workload, gs.Replicas, gs.Start, gs.Cache, gs.Notes, gs.Sizes})
+		if i := slices.Index(keys, string(k)); err == nil && i >= 0 {
+			out[i] = append(out[i], gs)
+			continue
+		}
+		keys = append(keys, string(k))
+		out = append(out, []GroupStart{gs})
+	}
+	return out
+}
+
+func writeWrapped(b *strings.Builder, text, first, rest string) {
+	for _, l := range termout.Wrap(text, first, rest, termout.Width) {
+		b.WriteString(l + "\n")
+	}
+}
+
+// writeTable writes rows as tabwriter aligns them, each row that is wider
+// than the width wrapped from its last cell.
+func writeTable(b *strings.Builder, rows [][]string) {
+	var buf strings.Builder
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, "  "+strings.Join(r, "\t"))
+	}
+	_ = tw.Flush() // a strings.Builder does not fail
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	// The last cell starts where the header's last word does.
+	last := strings.LastIndex(lines[0], rows[0][len(rows[0])-1])
+	for _, l := range lines {
+		for _, f := range termout.FitLine(strings.TrimRight(l, " "), last, termout.Width) {
+			b.WriteString(f + "\n")
+		}
+	}
+}
+
+// flagged says whether a start-up flag was given: the figure it sets is
+// the user's.
+func (gs GroupStart) flagged(flag string) bool { return gs.given[flag] }
+
+// writePhases is the phase table: each phase's time, its figure, and
+// where the figure came from (the user's flag, the catalogue's kind, or
+// unknown); then each figure's sources.
+func writePhases(b *strings.Builder, gs GroupStart, cat *startup.Catalog) {
+	rows := [][]string{{"PHASE", "TIME", "FIGURE", "FROM"}}
+	var srcs [][2]string
+	var unknown []string
+	for _, p := range gs.Start.Phases {
+		took, fig := p.Took.String(), p.Figure
+		var from string
+		var cites []string
+		switch {
+		case p.Fixed != nil && gs.flagged(p.Flag):
+			from = "flag --" + p.Flag
+		case p.Fixed != nil:
+			from = p.Kind + " (--" + p.Flag + ")"
+			cites = append(cites, refOf(cat, p.Source))
+		}
+		if p.Size != "" {
+			sz, ok := gs.Sizes[p.Size]
+			sizeFlag := "--" + sizeFlag(cat, p.Size)
+			switch {
+			case p.Unknown:
+				took, fig = "unknown", "not counted: give "+sizeFlag
+				unknown = append(unknown, p.ID)
+				if from == "" {
+					from = "unknown (" + sizeFlag + ")"
+				}
+			case !ok:
+				// Nothing to move (no model): nothing to cite.
+			case from == "" && sz.Kind != "":
+				from = "size: " + sz.Kind + " (" + sizeFlag + ")"
+			case from == "":
+				from = "size: " + sz.From
+			}
+			if ok && sz.Source != "" && !p.Unknown {
+				cites = append(cites, p.Size+" size ("+orKind(sz.Kind, sz.From)+"): "+sz.Source)
+			} else if ok && strings.HasPrefix(sz.From, "flag ") {
+				cites = append(cites, p.Size+" size: "+sz.From)
+			}
+			if p.Bytes > 0 {
+				for _, id := range strings.Split(p.Rate, ",") {
+					for _, r := range cat.Rates {
+						if r.ID != strings.TrimSpace(id) {
+							continue
+						}
+						if gs.flagged(r.Flag) {
+							cites = append(cites, r.ID+" rate: flag --"+r.Flag)
+						} else {
+							cites = append(cites, r.ID+" rate, "+r.Kind+" (--"+r.Flag+"): "+refOf(cat, r.Source))
+						}
+					}
+				}
+			}
+		}
+		rows = append(rows, []string{p.ID, took, fig, from})
+		if len(cites) > 0 {
+			srcs = append(srcs, [2]string{p.ID, strings.Join(cites, "; ")})
+		}
+	}
+	total := gs.Start.Total.String()
+	if len(unknown) > 0 {
+		rows = append(rows, []string{"total", "at least " + total, "not counting " + strings.Join(unknown, ", "), ""})
+	} else {
+		rows = append(rows, []string{"total", total, "", ""})
+	}
+	writeTable(b, rows)
+	b.WriteString("  sources (each flag replaces its figure):\n")
+	for _, s := range srcs {
+		writeWrapped(b, s[1], fmt.Sprintf("    %-8s ", s[0]), strings.Repeat(" ", 13))
+	}
+}
+
+func orKind(kind, from string) string {
+	if kind != "" {
+		return kind
+	}
+	return from
+}
+
+// deadlineKey is the letter that names a deadline in the chart and the
+// table.
+func deadlineKey(i int) string { return string(rune('a' + i%26)) }
+
+// phaseSpans are each phase's start and end in a modelled start.
+func phaseSpans(st startup.Start) map[string][2]time.Duration {
+	spans := map[string][2]time.Duration{}
+	var at time.Duration
+	for _, p := range st.Phases {
+		spans[p.ID] = [2]time.Duration{at, at + p.Took.Duration}
+		at += p.Took.Duration
+	}
+	return spans
+}
+
+// writeChart draws the start: a bar per phase, a column at the moment
+// each deadline fires (counted from the start of the first phase it
+// bounds).
+func writeChart(b *strings.Builder, gs GroupStart) {
+	spans := phaseSpans(gs.Start)
+	var c termout.Chart
+	for _, p := range gs.Start.Phases {
+		s := spans[p.ID]
+		c.Bars = append(c.Bars, termout.Bar{Label: p.ID, Start: s[0], End: s[1], Unknown: p.Unknown})
+	}
+	for i, ch := range gs.Start.Checks {
+		if ch.Have.Duration > 0 {
+			c.Deadlines = append(c.Deadlines, termout.Deadline{Key: deadlineKey(i), At: spans[ch.Deadline.From][0] + ch.Have.Duration})
+		}
+	}
+	b.WriteString("  timeline (" + string(termout.Full) + " a phase; " + string(termout.Mark) + " a deadline, lettered as in the table below):\n")
+	lines, beyond := c.Lines("  ", termout.Width)
+	for _, l := range lines {
+		b.WriteString(l + "\n")
+	}
+	if len(beyond) > 0 {
+		var far []string
+		for _, d := range beyond {
+			far = append(far, d.Key+" at "+termout.Duration(d.At))
+		}
+		writeWrapped(b, "past the chart's end: "+strings.Join(far, ", "), "  ", "    ")
+	}
+}
+
+// writeDeadlines is the deadline table, verdicts in a word, then where
+// each value came from, the call each bounds, and for each not met its
+// meaning and fix, wrapped.
+func writeDeadlines(b *strings.Builder, gs GroupStart) {
+	rows := [][]string{{"", "DEADLINE", "BOUNDS", "NEEDS", "HAS", "VERDICT"}}
+	var setBy, calls []string
+	var from []string
+	byFrom := map[string][]string{}
+	var explain []string
+	var unknown []string
+	for i, c := range gs.Start.Checks {
+		k := deadlineKey(i)
+		name := c.Owner + " " + c.Setting
+		if c.Factor > 1 {
+			name += fmt.Sprintf(" x%g", c.Factor)
+		}
+		bounds := c.Deadline.From
+		if c.Deadline.To != c.Deadline.From {
+			bounds += ".." + c.Deadline.To
+		}
+		need, have, verdict := c.Need.String(), c.Have.String(), "met"
+		if c.Have.Duration == 0 {
+			have = "none"
+		}
+		switch {
+		case c.Unknown:
+			need, verdict = "unknown", "unknown"
+			unknown = append(unknown, k)
+		case !c.Met:
+			verdict = "NOT MET"
+			kind := "fatal: the start fails"
+			if c.Retried {
+				kind = "retried: the step is tried again"
+			}
+			explain = append(explain, fmt.Sprintf("%s  %s (%s) needs %s, has %s (%s); %s. Fix: %s. When it fires: %s.",
+				k, name, c.Call, c.Need, c.Have, c.From, kind, c.Fix, c.OnExpiry))
+		}
+		rows = append(rows, []string{k, name, bounds, need, have, verdict})
+		if _, ok := byFrom[c.From]; !ok {
+			from = append(from, c.From)
+		}
+		byFrom[c.From] = append(byFrom[c.From], k)
+		calls = append(calls, k+" "+c.Call)
+	}
+	if len(gs.Start.Checks) == 0 {
+		return
+	}
+	writeTable(b, rows)
+	for _, f := range from {
+		setBy = append(setBy, strings.Join(byFrom[f], ", ")+" "+termout.Clean(f))
+	}
+	writeWrapped(b, "values from: "+strings.Join(setBy, "; "), "  ", "    ")
+	writeWrapped(b, "calls bounded: "+strings.Join(calls, "; "), "  ", "    ")
+	if len(unknown) > 0 {
+		writeWrapped(b, fmt.Sprintf("unknown: %s bound a phase whose size is not known; the sources above name its flag", strings.Join(unknown, ", ")), "  ", "    ")
+	}
+	if len(explain) > 0 {
+		b.WriteString("  NOT MET:\n")
+		for _, e := range explain {
+			writeWrapped(b, e, "  ", "     ")
+		}
+	}
+}
+
+// cacheLine is the start with the cache against its goal: when over, by
+// how much and the phases that make up the gap, each with its figure.
+func cacheLine(c *CacheStart, st startup.Start) string {
+	line := fmt.Sprintf("with the cache (--cache %s): %s, %s without it; ", termout.Clean(c.Layout), c.Total, c.WithoutCache)
+	if c.Met {
+		return line + fmt.Sprintf("within the %s goal (--cache-goal)", c.Goal)
+	}
+	var causes []string
+	for _, id := range c.Causes {
+		for _, p := range st.Phases {
+			if p.ID == id {
+				causes = append(causes, fmt.Sprintf("%s %s, %s", p.ID, p.Took, p.Figure))
+			}
+		}
+	}
+	return line + fmt.Sprintf("%s over the %s goal (--cache-goal), made up by the longest phases: %s", c.Over, c.Goal, strings.Join(causes, "; "))
 }

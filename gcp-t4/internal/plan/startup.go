@@ -4,12 +4,10 @@ import (
 	"cmp"
 	"flag"
 	"fmt"
-	"io"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -102,6 +100,22 @@ type GroupStart struct {
 	// Cache is the start with --cache against its goal.
 	Cache *CacheStart `json:"cache,omitempty"`
 	Notes []string    `json:"notes,omitempty"`
+	// Sizes say where each size the start moves came from, by size name
+	// ("image", "weights"): a flag, a catalogue, the cache layout, or
+	// nowhere (unknown).
+	Sizes map[string]SizeFrom `json:"sizes,omitempty"`
+	// given are the start-up flags given on the command line: their
+	// figures are the user's, not the catalogue's.
+	given map[string]bool
+}
+
+// SizeFrom is where a size came from: From in words ("flag
+// --image-size", "the start-up catalogue", "unknown"), with the
+// catalogue row's Kind and Source where it came from one.
+type SizeFrom struct {
+	From   string `json:"from"`
+	Kind   string `json:"kind,omitempty"`
+	Source string `json:"source,omitempty"`
 }
 
 // CacheStart is a start with the cache disk (--cache) against the goal
@@ -130,6 +144,7 @@ type podImage struct {
 	bytes int64
 	known bool
 	route string // startup.RouteCache, or "": from its registry
+	from  SizeFrom
 }
 
 // startOf models one group's start from the catalogue, the manifest, the
@@ -137,7 +152,8 @@ type podImage struct {
 func (sf *startupFlags) startOf(w Workload, g Group, e Entry) (GroupStart, error) {
 	cat := sf.cat
 	in := cat.Defaults()
-	gs := GroupStart{Workload: w.Kind + "/" + w.Name, Group: g.Name, Replicas: g.Replicas}
+	gs := GroupStart{Workload: w.Kind + "/" + w.Name, Group: g.Name, Replicas: g.Replicas, Sizes: map[string]SizeFrom{}, given: sf.set}
+	in.Kind = w.Kind
 	for id, v := range sf.fixed {
 		in.Fixed[id] = *v
 	}
@@ -184,13 +200,21 @@ func (sf *startupFlags) startOf(w Workload, g Group, e Entry) (GroupStart, error
 		images = append(images, im)
 		gs.Notes = append(gs.Notes, note)
 	}
-	if err := sf.modelImages(&in, images); err != nil {
+	chosen, err := sf.modelImages(&in, images)
+	if err != nil {
 		return gs, err
+	}
+	switch {
+	case chosen >= 0:
+		gs.Sizes["image"] = images[chosen].from
+	case len(images) > 0:
+		gs.Sizes["image"] = SizeFrom{From: "unknown"}
 	}
 	// Weights: every GPU pod of a Serve LLM cluster downloads the model,
 	// from Cloud Storage when every model is mirrored there.
 	var weights int64
 	weightsKnown := true
+	var weightsFrom []string
 	if podGPUs(g) > 0 {
 		gcs := len(w.Models) > 0
 		for _, m := range w.Models {
@@ -218,14 +242,21 @@ func (sf *startupFlags) startOf(w Workload, g Group, e Entry) (GroupStart, error
 			}
 			b := mod.CheckpointBytes()
 			weights += b
+			weightsFrom = append(weightsFrom, m)
 			gs.Notes = append(gs.Notes, fmt.Sprintf("model %s: %.1f GB of weights (plan serve's catalogue)", m, float64(b)/1e9))
 		}
 	}
 	if weightsKnown {
 		in.Sizes["weights"] = weights
+		if weights > 0 {
+			gs.Sizes["weights"] = SizeFrom{From: "plan serve's catalogue", Source: "plan serve's catalogue: " + strings.Join(weightsFrom, ", ")}
+		}
+	} else {
+		gs.Sizes["weights"] = SizeFrom{From: "unknown"}
 	}
 	if b, ok := given["weights"]; ok {
 		in.Sizes["weights"] = b
+		gs.Sizes["weights"] = SizeFrom{From: "flag --" + sizeFlag(cat, "weights")}
 	}
 	// What the manifest sets: annotations on the pod (kata) or the
 	// object (KubeRay), environment variables on the containers.
@@ -241,6 +272,11 @@ func (sf *startupFlags) startOf(w Workload, g Group, e Entry) (GroupStart, error
 	st, err := cat.Model(in)
 	if err != nil {
 		return gs, err
+	}
+	for i, c := range st.Checks {
+		if !c.Met && !c.Unknown {
+			st.Checks[i].Fix = fixOf(c)
+		}
 	}
 	gs.Start = st
 	if sf.cache != nil {
@@ -288,6 +324,7 @@ func (sf *startupFlags) imageOf(ref string, given map[string]int64, podAnnotatio
 	}
 	if b, ok := given["image"]; ok {
 		im.bytes, im.known = b, true
+		im.from = SizeFrom{From: "flag --" + sizeFlag(sf.cat, "image")}
 		note := fmt.Sprintf("image %s: %.1f GB (--image-size)", ref, float64(b)/1e9)
 		if how != "" {
 			note += ", " + how
@@ -295,11 +332,13 @@ func (sf *startupFlags) imageOf(ref string, given map[string]int64, podAnnotatio
 		return im, note
 	}
 	if im.known {
+		im.from = SizeFrom{From: "the cache layout", Source: sf.cache.Dir + ": the image's manifest"}
 		return im, fmt.Sprintf("image %s: %.1f GB (the cache layout's manifest), %s", ref, float64(im.bytes)/1e9, how)
 	}
 	cat := sf.cat
 	if ci, ok := cat.LookupImage(ref); ok {
 		im.bytes, im.known = int64(ci.MB*1e6), true
+		im.from = SizeFrom{From: "the start-up catalogue", Kind: ci.Kind, Source: refOf(cat, ci.Source)}
 		note := fmt.Sprintf("image %s: %.1f GB (%s, %s)", ref, ci.MB/1e3, ci.Kind, refOf(cat, ci.Source))
 		if how != "" {
 			note += ", " + how
@@ -315,27 +354,28 @@ func (sf *startupFlags) imageOf(ref string, given map[string]int64, podAnnotatio
 
 // modelImages sets the image phase's inputs: the longest of the pod's
 // pulls, each at its route's rates, and every byte pulled from a registry
-// as the bytes through Cloud NAT. An image of unknown size leaves the
-// phase unknown (its note names --image-size).
-func (sf *startupFlags) modelImages(in *startup.Inputs, images []podImage) error {
+// as the bytes through Cloud NAT. It returns the longest pull's index. An
+// image of unknown size leaves the phase unknown (its note names
+// --image-size), and the index -1.
+func (sf *startupFlags) modelImages(in *startup.Inputs, images []podImage) (int, error) {
 	p, ok := sf.cat.Phase("image")
 	if !ok {
-		return fmt.Errorf("startup catalogue: no image phase")
+		return -1, fmt.Errorf("startup catalogue: no image phase")
 	}
 	var longest float64
 	var nat int64
 	chosen := -1
 	for i, im := range images {
 		if !im.known {
-			return nil
+			return -1, nil
 		}
 		ids, err := p.Rates(im.route)
 		if err != nil {
-			return err
+			return -1, err
 		}
 		rate, _, err := startup.Slowest(ids, in.Rates)
 		if err != nil {
-			return fmt.Errorf("phase image: %w", err)
+			return -1, fmt.Errorf("phase image: %w", err)
 		}
 		if t := float64(im.bytes) / rate; chosen < 0 || t > longest {
 			longest, chosen = t, i
@@ -345,14 +385,14 @@ func (sf *startupFlags) modelImages(in *startup.Inputs, images []podImage) error
 		}
 	}
 	if chosen < 0 {
-		return nil
+		return -1, nil
 	}
 	in.Sizes["image"] = images[chosen].bytes
 	if r := images[chosen].route; r != "" {
 		in.Routes["image"] = r
 	}
 	in.NATBytes["image"] = nat
-	return nil
+	return chosen, nil
 }
 
 // cacheStart is the start with the cache against the goal, and the same
@@ -373,7 +413,7 @@ func (sf *startupFlags) cacheStart(in startup.Inputs, images []podImage, with st
 		im.route = ""
 		registry[i] = im
 	}
-	if err := sf.modelImages(&without, registry); err != nil {
+	if _, err := sf.modelImages(&without, registry); err != nil {
 		return nil, err
 	}
 	st, err := sf.cat.Model(without)
@@ -525,100 +565,4 @@ func fixOf(c startup.Check) string {
 	}
 	b.WriteString("; or shorten the phases it bounds")
 	return b.String()
-}
-
-// renderStarts prints each group's start, its deadlines, and the bytes
-// through Cloud NAT. It reports whether every deadline is met.
-func renderStarts(w io.Writer, starts []GroupStart, cat *startup.Catalog) (bool, error) {
-	ok := true
-	var nat int64
-	var misses []string
-	for _, gs := range starts {
-		fmt.Fprintf(w, "\nstart-up: %s %s (each pod's podVM starts on its own: the slowest sets the workload's time)\n", gs.Workload, gs.Group)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  PHASE\tTIME\tFIGURE\tSOURCE")
-		for _, p := range gs.Start.Phases {
-			src := p.Kind + " (--" + p.Flag + "): " + refOf(cat, p.Source)
-			for _, id := range strings.Split(p.Rate, ",") {
-				for _, r := range cat.Rates {
-					if r.ID == strings.TrimSpace(id) {
-						src += "; " + r.ID + " rate " + r.Kind + " (--" + r.Flag + ")"
-					}
-				}
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.ID, p.Took, p.Figure, src)
-		}
-		fmt.Fprintf(tw, "  total\t%s\t\t\n", gs.Start.Total)
-		if err := tw.Flush(); err != nil {
-			return false, err
-		}
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  DEADLINE\tBOUNDS\tNEEDS\tHAS (SET BY)\tVERDICT")
-		for _, c := range gs.Start.Checks {
-			name := c.Owner + " " + c.Setting
-			if c.Factor > 1 {
-				name += fmt.Sprintf(" x%g", c.Factor)
-			}
-			bounds := c.Deadline.From
-			if c.Deadline.To != c.Deadline.From {
-				bounds += ".." + c.Deadline.To
-			}
-			have := c.Have.String()
-			if c.Have.Duration == 0 {
-				have = "none"
-			}
-			verdict := "met"
-			if !c.Met {
-				kind := "fatal"
-				if c.Retried {
-					kind = "retried"
-				}
-				verdict = "NOT MET (" + kind + "): " + fixOf(c)
-				ok = false
-				misses = append(misses, fmt.Sprintf("  %s %s: %s", c.Owner, c.Setting, c.OnExpiry))
-			}
-			fmt.Fprintf(tw, "  %s\t%s (%s)\t%s\t%s (%s)\t%s\n", name, bounds, c.Call, c.Need, have, c.From, verdict)
-		}
-		if err := tw.Flush(); err != nil {
-			return false, err
-		}
-		if len(misses) > 0 {
-			fmt.Fprintln(w, "  when a deadline fires:")
-			for _, m := range misses {
-				fmt.Fprintln(w, m)
-			}
-			misses = nil
-		}
-		if c := gs.Cache; c != nil {
-			fmt.Fprintf(w, "  %s\n", cacheLine(c, gs.Start))
-		}
-		fmt.Fprintf(w, "  through Cloud NAT: %.1f GB per start of each pod (x%d)\n", float64(gs.Start.NATBytes)/1e9, gs.Replicas)
-		for _, n := range gs.Notes {
-			fmt.Fprintf(w, "  note: %s\n", n)
-		}
-		nat += gs.Start.NATBytes * gs.Replicas
-	}
-	if len(starts) > 0 {
-		fmt.Fprintf(w, "\nthrough Cloud NAT in all: %.1f GB each time every pod starts (again after each preemption or host maintenance: a new podVM pulls and downloads again)\n", float64(nat)/1e9)
-	}
-	return ok, nil
-}
-
-// cacheLine is the start with the cache against its goal, in one line:
-// when over, by how much and the phases that make up the gap, each with
-// its figure.
-func cacheLine(c *CacheStart, st startup.Start) string {
-	line := fmt.Sprintf("with the cache (--cache %s): %s, %s without it; ", c.Layout, c.Total, c.WithoutCache)
-	if c.Met {
-		return line + fmt.Sprintf("within the %s goal (--cache-goal)", c.Goal)
-	}
-	var causes []string
-	for _, id := range c.Causes {
-		for _, p := range st.Phases {
-			if p.ID == id {
-				causes = append(causes, fmt.Sprintf("%s %s, %s", p.ID, p.Took, p.Figure))
-			}
-		}
-	}
-	return line + fmt.Sprintf("%s over the %s goal (--cache-goal), made up by the longest phases: %s", c.Over, c.Goal, strings.Join(causes, "; "))
 }

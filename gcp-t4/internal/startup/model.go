@@ -35,13 +35,16 @@ type Inputs struct {
 	// that is not its own bytes (a phase modelling the longest of several
 	// pulls, some from the cache disk and some from their registries).
 	NATBytes map[string]int64
+	// Kind is the workload's kind: deadlines that do not apply to it
+	// (Deadline.Kinds) are not checked. "": every deadline.
+	Kind string
 }
 
 // Clone is a copy of in whose maps can be changed on their own.
 func (in Inputs) Clone() Inputs {
 	return Inputs{Sizes: maps.Clone(in.Sizes), Rates: maps.Clone(in.Rates), Fixed: maps.Clone(in.Fixed),
 		Settings: maps.Clone(in.Settings), SetFrom: maps.Clone(in.SetFrom), OffNAT: maps.Clone(in.OffNAT),
-		Routes: maps.Clone(in.Routes), NATBytes: maps.Clone(in.NATBytes)}
+		Routes: maps.Clone(in.Routes), NATBytes: maps.Clone(in.NATBytes), Kind: in.Kind}
 }
 
 // Defaults are the catalogue's own figures and each deadline's value once
@@ -81,6 +84,8 @@ type PhaseTime struct {
 	NATBytes int64 `json:"natBytes,omitempty"`
 	// Figure says what it was computed from, in words.
 	Figure string `json:"figure"`
+	// Unknown: its size is unknown, so Took counts nothing of it.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // Check is one deadline against the phases it bounds.
@@ -93,6 +98,12 @@ type Check struct {
 	// From says where Have came from.
 	From string `json:"setFrom"`
 	Met  bool   `json:"met"`
+	// Unknown: a phase it bounds has an unknown size, so Need is a floor
+	// and Met is false: whether it is met is not known.
+	Unknown bool `json:"unknown,omitempty"`
+	// Fix is what to do about it when not met, in words; the caller
+	// writes it (it knows the flags and the manifest).
+	Fix string `json:"fix,omitempty"`
 }
 
 // Start is a modelled start of one pod.
@@ -109,6 +120,7 @@ type Start struct {
 func (c *Catalog) Model(in Inputs) (Start, error) {
 	var s Start
 	took := map[string]time.Duration{}
+	unknown := map[string]bool{}
 	for _, p := range c.Phases {
 		d, pt, err := phaseTime(p, in)
 		if err != nil {
@@ -120,7 +132,7 @@ func (c *Catalog) Model(in Inputs) (Start, error) {
 			pt.NATBytes = pt.Bytes
 		}
 		s.NATBytes += pt.NATBytes
-		took[p.ID] = d
+		took[p.ID], unknown[p.ID] = d, pt.Unknown
 		s.Total.Duration += d
 		s.Phases = append(s.Phases, pt)
 	}
@@ -129,10 +141,15 @@ func (c *Catalog) Model(in Inputs) (Start, error) {
 		ids[i] = p.ID
 	}
 	for _, d := range c.Deadlines {
+		if !d.Applies(in.Kind) {
+			continue
+		}
 		from, to := slices.Index(ids, d.From), slices.Index(ids, d.To)
 		var need time.Duration
+		var unsure bool
 		for _, id := range ids[from : to+1] {
 			need += took[id]
+			unsure = unsure || unknown[id]
 		}
 		have, ok := in.Settings[d.ID]
 		if !ok {
@@ -140,7 +157,10 @@ func (c *Catalog) Model(in Inputs) (Start, error) {
 		}
 		have = d.Scale(have)
 		// 0: the owner sets no deadline (KubeRay without the annotation).
-		s.Checks = append(s.Checks, Check{Deadline: d, Need: Duration{need}, Have: Duration{have}, From: in.SetFrom[d.ID], Met: have == 0 || need <= have})
+		met := have == 0 || need <= have
+		// A floor over the deadline is not met; under it, not known.
+		s.Checks = append(s.Checks, Check{Deadline: d, Need: Duration{need}, Have: Duration{have}, From: in.SetFrom[d.ID],
+			Met: met && (!unsure || have == 0), Unknown: unsure && met && have != 0})
 	}
 	return s, nil
 }
@@ -158,6 +178,7 @@ func phaseTime(p Phase, in Inputs) (time.Duration, PhaseTime, error) {
 			// Counted as nothing, and said so: the caller's notes name the
 			// flag that gives it.
 			pt.Figure = "unknown " + p.Size + " size: not counted"
+			pt.Unknown = true
 			return 0, pt, nil
 		}
 		if size == 0 {

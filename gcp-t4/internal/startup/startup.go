@@ -149,6 +149,15 @@ type Deadline struct {
 	How      string `json:"how"`
 	OnExpiry string `json:"onExpiry"`
 	Source   string `json:"source"`
+	// Kinds are the workload kinds whose pods it bounds (a KubeRay
+	// annotation on a RayService bounds nothing of a plain Pod); none:
+	// every kind.
+	Kinds []string `json:"kinds,omitempty"`
+}
+
+// Applies says whether the deadline bounds a workload of kind ("": any).
+func (d Deadline) Applies(kind string) bool {
+	return kind == "" || len(d.Kinds) == 0 || slices.Contains(d.Kinds, kind)
 }
 
 // Scale is the deadline's length for a setting v.

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 )
@@ -35,8 +36,11 @@ func printTable(out io.Writer, rep report) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintln(w, header(p, rep.GCE.Asked))
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, l := range termout.JoinWrap(strings.Split(header(p, rep.GCE.Asked), "  "), "  ", termout.Width) {
+			fmt.Fprintln(w, l)
+		}
+		var rows bytes.Buffer
+		tw := tabwriter.NewWriter(&rows, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  TIME\tAFTER\tPHASE\tSPAN\tDETAILS")
 		for _, e := range p.Entries {
 			// A phase that repeated (stockouts) is shown when it began;
@@ -50,18 +54,33 @@ func printTable(out io.Writer, rep report) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		// A row wider than the terminal goes on under its DETAILS.
+		lines := strings.Split(strings.TrimSuffix(rows.String(), "\n"), "\n")
+		cell := strings.Index(lines[0], "DETAILS")
+		for _, l := range lines {
+			for _, f := range termout.FitLine(strings.TrimRight(l, " "), cell, termout.Width) {
+				fmt.Fprintln(w, f)
+			}
+		}
+		for _, l := range chart(p, rep.Now) {
+			fmt.Fprintln(w, l)
+		}
 	}
 	if len(rep.PodVMs) > 0 && len(rep.WithoutEvents) > 0 {
 		fmt.Fprintln(w)
 	}
 	for _, n := range rep.WithoutEvents {
-		fmt.Fprintf(w, "%s/%s: no start-up Events: %s\n", n.Namespace, n.Pod, n.Reason)
+		for _, l := range termout.Wrap(termout.Clean(fmt.Sprintf("%s/%s: no start-up Events: %s", n.Namespace, n.Pod, n.Reason)), "", "  ", termout.Width) {
+			fmt.Fprintln(w, l)
+		}
 	}
 	if len(rep.PodVMs) == 0 && len(rep.WithoutEvents) == 0 {
 		fmt.Fprintf(w, "no start-up Events (the API server keeps Events for its --event-ttl, default %s)\n", human(DefaultEventTTL))
 	}
 	if rep.GCE.Error != "" {
-		fmt.Fprintf(w, "GCE %s: %s\n", rep.GCE.Note, rep.GCE.Error)
+		for _, l := range termout.Wrap(termout.Clean(fmt.Sprintf("GCE %s: %s", rep.GCE.Note, rep.GCE.Error)), "", "  ", termout.Width) {
+			fmt.Fprintln(w, l)
+		}
 	}
 	// An empty last cell leaves the padding before it: cut it.
 	var trimmed bytes.Buffer
@@ -103,7 +122,8 @@ func header(p podVM, gceAsked bool) string {
 			f = append(f, "GCE no VM")
 		}
 	}
-	return strings.Join(f, "  ")
+	// Event fields are written by whoever may write Events: cleaned.
+	return termout.Clean(strings.Join(f, "  "))
 }
 
 func orDash(s string) string {
@@ -217,7 +237,7 @@ func details(e timeline.Entry) string {
 		}
 		add(line)
 	}
-	return strings.Join(d, " ")
+	return termout.Clean(strings.Join(d, " "))
 }
 
 // human is a duration rounded for people: 0s, 41s, 1m44s, 2h5m.
@@ -239,4 +259,39 @@ func after(d time.Duration) string {
 		return human(d)
 	}
 	return "+" + human(d)
+}
+
+// chart draws a podVM's start as plan draws a modelled one: a bar per
+// span between its phases (create, boot, agent), the span under way
+// drawn up to now, the one a failure ended marked so.
+func chart(p podVM, now time.Time) []string {
+	steps := []struct{ span, from, to string }{
+		{timeline.Create, gcpt4.PhaseRequested, gcpt4.PhaseCreated},
+		{timeline.Boot, gcpt4.PhaseCreated, gcpt4.PhaseBooted},
+		{timeline.Agent, gcpt4.PhaseBooted, gcpt4.PhaseReachable},
+	}
+	var c termout.Chart
+	failed, hasFailed := p.Entry(gcpt4.PhaseFailed)
+	for _, s := range steps {
+		from, ok := p.Entry(s.from)
+		if !ok {
+			break
+		}
+		bar := termout.Bar{Label: s.span, Start: from.Offset}
+		if to, ok := p.Entry(s.to); ok {
+			bar.End = to.Offset
+		} else if hasFailed && failed.Offset >= from.Offset {
+			bar.End, bar.Note = failed.Offset, "failed"
+		} else if p.State == timeline.StateStarting && p.PodPhase != "Deleted" {
+			bar.End, bar.Ongoing, bar.Note = now.Sub(p.Start()), true, "under way"
+		} else {
+			break
+		}
+		c.Bars = append(c.Bars, bar)
+	}
+	if len(c.Bars) == 0 {
+		return nil
+	}
+	lines, _ := c.Lines("  ", termout.Width)
+	return append([]string{"  timeline (" + string(termout.Full) + " a span; " + string(termout.Ongoing) + " under way, up to now):"}, lines...)
 }

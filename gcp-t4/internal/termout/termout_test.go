@@ -1,0 +1,83 @@
+package termout
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// TestChart: bars follow each other on one axis scaled to the width, a
+// deadline is a column lettered in the head row, one past twice the
+// bars' end is left off the axis and returned, an unknown bar is a
+// question mark, every line within the width.
+func TestChart(t *testing.T) {
+	c := Chart{
+		Bars: []Bar{{Label: "a", Start: 0, End: time.Minute}, {Label: "bb", Start: time.Minute, End: 2 * time.Minute},
+			{Label: "c", Start: 2 * time.Minute, Unknown: true}, {Label: "d", Start: 2 * time.Minute, End: 3 * time.Minute, Ongoing: true, Note: "under way"}},
+		Deadlines: []Deadline{{Key: "x", At: 90 * time.Second}, {Key: "y", At: time.Hour}},
+	}
+	lines, beyond := c.Lines("  ", 60)
+	for _, l := range lines {
+		if n := utf8.RuneCountInString(l); n > 60 {
+			t.Errorf("%d columns: %q", n, l)
+		}
+	}
+	if len(beyond) != 1 || beyond[0].Key != "y" {
+		t.Errorf("beyond %v, want y alone", beyond)
+	}
+	text := strings.Join(lines, "\n")
+	head, a, b, unk, d := []rune(lines[0]), []rune(lines[1]), []rune(lines[2]), lines[3], lines[4]
+	x := strings.IndexRune(lines[0], 'x')
+	if x < 0 || a[x] != Mark || b[x] != Mark || head[x] != 'x' {
+		t.Errorf("no column at x:\n%s", text)
+	}
+	lastA := slices.Index(a, Full) + strings.Count(string(a), string(Full)) - 1
+	firstB := slices.Index(b, Full)
+	if lastA < 0 || firstB < lastA {
+		t.Errorf("bb does not follow a:\n%s", text)
+	}
+	if !strings.Contains(unk, "? unknown") || !strings.Contains(d, string(Ongoing)+"  under way") || !strings.HasSuffix(lines[5], "3m0s") {
+		t.Errorf("unknown, ongoing or axis:\n%s", text)
+	}
+}
+
+// TestWrap: lines within the width at spaces, the rest indented; a word
+// longer than a line is broken; JoinWrap keeps fields whole.
+func TestWrap(t *testing.T) {
+	got := Wrap("one two three four five", "> ", "  ", 12)
+	if strings.Join(got, "|") != "> one two|  three four|  five" {
+		t.Errorf("Wrap: %q", got)
+	}
+	got = Wrap(strings.Repeat("x", 25), "", "  ", 10)
+	for _, l := range got {
+		if utf8.RuneCountInString(l) > 10 {
+			t.Errorf("Wrap of a long word: %q", got)
+		}
+	}
+	if n := len(strings.Join(strings.Fields(strings.Join(got, "")), "")); n != 25 {
+		t.Errorf("Wrap lost characters of a long word: %q", got)
+	}
+	got = JoinWrap([]string{"ns/pod", "podvm-x", "n1 + 1×t4", "pod Running"}, "  ", 30)
+	if strings.Join(got, "|") != "ns/pod  podvm-x  n1 + 1×t4|  pod Running" {
+		t.Errorf("JoinWrap: %q", got)
+	}
+}
+
+// TestClean: control and bidirectional characters are escaped, others
+// kept.
+func TestClean(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain ×→":          "plain ×→",
+		"a\x1b[2Jb":         `a\x1b[2Jb`,
+		"line\nnext\r":      `line\nnext\r`,
+		"left\u202eright":   `left\u202eright`,
+		"bad \xff byte":     `bad \xff byte`,
+		"kept \uFFFD as is": "kept \uFFFD as is",
+	} {
+		if got := Clean(in); got != want {
+			t.Errorf("Clean(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
