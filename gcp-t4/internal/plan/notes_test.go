@@ -72,7 +72,10 @@ func TestPlanKustomizationNamespace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("-k: exit %d: %s\n%s", code, errOut, out)
 	}
-	if !strings.Contains(out, "RayService/mistral-tp2 head: ") || strings.Count(out, "caa-namespace=mistral-tp2") != 2 || strings.Contains(out, "caa-namespace=default") {
+	vms := podVMs(t, out)
+	head, worker := vms["RayService/mistral-tp2 head"], vms["RayService/mistral-tp2 worker/gpu"]
+	if len(vms) != 2 || head == nil || worker == nil || head.Labels["caa-namespace"] != "mistral-tp2" ||
+		worker.Labels["caa-namespace"] != "mistral-tp2" || strings.Contains(out, "caa-namespace=default") {
 		t.Errorf("-k does not label the head and worker podVMs caa-namespace=mistral-tp2:\n%s", out)
 	}
 	if strings.Contains(out, "no metadata.namespace") || !strings.Contains(out, "skipped Namespace mistral-tp2") {
@@ -82,7 +85,7 @@ func TestPlanKustomizationNamespace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("-f: exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(out, "note: no metadata.namespace in RayService/mistral-tp2: planned in namespace default (caa-namespace=default)") || !strings.Contains(out, "-k DIR") {
+	if !strings.Contains(flat(out), "note: no metadata.namespace in RayService/mistral-tp2: planned in namespace default (caa-namespace=default)") || !strings.Contains(out, "-k DIR") {
 		t.Errorf("-f does not say the namespace it assumed and how to plan the kustomization:\n%s", out)
 	}
 	for _, tc := range []struct {

@@ -138,28 +138,22 @@ func TestPlanRayServiceGroups(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	lines := strings.Split(out, "\n")
-	var head, worker string
-	for _, l := range lines {
-		switch {
-		case !strings.HasPrefix(l, "RayService/"):
-		case strings.Contains(l, " head "):
-			head = l
-		case strings.Contains(l, "worker/gpu"):
-			worker = l
-		}
+	vms := podVMs(t, out)
+	head, worker := vms["RayService/llm-serve head"], vms["RayService/llm-serve worker/gpu"]
+	if head == nil || worker == nil {
+		t.Fatalf("no head or worker/gpu row:\n%s", out)
 	}
-	if f := strings.Fields(head); len(f) < 8 || f[2] != "1" || f[3] != "2" || f[4] != "4096" || f[6] != "cpu-2" {
-		t.Errorf("head row = %q", head)
+	if c := head.Cells; c["REPLICAS"] != "1" || c["VCPU"] != "2" || c["MEM(MiB)"] != "4096" || head.Detail["PROFILE"] != "cpu-2" {
+		t.Errorf("head = %+v", head)
 	}
 	// machine_type annotation with 1 GPU: the T4 is attached to the named
 	// N1 type; requests 3 CPU, limit 4 -> 4; limits-only GPU counts.
-	if f := strings.Fields(worker); len(f) < 8 || f[2] != "3" || f[3] != "4" || f[4] != "24576" || f[5] != "1" || f[6] != "custom" || f[7] != "n1-highmem-8" {
-		t.Errorf("worker row = %q", worker)
+	if c := worker.Cells; c["REPLICAS"] != "3" || c["VCPU"] != "4" || c["MEM(MiB)"] != "24576" || c["GPU"] != "1" || worker.Detail["PROFILE"] != "custom" || c["MACHINE TYPE"] != "n1-highmem-8" {
+		t.Errorf("worker = %+v", worker)
 	}
 	// Named: priced under Spot (0.166888 + 0.11), no alternative shown.
-	if !strings.Contains(worker, "SPOT") || !strings.Contains(worker, "0.28") || !strings.Contains(worker, "0.83") || !strings.Contains(worker, "- (named)") {
-		t.Errorf("worker row should be SPOT at $0.28/h each, $0.83/h for 3, named: %q", worker)
+	if worker.Detail["MODEL"] != "SPOT" || worker.Cells["$/H EACH"] != "0.28" || worker.Cells["$/H ALL"] != "0.83" || worker.Detail["NEXT-CHEAPEST ($/H EACH)"] != "- (named)" {
+		t.Errorf("worker should be SPOT at $0.28/h each, $0.83/h for 3, named: %+v", worker)
 	}
 }
 
@@ -181,7 +175,7 @@ func TestPlanFlagsAndErrors(t *testing.T) {
 		"requires: Pod/pod pod (profile h100-cc): image with guest OS features UEFI_COMPATIBLE, TDX_CAPABLE, GVNIC",
 		"the T4 podVM image is not a TDX image", "NVMe interface", "gVNIC network interface",
 		"sold only as Spot, Flex-start or from a reservation", "GCP_PROFILE_IMAGES=h100-cc=IMAGE"} {
-		if !strings.Contains(out, want) {
+		if !strings.Contains(flat(out), want) {
 			t.Errorf("h100-cc plan lacks %q:\n%s", want, out)
 		}
 	}
@@ -210,23 +204,14 @@ func TestPlanFlagsAndErrors(t *testing.T) {
 // with the next-cheapest shape beside it; a CPU-only 8 vCPU/32 GiB pod
 // is placed.
 func TestPlanCheapestShapes(t *testing.T) {
-	row := func(out string) []string {
-		for _, l := range strings.Split(out, "\n") {
-			if strings.HasPrefix(l, "Pod/pod") {
-				return strings.Fields(l)
-			}
-		}
-		return nil
-	}
+	row := func(out string) *podVM { return podVMs(t, out)["Pod/pod pod"] }
 	out, errOut, code := runPlan(t, "-gpus", "1", "-memory", "40Gi")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	// Fields: workload group replicas vcpu mem gpu profile machine "1 x t4" zones model ip $each $all next…
-	f := row(out)
-	if len(f) < 19 || f[6] != "auto" || f[7] != "custom-8-40960" || f[8] != "1" || f[10] != "nvidia-tesla-t4" || f[14] != "0.79" ||
-		strings.Join(f[16:], " ") != "n1-highmem-8 + 1 x nvidia-tesla-t4 (0.82)" {
-		t.Errorf("1 GPU / 40 GiB row = %q\n%s", f, out)
+	if p := row(out); p == nil || p.Detail["PROFILE"] != "auto" || p.Cells["MACHINE TYPE"] != "custom-8-40960" || p.Cells["ACCELERATOR"] != "1 x nvidia-tesla-t4" ||
+		p.Cells["$/H EACH"] != "0.79" || p.Detail["NEXT-CHEAPEST ($/H EACH)"] != "n1-highmem-8 + 1 x nvidia-tesla-t4 (0.82)" {
+		t.Errorf("1 GPU / 40 GiB = %+v\n%s", p, out)
 	}
 	out, errOut, code = runPlan(t, "-vcpus", "8", "-memory", "32Gi")
 	if code != 0 {
@@ -234,8 +219,9 @@ func TestPlanCheapestShapes(t *testing.T) {
 	}
 	// e2-highmem-8 (64 GB, $0.36/h) is over the default memory cap,
 	// t4-4's 60 GB: the next-cheapest within it is n1-highmem-8.
-	if f := row(out); len(f) < 15 || f[7] != "e2-standard-8" || f[8] != "-" || f[13] != "0.27" || !strings.Contains(out, "n1-highmem-8 (0.47)") {
-		t.Errorf("CPU-only 8 vCPU / 32 GiB row = %q\n%s", f, out)
+	if p := row(out); p == nil || p.Cells["MACHINE TYPE"] != "e2-standard-8" || p.Cells["ACCELERATOR"] != "-" || p.Cells["$/H EACH"] != "0.27" ||
+		p.Detail["NEXT-CHEAPEST ($/H EACH)"] != "n1-highmem-8 (0.47)" {
+		t.Errorf("CPU-only 8 vCPU / 32 GiB = %+v\n%s", p, out)
 	}
 	// -o json carries the offerings a create walks and the alternative.
 	out, _, code = runPlan(t, "-gpus", "1", "-memory", "40Gi", "-o", "json", "-provisioning-model", "SPOT", "-spot-fallback", "-zones", "us-central1-b")

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -67,86 +67,172 @@ func money(e prices.Estimate, v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
+// renderTable prints, for each workload, a table of its groups' podVMs
+// (shape, machine, accelerator, prices), then what the rows leave out:
+// profile, zones, provisioning model, external IP and next-cheapest shape,
+// once for the groups where they are the same, and the podVMs' labels,
+// those every group shares once; then the total and the notes. Every line
+// fits termout.Width, and every name from a manifest is cleaned.
 func renderTable(w io.Writer, entries []Entry, notes Notes, tab *prices.Table) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKLOAD\tGROUP\tREPLICAS\tVCPU\tMEM(MiB)\tGPU\tPROFILE\tMACHINE TYPE\tACCELERATOR\tZONES (fallback order)\tMODEL\tEXTERNAL IP\t$/H EACH\t$/H ALL\tNEXT-CHEAPEST ($/H EACH)")
+	var b strings.Builder
 	var total float64
 	allKnown := true
+	for i, ws := range byWorkload(entries) {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		writePodVMs(&b, ws)
+		for _, e := range ws {
+			if e.PerVM.Known {
+				total += e.Total
+			}
+			allKnown = allKnown && e.PerVM.Known
+		}
+	}
+	b.WriteString("\n")
+	if allKnown {
+		fmt.Fprintf(&b, "estimated total: $%.2f/h\n", total)
+	} else {
+		writeWrapped(&b, fmt.Sprintf("estimated total: $%.2f/h for the priced rows; n/a rows have no cited price", total), "", "  ")
+	}
 	for _, e := range entries {
+		name := termout.Clean(e.Workload) + " " + termout.Clean(e.Group)
+		for _, m := range e.PerVM.Missing {
+			writeWrapped(&b, fmt.Sprintf("note: %s: no price for %s in the table", name, m), "", "  ")
+		}
+		for _, r := range e.Requirements {
+			writeWrapped(&b, fmt.Sprintf("requires: %s (profile %s): %s", name, e.Profile, r), "", "  ")
+		}
+		for _, warn := range e.Warnings {
+			writeWrapped(&b, fmt.Sprintf("warning: %s %s", termout.Clean(e.Workload), termout.Clean(warn)), "", "  ")
+		}
+	}
+	for _, n := range notes.Plan {
+		writeWrapped(&b, "note: "+termout.Clean(n), "", "  ")
+	}
+	switch {
+	case !notes.All && tab != nil:
+		writeWrapped(&b, fmt.Sprintf("prices: %s list prices in %s as of %s, an estimate, not a quote (-notes: what they leave out, their sources and %d more notes)", tab.Region, tab.Currency, tab.AsOf, len(notes.Every)), "", "  ")
+	case notes.All:
+		for _, n := range notes.Every {
+			writeWrapped(&b, "note: "+termout.Clean(n), "", "  ")
+		}
+		if tab != nil {
+			writeWrapped(&b, fmt.Sprintf("prices: %s list prices in %s, as of %s; %s", tab.Region, tab.Currency, tab.AsOf, tab.Note), "", "  ")
+			for _, s := range tab.Sources {
+				writeWrapped(&b, fmt.Sprintf("[%s] %s (%s), %s", s.ID, s.Title, s.Ref, s.Date), "  ", "    ")
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// byWorkload splits the entries into runs of one workload each, in order.
+func byWorkload(entries []Entry) [][]Entry {
+	var out [][]Entry
+	for i, e := range entries {
+		if i == 0 || e.Workload != entries[i-1].Workload {
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], e)
+	}
+	return out
+}
+
+// writePodVMs is one workload: its name, a row per group, each group's
+// other fields (once for the groups that share them), its labels.
+func writePodVMs(b *strings.Builder, ws []Entry) {
+	b.WriteString(termout.Clean(ws[0].Workload) + "\n")
+	rows := [][]string{{"GROUP", "REPLICAS", "VCPU", "MEM(MiB)", "GPU", "MACHINE TYPE", "ACCELERATOR", "$/H EACH", "$/H ALL"}}
+	var details [][][2]string
+	byDetail := map[string][]string{}
+	for _, e := range ws {
+		group := termout.Clean(e.Group)
 		accel := "-"
 		if e.AcceleratorCount > 0 {
 			accel = fmt.Sprintf("%d x %s", e.AcceleratorCount, e.Accelerator)
 		}
-		zones := strings.Join(e.Zones, ",")
-		if e.ZonesDiscovered {
-			zones += ",+auto"
+		rows = append(rows, []string{group, fmt.Sprint(e.Replicas), fmt.Sprint(e.VCPUs), fmt.Sprint(e.MemoryMiB), fmt.Sprint(e.GPUs),
+			termout.Clean(e.MachineType), accel, money(e.PerVM, e.PerVM.Total), money(e.PerVM, e.Total)})
+		d := detail(e)
+		k := fmt.Sprint(d)
+		if _, ok := byDetail[k]; !ok {
+			details = append(details, d)
 		}
-		alt := "- (named)"
-		if a := e.Alternative; a != nil {
-			alt = a.MachineType
-			if a.AcceleratorCount > 0 {
-				alt += fmt.Sprintf(" + %d x %s", a.AcceleratorCount, a.Accelerator)
-			}
-			alt += " (" + money(a.PerVM, a.PerVM.Total) + ")"
-		} else if e.InstanceType == "" {
-			alt = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			e.Workload, e.Group, e.Replicas, e.VCPUs, e.MemoryMiB, e.GPUs, e.Profile, e.MachineType, accel,
-			zones, strings.Join(e.ProvisioningModels, "→"), e.ExternalIP, money(e.PerVM, e.PerVM.Total), money(e.PerVM, e.Total), alt)
-		if e.PerVM.Known {
-			total += e.Total
-		}
-		allKnown = allKnown && e.PerVM.Known
+		byDetail[k] = append(byDetail[k], group)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if allKnown {
-		fmt.Fprintf(w, "\nestimated total: $%.2f/h\n", total)
-	} else {
-		fmt.Fprintf(w, "\nestimated total: $%.2f/h for the priced rows; n/a rows have no cited price\n", total)
-	}
-	for _, e := range entries {
-		for _, m := range e.PerVM.Missing {
-			fmt.Fprintf(w, "note: %s %s: no price for %s in the table\n", e.Workload, e.Group, m)
-		}
-		for _, r := range e.Requirements {
-			fmt.Fprintf(w, "requires: %s %s (profile %s): %s\n", e.Workload, e.Group, e.Profile, r)
-		}
-		for _, warn := range e.Warnings {
-			fmt.Fprintf(w, "warning: %s %s\n", e.Workload, warn)
-		}
-		keys := make([]string, 0, len(e.Labels))
-		for k := range e.Labels {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var kv []string
-		for _, k := range keys {
-			kv = append(kv, k+"="+e.Labels[k])
-		}
-		fmt.Fprintf(w, "labels: %s %s: %s\n", e.Workload, e.Group, strings.Join(kv, " "))
-	}
-	for _, n := range notes.Plan {
-		fmt.Fprintf(w, "note: %s\n", n)
-	}
-	if !notes.All {
-		if tab != nil {
-			fmt.Fprintf(w, "prices: %s list prices in %s as of %s, an estimate, not a quote (-notes: what they leave out, their sources and %d more notes)\n", tab.Region, tab.Currency, tab.AsOf, len(notes.Every))
-		}
-		return nil
-	}
-	for _, n := range notes.Every {
-		fmt.Fprintf(w, "note: %s\n", n)
-	}
-	if tab != nil {
-		fmt.Fprintf(w, "prices: %s list prices in %s, as of %s; %s\n", tab.Region, tab.Currency, tab.AsOf, tab.Note)
-		for _, s := range tab.Sources {
-			fmt.Fprintf(w, "  [%s] %s (%s), %s\n", s.ID, s.Title, s.Ref, s.Date)
+	writeTable(b, rows)
+	for _, d := range details {
+		b.WriteString("  " + strings.Join(byDetail[fmt.Sprint(d)], ", ") + ":\n")
+		for _, l := range termout.Pairs(d, "    ", termout.Width) {
+			b.WriteString(l + "\n")
 		}
 	}
-	return nil
+	writeLabels(b, ws)
+}
+
+// detail is what a group's row leaves out, under the table's words, one
+// field a line.
+func detail(e Entry) [][2]string {
+	zones := strings.Join(e.Zones, ", ")
+	if e.ZonesDiscovered {
+		zones += ", +auto"
+	}
+	alt := "- (named)"
+	if a := e.Alternative; a != nil {
+		alt = a.MachineType
+		if a.AcceleratorCount > 0 {
+			alt += fmt.Sprintf(" + %d x %s", a.AcceleratorCount, a.Accelerator)
+		}
+		alt += " (" + money(a.PerVM, a.PerVM.Total) + ")"
+	} else if e.InstanceType == "" {
+		alt = "-"
+	}
+	return [][2]string{
+		{"PROFILE", termout.Clean(e.Profile)},
+		{"ZONES (fallback order)", zones},
+		{"MODEL", strings.Join(e.ProvisioningModels, "→")},
+		{"EXTERNAL IP", e.ExternalIP},
+		{"NEXT-CHEAPEST ($/H EACH)", alt},
+	}
+}
+
+// writeLabels prints each podVM's labels, two spaces apart and wrapped:
+// those every group of the workload has once, then each group's own.
+func writeLabels(b *strings.Builder, ws []Entry) {
+	shared := maps.Clone(ws[0].Labels)
+	for _, e := range ws[1:] {
+		maps.DeleteFunc(shared, func(k, v string) bool { return e.Labels[k] != v })
+	}
+	line := func(head string, labels map[string]string) {
+		if len(labels) == 0 {
+			return
+		}
+		b.WriteString(head + "\n")
+		var fields []string
+		for _, k := range slices.Sorted(maps.Keys(labels)) {
+			fields = append(fields, termout.Clean(k+"="+labels[k]))
+		}
+		fields[0] = "    " + fields[0]
+		for _, l := range termout.JoinWrap(fields, "    ", termout.Width) {
+			b.WriteString(l + "\n")
+		}
+	}
+	if len(ws) == 1 {
+		line("  labels:", shared)
+		return
+	}
+	groups := make([]string, len(ws))
+	for i, e := range ws {
+		groups[i] = termout.Clean(e.Group)
+	}
+	line("  labels of "+strings.Join(groups, ", ")+":", shared)
+	for i, e := range ws {
+		own := maps.Clone(e.Labels)
+		maps.DeleteFunc(own, func(k, _ string) bool { _, ok := shared[k]; return ok })
+		line("  labels of "+groups[i]+":", own)
+	}
 }
 
 func renderJSON(w io.Writer, entries []Entry, notes []string, starts []GroupStart) error {

@@ -10,6 +10,7 @@ package termout
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -220,6 +221,33 @@ func JoinWrap(fields []string, indent string, width int) []string {
 		}
 	}
 	return out
+}
+
+// Pairs lays out rows of a key and its value: the keys in a column after
+// indent, each value two columns after the longest key, wrapped to width
+// with its later lines indented to the value's column. A value with a word
+// too wide for that column (a URL) starts on the line below its key,
+// indented four more than the keys, so that the word is broken only when
+// it is wider than a whole line.
+func Pairs(rows [][2]string, indent string, width int) []string {
+	keyW := 0
+	for _, r := range rows {
+		keyW = max(keyW, utf8.RuneCountInString(r[0]))
+	}
+	col := utf8.RuneCountInString(indent) + keyW + 2
+	var lines []string
+	for _, r := range rows {
+		long := slices.ContainsFunc(strings.Fields(r[1]), func(w string) bool { return col+utf8.RuneCountInString(w) > width })
+		if !long {
+			key := indent + r[0] + strings.Repeat(" ", keyW+2-utf8.RuneCountInString(r[0]))
+			lines = append(lines, Wrap(r[1], key, strings.Repeat(" ", col), width)...)
+			continue
+		}
+		lines = append(lines, strings.TrimRight(indent+r[0], " "))
+		under := indent + strings.Repeat(" ", 4+utf8.RuneCountInString(r[0])-utf8.RuneCountInString(strings.TrimLeft(r[0], " ")))
+		lines = append(lines, Wrap(r[1], under, under, width)...)
+	}
+	return lines
 }
 
 // FitLine wraps a table row wider than width: what passes the width moves

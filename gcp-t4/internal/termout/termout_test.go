@@ -65,6 +65,27 @@ func TestWrap(t *testing.T) {
 	}
 }
 
+// TestPairs: values line up two columns after the longest key and wrap
+// under themselves; a word too wide for the value column starts below
+// its key, whole.
+func TestPairs(t *testing.T) {
+	got := Pairs([][2]string{
+		{"model", "m"},
+		{"  memory", "48.6 ms: weights and KV cache"},
+		{"shape from", "https://example.com/a/long/path"},
+	}, "", 40)
+	want := []string{
+		"model       m",
+		"  memory    48.6 ms: weights and KV",
+		"            cache",
+		"shape from",
+		"    https://example.com/a/long/path",
+	}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("Pairs:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // TestClean: control and bidirectional characters are escaped, others
 // kept.
 func TestClean(t *testing.T) {
