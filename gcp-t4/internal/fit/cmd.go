@@ -11,8 +11,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 )
 
 // Main is `gcp-t4 plan serve`: args are the flags after "serve". Exit
@@ -305,8 +306,10 @@ func Print(w io.Writer, r Result, layouts ...Layout) error {
 	c := r.Config
 	m := c.Model
 	o := c.Overheads
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	p := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
+	var rows [][2]string
+	p := func(k, format string, a ...any) {
+		rows = append(rows, [2]string{k, termout.Clean(fmt.Sprintf(format, a...))})
+	}
 	p("model", "%s", m.Name)
 	if m.Source != "" {
 		p("shape from", "%s", m.Source)
@@ -374,7 +377,8 @@ func Print(w io.Writer, r Result, layouts ...Layout) error {
 		p("fewest GPUs for weights", "%d", r.MinGPUs)
 	}
 	p("verdict", "%s: %s", r.Verdict, r.Reason)
-	return tw.Flush()
+	_, err := io.WriteString(w, strings.Join(termout.Pairs(rows, "", termout.Width), "\n")+"\n")
+	return err
 }
 
 func printDecode(p func(string, string, ...any), r Result, d *DecodeEstimate) {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 )
@@ -21,6 +22,41 @@ func runMain(t *testing.T, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
 	rc := Main(t.Context(), args, &out, &errb, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return rc, out.String(), errb.String()
+}
+
+// containsFlat says whether out says want, whatever the wrapping and the
+// key column's padding: the report wraps its values to 100 columns.
+func containsFlat(out, want string) bool {
+	return strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " "))
+}
+
+// TestReportFitsTheWidth: every line of the report fits 100 columns, a
+// value's later lines are indented to its column, and a URL too wide for
+// that column starts below its key, whole.
+func TestReportFitsTheWidth(t *testing.T) {
+	rc, out, stderr := runMain(t, "--model", "mistralai/Mistral-Nemo-Instruct-2407", "--gpu", "t4", "--tp", "2",
+		"--max-model-len", "8192", "--gpu-memory-utilization", "0.95", "--enforce-eager", "--dtype", "half",
+		"--max-num-batched-tokens", "2048", "--max-num-seqs", "8")
+	if rc != 0 {
+		t.Fatalf("exit %d, stderr %s", rc, stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	col := strings.Index(lines[0], "mistralai/")
+	for _, l := range lines {
+		if n := utf8.RuneCountInString(l); n > 100 {
+			t.Errorf("a line of %d columns: %s", n, l)
+		}
+		if strings.HasPrefix(l, " ") && len(l)-len(strings.TrimLeft(l, " ")) > 2 && len(l)-len(strings.TrimLeft(l, " ")) != col &&
+			!strings.HasPrefix(l, "    https://") {
+			t.Errorf("a line that is neither a key nor a value's continuation at column %d: %q", col, l)
+		}
+	}
+	if !strings.Contains(out, "\nshape from\n    https://huggingface.co/mistralai/Mistral-Nemo-Instruct-2407/blob/main/config.json\n") {
+		t.Errorf("the model's source is not whole on its own line:\n%s", out)
+	}
+	if !strings.Contains(out, "\nlayout 2 podVMs          2 x (n1-standard-8 + 1 T4), $1.46/h on demand") {
+		t.Errorf("the values are not in one column:\n%s", out)
+	}
 }
 
 // The command the example's comment and the runbook give: it prints the
@@ -68,7 +104,7 @@ func TestMainExampleCommand(t *testing.T) {
 		"  losing one podVM       the same for both: the engine stops",
 		"  serving again          the same for both: a new podVM's start-up",
 	} {
-		if !strings.Contains(out, want) {
+		if !containsFlat(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
@@ -89,14 +125,14 @@ func TestMainMeasuredNetwork(t *testing.T) {
 		"at 250 GB/s (--memory-bandwidth); 36.4 ms at the 320 GB/s peak",
 		"once a ring step exceeds 285us (now 175us, half the measured --nccl-latency)",
 	} {
-		if !strings.Contains(out, want) {
+		if !containsFlat(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 	// --path host: the one-podVM estimate on its own.
 	rc, out, _ = runMain(t, "--model", "mistralai/Mistral-Nemo-Instruct-2407", "--tp", "2", "--path", "host",
 		"--gpu-memory-utilization", "0.95", "--enforce-eager", "--max-num-seqs", "8")
-	if rc != 0 || !strings.Contains(out, "(ring of 2: 2 and 1 steps of 8us, assumed)") || !strings.Contains(out, "one podVM: NCCL P2P over PCIe, or SHM through host memory (--path host)") {
+	if rc != 0 || !containsFlat(out, "(ring of 2: 2 and 1 steps of 8us, assumed)") || !containsFlat(out, "one podVM: NCCL P2P over PCIe, or SHM through host memory (--path host)") {
 		t.Errorf("--path host: exit %d:\n%s", rc, out)
 	}
 }
@@ -129,7 +165,7 @@ func TestMainModelSize(t *testing.T) {
 		t.Fatalf("exit %d, stderr %s", rc, stderr)
 	}
 	for _, want := range []string{"weights per GPU          9.31 GiB", "activation peak          1.00 GiB (assumed: the shape is unknown", "KV-cache room per GPU    2.71 GiB", "verdict                  FITS:"} {
-		if !strings.Contains(out, want) {
+		if !containsFlat(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}

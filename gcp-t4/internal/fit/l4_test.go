@@ -31,7 +31,7 @@ func TestPlanServeOnL4(t *testing.T) {
 		t.Fatalf("exit %d, stderr %s", rc, stderr)
 	}
 	for _, want := range []string{"2 x L4, 22.00 GiB each as CUDA reports it, compute capability 8.9", "at bfloat16", "at 225 GB/s", "300 GB/s peak"} {
-		if !strings.Contains(out, want) {
+		if !containsFlat(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
