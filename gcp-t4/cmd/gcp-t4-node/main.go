@@ -18,7 +18,7 @@ func main() {
 }
 
 func program() cli.Program {
-	return cli.Program{Name: "gcp-t4-node", Version: version, Commands: map[string]cli.Command{
+	return cli.Program{Name: "gcp-t4-node", Version: version, About: []string{"caa-gcp-t4's node sidecar: it runs on every peer-pods node with the host's containerd configuration and systemd."}, Commands: map[string]cli.Command{
 		"remediate": {Summary: "keep kata-deploy's kata-remote runtime handler in this node's containerd config, every change checked with the node's containerd (sidecar; --once, --dry-run, --cleanup)", Run: remediate.Main},
 	}}
 }

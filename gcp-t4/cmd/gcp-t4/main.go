@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,8 +31,12 @@ func main() {
 	os.Exit(program().Run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// about is the top-level help's paragraph.
+var about = []string{"caa-gcp-t4's operator tool: plan and check a deployment, install CAA with the gcp-t4 provider, " +
+	"see how podVMs started, collect orphans, build image caches; the demo needs no cloud account."}
+
 func program() cli.Program {
-	return cli.Program{Name: "gcp-t4", Version: version, Commands: map[string]cli.Command{
+	return cli.Program{Name: "gcp-t4", Version: version, About: about, Commands: map[string]cli.Command{
 		"adaptor":   {Summary: "serve the kata remote-hypervisor protocol (ttrpc) on a unix socket in front of the gcp-t4 provider", Run: runAdaptor},
 		"gc":        {Summary: "list this cluster's podVMs whose sandbox is gone (by CAA's PeerPods and their pods); -delete removes them, -interval loops", Run: gc.Main},
 		"reaper":    {Summary: "the reaper Deployment's command: gc -delete every REAPER_INTERVAL, Prometheus metrics on :9103, Events", Run: gc.MainReaper},
@@ -74,7 +79,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, _ *sl
 }
 
 func runAdaptor(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
-	if err := adaptor.Run(ctx, args, version, stdout, stderr, logger); err != nil {
+	err := adaptor.Run(ctx, args, version, stdout, stderr, logger)
+	var reported cli.ExitStatus
+	if errors.As(err, &reported) {
+		return int(reported)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 adaptor: %v\n", err)
 		return 1
 	}

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli/clitest"
 )
 
 func TestUnknownCommandIsUsageError(t *testing.T) {
@@ -24,37 +27,37 @@ func TestCommands(t *testing.T) {
 	}
 }
 
-// Every command's -h is help, not an error: exit 0, a usage text that
-// starts by saying what the command does (its line of the top-level
-// help), short, with no provider setting described in full where the
-// command passes them all on (the ~35 of them once made gc -h, plan -h and
-// preflight -h 80 to 105 lines); and the top-level summary of install
+// TestHelpWalk walks every command and subcommand as a new user does
+// (clitest.Walk: -h, --help, -nope, a stray argument) and checks each
+// help is short, with no provider setting described in full where the
+// command passes them all on (the ~35 of them once made gc -h, plan -h
+// and preflight -h 80 to 105 lines); and the top-level summary of install
 // names the flag that prints the YAML.
-func TestEveryCommandHelpExitsZero(t *testing.T) {
-	for _, name := range slices.Sorted(maps.Keys(program().Commands)) {
-		for _, h := range []string{"-h", "--help"} {
-			var out, errb bytes.Buffer
-			code := program().Run([]string{name, h}, &out, &errb)
-			text := out.String() + errb.String()
-			if code != 0 || !strings.Contains(strings.ToLower(text), "usage") || strings.Contains(text, "help requested") {
-				t.Errorf("gcp-t4 %s %s: exit %d\n%s", name, h, code, text)
-			}
-			summary := "gcp-t4 " + name + ": " + program().Commands[name].Summary + "\n"
-			if !strings.HasPrefix(out.String(), summary) && !strings.HasPrefix(errb.String(), summary) {
-				t.Errorf("gcp-t4 %s %s does not start with what the command does (%q):\n%s", name, h, summary, text)
-			}
-			// install lists 25 flags of its own, two lines each.
-			if n := strings.Count(text, "\n"); n > 70 {
-				t.Errorf("gcp-t4 %s %s is %d lines; want it short:\n%s", name, h, n, text)
-			}
-			// -use-public-ip's and -disk-type's usage: no command lists
-			// them in full (plan, preflight and the adaptor list the
-			// provider's settings by name, gc and the reaper only those
-			// they read).
-			for _, full := range []string{"Refused: podVMs never get an external IP", "Boot disk type (pd-standard"} {
-				if strings.Contains(text, full) {
-					t.Errorf("gcp-t4 %s %s describes a provider setting in full (%q): list them by name, or only those the command reads:\n%s", name, h, full, text)
-				}
+func TestHelpWalk(t *testing.T) {
+	run := func(args []string, stdout, stderr io.Writer) int { return program().Run(args, stdout, stderr) }
+	// cache initdata and status take arguments (images, a pod); the demo
+	// passes its flags to the adaptor it starts after its emulator, so
+	// only its -h is walked, which starts nothing.
+	walked := clitest.Walk(t, "gcp-t4", run, []string{"version"}, []string{"cache build", "cache initdata", "status"}, []string{"demo"})
+	want := []string{"", "adaptor", "cache", "cache build", "cache check", "cache initdata", "demo", "gc", "install", "plan", "plan serve", "preflight", "reaper", "status", "uninstall"}
+	if slices.Sort(walked); !slices.Equal(walked, want) {
+		t.Errorf("walked %q, want %q", walked, want)
+	}
+	for _, path := range walked {
+		var out, errb bytes.Buffer
+		program().Run(append(strings.Fields(path), "-h"), &out, &errb)
+		text := out.String()
+		// install lists 25 flags of its own, two lines each.
+		if n := strings.Count(text, "\n"); n > 70 {
+			t.Errorf("gcp-t4 %s -h is %d lines; want it short:\n%s", path, n, text)
+		}
+		// -use-public-ip's and -disk-type's usage: no command lists
+		// them in full (plan, preflight and the adaptor list the
+		// provider's settings by name, gc and the reaper only those
+		// they read).
+		for _, full := range []string{"Refused: podVMs never get an external IP", "Boot disk type (pd-standard"} {
+			if strings.Contains(text, full) {
+				t.Errorf("gcp-t4 %s -h describes a provider setting in full (%q): list them by name, or only those the command reads:\n%s", path, full, text)
 			}
 		}
 	}
@@ -62,6 +65,49 @@ func TestEveryCommandHelpExitsZero(t *testing.T) {
 	program().Run([]string{"help"}, &out, &errb)
 	if !strings.Contains(out.String(), "--render prints the YAML") || strings.Contains(out.String(), "--dry-run prints the YAML") {
 		t.Errorf("top-level help says which install flag prints the YAML wrongly:\n%s", out.String())
+	}
+}
+
+// TestHelpRegressions: what a new user found wrong, each once.
+func TestHelpRegressions(t *testing.T) {
+	help := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := program().Run(args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	// cache -h printed only cache build's help.
+	if _, out, _ := help("cache", "-h"); !slices.Equal(clitest.Commands(out), []string{"build", "check", "initdata"}) || strings.Contains(out, "usage: gcp-t4 cache build") {
+		t.Errorf("gcp-t4 cache -h does not list its commands alone:\n%s", out)
+	}
+	for _, sub := range []string{"build", "initdata", "check"} {
+		if _, out, _ := help("cache", sub, "-h"); !strings.HasPrefix(out, "usage: gcp-t4 cache "+sub+" ") {
+			t.Errorf("gcp-t4 cache %s -h is not its own usage:\n%s", sub, out)
+		}
+	}
+	// plan serve -h had plan's header, then Go's "Usage of".
+	if _, out, _ := help("plan", "serve", "-h"); !strings.HasPrefix(out, "usage: gcp-t4 plan serve ") || strings.Contains(out, "Usage of") || strings.Contains(out, "gcp-t4 plan: ") {
+		t.Errorf("gcp-t4 plan serve -h is not its own usage:\n%s", out)
+	}
+	// uninstall -h was Go's default layout.
+	if _, out, _ := help("uninstall", "-h"); !strings.HasPrefix(out, "usage: gcp-t4 uninstall ") || strings.Contains(out, "Usage of") || !strings.Contains(out, "\nflags:\n") {
+		t.Errorf("gcp-t4 uninstall -h is not in the common layout:\n%s", out)
+	}
+	// reaper -h said -delete was "(gc's default: only list them) (default true)".
+	if _, out, _ := help("reaper", "-h"); strings.Contains(out, "gc's default") || !strings.Contains(out, "-delete=false only lists them") || strings.Contains(out, "0 runs once") {
+		t.Errorf("gcp-t4 reaper -h does not describe the reaper's own defaults:\n%s", out)
+	}
+	if _, out, _ := help("gc", "-h"); strings.Contains(out, "(default true)") || !strings.Contains(out, "without it gc only lists them") {
+		t.Errorf("gcp-t4 gc -h does not describe gc's own defaults:\n%s", out)
+	}
+	// --version was an unknown command.
+	for _, v := range []string{"version", "--version", "-version"} {
+		if code, out, errb := help(v); code != 0 || out != version+"\n" || errb != "" {
+			t.Errorf("gcp-t4 %s: exit %d, stdout %q, stderr %q; want 0 and %q", v, code, out, errb, version)
+		}
+	}
+	// plan with no workload planned a 0-vCPU pod and exited 0.
+	if code, out, errb := help("plan"); code != 2 || out != "" || !strings.HasPrefix(errb, "gcp-t4 plan: nothing to plan: give a manifest (-f FILE") || !strings.Contains(errb, "\nusage: gcp-t4 plan ") {
+		t.Errorf("gcp-t4 plan with no workload: exit %d, stdout %q, stderr:\n%s\nwant exit 2, the problem and the usage on stderr", code, out, errb)
 	}
 }
 
@@ -90,8 +136,7 @@ func TestStatusHelp(t *testing.T) {
 		t.Fatalf("status -h: exit %d, stderr %q", code, errb.String())
 	}
 	help := out.String()
-	// The help opens with the command's summary line (cli), then its usage.
-	if !strings.HasPrefix(help, "gcp-t4 status: ") || !strings.Contains(help, "\nusage: gcp-t4 status [-kubeconfig FILE] [-n NAMESPACE | -A]") || strings.Count(help, "\n") > 30 || strings.Contains(help, "gcp-project-id") {
+	if !strings.HasPrefix(help, "usage: gcp-t4 status [-kubeconfig FILE] [-n NAMESPACE | -A]") || strings.Count(help, "\n") > 30 || strings.Contains(help, "gcp-project-id") {
 		t.Errorf("status -h is not its short usage:\n%s", help)
 	}
 }

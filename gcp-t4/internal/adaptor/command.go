@@ -12,6 +12,7 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
@@ -22,24 +23,47 @@ import (
 // grace covers it).
 const stopTimeout = gcpt4.LongestCall
 
-// Start parses `gcp-t4 adaptor` flags (its own, then the provider's, which
-// default to the same env vars as in CAA), builds and verifies the gcp-t4
+// adaptorFlags are `gcp-t4 adaptor`'s settings.
+type adaptorFlags struct {
+	socket, podsDir, kubeconfigPath string
+	pf                              *providerflags.Flags
+}
+
+// newFlagSet is `gcp-t4 adaptor`'s flag set: its own flags, then the
+// provider's, which default to the same env vars as in CAA.
+func newFlagSet() (*flag.FlagSet, *adaptorFlags) {
+	fs := flag.NewFlagSet("gcp-t4 adaptor", flag.ContinueOnError)
+	reg := provider.NewFlagRegistrar(fs)
+	a := &adaptorFlags{}
+	reg.StringWithEnv(&a.socket, "socket", DefaultSocketPath, "REMOTE_HYPERVISOR_ENDPOINT", "Unix socket to serve the kata remote-hypervisor protocol on (kata's remote_hypervisor_socket)")
+	reg.StringWithEnv(&a.podsDir, "pods-dir", DefaultPodsDir, "PODS_DIR", "Directory for per-sandbox files; each sandbox's agent socket path is under it")
+	fs.StringVar(&a.kubeconfigPath, "kubeconfig", "", "kubeconfig for recording PeerPods as CAA does; in a pod the service account is used; without either none are recorded")
+	a.pf = providerflags.Register(fs)
+	fs.Usage = providerflags.Help{
+		Synopsis: "gcp-t4 adaptor [flags]",
+		About: []string{"Serves the kata remote-hypervisor protocol (ttrpc) on a unix socket in front of the gcp-t4 " +
+			"provider, as CAA does, for testing without CAA: each sandbox the shim starts gets a podVM, deleted when it " +
+			"stops. It runs until SIGTERM and leaves the live sandboxes' podVMs running, as CAA does."},
+	}.Usage(fs)
+	return fs, a
+}
+
+// Start parses `gcp-t4 adaptor` flags, builds and verifies the gcp-t4
 // provider as CAA does, and serves it on the socket.
 func Start(args []string, version string, stderr io.Writer, logger *slog.Logger) (*Server, error) {
-	fs := flag.NewFlagSet("gcp-t4 adaptor", flag.ContinueOnError)
+	fs, a := newFlagSet()
 	fs.SetOutput(stderr)
-	reg := provider.NewFlagRegistrar(fs)
-	var socket, podsDir, kubeconfigPath string
-	reg.StringWithEnv(&socket, "socket", DefaultSocketPath, "REMOTE_HYPERVISOR_ENDPOINT", "Unix socket to serve the kata remote-hypervisor protocol on (kata's remote_hypervisor_socket)")
-	reg.StringWithEnv(&podsDir, "pods-dir", DefaultPodsDir, "PODS_DIR", "Directory for per-sandbox files; each sandbox's agent socket path is under it")
-	fs.StringVar(&kubeconfigPath, "kubeconfig", "", "kubeconfig for recording PeerPods as CAA does; in a pod the service account is used; without either none are recorded")
-	pf := providerflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q: all settings are flags (see -h)", fs.Args())
 	}
+	return a.start(version, logger)
+}
+
+func (a *adaptorFlags) start(version string, logger *slog.Logger) (*Server, error) {
+	socket, podsDir, kubeconfigPath, pf := a.socket, a.podsDir, a.kubeconfigPath, a.pf
 	prov, err := pf.Provider(context.Background(), logger)
 	if err != nil {
 		return nil, fmt.Errorf("provider %s: %w", gcpt4.ProviderName, err)
@@ -67,11 +91,19 @@ func Start(args []string, version string, stderr io.Writer, logger *slog.Logger)
 // Run is `gcp-t4 adaptor`: serve until ctx ends (SIGTERM), finish the
 // calls in flight and leave the live sandboxes' VMs running, as upstream
 // CAA does.
+// -h prints its help on stdout; misuse returns a cli.ExitStatus, reported.
 func Run(ctx context.Context, args []string, version string, stdout, stderr io.Writer, logger *slog.Logger) error {
-	srv, err := Start(args, version, stderr, logger)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
+	fs, a := newFlagSet()
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		if code == 0 {
+			return nil
+		}
+		return cli.ExitStatus(code)
 	}
+	if code, ok := cli.NoArgs(fs, stderr); !ok {
+		return cli.ExitStatus(code)
+	}
+	srv, err := a.start(version, logger)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/shimclient"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 )
@@ -74,23 +75,27 @@ func TestRunServesUntilCancelledThenLeavesVMs(t *testing.T) {
 	}
 }
 
+// Misuse is reported on stderr, the usage after it, and comes back as
+// exit status 2; -h is the usage on stdout.
 func TestRunRejectsBadFlags(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := Run(context.Background(), []string{"-no-such-flag"}, "v", &stdout, &stderr, quietLogger())
-	if err == nil || !strings.Contains(err.Error(), "no-such-flag") {
-		t.Errorf("unknown flag: %v", err)
-	}
-	err = Run(context.Background(), []string{"-gcp-project-id", "p", "-zone", "us-central1-a", "stray"}, "v", &stdout, &stderr, quietLogger())
-	if err == nil || !strings.Contains(err.Error(), `unexpected arguments ["stray"]`) {
-		t.Errorf("stray argument: %v", err)
+	if err != cli.ExitStatus(2) || !strings.Contains(stderr.String(), "gcp-t4 adaptor: flag provided but not defined: -no-such-flag") {
+		t.Errorf("unknown flag: %v\n%s", err, stderr.String())
 	}
 	stderr.Reset()
-	if err := Run(context.Background(), []string{"-h"}, "v", &stdout, &stderr, quietLogger()); err != nil {
-		t.Errorf("-h: %v", err)
+	err = Run(context.Background(), []string{"-gcp-project-id", "p", "-zone", "us-central1-a", "stray"}, "v", &stdout, &stderr, quietLogger())
+	if err != cli.ExitStatus(2) || !strings.Contains(stderr.String(), `unexpected argument "stray"`) {
+		t.Errorf("stray argument: %v\n%s", err, stderr.String())
 	}
-	for _, want := range []string{"-socket", "-pods-dir", "-gcp-project-id"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("usage lacks %s:\n%s", want, stderr.String())
+	stderr.Reset()
+	stdout.Reset()
+	if err := Run(context.Background(), []string{"-h"}, "v", &stdout, &stderr, quietLogger()); err != nil || stderr.Len() != 0 {
+		t.Errorf("-h: %v, stderr %q", err, stderr.String())
+	}
+	for _, want := range []string{"usage: gcp-t4 adaptor ", "-socket", "-pods-dir", "-gcp-project-id"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("usage lacks %s:\n%s", want, stdout.String())
 		}
 	}
 }

@@ -372,13 +372,19 @@ func TestCacheBuildCommand(t *testing.T) {
 		{[]string{"build", host + "/library/cachetest@" + index.String()}, 2, "-o DIR is required"},
 		{[]string{"build", "-o", filepath.Join(t.TempDir(), "c"), "-platform", "x/y/z/w", host + "/library/cachetest@" + index.String()}, 2, "-platform"},
 		{[]string{"build", "-o", dir, host + "/library/cachetest@" + index.String()}, 1, "is not empty"},
-		{nil, 2, "usage: gcp-t4 cache build"},
+		{nil, 2, "usage: gcp-t4 cache COMMAND"},
 		// docs/cache.md points users here.
-		{[]string{"build", "-h"}, 0, "Usage: gcp-t4 cache build -o DIR"},
+		{[]string{"build", "-h"}, 0, "usage: gcp-t4 cache build -o DIR"},
 	} {
 		var o, e bytes.Buffer
-		if got := Main(context.Background(), c.args, &o, &e, nil); got != c.code || !strings.Contains(e.String(), c.want) {
-			t.Errorf("%v: exit %d, %q; want %d and %q", c.args, got, e.String(), c.code, c.want)
+		// Help goes to stdout, errors to stderr.
+		got := Main(context.Background(), c.args, &o, &e, nil)
+		text := e.String()
+		if c.code == 0 {
+			text = o.String()
+		}
+		if got != c.code || !strings.Contains(text, c.want) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", c.args, got, text, c.code, c.want)
 		}
 	}
 }

@@ -2,8 +2,6 @@ package cachebuild
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,56 +10,53 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 )
 
-const usage = `Usage: gcp-t4 cache build -o DIR [-platform linux/amd64] [-disk FILE.tar.gz] IMAGE@sha256:DIGEST...
+var buildUsage = cli.Usage{
+	Synopsis: []string{"gcp-t4 cache build -o DIR [-platform linux/amd64] [-disk FILE.tar.gz] IMAGE@sha256:DIGEST..."},
+	About: []string{"Writes the images a workload pulls, each pinned by digest, into a new OCI image layout at DIR: the " +
+		"contents of a cache disk, which the podVM's registry mirror serves to image-rs (docs/cache.md). For a " +
+		"multi-platform image it keeps the index and the one platform's image. Every blob is read back against its " +
+		"digest before it returns. Registry credentials come from the Docker config (~/.docker/config.json), as " +
+		"docker and crane read them."},
+}
 
-Writes the images a workload pulls, each pinned by digest, into a new OCI image
-layout at DIR: the contents of a cache disk, which the podVM's registry mirror
-serves to image-rs (docs/cache.md). For a multi-platform image it keeps the index
-and the one platform's image. Every blob is read back against its digest before
-it returns. Registry credentials come from the Docker config
-(~/.docker/config.json), as docker and crane read them.
+// Main is `gcp-t4 cache`: build, and initdata and check (initdata.go),
+// each with its own help.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	return cli.Group{
+		Path: "gcp-t4 cache",
+		About: []string{"A workload's images, pinned by digest, on a podVM cache disk that the podVM's registry mirror " +
+			"serves to image-rs; the initdata that sends a pod's pulls to that mirror; and which of a workload's " +
+			"images it serves (docs/cache.md)."},
+		Commands: map[string]cli.Command{
+			"build":    {Summary: "write the images, pinned by digest, into the cache disk's OCI layout (and -disk, its GCE image file)", Run: buildMain},
+			"initdata": {Summary: "print the initdata that sends a pod's image pulls to the podVM's cache mirror", Run: initdataMain},
+			"check":    {Summary: "say, for each container of a workload, whether the cache serves its image, and why", Run: checkMain},
+		},
+	}.Run(ctx, args, stdout, stderr, logger)
+}
 
-Flags:
-`
-
-// Main is `gcp-t4 cache`: build, and initdata and check (initdata.go).
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	if len(args) > 0 && args[0] == "initdata" {
-		return initdataMain(args[1:], stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "check" {
-		return checkMain(args[1:], stdout, stderr)
-	}
-	if len(args) == 0 || args[0] != "build" {
-		fmt.Fprintln(stderr, "usage: gcp-t4 cache build -o DIR IMAGE@sha256:DIGEST... | initdata | check (gcp-t4 cache SUBCOMMAND -h for more)")
-		return 2
-	}
-	fs := flag.NewFlagSet("gcp-t4 cache build", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+// buildMain is `gcp-t4 cache build`.
+func buildMain(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
+	fs := cli.NewFlagSet("gcp-t4 cache build", buildUsage)
 	out := fs.String("o", "", "the new layout's directory (must not exist, or be empty)")
 	platform := fs.String("platform", "linux/amd64", "the platform kept from a multi-platform image: the podVM's")
 	disk := fs.String("disk", "", "also write the layout as a GCE image file here (FILE.tar.gz: disk.raw holding an ext4 filesystem, reproducible), for gcloud compute images create --source-uri")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if *out == "" {
-		fmt.Fprintln(stderr, "gcp-t4 cache build: -o DIR is required: where the layout is written")
-		return 2
+		return cli.Misuse(fs, stderr, "-o DIR is required: where the layout is written")
+	}
+	if fs.NArg() == 0 {
+		return cli.Misuse(fs, stderr, "no images: name each as IMAGE@sha256:DIGEST")
 	}
 	p, err := v1.ParsePlatform(*platform)
 	if err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 cache build: -platform %q: %v (use OS/ARCH, such as linux/amd64)\n", *platform, err)
-		return 2
+		return cli.Misuse(fs, stderr, "-platform %q: %v (use OS/ARCH, such as linux/amd64)", *platform, err)
 	}
 	imgs, err := Build(ctx, *out, fs.Args(), Options{Platform: *p, Remote: []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}})
 	if err != nil {

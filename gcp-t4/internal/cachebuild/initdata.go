@@ -49,12 +49,13 @@ package cachebuild
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"regexp"
@@ -69,6 +70,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/initdata"
 	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
 )
@@ -295,39 +297,28 @@ func matchPrefix(ref, prefix string) (int, bool) {
 	return boundary(pos + len(prefix))
 }
 
-const initdataUsage = `Usage: gcp-t4 cache initdata [-layout DIR] [-mirror HOST:PORT] [-annotation | -digest] [IMAGE...]
-
-Prints the initdata a pod needs for the podVM's cache mirror to serve its
-images (docs/cache.md): a confidential-data-hub configuration whose image-rs
-registries configuration has, for each repository of the cache, a rule that
-tries the mirror first and the image's own registry after it. The images are
-the cache's (-layout, the directory cache build wrote) and those named, as
-they were named to cache build. -annotation prints the value of the pod
-annotation ` + initdata.Annotation + `
-(base64 of gzip); -digest the sha256 the podVM measures and prints on its
-serial console (CAA-GCP-T4-INITDATA).
-
-Flags:
-`
+var initdataUsage = cli.Usage{
+	Synopsis: []string{"gcp-t4 cache initdata [-layout DIR] [-mirror HOST:PORT] [-annotation | -digest] [IMAGE...]"},
+	About: []string{"Prints the initdata a pod needs for the podVM's cache mirror to serve its images (docs/cache.md): " +
+		"a confidential-data-hub configuration whose image-rs registries configuration has, for each repository of " +
+		"the cache, a rule that tries the mirror first and the image's own registry after it. The images are the " +
+		"cache's (-layout, the directory cache build wrote) and those named, as they were named to cache build. " +
+		"-annotation prints the value of the pod annotation " + initdata.Annotation + " (base64 of gzip); -digest the " +
+		"sha256 the podVM measures and prints on its serial console (CAA-GCP-T4-INITDATA)."},
+}
 
 // initdataMain is `gcp-t4 cache initdata`.
-func initdataMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gcp-t4 cache initdata", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, initdataUsage); fs.PrintDefaults() }
+func initdataMain(_ context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
+	fs := cli.NewFlagSet("gcp-t4 cache initdata", initdataUsage)
 	layout := fs.String("layout", "", "the cache's OCI layout (cache build -o): its images")
 	mirror := fs.String("mirror", cachemirror.Listen, "the mirror's address in the podVM")
 	annotation := fs.Bool("annotation", false, "print the annotation's value (base64 of gzip) instead of the TOML")
 	digest := fs.Bool("digest", false, "print the initdata's sha256 (hex) instead of the TOML")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if *annotation && *digest {
-		fmt.Fprintln(stderr, "gcp-t4 cache initdata: -annotation and -digest print different things: give one")
-		return 2
+		return cli.Misuse(fs, stderr, "-annotation and -digest print different things: give one")
 	}
 	refs := fs.Args()
 	if *layout != "" {
@@ -341,8 +332,7 @@ func initdataMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if len(refs) == 0 {
-		fmt.Fprintln(stderr, "gcp-t4 cache initdata: no images: give -layout DIR (cache build's -o) or the images as named to cache build")
-		return 2
+		return cli.Misuse(fs, stderr, "no images: give -layout DIR (cache build's -o) or the images as named to cache build")
 	}
 	repos, err := repositories(refs)
 	if err != nil {
@@ -370,37 +360,33 @@ func initdataMain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-const checkUsage = `Usage: gcp-t4 cache check -layout DIR (-k KUSTOMIZATION | -f MANIFEST) [-mirror HOST:PORT]
-
-Says, for every container of every pod the manifests make, where the podVM
-will pull its image from: the cache at DIR (cache build -o), or its registry,
-and why. An image of a repository the cache holds must be pinned by the
-digest the cache was built from, and its pod must carry initdata whose
-registries configuration sends image-rs to the mirror first (gcp-t4 cache
-initdata); the check follows image-rs's own rules. Exits 1 when a container
-of a cached repository would not be served from the cache.
-
-Flags:
-`
+var checkUsage = cli.Usage{
+	Synopsis: []string{"gcp-t4 cache check -layout DIR (-k KUSTOMIZATION | -f MANIFEST) [-mirror HOST:PORT]"},
+	About: []string{"Says, for every container of every pod the manifests make, where the podVM will pull its image " +
+		"from: the cache at DIR (cache build -o), or its registry, and why. An image of a repository the cache holds " +
+		"must be pinned by the digest the cache was built from, and its pod must carry initdata whose registries " +
+		"configuration sends image-rs to the mirror first (gcp-t4 cache initdata); the check follows image-rs's own " +
+		"rules. Exits 1 when a container of a cached repository would not be served from the cache."},
+}
 
 // checkMain is `gcp-t4 cache check`.
-func checkMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gcp-t4 cache check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, checkUsage); fs.PrintDefaults() }
+func checkMain(_ context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
+	fs := cli.NewFlagSet("gcp-t4 cache check", checkUsage)
 	layout := fs.String("layout", "", "the cache's OCI layout (cache build -o)")
 	kdir := fs.String("k", "", "a kustomization, rendered as kubectl apply -k renders it")
 	file := fs.String("f", "", "a manifest file")
 	mirror := fs.String("mirror", cachemirror.Listen, "the mirror's address in the podVM")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		return code
 	}
-	if *layout == "" || (*kdir == "") == (*file == "") || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: gcp-t4 cache check -layout DIR (-k KUSTOMIZATION | -f MANIFEST)")
-		return 2
+	if code, ok := cli.NoArgs(fs, stderr); !ok {
+		return code
+	}
+	switch {
+	case *layout == "":
+		return cli.Misuse(fs, stderr, "-layout DIR is required: the directory cache build -o wrote")
+	case (*kdir == "") == (*file == ""):
+		return cli.Misuse(fs, stderr, "give the workload with -k KUSTOMIZATION or -f MANIFEST, one of them")
 	}
 	imgs, err := cachemirror.Images(*layout)
 	if err != nil {

@@ -194,13 +194,19 @@ func TestInitdataAnnotationRoundTrips(t *testing.T) {
 		{[]string{"initdata", "-annotation", "-digest", "rayproject/ray-llm"}, 2, "give one"},
 		{[]string{"initdata", "Not/A/Reference"}, 2, "Not/A/Reference"},
 		{[]string{"initdata", "-layout", t.TempDir()}, 1, "not an OCI image layout"},
-		{[]string{"initdata", "-h"}, 0, "Usage: gcp-t4 cache initdata"},
-		{[]string{"check", "-layout", t.TempDir()}, 2, "usage: gcp-t4 cache check"},
-		{[]string{"check", "-h"}, 0, "Usage: gcp-t4 cache check"},
+		{[]string{"initdata", "-h"}, 0, "usage: gcp-t4 cache initdata"},
+		{[]string{"check", "-layout", t.TempDir()}, 2, "-k KUSTOMIZATION or -f MANIFEST"},
+		{[]string{"check", "-h"}, 0, "usage: gcp-t4 cache check"},
 	} {
 		var o, e bytes.Buffer
-		if got := Main(context.Background(), c.args, &o, &e, nil); got != c.code || !strings.Contains(e.String(), c.want) {
-			t.Errorf("%v: exit %d, %q; want %d and %q", c.args, got, e.String(), c.code, c.want)
+		// Help goes to stdout, errors to stderr.
+		got := Main(context.Background(), c.args, &o, &e, nil)
+		text := e.String()
+		if c.code == 0 {
+			text = o.String()
+		}
+		if got != c.code || !strings.Contains(text, c.want) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", c.args, got, text, c.code, c.want)
 		}
 	}
 }

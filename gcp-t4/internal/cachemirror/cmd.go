@@ -38,21 +38,12 @@ const ExitUnusable = 3
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
 	fs := flag.NewFlagSet("podvm-cache-mirror", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: podvm-cache-mirror [flags]\n\nRuns in the podVM: serves the cache disk's OCI image layout, read-only, as a\nregistry mirror for image-rs (docs/cache.md). It checks no digest; image-rs does.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
 	dir := fs.String("dir", Dir, "the OCI image layout (the cache disk's mount point)")
 	listen := fs.String("listen", Listen, "address to serve the registry API on")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "podvm-cache-mirror: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	const about = "Runs in the podVM: serves the cache disk's OCI image layout, read-only, as a registry mirror for\n" +
+		"image-rs (docs/cache.md). It checks no digest; image-rs does."
+	if code, ok := parseFlags(fs, args, about, stdout, stderr); !ok {
+		return code
 	}
 	m, err := Open(*dir)
 	if err != nil {

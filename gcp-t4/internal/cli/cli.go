@@ -4,14 +4,12 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"sort"
 	"syscall"
 )
 
@@ -24,42 +22,41 @@ type Command struct {
 
 // Program is a binary's name, version and subcommand table.
 type Program struct {
-	Name     string
-	Version  string
+	Name    string
+	Version string
+	// About says what the binary is for, one paragraph per string, under
+	// its usage line.
+	About    []string
 	Commands map[string]Command
 }
 
 func (p Program) usage(w io.Writer) {
-	fmt.Fprintf(w, "usage: %s <command> [flags]\n\ncommands:\n", p.Name)
-	names := make([]string, 0, len(p.Commands))
-	for name := range p.Commands {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		fmt.Fprintf(w, "  %-12s %s\n", name, p.Commands[name].Summary)
-	}
-	fmt.Fprintf(w, "  %-12s %s\n", "version", "print the version")
+	Usage{Synopsis: []string{p.Name + " COMMAND [flags] [ARGS]"}, About: p.About}.Header(w)
+	commandList(w, p.Commands, [][2]string{{"version", "print the version (also --version)"}})
+	fmt.Fprintf(w, "\n%s COMMAND -h describes each.\n", p.Name)
 }
 
 // Run dispatches args[0] to its command with a context cancelled by SIGINT
-// or SIGTERM. Unknown or missing commands are usage errors (exit 2).
+// or SIGTERM. Unknown or missing commands are usage errors (exit 2). A
+// command's -h goes to the command itself: each prints its own usage
+// (Usage, Parse), on stdout.
 func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
+		fmt.Fprintf(stderr, "%s: no command given: name one (%s COMMAND -h describes each)\n", p.Name, p.Name)
 		p.usage(stderr)
 		return 2
 	}
 	switch args[0] {
-	case "version":
+	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, p.Version)
 		return 0
-	case "help", "-h", "--help":
+	case "help", "-h", "-help", "--help":
 		p.usage(stdout)
 		return 0
 	}
 	cmd, ok := p.Commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "%s: unknown command %q\n", p.Name, args[0])
+		fmt.Fprintf(stderr, "%s: unknown command %q: name one of those below\n", p.Name, args[0])
 		p.usage(stderr)
 		return 2
 	}
@@ -68,34 +65,5 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// The provider logs through the default logger, as it does inside CAA.
 	slog.SetDefault(logger)
-	if !helpRequested(args[1:]) {
-		return cmd.Run(ctx, args[1:], stdout, stderr, logger)
-	}
-	// A command's -h lists its flags; some say no more. The line the
-	// top-level help gives it comes first, on the stream the command's
-	// help went to, so every `CMD -h` says what CMD does.
-	var out, errb bytes.Buffer
-	code := cmd.Run(ctx, args[1:], &out, &errb, logger)
-	w := stdout
-	if out.Len() == 0 {
-		w = stderr
-	}
-	fmt.Fprintf(w, "%s %s: %s\n\n", p.Name, args[0], cmd.Summary)
-	_, _ = stdout.Write(out.Bytes())
-	_, _ = stderr.Write(errb.Bytes())
-	return code
-}
-
-// helpRequested: args ask for help as Go's flag package reads them, -h,
-// -help or --help before a lone "--".
-func helpRequested(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "-h", "-help", "--help":
-			return true
-		}
-	}
-	return false
+	return cmd.Run(ctx, args[1:], stdout, stderr, logger)
 }

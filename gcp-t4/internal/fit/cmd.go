@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 )
 
@@ -20,13 +21,13 @@ import (
 // status: 0 when the model fits (tight included), 1 when it does not, 2 for
 // bad flags.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
-	cfg, err := ParseArgs(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	cfg, fs, err := parseArgs(args, stdout, stderr)
+	var done cli.ExitStatus
+	if errors.As(err, &done) {
+		return int(done)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 plan serve: %v\n", err)
-		return 2
+		return cli.Misuse(fs, stderr, "%v", err)
 	}
 	r, err := Compute(cfg)
 	if err != nil {
@@ -51,8 +52,23 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 
 // ParseArgs turns the command line into a Config; usage goes to stderr.
 func ParseArgs(args []string, stderr io.Writer) (Config, error) {
-	fs := flag.NewFlagSet("gcp-t4 plan serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	cfg, _, err := parseArgs(args, stderr, stderr)
+	return cfg, err
+}
+
+// usage is `gcp-t4 plan serve -h`.
+var usage = cli.Usage{
+	Synopsis: []string{"gcp-t4 plan serve (-model ID | -config FILE | -model-size SIZE | -params N) [-tp N] [flags]"},
+	About: []string{"Sizes a model served with vLLM over GPUs (T4 by default): the weights, activation peak, CUDA graphs " +
+		"and KV cache per GPU as vLLM budgets them, whether it fits, and the decode speed and time to first token " +
+		"over the path between the GPUs. Exits 0 when it fits, 1 when it does not. No cloud account: nothing is " +
+		"called. docs/runbook-mistral-tp2.md"},
+}
+
+// parseArgs is ParseArgs with the flag set, for the usage of a later
+// error; a cli.ExitStatus was reported already (-h, a flag error).
+func parseArgs(args []string, stdout, stderr io.Writer) (Config, *flag.FlagSet, error) {
+	fs := cli.NewFlagSet("gcp-t4 plan serve", usage)
 	var (
 		model, configFile, modelSize, params, gpu, gpuMem string
 		quant, nonTorch, context, activation, graphs      string
@@ -92,27 +108,27 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&bandwidth, "memory-bandwidth", "", "the memory bandwidth decode reaches, e.g. 250GB/s: what test/device/gpu-check.sh measures (default: an assumed 75 % of the GPU's peak)")
 	fs.IntVar(&cfg.Decode.Context, "decode-context", DefaultDecode.Context, "tokens of context the decode estimate reads from the KV cache per sequence")
 	fs.IntVar(&cfg.Decode.PromptTokens, "prompt-tokens", DefaultDecode.PromptTokens, "prompt length the time to first token is estimated for")
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		return cfg, fs, cli.ExitStatus(code)
 	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q: all settings are flags (see -h)", fs.Arg(0))
+	if code, ok := cli.NoArgs(fs, stderr); !ok {
+		return cfg, fs, cli.ExitStatus(code)
 	}
 	if latency.set {
 		if latency.d <= 0 {
-			return cfg, fmt.Errorf("--nccl-latency %s: must be positive", latency.d)
+			return cfg, fs, fmt.Errorf("--nccl-latency %s: must be positive", latency.d)
 		}
 		cfg.Decode.NCCLLatency = latency.d
 	}
 	if cfg.Decode.Context < 1 {
-		return cfg, fmt.Errorf("--decode-context %d: must be at least 1 token", cfg.Decode.Context)
+		return cfg, fs, fmt.Errorf("--decode-context %d: must be at least 1 token", cfg.Decode.Context)
 	}
 	if cfg.Decode.PromptTokens < 1 {
-		return cfg, fmt.Errorf("--prompt-tokens %d: must be at least 1 token", cfg.Decode.PromptTokens)
+		return cfg, fs, fmt.Errorf("--prompt-tokens %d: must be at least 1 token", cfg.Decode.PromptTokens)
 	}
 	cfg.Decode.Path = Path(path)
 	if _, err := linkFor(cfg.Decode.Path, cfg.Decode); err != nil {
-		return cfg, fmt.Errorf("--path: %w", err)
+		return cfg, fs, fmt.Errorf("--path: %w", err)
 	}
 
 	given := 0
@@ -122,42 +138,42 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		}
 	}
 	if given != 1 {
-		return cfg, errors.New("give exactly one of --model, --config, --model-size, --params")
+		return cfg, fs, errors.New("give exactly one of --model, --config, --model-size, --params")
 	}
 	var err error
 	switch {
 	case model != "":
 		if cfg.Model, err = LookupModel(model); err != nil {
-			return cfg, err
+			return cfg, fs, err
 		}
 	case configFile != "":
 		f, err := os.Open(configFile)
 		if err != nil {
-			return cfg, fmt.Errorf("--config: %w", err)
+			return cfg, fs, fmt.Errorf("--config: %w", err)
 		}
 		cfg.Model, err = ParseConfigJSON(f, configFile)
 		f.Close()
 		if err != nil {
-			return cfg, fmt.Errorf("--config %w", err)
+			return cfg, fs, fmt.Errorf("--config %w", err)
 		}
 	case modelSize != "":
 		if cfg.Model.Bytes16, err = ParseSize(modelSize); err != nil {
-			return cfg, fmt.Errorf("--model-size: %w", err)
+			return cfg, fs, fmt.Errorf("--model-size: %w", err)
 		}
 		cfg.Model.Name = modelSize + " checkpoint"
 	default:
 		if cfg.Model.Params, err = ParseCount(params); err != nil {
-			return cfg, fmt.Errorf("--params: %w", err)
+			return cfg, fs, fmt.Errorf("--params: %w", err)
 		}
 		cfg.Model.Name = params + " parameters"
 	}
 	if model != "" || configFile != "" {
 		if layers+kvHeads+headDim+heads != 0 {
-			return cfg, errors.New("--model and --config bring the architecture: drop --layers, --kv-heads, --head-dim and --heads")
+			return cfg, fs, errors.New("--model and --config bring the architecture: drop --layers, --kv-heads, --head-dim and --heads")
 		}
 	} else {
 		if min(layers, kvHeads, headDim, heads) < 0 {
-			return cfg, errors.New("--layers, --kv-heads, --head-dim and --heads must not be negative")
+			return cfg, fs, errors.New("--layers, --kv-heads, --head-dim and --heads must not be negative")
 		}
 		set := 0
 		for _, v := range []int{layers, kvHeads, headDim} {
@@ -166,40 +182,40 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 			}
 		}
 		if set != 0 && set != 3 {
-			return cfg, errors.New("give all of --layers, --kv-heads and --head-dim (to count KV tokens) or none")
+			return cfg, fs, errors.New("give all of --layers, --kv-heads and --head-dim (to count KV tokens) or none")
 		}
 		cfg.Model.Layers, cfg.Model.KVHeads, cfg.Model.HeadDim, cfg.Model.Heads = layers, kvHeads, headDim, heads
 	}
 	if quant != "" {
 		q, err := ParseQuant(quant, groupSize)
 		if err != nil {
-			return cfg, err
+			return cfg, fs, err
 		}
 		switch {
 		case cfg.Model.Quant.Method != None && q != cfg.Model.Quant:
-			return cfg, fmt.Errorf("--quantization %s: %s is already quantised as %s; drop --quantization", quant, cfg.Model.Name, cfg.Model.Quant)
+			return cfg, fs, fmt.Errorf("--quantization %s: %s is already quantised as %s; drop --quantization", quant, cfg.Model.Name, cfg.Model.Quant)
 		case q.Method != None && model == "" && configFile == "":
-			return cfg, fmt.Errorf("--quantization %s needs the model's shape to size the packed weights: use --model or --config", quant)
+			return cfg, fs, fmt.Errorf("--quantization %s needs the model's shape to size the packed weights: use --model or --config", quant)
 		}
 		cfg.Model.Quant = q
 	}
 
 	if cfg.GPU, err = LookupGPU(gpu); err != nil {
-		return cfg, err
+		return cfg, fs, err
 	}
 	if gpuMem != "" {
 		if cfg.GPU.Memory, err = ParseSize(gpuMem); err != nil {
-			return cfg, fmt.Errorf("--gpu-memory: %w", err)
+			return cfg, fs, fmt.Errorf("--gpu-memory: %w", err)
 		}
 	}
 	if bandwidth != "" {
 		if cfg.Decode.Bandwidth, err = parseRate("--memory-bandwidth", bandwidth); err != nil {
-			return cfg, err
+			return cfg, fs, err
 		}
 	}
 	if busBandwidth != "" {
 		if cfg.Decode.BusBandwidth, err = parseRate("--nccl-bandwidth", busBandwidth); err != nil {
-			return cfg, err
+			return cfg, fs, err
 		}
 	}
 	for _, o := range []struct {
@@ -216,10 +232,10 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 			continue
 		}
 		if *o.dst, err = ParseSize(o.v); err != nil {
-			return cfg, fmt.Errorf("%s: %w", o.flag, err)
+			return cfg, fs, fmt.Errorf("%s: %w", o.flag, err)
 		}
 	}
-	return cfg, nil
+	return cfg, fs, nil
 }
 
 // parseRate reads bytes per second: a size with an optional "/s".

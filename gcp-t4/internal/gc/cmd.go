@@ -26,6 +26,7 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 )
@@ -57,9 +58,15 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 	}
 	kubeconfigPath := fs.String("kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account, then $KUBECONFIG")
 	reg.DurationWithEnv(&pol.Grace, "grace", pol.Grace, "REAPER_GRACE", "leave orphans younger than this alone")
-	reg.DurationWithEnv(&interval, "interval", defInterval, "REAPER_INTERVAL", "run a pass every interval until stopped; 0 runs once")
+	// Each command's help states its own defaults: the reaper deletes
+	// and loops by default, gc lists once.
+	intervalUsage, deleteUsage := "run a pass every interval until stopped; 0 runs once", "delete the orphans older than -grace; without it gc only lists them"
+	if reaper {
+		intervalUsage, deleteUsage = "run a pass every interval until stopped (must be positive)", "delete the orphans older than -grace; -delete=false only lists them"
+	}
+	reg.DurationWithEnv(&interval, "interval", defInterval, "REAPER_INTERVAL", intervalUsage)
 	reg.StringWithEnv(&metricsAddr, "metrics-addr", defAddr, "REAPER_METRICS_ADDR", "serve Prometheus metrics on this address (/metrics, /healthz), e.g. :9103")
-	del := fs.Bool("delete", reaper, "delete the orphans (gc's default: only list them)")
+	del := fs.Bool("delete", reaper, deleteUsage)
 	caaNamespace := ""
 	keyFile := ""
 	if reaper {
@@ -70,19 +77,17 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 	}
 	output := fs.String("o", "table", "output: table or json")
 	fs.Usage = help(name, reaper).Usage(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	if code, ok := cli.NoArgs(fs, stderr); !ok {
+		return code
 	}
 	if *output != "table" && *output != "json" {
-		fmt.Fprintf(stderr, "%s: -o %q: use table or json\n", name, *output)
-		return 2
+		return cli.Misuse(fs, stderr, "-o %q: use table or json", *output)
 	}
 	if pol.Grace < 0 || interval < 0 || (reaper && interval == 0) {
-		fmt.Fprintf(stderr, "%s: -grace (REAPER_GRACE) must not be negative and -interval (REAPER_INTERVAL) must be positive for the reaper (e.g. 1m)\n", name)
-		return 2
+		return cli.Misuse(fs, stderr, "-grace (REAPER_GRACE) must not be negative and -interval (REAPER_INTERVAL) must be positive for the reaper (e.g. 1m)")
 	}
 	if keyFile != "" {
 		if err := useKeyFile(fs, pf.Config().Credentials, keyFile, logger); err != nil {

@@ -28,12 +28,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	fs.StringVar(&cfg.NvidiaSMI, "nvidia-smi", "/usr/bin/nvidia-smi", "nvidia-smi binary; empty skips the GPU count check")
 	fs.StringVar(&cfg.CDIHookPath, "nvidia-cdi-hook", "/usr/bin/nvidia-cdi-hook", "nvidia-cdi-hook path written into the spec; empty lets nvidia-ctk choose")
 	fs.StringVar(&console, "console", "/dev/console", "also write the readiness line here (the serial console on a podVM); empty disables")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gpu-init: unexpected argument %q: all settings are flags\n", fs.Arg(0))
-		return 2
+	const about = "Runs in the podVM before the agent: loads the NVIDIA driver's modules, waits for the GPUs' device\n" +
+		"nodes, writes the CDI spec kata-agent reads and prints the readiness line, on the serial console too.\n" +
+		"Exits 0 when the GPUs are ready or there is none (CPU-only podVMs boot the same image), 1 when a GPU\n" +
+		"is present but could not be brought up. docs/podvm-build-guide.md"
+	if code, ok := parseFlags(fs, args, about, stdout, stderr); !ok {
+		return code
 	}
 	for _, m := range strings.Split(modules, ",") {
 		if m = strings.TrimSpace(m); m != "" {

@@ -2,7 +2,6 @@ package install
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 )
 
 // kvFlag collects repeated --set KEY=VALUE.
@@ -91,15 +91,23 @@ func readFile(flag, path string) ([]byte, error) {
 }
 
 func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
+	o, _, err := parseInstallTo(args, stderr, stderr)
+	return o, err
+}
+
+// parseInstallTo is parseInstall with -h's help on stdout, and the flag
+// set, whose usage follows a later misuse error.
+func parseInstallTo(args []string, stdout, stderr io.Writer) (*installOptions, *flag.FlagSet, error) {
 	o := &installOptions{pollInterval: time.Second}
 	set := kvFlag{}
 	var unset listFlag
-	fs := flag.NewFlagSet("gcp-t4 install", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gcp-t4 install [flags]\n\nInstalls or upgrades CAA with gcp-t4: renders install/overlays/gcp-t4 (embedded), detects GKE, validates peer-pods-cm with the provider's own rules, prints the settings diff and applies with server-side apply. An upgrade keeps every setting already installed (image, peer-pods-cm keys, credentials, certificates) unless a flag changes it; --unset KEY, --use-adc and --no-tls-certs remove. docs/install.md.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet("gcp-t4 install", cli.Usage{
+		Synopsis: []string{"gcp-t4 install [flags]"},
+		About: []string{"Installs or upgrades CAA with gcp-t4: renders install/overlays/gcp-t4 (embedded), detects GKE, " +
+			"validates peer-pods-cm with the provider's own rules, prints the settings diff and applies with server-side " +
+			"apply. An upgrade keeps every setting already installed (image, peer-pods-cm keys, credentials, " +
+			"certificates) unless a flag changes it; --unset KEY, --use-adc and --no-tls-certs remove. docs/install.md."},
+	})
 	o.cluster.Register(fs)
 	var project, zone, podImage, network, subnetwork string
 	var credFile, wifFile, tlsCA, tlsCert, tlsKey string
@@ -126,7 +134,7 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 	fs.StringVar(&o.req.GuardMaxGPUsPerPod, "cost-guard-max-gpus-per-pod", "", "the cost guard's GPU limit per peer pod for every namespace (maxGPUsPerPod; an H100 counts 18); default: the installed one, else 1")
 	defCCT, err := DefaultCreateContainerTimeout()
 	if err != nil {
-		return nil, err
+		return nil, fs, err
 	}
 	fs.StringVar(&o.req.CreateContainerTimeout, "create-container-timeout", "", "kata-remote's create_container_timeout (the agent's CreateContainer, guest pull included), set by the remediation sidecar on each node, which is Ready only while the effective value is at least this; 0 leaves kata-remote's configuration alone; default: the installed one, else "+defCCT)
 	fs.BoolVar(&o.dryRun, "dry-run", false, "read what is installed, print the settings diff and have the API server validate every object (server-side dry run); change nothing")
@@ -135,48 +143,48 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 	fs.BoolVar(&o.wait, "wait", true, "wait for the DaemonSet rollout (objects no longer rendered are pruned after it)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the apply (pruning included) and, separately, for the rollout")
 	fs.DurationVar(&o.rolloutTimeout, "rollout-timeout", 0, "how long to wait for the rollout alone, as kubectl rollout status --timeout (default: --timeout)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		return nil, fs, cli.ExitStatus(code)
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q; settings are flags, e.g. --set GCP_ZONES=auto", fs.Arg(0))
+		return nil, fs, fmt.Errorf("unexpected argument %q; settings are flags, e.g. --set GCP_ZONES=auto", fs.Arg(0))
 	}
 	if o.gke, err = ParseMode("gke", *gke); err != nil {
-		return nil, err
+		return nil, fs, err
 	}
 	if o.runtimeClass, err = ParseMode("runtimeclass", *rc); err != nil {
-		return nil, err
+		return nil, fs, err
 	}
 	if o.costGuard, err = ParseMode("cost-guard", *guard); err != nil {
-		return nil, err
+		return nil, fs, err
 	}
 	if o.req.GuardMaxGPUsPerPod != "" {
 		if o.costGuard == ModeOff {
-			return nil, fmt.Errorf("--cost-guard-max-gpus-per-pod with --cost-guard=off: the limit is the cost guard's; drop one")
+			return nil, fs, fmt.Errorf("--cost-guard-max-gpus-per-pod with --cost-guard=off: the limit is the cost guard's; drop one")
 		}
 		if err := checkGuardMax(o.req.GuardMaxGPUsPerPod); err != nil {
-			return nil, err
+			return nil, fs, err
 		}
 	}
 	if v := o.req.CreateContainerTimeout; v != "" {
 		if err := CheckCreateContainerTimeout(v); err != nil {
-			return nil, err
+			return nil, fs, err
 		}
 		if o.gke == ModeOff {
-			return nil, fmt.Errorf("--create-container-timeout with --gke=off: the remediation sidecar sets it; drop one")
+			return nil, fs, fmt.Errorf("--create-container-timeout with --gke=off: the remediation sidecar sets it; drop one")
 		}
 	}
 	if o.timeout <= 0 {
-		return nil, fmt.Errorf("--timeout %s: want a positive duration, e.g. 5m", o.timeout)
+		return nil, fs, fmt.Errorf("--timeout %s: want a positive duration, e.g. 5m", o.timeout)
 	}
 	switch {
 	case o.rolloutTimeout < 0:
-		return nil, fmt.Errorf("--rollout-timeout %s: want a positive duration, e.g. 10m", o.rolloutTimeout)
+		return nil, fs, fmt.Errorf("--rollout-timeout %s: want a positive duration, e.g. 10m", o.rolloutTimeout)
 	case o.rolloutTimeout == 0:
 		o.rolloutTimeout = o.timeout
 	}
 	if o.dryRun && o.render {
-		return nil, fmt.Errorf("--dry-run and --render: give one (--dry-run reads the cluster, --render does not)")
+		return nil, fs, fmt.Errorf("--dry-run and --render: give one (--dry-run reads the cluster, --render does not)")
 	}
 	cfg := map[string]string{}
 	for k, v := range set {
@@ -190,28 +198,28 @@ func parseInstall(args []string, stderr io.Writer) (*installOptions, error) {
 			continue
 		}
 		if prev, ok := cfg[f.key]; ok && prev != f.val {
-			return nil, fmt.Errorf("--%s %q and --set %s=%q disagree; give one", f.flag, f.val, f.key, prev)
+			return nil, fs, fmt.Errorf("--%s %q and --set %s=%q disagree; give one", f.flag, f.val, f.key, prev)
 		}
 		cfg[f.key] = f.val
 	}
 	o.req.Set, o.req.Unset = cfg, unset
 	o.keyFile = credFile
 	if o.req.Credentials, err = readFile("credentials-file", credFile); err != nil {
-		return nil, err
+		return nil, fs, err
 	}
 	if o.req.WIF, err = readFile("wif-credential-config", wifFile); err != nil {
-		return nil, err
+		return nil, fs, err
 	}
 	if tlsCA != "" || tlsCert != "" || tlsKey != "" {
-		return nil, errCustomTLS
+		return nil, fs, errCustomTLS
 	}
 	o.req.NoTLS = noTLS
 	// What the flags say on their own must hold before any cluster is read.
 	probe := Settings{Image: o.req.Image, Config: cfg, Credentials: o.req.Credentials, WIFCredentialConfig: o.req.WIF, TLS: o.req.TLS, Namespace: o.req.Namespace}
 	if err := probe.Validate(); err != nil {
-		return nil, err
+		return nil, fs, err
 	}
-	return o, nil
+	return o, fs, nil
 }
 
 // missingRequired names the required settings not given, as flags.
@@ -249,16 +257,16 @@ func checkConfig(objs []*unstructured.Unstructured, tlsMounted bool) error {
 // stderr), so it writes text rather than structured logs; the manifests
 // alone go to stdout with --render.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
-	o, err := parseInstall(args, stderr)
-	if err == nil {
-		// Before anything is rendered or applied: a key a `git add` would
-		// commit is misuse, as a bad flag is.
-		err = refuseCommittableKey(ctx, "credentials-file", o.keyFile, logger)
+	o, fs, err := parseInstallTo(args, stdout, stderr)
+	if code, ok := err.(cli.ExitStatus); ok {
+		return int(code)
 	}
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+		return cli.Misuse(fs, stderr, "%v", err)
+	}
+	// Before anything is rendered or applied: a key a `git add` would
+	// commit is refused as bad input (exit 2), its own message the fix.
+	if err := refuseCommittableKey(ctx, "credentials-file", o.keyFile, logger); err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 install: %v\n", err)
 		return 2
 	}

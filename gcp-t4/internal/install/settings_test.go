@@ -411,7 +411,7 @@ func TestReaperKeysMatchTheReaper(t *testing.T) {
 	if code := gc.MainReaper(context.Background(), []string{"-h"}, &stdout, &stderr, nil); code != 0 {
 		t.Fatalf("gcp-t4 reaper -h: exit %d\n%s", code, stderr.String())
 	}
-	usage := stderr.String()
+	usage := stdout.String() // -h is the usage, on stdout
 	for _, k := range reaperKeys {
 		m := regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(k.Flag) + `( \w+)?\n(?:\s+.*\n)*?\s+.*\(default "?([^")]*)"?\)`).FindStringSubmatch(usage)
 		if m == nil {

@@ -23,23 +23,15 @@ const ListenAddr = "127.0.0.1:8007"
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
 	fs := flag.NewFlagSet("podvm-notice", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: podvm-notice [flags]\n\nRuns in the podVM: follows GCE's preemption and host maintenance notices on the\nVM's metadata server and serves them to the pod's containers at http://%s%s\n(systemd opens that socket in the pod's network namespace). docs/podvm-build-guide.md\n\nFlags:\n", ListenAddr, Path)
-		fs.PrintDefaults()
-	}
 	metadata := fs.String("metadata", "http://169.254.169.254", "the VM's metadata server")
 	listen := fs.String("listen", "", "address to listen on instead of the socket systemd passes (tests, a manual run)")
 	console := fs.String("console", "-", "where to print a line when a notice arrives: a file, - for standard output (the unit sends it to the console), \"\" for none")
 	maxWait := fs.Duration("max-wait", 5*time.Minute, "longest a ?wait=true request hangs")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "podvm-notice: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	about := "Runs in the podVM: follows GCE's preemption and host maintenance notices on the VM's metadata\n" +
+		"server and serves them to the pod's containers at http://" + ListenAddr + Path + "\n" +
+		"(systemd opens that socket in the pod's network namespace). docs/podvm-build-guide.md"
+	if code, ok := parseFlags(fs, args, about, stdout, stderr); !ok {
+		return code
 	}
 	l, err := listener(*listen)
 	if err != nil {

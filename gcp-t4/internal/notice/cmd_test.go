@@ -100,10 +100,11 @@ func TestMainRefusals(t *testing.T) {
 		{nil, 1, "start it through caa-gcp-t4-notice.socket, or give --listen 127.0.0.1:8007"},
 		{[]string{"--nope"}, 2, "flag provided but not defined: -nope"},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
-		{[]string{"-h"}, 0, "Usage: podvm-notice"},
+		{[]string{"-h"}, 0, "usage: podvm-notice"},
 	} {
 		var out, errb bytes.Buffer
-		if code := Main(context.Background(), tc.args, &out, &errb, log); code != tc.code || !strings.Contains(errb.String(), tc.want) {
+		// -h is the usage, on stdout.
+		if code := Main(context.Background(), tc.args, &out, &errb, log); code != tc.code || !strings.Contains(out.String()+errb.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/fit"
 	"github.com/caa-gcp-t4/gcp-t4/internal/prices"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
@@ -44,19 +45,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	if len(args) > 0 && args[0] == "serve" {
 		return fit.Main(ctx, args[1:], stdout, stderr, logger)
 	}
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "gcp-t4 plan: unknown mode %q; give the manifest with -f (see -h)\n", args[0])
-		return 2
-	}
 	if err := run(ctx, args, stdout, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+		var code cli.ExitStatus
+		if errors.As(err, &code) {
+			return int(code)
 		}
 		fmt.Fprintf(stderr, "gcp-t4 plan: %v\n", err)
 		return 1
 	}
 	return 0
 }
+
+// requestFlags are the flags that describe a workload; plan with none of
+// them has nothing to plan.
+var requestFlags = []string{"f", "k", "gpus", "vcpus", "memory", "machine-type"}
 
 func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gcp-t4 plan", flag.ContinueOnError)
@@ -77,17 +79,25 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	sf := registerStartup(fs, cat)
 	fs.Usage = usage(fs, sf)
-	if err := fs.Parse(args); err != nil {
-		return err
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		return cli.ExitStatus(code)
+	}
+	if fs.NArg() > 0 {
+		if args[0] == fs.Arg(0) {
+			return cli.ExitStatus(cli.Misuse(fs, stderr, "unknown command %q: the one command is serve; give a workload with -f MANIFEST", fs.Arg(0)))
+		}
+		return cli.ExitStatus(cli.Misuse(fs, stderr, "unexpected argument %q: give the manifest with -f", fs.Arg(0)))
+	}
+	if *output != OutputTable && *output != OutputJSON && *output != OutputRequest {
+		return cli.ExitStatus(cli.Misuse(fs, stderr, "-o %q: use table, json or request", *output))
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || slices.Contains(requestFlags, f.Name) })
+	if !given {
+		return cli.ExitStatus(cli.Misuse(fs, stderr, "nothing to plan: give a manifest (-f FILE, - for stdin), a kustomization (-k DIR) or the pod's requests (-gpus N, -vcpus N, -memory Q)"))
 	}
 	if err := sf.noteSet(fs); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: give the manifest with -f", fs.Args())
-	}
-	if *output != OutputTable && *output != OutputJSON && *output != OutputRequest {
-		return fmt.Errorf("-o %q: use table, json or request", *output)
 	}
 	cfg := pf.Config()
 	notes := Notes{All: *allNotes}
@@ -136,10 +146,10 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	var workloads []Workload
 	if *file != "" || *kdir != "" {
 		if *file != "" && *kdir != "" {
-			return fmt.Errorf("-f and -k are exclusive: give the manifest or the kustomize directory")
+			return cli.ExitStatus(cli.Misuse(fs, stderr, "-f and -k are exclusive: give the manifest or the kustomize directory"))
 		}
 		if *gpus != 0 || *vcpus != "" || *memory != "" || *machineType != "" {
-			return fmt.Errorf("-f/-k and -gpus/-vcpus/-memory/-machine-type are exclusive: the manifest carries the requests")
+			return cli.ExitStatus(cli.Misuse(fs, stderr, "-f/-k and -gpus/-vcpus/-memory/-machine-type are exclusive: the manifest carries the requests"))
 		}
 		var skipped []string
 		if *kdir != "" {
@@ -238,11 +248,12 @@ func readManifest(path string) ([]Workload, []string, error) {
 // figure and source; docs/provider.md describes the settings).
 func usage(fs *flag.FlagSet, sf *startupFlags) func() {
 	return providerflags.Help{
-		Synopsis: "gcp-t4 plan -f MANIFEST | -k DIR | -gpus N [-vcpus N] [-memory Q] [flags]\n       gcp-t4 plan serve -h",
+		Synopsis: "gcp-t4 plan -f MANIFEST | -k DIR | -gpus N [-vcpus N] [-memory Q] [flags]\n       gcp-t4 plan serve [flags]",
 		About: []string{"Shows the podVM each pod of a workload would get: profile, machine type, T4s, zones, provisioning model, " +
 			"the exact instances.insert request (-o request) and its hourly cost, then its start-up phase by phase against every " +
 			"deadline on the path. No cloud account: nothing is called. Exits 1 when a deadline is not met. docs/preflight.md"},
-		Groups: []providerflags.FlagGroup{{Heading: "start-up figures and the cluster's deadlines (the start-up table names each row's flag and source)", Flags: sf.names}},
+		Commands: [][2]string{{"serve", "size a model served with vLLM over T4s: memory per GPU, KV cache, decode speed (gcp-t4 plan serve -h)"}},
+		Groups:   []providerflags.FlagGroup{{Heading: "start-up figures and the cluster's deadlines (the start-up table names each row's flag and source)", Flags: sf.names}},
 	}.Usage(fs)
 }
 

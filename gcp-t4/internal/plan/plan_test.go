@@ -191,7 +191,7 @@ func TestPlanFlagsAndErrors(t *testing.T) {
 		{[]string{"-f", "testdata/missing.yaml"}, "no such file"},
 		{[]string{"-gpus", "1", "-instance-template", "global/instanceTemplates/t"}, "GCP_INSTANCE_TEMPLATE"},
 		{[]string{"-gpus", "1", "-use-public-ip"}, "USE_PUBLIC_IP"},
-		{[]string{"bogus", "-f", examplePod}, "unknown mode"},
+		{[]string{"bogus", "-f", examplePod}, `unknown command "bogus"`},
 	} {
 		_, errOut, code := runPlan(t, c.args...)
 		if code == 0 || !strings.Contains(errOut, c.want) {

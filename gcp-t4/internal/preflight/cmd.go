@@ -3,7 +3,6 @@ package preflight
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
 )
@@ -54,23 +54,24 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	kubeletRow, _ := cat.Deadline(startup.KubeletRuntimeRequest)
 	maxPull := fs.Duration("max-image-pull", kubeletRow.Default.Duration, "the longest in-guest image pull the cluster's workloads need: kubelet's runtimeRequestTimeout on every kata node and kata-remote's create_container_timeout must reach it (default: kubelet's default, which GKE cannot raise; a longer pull is retried, see gcp-t4 plan -f)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "limit for all checks together")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	fs.Usage = providerflags.Help{
+		Synopsis: "gcp-t4 preflight [-kubeconfig FILE] [flags]",
+		About: []string{"Checks the GCP project before deploying, each failure with the command that fixes it: the " +
+			"provider's settings and credentials, GPU quota, accelerators in the zones, network, Cloud NAT, firewall, the " +
+			"podVM image and permissions; with -kubeconfig also the cluster CAA is installed in, whose peer-pods-cm fills " +
+			"the settings not given. Exits 0 when nothing failed (warnings allowed), 1 when a check failed. docs/preflight.md"},
+	}.Usage(fs)
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	if code, ok := cli.NoArgs(fs, stderr); !ok {
+		return code
 	}
 	if *output != "table" && *output != "json" {
-		fmt.Fprintf(stderr, "gcp-t4 preflight: -o %q: use table or json\n", *output)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gcp-t4 preflight: unexpected arguments %q\n", fs.Args())
-		return 2
+		return cli.Misuse(fs, stderr, "-o %q: use table or json", *output)
 	}
 	if _, _, err := gcpt4.ParseEndpoint("-resourcemanager-endpoint", *crmEndpoint); err != nil {
-		fmt.Fprintf(stderr, "gcp-t4 preflight: %v\n", err)
-		return 2
+		return cli.Misuse(fs, stderr, "%v", err)
 	}
 	// Strictly, as the provider does at start: a value CAA's registrar
 	// would quietly replace by its default is an error here too.

@@ -32,6 +32,9 @@ type Help struct {
 	// Hide names own flags that are accepted but do nothing the user
 	// would ask for here, so not listed.
 	Hide []string
+	// Commands are the command's subcommands, name and summary, listed
+	// under "commands:" after About (plan's serve).
+	Commands [][2]string
 	// Groups lists own flags by name under a heading of their own, as
 	// names only (plan's start-up figures), after the other own flags.
 	Groups []FlagGroup
@@ -67,6 +70,12 @@ func (h Help) Write(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "usage: %s\n", syn)
 	for _, p := range h.About {
 		fmt.Fprintf(w, "\n%s\n", wrap(p, 100, ""))
+	}
+	if len(h.Commands) > 0 {
+		fmt.Fprint(w, "\ncommands:\n")
+		for _, c := range h.Commands {
+			fmt.Fprintf(w, "  %-12s %s\n", c[0], c[1])
+		}
 	}
 	own := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
 	own.SetOutput(w)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/configplan"
 	"github.com/caa-gcp-t4/gcp-t4/internal/remediate/containerdrelease"
@@ -53,10 +54,23 @@ type options struct {
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o, _, err := parseFlagsTo(args, stderr, stderr)
+	return o, err
+}
+
+// parseFlagsTo is parseFlags with -h's help on stdout, and the flag set,
+// whose usage follows a later misuse error.
+func parseFlagsTo(args []string, stdout, stderr io.Writer) (*options, *flag.FlagSet, error) {
 	h := DefaultHandler()
 	o := &options{}
-	fs := flag.NewFlagSet("gcp-t4-node remediate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("gcp-t4-node remediate", cli.Usage{
+		Synopsis: []string{"gcp-t4-node remediate [--once | --dry-run | --cleanup] [flags]"},
+		About: []string{"Runs on every peer-pods node (the DaemonSet gcp-t4-remediate): puts kata-deploy's kata-remote " +
+			"runtime handler back into the node's containerd configuration when a node bootstrap rewrote it, each " +
+			"change checked with the node's own containerd first, and restarts containerd only when the running daemon " +
+			"lacks the handler. --once converges once, --dry-run prints the diff, --cleanup puts every file back. " +
+			"Every flag can also be set as its env var (" + EnvPrefix + "FLAG_NAME). docs/remediation.md"},
+	})
 	fs.StringVar(&o.cfg.Target.Config, "config", "/etc/containerd/config.toml", "containerd's main config file (host path; mount the host's /etc/containerd at the same path)")
 	fs.StringVar(&o.cfg.Target.DropInDir, "dropin-dir", "", "the sidecar's own directory on containerd 2.x: its drop-in, imported by literal path, and its state (default: caa-gcp-t4 next to --config; no imports glob may read it)")
 	fs.StringVar(&o.cfg.Target.DropInName, "dropin-name", "kata-remote.toml", "name of the sidecar's drop-in file")
@@ -95,11 +109,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.cfg.DryRun, "dry-run", false, "print the diff that would be written and exit; writes nothing, restarts nothing")
 	fs.DurationVar(&o.cfg.CreateContainerTimeout, startup.SidecarFlag, defaultCreateContainerTimeout(), "kata-remote's create_container_timeout (the agent's CreateContainer, guest pull included), kept in a drop-in of the sidecar's in the remote shim's config.d; /readyz fails while the effective value is lower; 0 leaves kata-remote's configuration alone")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		return nil, fs, cli.ExitStatus(code)
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if code, ok := cli.NoArgs(fs, stderr); !ok {
+		return nil, fs, cli.ExitStatus(code)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -114,7 +128,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	})
 	if envErr != nil {
-		return nil, envErr
+		return nil, fs, envErr
 	}
 	o.cfg.Explicit = map[string]bool{}
 	for _, f := range handlerFlags {
@@ -132,31 +146,31 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o.cfg.Handler.PodAnnotations = splitList(o.podAnn)
 	o.cfg.Handler.ContainerAnnotations = splitList(o.ctrAnn)
 	if !filepath.IsAbs(o.cfg.Target.Config) || !filepath.IsAbs(o.cfg.Target.DropInDir) {
-		return nil, fmt.Errorf("--config %q and --dropin-dir %q must be absolute: containerd reads the imports entry on the host", o.cfg.Target.Config, o.cfg.Target.DropInDir)
+		return nil, fs, fmt.Errorf("--config %q and --dropin-dir %q must be absolute: containerd reads the imports entry on the host", o.cfg.Target.Config, o.cfg.Target.DropInDir)
 	}
 	if strings.ContainsAny(o.cfg.Target.DropInName, "/*?[") || !strings.HasSuffix(o.cfg.Target.DropInName, ".toml") {
-		return nil, fmt.Errorf("--dropin-name %q: want a plain file name ending in .toml", o.cfg.Target.DropInName)
+		return nil, fs, fmt.Errorf("--dropin-name %q: want a plain file name ending in .toml", o.cfg.Target.DropInName)
 	}
 	if o.ctrBinary != "" && !filepath.IsAbs(o.ctrBinary) {
-		return nil, fmt.Errorf("--containerd-binary %q: want the absolute host path of containerd", o.ctrBinary)
+		return nil, fs, fmt.Errorf("--containerd-binary %q: want the absolute host path of containerd", o.ctrBinary)
 	}
 	if o.restartMode != "systemd" && o.restartMode != "none" {
-		return nil, fmt.Errorf("--restart %q: want systemd or none (signals are never used: SIGHUP kills containerd)", o.restartMode)
+		return nil, fs, fmt.Errorf("--restart %q: want systemd or none (signals are never used: SIGHUP kills containerd)", o.restartMode)
 	}
 	if o.daemonSet != "" && o.namespace == "" {
-		return nil, fmt.Errorf("--daemonset %q needs --namespace (or POD_NAMESPACE)", o.daemonSet)
+		return nil, fs, fmt.Errorf("--daemonset %q needs --namespace (or POD_NAMESPACE)", o.daemonSet)
 	}
 	if err := startup.CheckSidecarTimeout(o.cfg.CreateContainerTimeout); err != nil {
-		return nil, err
+		return nil, fs, err
 	}
 	if o.once && o.cleanup {
-		return nil, errors.New("--once and --cleanup: give one")
+		return nil, fs, errors.New("--once and --cleanup: give one")
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+		return nil, fs, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
 	}
-	return o, nil
+	return o, fs, nil
 }
 
 func splitList(s string) []string {
@@ -214,13 +228,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.
 // containerdrelease.Known): a test runs the command for a line it adds as
 // one row.
 func mainWith(ctx context.Context, args []string, stdout, stderr io.Writer, releases containerdrelease.Table) int {
-	o, err := parseFlags(args, stderr)
+	o, fs, err := parseFlagsTo(args, stdout, stderr)
+	if code, ok := err.(cli.ExitStatus); ok {
+		return int(code)
+	}
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "gcp-t4-node remediate: %v\n", err)
-		return 2
+		return cli.Misuse(fs, stderr, "%v", err)
 	}
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(o.logLevel))

@@ -26,6 +26,7 @@ on the pod: each phase with its time (requested, stockout, quota, created, boote
 reachable, failed), the time between phases, the zones that had no capacity, and the
 podVM's machine type, GPU, provisioning model, zone, price per hour and cost so far.
 
+flags:
   -kubeconfig FILE  kubeconfig; empty uses the in-cluster service account, then $KUBECONFIG
   -n NAMESPACE      the namespace (default: the kubeconfig context's)
   -A                every namespace

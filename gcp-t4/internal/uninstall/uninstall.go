@@ -11,8 +11,6 @@ package uninstall
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/install"
 )
 
@@ -41,22 +40,23 @@ type options struct {
 // terminal: what it deletes and keeps on stdout, the error on stderr.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
 	o := &options{}
-	fs := flag.NewFlagSet("gcp-t4 uninstall", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("gcp-t4 uninstall", cli.Usage{
+		Synopsis: []string{"gcp-t4 uninstall [flags]"},
+		About: []string{"Removes exactly what gcp-t4 install created, as its inventory names it: the remediation sidecar " +
+			"first, so each node gets its containerd configuration back, then the rest in reverse apply order, the " +
+			"namespace last and only when nothing else lives in it. While kata-remote pods or podVMs are left it " +
+			"refuses (-delete-podvms deletes the podVMs of pods already gone; -force goes on). docs/install.md"},
+	})
 	o.cluster.Register(fs)
 	fs.StringVar(&o.namespace, "namespace", "", "namespace CAA was installed in (default: found from the inventory)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "list what would be deleted; delete nothing")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the objects to be gone")
 	o.guard.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gcp-t4 uninstall: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := cli.NoArgs(fs, stderr); !ok {
+		return code
 	}
 	if err := run(ctx, o, stdout); err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 uninstall: %v\n", err)

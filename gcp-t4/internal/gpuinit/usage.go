@@ -1,0 +1,42 @@
+package gpuinit
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+)
+
+// parseFlags parses args as every command of ours does (internal/cli's
+// Parse and NoArgs, copied: a podVM binary links the standard library and
+// its own package only): -h prints the usage on stdout and exits 0; a flag
+// error or an argument prints "NAME: problem" and the usage on stderr and
+// exits 2. The usage is the common layout: "usage: NAME [flags]", what
+// the command does, then "flags:". ok is false when the caller must
+// return code now.
+func parseFlags(fs *flag.FlagSet, args []string, about string, stdout, stderr io.Writer) (code int, ok bool) {
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: %s [flags]\n\n%s\n\nflags:\n", fs.Name(), about)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(stderr)
+	}
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		usage(stdout)
+		return 0, false
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v (the flags it takes are below)\n", fs.Name(), err)
+		usage(stderr)
+		return 2, false
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "%s: unexpected argument %q: it takes flags only (below)\n", fs.Name(), fs.Arg(0))
+		usage(stderr)
+		return 2, false
+	}
+	return 0, true
+}
