@@ -28,9 +28,10 @@ COPY src/cloud-providers ./src/cloud-providers
 COPY gcp-t4 ./gcp-t4
 # The kustomize tree, a module of go.work that gcp-t4 embeds (install/embed.go).
 COPY install ./install
-# gcp-t4's go.mod names the test harness module (its tests use it); Go reads
-# that go.mod on every build, so it has to be there.
-COPY test/controlplane/go.mod test/controlplane/go.sum ./test/controlplane/
+# The test control plane's package (client-go only; its kube-apiserver and
+# etcd tool modules under tools/ stay out): `gcp-t4 emulator`
+# starts those binaries where a user built them, and gcp-t4's tests use it.
+COPY test/controlplane/go.mod test/controlplane/go.sum test/controlplane/*.go ./test/controlplane/
 COPY test/upstream ./test/upstream
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
 	(cd gcp-t4 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/gcp-t4 ./cmd/gcp-t4-node) && \

@@ -41,6 +41,7 @@ func program() cli.Program {
 		"gc":        {Summary: "list this cluster's podVMs whose sandbox is gone (by CAA's PeerPods and their pods); -delete removes them, -interval loops", Run: gc.Main},
 		"reaper":    {Summary: "the reaper Deployment's command: gc -delete every REAPER_INTERVAL, Prometheus metrics on :9103, Events", Run: gc.MainReaper},
 		"demo":      {Summary: "provision two single-T4 podVMs on the embedded GCE emulator, show them, delete them", Run: runDemo},
+		"emulator":  {Summary: "serve the demo's GCE project (and, with make controlplane's binaries, its cluster) on loopback until Ctrl-C, and print the preflight, status, gc, install and uninstall commands to try against it", Run: demo.MainEmulator},
 		"preflight": {Summary: "check the project (quota, zones, NAT, firewall, image, permissions) and with -kubeconfig the cluster before deploying; -o json", Run: preflight.Main},
 		"plan":      {Summary: "show the podVM a pod, Deployment or RayService would get (profile, zones, insert request, $/h); `plan serve` sizes a model over T4s; no cloud account needed", Run: plan.Main},
 		"install":   {Summary: "install CAA with gcp-t4 (embedded kustomize overlays; detects GKE; server-side apply; --render prints the YAML, --dry-run has the API server check it)", Run: install.Main},

@@ -21,7 +21,7 @@ func TestUnknownCommandIsUsageError(t *testing.T) {
 
 func TestCommands(t *testing.T) {
 	got := slices.Sorted(maps.Keys(program().Commands))
-	want := []string{"adaptor", "cache", "demo", "gc", "install", "plan", "preflight", "reaper", "status", "uninstall"}
+	want := []string{"adaptor", "cache", "demo", "emulator", "gc", "install", "plan", "preflight", "reaper", "status", "uninstall"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("commands %v, want %v", got, want)
 	}

@@ -95,3 +95,33 @@ func isJSONObject(line string) bool {
 	var v map[string]any
 	return json.Unmarshal([]byte(strings.TrimSpace(line)), &v) == nil
 }
+
+// TestDemoEndsWithItsSummary: the demo's last line says what it showed,
+// the leak scenario included, and the held log explains the adaptor's
+// warning as that scenario's expected outcome. The stopped pod is gone
+// with its sandbox, so the reaper finds no podVM lost under a live pod
+// (its warning once ended the demo and read as a failure).
+func TestDemoEndsWithItsSummary(t *testing.T) {
+	var out, logs bytes.Buffer
+	if err := Run(context.Background(), nil, &out, &logs); err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	last := lines[len(lines)-1]
+	for _, want := range []string{"demo: 2 podVMs created with 1 T4 each, private IPs only", "mistral-tp-0's deleted by its StopVM",
+		"leak scenario: the adaptor stopped with mistral-tp-1 live and left its podVM", "the reaper deleted that podVM", "0 instances left."} {
+		if !strings.Contains(last, want) {
+			t.Errorf("last line %q lacks %q", last, want)
+		}
+	}
+	l := logs.String()
+	if !strings.Contains(l, "The adaptor's warning about live sandboxes is the leak scenario's expected outcome") {
+		t.Errorf("the held log does not explain the adaptor's warning:\n%s", l)
+	}
+	if strings.Contains(l, "gone from GCE") {
+		t.Errorf("the reaper warned of a podVM lost under a live pod:\n%s", l)
+	}
+	if n := strings.Count(l, "level=WARN"); n != 1 {
+		t.Errorf("%d warnings held, want the adaptor's one:\n%s", n, l)
+	}
+}

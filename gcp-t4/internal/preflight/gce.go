@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"sort"
@@ -281,9 +282,45 @@ func (g *GCE) checkProject(ctx context.Context) Result {
 		return fail(check, fmt.Sprintf("gcloud services enable compute.googleapis.com --project=%s", p), "project %s refused access (Compute API disabled, or no rights): %v", p, err)
 	case code == 404:
 		return fail(check, "gcloud projects list --format='value(projectId)'   # then set GCP_PROJECT_ID to the ID", "project %s does not exist or is not visible: %v", p, err)
+	case unreachable(err):
+		// No answer at all: nothing about the credentials is known, so
+		// gcloud's login would be the wrong advice.
+		return fail(check, unreachableFix(g.Cfg.Endpoint), "the Compute API at %s is unreachable (no answer, so the credentials were not tried): %v", computeEndpoint(g.Cfg.Endpoint), err)
 	default:
 		return fail(check, g.credentialsFix(code), "calling the Compute API: %v", err)
 	}
+}
+
+// unreachable is whether err is the Compute API not answering at all (no
+// connection, no such host, no answer in time), as opposed to an answer
+// that refused the call.
+func unreachable(err error) bool {
+	var ge *googleapi.Error
+	if errors.As(err, &ge) {
+		return false
+	}
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) || errors.As(err, &dns) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// computeEndpoint is where the provider's clients call: GCP_ENDPOINT, else
+// Google's.
+func computeEndpoint(endpoint string) string {
+	if endpoint == "" {
+		return "https://compute.googleapis.com"
+	}
+	return endpoint
+}
+
+// unreachableFix is the next step when the Compute API does not answer: a
+// local endpoint (an emulator) is not running or is mistyped; Google's is
+// cut off from this machine.
+func unreachableFix(endpoint string) string {
+	if notGoogle(endpoint) {
+		return fmt.Sprintf("nothing answers at GCP_ENDPOINT %s: start the offline emulator with `gcp-t4 emulator` and use the -gcp-endpoint it prints, or correct -gcp-endpoint / GCP_ENDPOINT; then run preflight again", endpoint)
+	}
+	return fmt.Sprintf("check that this machine reaches %s (DNS, firewall, HTTPS_PROXY), or try preflight offline against `gcp-t4 emulator`; then run preflight again", computeEndpoint(endpoint))
 }
 
 // credentialsFix is what repairs credentials that could not be used
