@@ -72,6 +72,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, _ *sl
 			return 0
 		}
 	}
+	if err := adaptor.CheckFlags(args); err != nil {
+		fmt.Fprintf(stderr, "gcp-t4 demo: %v: the demo takes only gcp-t4 adaptor's flags (gcp-t4 adaptor -h)\n", err)
+		fmt.Fprint(stderr, demoUsage)
+		return 2
+	}
 	if err := demo.Run(ctx, args, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 demo: %v\n", err)
 		return 1

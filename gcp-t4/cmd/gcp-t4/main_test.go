@@ -39,7 +39,7 @@ func TestHelpWalk(t *testing.T) {
 	// passes its flags to the adaptor it starts after its emulator, so
 	// only its -h is walked, which starts nothing.
 	walked := clitest.Walk(t, "gcp-t4", run, []string{"version"}, []string{"cache build", "cache initdata", "status"}, []string{"demo"})
-	want := []string{"", "adaptor", "cache", "cache build", "cache check", "cache initdata", "demo", "gc", "install", "plan", "plan serve", "preflight", "reaper", "status", "uninstall"}
+	want := []string{"", "adaptor", "cache", "cache build", "cache check", "cache initdata", "demo", "emulator", "gc", "install", "plan", "plan serve", "preflight", "reaper", "status", "uninstall"}
 	if slices.Sort(walked); !slices.Equal(walked, want) {
 		t.Errorf("walked %q, want %q", walked, want)
 	}
@@ -98,6 +98,11 @@ func TestHelpRegressions(t *testing.T) {
 	}
 	if _, out, _ := help("gc", "-h"); strings.Contains(out, "(default true)") || !strings.Contains(out, "without it gc only lists them") {
 		t.Errorf("gcp-t4 gc -h does not describe gc's own defaults:\n%s", out)
+	}
+	// demo -nope started the emulator and exited 1: the demo's flags are
+	// checked first, as misuse.
+	if code, out, errs := help("demo", "-nope"); code != 2 || out != "" || !strings.Contains(errs, "gcp-t4 demo: flag provided but not defined: -nope") || !strings.Contains(errs, "usage: gcp-t4 demo") {
+		t.Errorf("gcp-t4 demo -nope: exit %d, stdout %q, stderr:\n%s\nwant exit 2, the flag named, then the usage, on stderr", code, out, errs)
 	}
 	// --version was an unknown command.
 	for _, v := range []string{"version", "--version", "-version"} {

@@ -48,6 +48,21 @@ func newFlagSet() (*flag.FlagSet, *adaptorFlags) {
 	return fs, a
 }
 
+// CheckFlags parses args as `gcp-t4 adaptor` flags and nothing else,
+// without starting anything: the demo takes them and checks them before
+// it starts its emulator, so a mistyped flag is misuse, not a failed run.
+func CheckFlags(args []string) error {
+	fs, _ := newFlagSet()
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: all settings are flags", fs.Arg(0))
+	}
+	return nil
+}
+
 // Start parses `gcp-t4 adaptor` flags, builds and verifies the gcp-t4
 // provider as CAA does, and serves it on the socket.
 func Start(args []string, version string, stderr io.Writer, logger *slog.Logger) (*Server, error) {

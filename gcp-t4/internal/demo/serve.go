@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/adaptor"
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/install"
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
@@ -32,25 +33,15 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 )
 
-// EmulatorUsage is `gcp-t4 emulator -h`.
-const EmulatorUsage = `usage: gcp-t4 emulator
-
-Serves the embedded GCE emulator on 127.0.0.1 (a free port) until Ctrl-C or SIGTERM,
-seeded as the demo's project is (demo-project: T4 zones us-central1-a, -b and -f, GPU
-quota, Cloud NAT, the default network's firewall, the podVM image podvm-t4) and holding
-the demo's two single-T4 podVMs, created through the adaptor as CAA creates them.
-
-Where the test control plane is built (make controlplane, which prints
-CONTROLPLANE_KUBE_APISERVER and CONTROLPLANE_ETCD to export), it also runs a
-kube-apiserver and etcd on loopback holding the demo's pods, their PeerPods and the
-start-up Events the provider records, with a kubeconfig in a temporary directory;
-without them it says which binary is missing and serves GCE only.
-
-It then prints the preflight, status, gc, install --dry-run and uninstall commands to
-run against it, as they are to be typed, and on Ctrl-C stops the servers and removes
-its temporary files. Nothing leaves the machine: no cloud account, no network beyond
-loopback.
-`
+// emulatorUsage is `gcp-t4 emulator -h`, in the layout every command prints.
+var emulatorUsage = cli.Usage{
+	Synopsis: []string{"gcp-t4 emulator"},
+	About: []string{
+		"Serves the embedded GCE emulator on 127.0.0.1 (a free port) until Ctrl-C or SIGTERM, seeded as the demo's project is (demo-project: T4 zones us-central1-a, -b and -f, GPU quota, Cloud NAT, the default network's firewall, the podVM image podvm-t4) and holding the demo's two single-T4 podVMs, created through the adaptor as CAA creates them.",
+		"Where the test control plane is built (make controlplane, which prints CONTROLPLANE_KUBE_APISERVER and CONTROLPLANE_ETCD to export), it also runs a kube-apiserver and etcd on loopback holding the demo's pods, their PeerPods and the start-up Events the provider records, with a kubeconfig in a temporary directory; without them it says which binary is missing and serves GCE only.",
+		"It then prints the preflight, status, gc, install --dry-run and uninstall commands to run against it, as they are to be typed, and on Ctrl-C stops the servers and removes its temporary files. Nothing leaves the machine: no cloud account, no network beyond loopback.",
+	},
+}
 
 // ReadyLine starts the line the emulator prints once every command it
 // printed can be run; a test waits for it.
@@ -62,18 +53,12 @@ const emulatorNode = "demo-node-0"
 // MainEmulator is `gcp-t4 emulator`. Exit 0 after Ctrl-C or SIGTERM, 1
 // when it cannot start, 2 on bad usage.
 func MainEmulator(ctx context.Context, args []string, stdout, stderr io.Writer, _ *slog.Logger) int {
-	fs := flag.NewFlagSet("gcp-t4 emulator", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stdout, EmulatorUsage) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	fs := cli.NewFlagSet("gcp-t4 emulator", emulatorUsage)
+	if code, ok := cli.Parse(fs, args, stdout, stderr); !ok {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gcp-t4 emulator: unexpected arguments %q: it takes no arguments (see -h)\n", fs.Args())
-		return 2
+	if code, ok := cli.NoArgs(fs, stderr); !ok {
+		return code
 	}
 	// The adaptor's and the provider's warnings go to stderr in text
 	// form, apart from the commands on stdout.

@@ -74,7 +74,8 @@ func misuse(t *testing.T, run Runner, name string, path []string, arg, want stri
 	var out, errb bytes.Buffer
 	code := run(append(append([]string{}, path...), arg), &out, &errb)
 	first, rest, _ := strings.Cut(errb.String(), "\n")
-	if code != 2 || out.Len() != 0 || !strings.HasPrefix(first, name+": ") || !strings.Contains(first, want) || !strings.HasPrefix(rest, "usage: "+name+" ") {
+	usage, _, _ := strings.Cut(rest, "\n")
+	if code != 2 || out.Len() != 0 || !strings.HasPrefix(first, name+": ") || !strings.Contains(first, want) || !strings.HasPrefix(usage+" ", "usage: "+name+" ") {
 		t.Errorf("%s %s: exit %d, stdout %q, stderr:\n%s\nwant exit 2, a line \"%s: …%s…\", then the usage, on stderr alone", name, arg, code, out.String(), errb.String(), name, want)
 	}
 }
