@@ -58,10 +58,18 @@ func TestNodeSidecarLinksNoCloudOrInstaller(t *testing.T) {
 	}
 }
 
-// gpu-init and podvm-notice run in the podVM: the standard library and
-// each its own package only. A module path has a dot in its first
-// element; the standard library's never does.
+// gpu-init, podvm-notice and podvm-cache-mirror run in the podVM: the
+// standard library, each its own package, and internal/cli/stdflags (the
+// common flag layout, itself held to the standard library here) only. A
+// module path has a dot in its first element; the standard library's
+// never does.
 func TestPodVMBinariesLinkStandardLibraryOnly(t *testing.T) {
+	const stdflags = "github.com/caa-gcp-t4/gcp-t4/internal/cli/stdflags"
+	for _, d := range deps(t, stdflags) {
+		if first, _, _ := strings.Cut(d, "/"); strings.Contains(first, ".") && d != stdflags {
+			t.Errorf("%s links %s: the podVM's binaries use it, so it may use the standard library only", stdflags, d)
+		}
+	}
 	for bin, own := range map[string]string{
 		"gpu-init":           "github.com/caa-gcp-t4/gcp-t4/internal/gpuinit",
 		"podvm-notice":       "github.com/caa-gcp-t4/gcp-t4/internal/notice",
@@ -69,8 +77,8 @@ func TestPodVMBinariesLinkStandardLibraryOnly(t *testing.T) {
 	} {
 		for _, d := range deps(t, "./"+bin) {
 			first, _, _ := strings.Cut(d, "/")
-			if strings.Contains(first, ".") && d != own && d != "github.com/caa-gcp-t4/gcp-t4/cmd/"+bin {
-				t.Errorf("%s links %s: a podVM binary may use the standard library and %s only", bin, d, own)
+			if strings.Contains(first, ".") && d != own && d != stdflags && d != "github.com/caa-gcp-t4/gcp-t4/cmd/"+bin {
+				t.Errorf("%s links %s: a podVM binary may use the standard library, %s and %s only", bin, d, own, stdflags)
 			}
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"os"
 	"sort"
 	"time"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli/stdflags"
 )
 
 // Defaults of the podVM's unit (caa-gcp-t4-cache-mirror.service): the
@@ -42,7 +44,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, log *slo
 	listen := fs.String("listen", Listen, "address to serve the registry API on")
 	const about = "Runs in the podVM: serves the cache disk's OCI image layout, read-only, as a registry mirror for\n" +
 		"image-rs (docs/cache.md). It checks no digest; image-rs does."
-	if code, ok := parseFlags(fs, args, about, stdout, stderr); !ok {
+	if code, ok := stdflags.Parse(fs, args, about, stdout, stderr); !ok {
 		return code
 	}
 	m, err := Open(*dir)

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli/stdflags"
 )
 
 // Main is the `gpu-init` subcommand. Exit status: 0 when the GPUs are
@@ -32,7 +34,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		"nodes, writes the CDI spec kata-agent reads and prints the readiness line, on the serial console too.\n" +
 		"Exits 0 when the GPUs are ready or there is none (CPU-only podVMs boot the same image), 1 when a GPU\n" +
 		"is present but could not be brought up. docs/podvm-build-guide.md"
-	if code, ok := parseFlags(fs, args, about, stdout, stderr); !ok {
+	if code, ok := stdflags.Parse(fs, args, about, stdout, stderr); !ok {
 		return code
 	}
 	for _, m := range strings.Split(modules, ",") {

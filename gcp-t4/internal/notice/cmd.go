@@ -12,6 +12,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/cli/stdflags"
 )
 
 // ListenAddr is where the podVM's unit opens the socket, inside the pod's
@@ -30,7 +32,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, log *slo
 	about := "Runs in the podVM: follows GCE's preemption and host maintenance notices on the VM's metadata\n" +
 		"server and serves them to the pod's containers at http://" + ListenAddr + Path + "\n" +
 		"(systemd opens that socket in the pod's network namespace). docs/podvm-build-guide.md"
-	if code, ok := parseFlags(fs, args, about, stdout, stderr); !ok {
+	if code, ok := stdflags.Parse(fs, args, about, stdout, stderr); !ok {
 		return code
 	}
 	l, err := listener(*listen)

@@ -1,4 +1,9 @@
-package notice
+// Package stdflags is the common command-line layout for the podVM's
+// binaries (gpu-init, podvm-notice, podvm-cache-mirror): they are inside
+// the trust boundary and link the standard library only, so they cannot
+// use internal/cli; this package imports nothing else either, and
+// gcp-t4/cmd's TestPodVMBinariesLinkStandardLibraryOnly holds both to it.
+package stdflags
 
 import (
 	"errors"
@@ -7,14 +12,14 @@ import (
 	"io"
 )
 
-// parseFlags parses args as every command of ours does (internal/cli's
-// Parse and NoArgs, copied: a podVM binary links the standard library and
-// its own package only): -h prints the usage on stdout and exits 0; a flag
+// Parse parses args as every command of ours does (internal/cli's Parse
+// and NoArgs, for the podVM's binaries, which link the standard library,
+// their own package and this one only): -h prints the usage on stdout and exits 0; a flag
 // error or an argument prints "NAME: problem" and the usage on stderr and
 // exits 2. The usage is the common layout: "usage: NAME [flags]", what
 // the command does, then "flags:". ok is false when the caller must
 // return code now.
-func parseFlags(fs *flag.FlagSet, args []string, about string, stdout, stderr io.Writer) (code int, ok bool) {
+func Parse(fs *flag.FlagSet, args []string, about string, stdout, stderr io.Writer) (code int, ok bool) {
 	usage := func(w io.Writer) {
 		fmt.Fprintf(w, "usage: %s [flags]\n\n%s\n\nflags:\n", fs.Name(), about)
 		fs.SetOutput(w)
