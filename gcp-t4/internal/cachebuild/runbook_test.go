@@ -136,7 +136,15 @@ func TestRunbookCachePath(t *testing.T) {
 	// The admin's home, new: the block writes the layout and its image
 	// file there, outside the checkout.
 	home := t.TempDir()
-	vars := map[string]string{"HOME": home}
+	// PROJECT and UPLOAD come from the runbook's earlier steps, which this
+	// block follows in the same shell (the podVM image's upload exports
+	// UPLOAD, a bucket's name); the test holds the runbook to exporting them.
+	vars := map[string]string{"HOME": home, "PROJECT": "example-project", "UPLOAD": "example-project-podvm"}
+	for _, want := range []string{"export PROJECT=", "export UPLOAD=$PROJECT-podvm"} {
+		if !bytes.Contains(doc, []byte(want)) {
+			t.Fatalf("docs/runbook-mistral-tp2.md no longer says %q, which the cache block relies on", want)
+		}
+	}
 	env := func() []string {
 		e := append(os.Environ(), "PATH="+shims+":"+os.Getenv("PATH"))
 		for k, v := range vars {
