@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -41,9 +40,11 @@ func TestReaperKeySecretAsDocumented(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "reaper-key.json"), key, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := strings.Fields(string(m[1]))
-	cmd := exec.CommandContext(t.Context(), kubectl, append([]string{"--kubeconfig", a.cp.Kubeconfig}, args[1:]...)...)
-	cmd.Dir = dir
+	// As typed in a shell, with KEYDIR as docs/install.md sets it (the
+	// keys' directory outside any work tree) and the cluster's kubeconfig.
+	cmd := exec.CommandContext(t.Context(), "bash", "-euc", string(m[1]))
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "KEYDIR="+dir, "KUBECONFIG="+a.cp.Kubeconfig, "PATH="+filepath.Dir(kubectl)+":"+os.Getenv("PATH"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", m[1], err, out)
 	}
