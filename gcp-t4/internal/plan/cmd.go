@@ -215,10 +215,11 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	case OutputJSON:
-		met, see = allMet(starts), "startups[].start.deadlines[] with met false, and its fix"
+		met, see = allMet(starts), "the deadlines with met false and their fix"
 	}
 	if !met {
-		return fmt.Errorf("start-up does not fit every deadline on its path: see %s; give the cluster's settings with their flags when they differ from the defaults", see)
+		// Printed after "gcp-t4 plan: ", it fits 100 columns on two lines.
+		return fmt.Errorf("start-up does not fit every deadline on its path: see %s;\n  give the cluster's settings with their flags where they differ from the defaults", see)
 	}
 	return nil
 }

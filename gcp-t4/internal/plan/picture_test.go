@@ -196,7 +196,7 @@ func TestStartupOfSameGroupsOnce(t *testing.T) {
 // table it did not print.
 func TestStartupJSONCarriesTheFix(t *testing.T) {
 	out, errOut, code := runPlan(t, "-f", rayExample, "--weights-size", "24.5GB", "-o", "json")
-	if code != 1 || strings.Contains(errOut, "above") || !strings.Contains(errOut, "startups[].start.deadlines[]") {
+	if code != 1 || strings.Contains(errOut, "above") || !strings.Contains(errOut, "the deadlines with met false and their fix") {
 		t.Errorf("exit %d, %q: want 1 and the JSON path", code, errOut)
 	}
 	var doc struct {

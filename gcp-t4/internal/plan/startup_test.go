@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
 	"github.com/caa-gcp-t4/test/controlplane/doccmd"
@@ -23,6 +24,12 @@ func TestPlanStartupOfTheExample(t *testing.T) {
 	out, errOut, code := runPlan(t, "-f", rayExample)
 	if code != 1 || !strings.Contains(errOut, "start-up does not fit every deadline") {
 		t.Fatalf("exit %d, stderr %q: want 1 and the deadline message", code, errOut)
+	}
+	// The message fits the terminal too, not only the table above it.
+	for _, line := range strings.Split(errOut, "\n") {
+		if n := utf8.RuneCountInString(line); n > 100 {
+			t.Errorf("stderr line of %d columns (over 100): %q", n, line)
+		}
 	}
 	cat, err := startup.Load()
 	if err != nil {
