@@ -28,6 +28,11 @@ func Load(path, context, userAgent string) (*rest.Config, error) {
 		rules.ExplicitPath = path
 		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
 	}
+	if clientcmd.IsEmptyConfig(err) {
+		// client-go's own words suggest KUBERNETES_MASTER, which no
+		// command of ours reads: say what was looked for and what to do.
+		return nil, fmt.Errorf("no kubeconfig: none at ~/.kube/config or in KUBECONFIG, and not in a cluster: pass -kubeconfig FILE or set KUBECONFIG; to try it offline, gcp-t4 emulator serves a cluster and prints the command with its kubeconfig")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w (pass -kubeconfig, set KUBECONFIG, or run in the cluster)", err)
 	}

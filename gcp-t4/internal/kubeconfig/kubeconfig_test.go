@@ -49,6 +49,19 @@ func TestLoadMissingFileSaysWhatToDo(t *testing.T) {
 	}
 }
 
+// TestLoadNothingSaysWhatToDo: no file, no KUBECONFIG, no cluster: the
+// message says what was looked for and the fix, not client-go's advice to
+// set KUBERNETES_MASTER, which nothing of ours reads.
+func TestLoadNothingSaysWhatToDo(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("HOME", t.TempDir())
+	_, err := Load("", "", "x")
+	if err == nil || strings.Contains(err.Error(), "KUBERNETES_MASTER") || !strings.Contains(err.Error(), "pass -kubeconfig FILE or set KUBECONFIG") || !strings.Contains(err.Error(), "gcp-t4 emulator") {
+		t.Fatalf("want an error naming what was looked for and the fix, got %v", err)
+	}
+}
+
 // TestNamespaceIsTheContexts: a command without -n acts in the context's
 // namespace, as kubectl does, and in "default" when the context names none.
 func TestNamespaceIsTheContexts(t *testing.T) {
