@@ -171,12 +171,25 @@ func TestHelmPostRendererAddsTheNodeSidecar(t *testing.T) {
 		t.Errorf("CREATE_CONTAINER_TIMEOUT=30m: the sidecar's args are %s", args)
 	}
 	for env, want := range map[string]string{
-		"CREATE_CONTAINER_TIMEOUT=soon":                "CREATE_CONTAINER_TIMEOUT=soon",
+		"CREATE_CONTAINER_TIMEOUT=soon":                "CREATE_CONTAINER_TIMEOUT: give a duration",
 		"CREATE_CONTAINER_TIMEOUT=1.5s":                "whole seconds",
 		"CREATE_CONTAINER_TIMEOUT=30m REMEDIATION=off": "REMEDIATION=off",
 	} {
 		if _, errs, err = postRender(t, strings.Fields(env)...); err == nil || !strings.Contains(errs, want) {
 			t.Errorf("%s: %v %s, want a refusal saying %q", env, err, errs, want)
+		}
+	}
+	// A value of several lines, one of them a good duration, passed a
+	// line-by-line grep and reached sed's script, where e runs a command.
+	// Refused whole, before sed; nothing runs, and the value is not echoed.
+	pwned := filepath.Join(t.TempDir(), "pwned")
+	for _, v := range []string{"30m\n1e touch " + pwned + "\n30m", "30m/;1e touch " + pwned + ";#", "30m\x1b]52;c;eA==\a"} {
+		_, errs, err := postRender(t, "CREATE_CONTAINER_TIMEOUT="+v)
+		if err == nil || !strings.Contains(errs, "CREATE_CONTAINER_TIMEOUT: give a duration") || strings.Contains(errs, "\x1b") {
+			t.Errorf("CREATE_CONTAINER_TIMEOUT=%q: %v %q, want a refusal that does not echo it", v, err, errs)
+		}
+		if _, err := os.Stat(pwned); err == nil {
+			t.Fatalf("CREATE_CONTAINER_TIMEOUT=%q ran a command through sed", v)
 		}
 	}
 }

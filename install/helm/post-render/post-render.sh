@@ -102,8 +102,17 @@ add_component gke-remediation REMEDIATION "${REMEDIATION:-on}"
 # of that name does: a Go duration of whole seconds, or 0 to leave
 # kata-remote's configuration alone.
 if [ -n "${CREATE_CONTAINER_TIMEOUT:-}" ]; then
-	if ! printf '%s\n' "$CREATE_CONTAINER_TIMEOUT" | grep -Eq '^(0|([0-9]+[hms])+)$'; then
-		echo "gcp-t4 post-renderer: CREATE_CONTAINER_TIMEOUT=$CREATE_CONTAINER_TIMEOUT: give a duration in whole seconds, e.g. 1200s or 30m, or 0" >&2
+	# Digits and h, m, s alone, checked on the whole value before the
+	# pattern: grep matches line by line, so a value of several lines with
+	# one good line passed it once, and the rest reached sed's script (its
+	# e command runs a shell command). The value is not echoed back: it may
+	# hold control characters.
+	case $CREATE_CONTAINER_TIMEOUT in
+	*[!0-9hms]*) bad_timeout=1 ;;
+	*) bad_timeout=0 ;;
+	esac
+	if [ "$bad_timeout" = 1 ] || ! printf '%s\n' "$CREATE_CONTAINER_TIMEOUT" | grep -Eq '^(0|([0-9]+[hms])+)$'; then
+		echo "gcp-t4 post-renderer: CREATE_CONTAINER_TIMEOUT: give a duration in whole seconds (digits with h, m, s), e.g. 1200s or 30m, or 0" >&2
 		exit 1
 	fi
 	if [ ! -d "$work/gke-remediation" ]; then
