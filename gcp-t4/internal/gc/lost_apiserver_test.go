@@ -102,9 +102,9 @@ func TestLostPodVMOnARealAPIServer(t *testing.T) {
 		words   string
 		deleted bool // the reaper deleted what was left
 	}{
-		{name: "DeletedOutOfBand", cause: gcpt4.CauseDeleted, words: "USER deleted it",
+		{name: "DeletedOutOfBand", cause: gcpt4.CauseDeleted, words: "a service account deleted it",
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) { admin(t, fake, "delete", vm) }},
-		{name: "StoppedByAnAdmin", cause: gcpt4.CauseStopped, words: "USER stopped it", deleted: true,
+		{name: "StoppedByAnAdmin", cause: gcpt4.CauseStopped, words: "a service account stopped it", deleted: true,
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) { admin(t, fake, "stop", vm) }},
 		{name: "StoppedByHostMaintenance", cause: gcpt4.CauseHostMaintenance, words: "host maintenance stopped it", deleted: true,
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) {
@@ -185,7 +185,7 @@ func TestLostPodVMOnARealAPIServer(t *testing.T) {
 			ev := evs[0]
 			if ev.Reason != gcpt4.ReasonLost || ev.Type != corev1.EventTypeWarning || ev.Annotations[gcpt4.EventCauseAnnotation] != sc.cause ||
 				ev.Labels[gcpt4.EventPodVMLabel] != victimName || !strings.Contains(ev.Message, words) ||
-				strings.Contains(ev.Message, "the reaper deleted it") != sc.deleted {
+				strings.Contains(ev.Message, "the reaper deleted it") != sc.deleted || strings.Contains(ev.Message, "@") {
 				t.Errorf("victim-0's Event: %s %s %v: %s", ev.Reason, ev.Type, ev.Annotations, ev.Message)
 			}
 			if evs := k.lostEvents(t, ns, "sibling-0"); len(evs) != 0 {

@@ -28,11 +28,28 @@ func (in Interruption) Text() string {
 	case CauseGuestShutdown:
 		return "its guest powered it off" + at + " (" + in.Operation + ")"
 	case CauseStopped:
-		return in.By + " stopped it" + at + " (instances.stop)"
+		return principalKind(in.By) + " stopped it" + at + " (instances.stop; GCE's operation log names who)"
 	case CauseDeleted:
-		return in.By + " deleted it" + at + " (instances.delete)"
+		return principalKind(in.By) + " deleted it" + at + " (instances.delete; GCE's operation log names who)"
 	}
 	return "GCE's operations on it name no cause (GCE keeps them for a limited time, and reading them needs compute.zoneOperations.list)"
+}
+
+// principalKind names the kind of principal an operation ran as, never
+// the principal: the text goes into an Event in the pod's namespace, which
+// its tenant reads, and an account's email is the project's to tell.
+func principalKind(by string) string {
+	switch {
+	case by == "":
+		return "someone"
+	case by == "system":
+		return "GCE"
+	case strings.HasSuffix(by, ".gserviceaccount.com"):
+		return "a service account"
+	case strings.Contains(by, "@"):
+		return "a user"
+	}
+	return "a principal"
 }
 
 // tellIfLost runs when CAA deletes a podVM its pod's sandbox ran on. CAA

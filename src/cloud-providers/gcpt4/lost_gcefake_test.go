@@ -167,9 +167,9 @@ func TestStopVMOfALostPodVMTellsItsPod(t *testing.T) {
 		cause string
 		words []string
 	}{
-		{name: "DeletedByAnAdmin", cause: CauseDeleted, words: []string{"no longer exists on GCE", user + " deleted it"},
+		{name: "DeletedByAnAdmin", cause: CauseDeleted, words: []string{"no longer exists on GCE", "a service account deleted it"},
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) { admin(t, fake, "delete", vm) }},
-		{name: "StoppedByAnAdmin", cause: CauseStopped, words: []string{"is terminated", user + " stopped it"},
+		{name: "StoppedByAnAdmin", cause: CauseStopped, words: []string{"is terminated", "a service account stopped it"},
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) { admin(t, fake, "stop", vm) }},
 		{name: "HostMaintenance", cause: CauseHostMaintenance, words: []string{"is terminated", "host maintenance stopped it", "cannot live-migrate"},
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) {
@@ -249,6 +249,11 @@ func TestStopVMOfALostPodVMTellsItsPod(t *testing.T) {
 				if !strings.Contains(e.Message, w) {
 					t.Errorf("message lacks %q: %s", w, e.Message)
 				}
+			}
+			// The pod's tenant reads the Event: the kind of principal, never
+			// the account.
+			if strings.Contains(e.Message, user) {
+				t.Errorf("the Event names the GCE principal %s: %s", user, e.Message)
 			}
 			var name struct{ Metadata struct{ Name string } }
 			_ = json.Unmarshal(e.raw, &name)
