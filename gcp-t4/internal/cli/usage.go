@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 )
 
 // Usage is a command's help in the one layout every command of ours
@@ -45,7 +47,7 @@ func (u Usage) Header(w io.Writer) {
 		fmt.Fprintf(w, "%s%s\n", lead, s)
 	}
 	for _, p := range u.About {
-		fmt.Fprintf(w, "\n%s\n", Wrap(p, 100, ""))
+		fmt.Fprintf(w, "\n%s\n", strings.Join(termout.Wrap(p, "", "", 100), "\n"))
 	}
 }
 
@@ -172,25 +174,6 @@ func names(cmds map[string]Command) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// Wrap breaks s into lines of at most width characters (a longer word
-// stays whole), each starting with indent.
-func Wrap(s string, width int, indent string) string {
-	var b strings.Builder
-	line := indent
-	for _, word := range strings.Fields(s) {
-		if len(line) > len(indent) && len(line)+1+len(word) > width {
-			b.WriteString(line + "\n")
-			line = indent
-		}
-		if len(line) > len(indent) {
-			line += " "
-		}
-		line += word
-	}
-	b.WriteString(line)
-	return b.String()
 }
 
 // ExitStatus is an error for an exit status whose reason is already

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 )
 
@@ -69,7 +70,7 @@ func (h Help) Write(w io.Writer, fs *flag.FlagSet) {
 	}
 	fmt.Fprintf(w, "usage: %s\n", syn)
 	for _, p := range h.About {
-		fmt.Fprintf(w, "\n%s\n", wrap(p, 100, ""))
+		fmt.Fprintf(w, "\n%s\n", strings.Join(termout.Wrap(p, "", "", 100), "\n"))
 	}
 	if len(h.Commands) > 0 {
 		fmt.Fprint(w, "\ncommands:\n")
@@ -98,7 +99,7 @@ func (h Help) Write(w io.Writer, fs *flag.FlagSet) {
 				names = append(names, "-"+f)
 			}
 		}
-		fmt.Fprintf(w, "\n%s:\n%s\n", g.Heading, wrap(strings.Join(names, " "), 100, "  "))
+		fmt.Fprintf(w, "\n%s:\n%s\n", g.Heading, strings.Join(termout.Wrap(strings.Join(names, " "), "  ", "  ", 100), "\n"))
 	}
 	if len(all) == 0 {
 		return
@@ -108,7 +109,7 @@ func (h Help) Write(w io.Writer, fs *flag.FlagSet) {
 		source = h.Source
 	}
 	if len(h.Uses) == 0 {
-		fmt.Fprintf(w, "\nprovider settings, as CAA reads them (%s; docs/provider.md says what each does):\n%s\n", source, wrap(strings.Join(all, " "), 100, "  "))
+		fmt.Fprintf(w, "\nprovider settings, as CAA reads them (%s; docs/provider.md says what each does):\n%s\n", source, strings.Join(termout.Wrap(strings.Join(all, " "), "  ", "  ", 100), "\n"))
 		return
 	}
 	used := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
@@ -124,7 +125,7 @@ func (h Help) Write(w io.Writer, fs *flag.FlagSet) {
 	}
 	fmt.Fprintf(w, "\nprovider settings it reads (%s):\n", source)
 	used.PrintDefaults()
-	fmt.Fprintf(w, "\n%s\n", wrap("The provider's other settings (zone, image, network, …) are read the same way and checked as CAA checks them at start, since the provider will not start without them; this command uses none of them.", 100, ""))
+	fmt.Fprintf(w, "\n%s\n", strings.Join(termout.Wrap("The provider's other settings (zone, image, network, …) are read the same way and checked as CAA checks them at start, since the provider will not start without them; this command uses none of them.", "", "", 100), "\n"))
 }
 
 // copyFlag registers f's value on to under f's name with the given usage
@@ -132,23 +133,4 @@ func (h Help) Write(w io.Writer, fs *flag.FlagSet) {
 func copyFlag(to *flag.FlagSet, f *flag.Flag, usage, def string) {
 	to.Var(f.Value, f.Name, usage)
 	to.Lookup(f.Name).DefValue = def
-}
-
-// wrap breaks s into lines of at most width characters (a longer word
-// stays whole), each starting with indent.
-func wrap(s string, width int, indent string) string {
-	var b strings.Builder
-	line := indent
-	for _, word := range strings.Fields(s) {
-		if len(line) > len(indent) && len(line)+1+len(word) > width {
-			b.WriteString(line + "\n")
-			line = indent
-		}
-		if len(line) > len(indent) {
-			line += " "
-		}
-		line += word
-	}
-	b.WriteString(line)
-	return b.String()
 }
