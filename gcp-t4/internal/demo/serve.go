@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
-	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -221,21 +220,9 @@ func emulatorCommands(endpoint, project string, kube *apiServer) []emulatorComma
 // firewall rules, the podVM image) plus a Cloud NAT for the private
 // podVMs, Private Google Access and the tunnel's MTU.
 func seedProject(fake *gcefake.Server) error {
-	nat := &computepb.Router{
-		Name:    proto.String("nat-router"),
-		Network: proto.String("global/networks/default"),
-		Nats: []*computepb.RouterNat{{
-			Name:                          proto.String("nat"),
-			NatIpAllocateOption:           proto.String("AUTO_ONLY"),
-			SourceSubnetworkIpRangesToNat: proto.String("LIST_OF_SUBNETWORKS"),
-			Subnetworks:                   []*computepb.RouterNatSubnetworkToNat{{Name: proto.String("regions/us-central1/subnetworks/default")}},
-		}},
-	}
-	if err := fake.AddRouter("us-central1", nat); err != nil {
+	if err := fake.SetReadyForCAA(); err != nil {
 		return fmt.Errorf("seeding the emulator's Cloud NAT: %w", err)
 	}
-	fake.SetPrivateGoogleAccess("us-central1", true)
-	fake.SetNetworkMTU(1500) // the pod tunnel's 1450 + 50
 	// What the podVM image prints once gpu-init found its T4 (the
 	// provider's boot watch reads it: the booted phase).
 	fake.SetBootConsole(func(string, *computepb.Instance) string {

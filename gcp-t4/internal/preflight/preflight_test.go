@@ -41,21 +41,9 @@ func readyProject(t *testing.T) *gcefake.Server {
 	t.Helper()
 	fake := gcefake.New()
 	t.Cleanup(fake.Close)
-	nat := &computepb.Router{
-		Name:    proto.String("nat-router"),
-		Network: proto.String("global/networks/default"),
-		Nats: []*computepb.RouterNat{{
-			Name:                          proto.String("nat"),
-			NatIpAllocateOption:           proto.String("AUTO_ONLY"),
-			SourceSubnetworkIpRangesToNat: proto.String("LIST_OF_SUBNETWORKS"),
-			Subnetworks:                   []*computepb.RouterNatSubnetworkToNat{{Name: proto.String("regions/us-central1/subnetworks/default")}},
-		}},
-	}
-	if err := fake.AddRouter("us-central1", nat); err != nil {
+	if err := fake.SetReadyForCAA(); err != nil {
 		t.Fatal(err)
 	}
-	fake.SetPrivateGoogleAccess("us-central1", true)
-	fake.SetNetworkMTU(1500) // the pod tunnel's 1450 + 50 (mtu.go)
 	return fake
 }
 
