@@ -256,7 +256,9 @@ func emulatorProvider(ctx context.Context, fake *gcefake.Server, clusterID strin
 	}
 	cfg := kube.cp.Config()
 	return m.Start(ctx, func() (gcpt4.ClusterAPI, error) {
-		return gcpt4.ClusterAPI{URL: kube.cp.URL, Token: cfg.BearerToken, CAPEM: cfg.CAData}, nil
+		// CAA runs in the namespace install gave it, where its Event
+		// signing key is made.
+		return gcpt4.ClusterAPI{URL: kube.cp.URL, Token: cfg.BearerToken, CAPEM: cfg.CAData, Namespace: install.Namespace}, nil
 	})
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
+	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 )
 
 // Main is `gcp-t4 gc`: the provider's own flags (and env), plus what to
@@ -193,13 +194,16 @@ func once(ctx context.Context, c *Collector, output string, stdout, stderr io.Wr
 func loop(ctx context.Context, c *Collector, kube kubernetes.Interface, interval time.Duration, metricsAddr string, stdout, stderr io.Writer, logger *slog.Logger) int {
 	m := NewMetrics()
 	report := Report{Metrics: m, Now: time.Now}
+	// The reaper runs in the adaptor's namespace, where the start-up
+	// Events' signing key is.
+	key := &startupevents.KeySource{Client: kube, Namespace: os.Getenv("POD_NAMESPACE")}
 	if name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE"); name != "" && ns != "" {
-		report.Events = &Events{Client: kube, Now: time.Now, Log: logger,
+		report.Events = &Events{Client: kube, Now: time.Now, Log: logger, Key: key,
 			Pod: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Name: name, Namespace: ns, UID: types.UID(os.Getenv("POD_UID"))}}
 	}
-	// Start-up metrics from the provider's Events; only what ends after
-	// this start counts (Startup.Since).
-	report.Startup = &Startup{Client: kube, Metrics: m, Log: logger, Since: time.Now()}
+	// Start-up metrics from the provider's signed Events; only what ends
+	// after this start counts (Startup.Since).
+	report.Startup = &Startup{Client: kube, Metrics: m, Log: logger, Key: key, Since: time.Now()}
 	c.Observer = report
 	if metricsAddr != "" {
 		l, err := net.Listen("tcp", metricsAddr)

@@ -79,7 +79,7 @@ func (k *kube) podAPI(t *testing.T, sa string) gcpt4.ClusterAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return gcpt4.ClusterAPI{URL: k.cp.URL, Token: tok.Status.Token, CAPEM: k.cp.Config().CAData}
+	return gcpt4.ClusterAPI{URL: k.cp.URL, Token: tok.Status.Token, CAPEM: k.cp.Config().CAData, Namespace: caaNamespace}
 }
 
 // startCAA is CAA's start path with gcp-t4: the Manager in upstream's
@@ -253,11 +253,15 @@ func TestReaperCanOnlyWhatItNeeds(t *testing.T) {
 	if names["namespaces"] != "[kube-system]" {
 		t.Errorf("namespaces: resource names %q, want [kube-system] only", names["namespaces"])
 	}
+	if names["secrets"] != "[gcp-t4-event-key]" {
+		t.Errorf("secrets: resource names %q, want [gcp-t4-event-key] only", names["secrets"])
+	}
 	want := map[string]string{
 		"events":                              "[create list]",
 		"pods":                                "[list]",
 		"peerpods.confidentialcontainers.org": "[list patch]",
 		"namespaces":                          "[get]",
+		"secrets":                             "[get]",
 		"selfsubjectreviews.authentication.k8s.io":      "[create]",
 		"selfsubjectaccessreviews.authorization.k8s.io": "[create]",
 		"selfsubjectrulesreviews.authorization.k8s.io":  "[create]",

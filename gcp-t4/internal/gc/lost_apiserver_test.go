@@ -19,6 +19,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/adaptor"
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/caa-gcp-t4/gcp-t4/internal/shimclient"
+	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
@@ -151,7 +152,7 @@ func TestLostPodVMOnARealAPIServer(t *testing.T) {
 			later := func() time.Time { return time.Now().Add(3 * time.Minute) }
 			c := &Collector{VMs: newProvider(t, fake, k.uid), Cluster: KubeCluster{Client: reaperKube, PeerPods: peerpod.Client{Dynamic: reaperDyn}},
 				Policy: DefaultPolicy(), Delete: true, Now: later, Log: quiet(),
-				Observer: Report{Metrics: m, Now: later, Events: &Events{Client: reaperKube, Now: later, Log: quiet(),
+				Observer: Report{Metrics: m, Now: later, Events: &Events{Client: reaperKube, Now: later, Log: quiet(), Key: &startupevents.KeySource{Client: reaperKube, Namespace: caaNamespace},
 					Pod: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Name: "caa-gcp-t4-reaper-x", Namespace: caaNamespace}}}}
 			p, err := c.Run(t.Context())
 			if err != nil {

@@ -15,7 +15,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
+	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
+	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
 )
 
 func withStatus(vm gcpt4.ManagedVM, status string) gcpt4.ManagedVM {
@@ -239,23 +242,38 @@ func honourNameSelector(cs *kubefake.Clientset) {
 func TestLostIsToldOnItsPodOnce(t *testing.T) {
 	cs := kubefake.NewClientset()
 	honourNameSelector(cs)
+	const caaNS = "confidential-containers-system"
+	if err := timelinetest.InstallKey(context.Background(), cs, caaNS); err != nil {
+		t.Fatal(err)
+	}
 	events := func() *Events {
-		return &Events{Client: cs, Now: func() time.Time { return t0.Add(time.Hour) }, Log: quiet(),
-			Pod: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Name: "caa-gcp-t4-reaper-x", Namespace: "confidential-containers-system"}}
+		return &Events{Client: cs, Now: func() time.Time { return t0.Add(time.Hour) }, Log: quiet(), Key: &startupevents.KeySource{Client: cs, Namespace: caaNS},
+			Pod: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Name: "caa-gcp-t4-reaper-x", Namespace: caaNS}}
 	}
 	victim := podAt("ml", "victim", "uid-v", corev1.PodRunning, t0)
 	failedPod := podAt("ml", "failed", "uid-f", corev1.PodRunning, t0)
+	forger := podAt("ml", "forger", "uid-x", corev1.PodRunning, t0)
 	vm := vmAt("ml", "victim", "aaaa0000", t0)
 	gone := vmAt("ml", "failed", "bbbb0000", t0)
+	forgerVM := vmAt("ml", "forger", "cccc0000", t0)
 	at := t0.Add(40 * time.Minute)
 	preempted := &gcpt4.Interruption{Cause: gcpt4.CausePreempted, Operation: "compute.instances.preempted", By: "system", At: at}
 	lostPass := Pass{Findings: []Finding{{VM: vm, Verdict: Deleted, Lost: true, Pod: &victim, Interruption: preempted, Reason: "lost"}}}
-	gonePass := Pass{Gone: []GoneVM{{ID: vm.ID, Pod: victim, Interruption: preempted}, {ID: gone.ID, Pod: failedPod}}}
-	// The provider told failedPod its podVM's start-up failed.
-	_, err := cs.CoreV1().Events("ml").Create(context.Background(), &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ml",
-		Name: gcpt4.EventName("failed", gone.Name, gcpt4.PhaseFailed), Labels: map[string]string{gcpt4.EventPhaseLabel: gcpt4.PhaseFailed}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	gonePass := Pass{Gone: []GoneVM{{ID: vm.ID, Pod: victim, Interruption: preempted}, {ID: gone.ID, Pod: failedPod}, {ID: forgerVM.ID, Pod: forger}}}
+	// The provider told failedPod its podVM's start-up failed (signed); a
+	// tenant wrote the same Event on forger's pod, to silence its loss.
+	for _, p := range []struct {
+		pod, vm string
+		signed  bool
+	}{{"failed", gone.Name, true}, {"forger", forgerVM.Name, false}} {
+		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ml",
+			Name: gcpt4.EventName(p.pod, p.vm, gcpt4.PhaseFailed), Labels: map[string]string{gcpt4.EventPhaseLabel: gcpt4.PhaseFailed}}}
+		if p.signed {
+			startupevents.Sign(timelinetest.Key(), ev)
+		}
+		if _, err := cs.CoreV1().Events("ml").Create(context.Background(), ev, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	first := events()
 	first.Emit(context.Background(), lostPass)
@@ -265,10 +283,18 @@ func TestLostIsToldOnItsPodOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Items) != 1 {
-		t.Fatalf("%d lost Events, want 1 (the victim's)", len(list.Items))
+	if len(list.Items) != 2 {
+		t.Fatalf("%d lost Events, want 2 (the victim's and the forger's)", len(list.Items))
+	}
+	for _, ev := range list.Items {
+		if !eventsig.Verify(timelinetest.Key(), startupevents.FieldsOf(&ev)) {
+			t.Errorf("lost Event %s is not signed", ev.Name)
+		}
 	}
 	ev := list.Items[0]
+	if ev.InvolvedObject.Name != "victim" {
+		ev = list.Items[1]
+	}
 	if ev.Name != gcpt4.EventName("victim", vm.Name, gcpt4.PhaseLost) || ev.Reason != gcpt4.ReasonLost || ev.Type != corev1.EventTypeWarning ||
 		ev.InvolvedObject.UID != "uid-v" || ev.Labels[gcpt4.EventPodVMLabel] != vm.Name ||
 		ev.Annotations[gcpt4.EventCauseAnnotation] != gcpt4.CausePreempted || ev.Annotations[gcpt4.EventZoneAnnotation] != "us-central1-a" ||

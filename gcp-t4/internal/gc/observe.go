@@ -14,8 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
 )
 
 // Metrics are the reaper's Prometheus metrics (docs/reaper.md
@@ -40,6 +42,8 @@ type Metrics struct {
 	quotaRefusals       *prometheus.CounterVec
 	failures            *prometheus.CounterVec
 	startupListFailures prometheus.Counter
+	startupUnverified   prometheus.Counter
+	startupTruncated    prometheus.Counter
 
 	mu   sync.Mutex
 	seen map[string]bool
@@ -85,13 +89,17 @@ func NewMetrics() *Metrics {
 			Help: "PodVM start-ups that failed, by failure class."}, []string{"failure"}),
 		startupListFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "gcp_t4_reaper_startup_event_list_failures_total",
 			Help: "Listings of the start-up Events that failed (the start-up metrics skipped that pass; clean-up is not affected)."}),
+		startupUnverified: prometheus.NewCounter(prometheus.CounterOpts{Name: "gcp_t4_reaper_startup_events_unverified_total",
+			Help: "Start-up Events (label caa-gcp-t4/phase) without a valid signature, summed over passes: a tenant's, an edited one, or one CAA wrote before it had its key. Never counted in the start-up metrics."}),
+		startupTruncated: prometheus.NewCounter(prometheus.CounterOpts{Name: "gcp_t4_reaper_startup_event_lists_truncated_total",
+			Help: "Listings of the start-up Events that stopped at their bound (startupevents.MaxEvents) before the end."}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gcp_t4_reaper_podvms_lost_total",
 			Help: "PodVMs lost while their pod used them (found stopped, or gone from GCE), by cause from GCE's operations."}, []string{"cause"}),
 		seen:     map[string]bool{},
 		lostSeen: map[string]bool{},
 	}
 	m.Registry.MustRegister(m.podVMs, m.orphansSeen, m.deleted, m.deleteFailures, m.released, m.passes, m.lastSuccess, m.otherClusters, m.unownedAge,
-		m.startup, m.stockouts, m.quotaRefusals, m.failures, m.startupListFailures, m.lost)
+		m.startup, m.stockouts, m.quotaRefusals, m.failures, m.startupListFailures, m.startupUnverified, m.startupTruncated, m.lost)
 	for _, c := range lostCauses {
 		m.lost.WithLabelValues(c)
 	}
@@ -100,8 +108,7 @@ func NewMetrics() *Metrics {
 	for _, span := range timeline.Spans {
 		m.startup.WithLabelValues(span)
 	}
-	for _, class := range []string{gcpt4.FailureNotAllowed, gcpt4.FailureNoCapacity, gcpt4.FailureQuota, gcpt4.FailureCreate, gcpt4.FailureBoot,
-		gcpt4.FailureGPU, gcpt4.FailureCDH, gcpt4.FailureAgentUnreachable, gcpt4.FailureNotReady} {
+	for _, class := range failureClasses {
 		m.failures.WithLabelValues(class)
 	}
 	for _, v := range []Verdict{InUse, Creating, TooYoung, Orphan, Unowned, Unidentified, Deleted, DeleteErr} {
@@ -201,6 +208,10 @@ type Events struct {
 	Pod corev1.ObjectReference
 	Now func() time.Time
 	Log *slog.Logger
+	// Key signs the PodVMLost Events (start-up Events, which the reaper
+	// and status verify) and verifies the failed phase that makes one
+	// needless; nil leaves them unsigned.
+	Key *startupevents.KeySource
 
 	mu   sync.Mutex
 	told map[string]bool
@@ -305,6 +316,9 @@ func (e *Events) tellLost(ctx context.Context, pod Pod, instanceID string, in *g
 		LastTimestamp:  now,
 		Count:          1,
 	}
+	if key := e.key(ctx); key != nil {
+		startupevents.Sign(key, ev)
+	}
 	_, err := e.Client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		e.Log.Warn("recording a lost podVM's Event failed; retried next pass", "pod", pod.Namespace+"/"+pod.Name, "vm", instanceID, "err", err)
@@ -332,7 +346,27 @@ func (e *Events) startupFailed(ctx context.Context, pod Pod, podVM string) (bool
 	if err != nil {
 		return false, fmt.Errorf("listing pod %s/%s's Events: %w", pod.Namespace, pod.Name, err)
 	}
-	return len(list.Items) > 0, nil
+	// Only a failure the adaptor signed stands: a tenant's forged one
+	// would otherwise silence the loss of its own pod's VM.
+	key := e.key(ctx)
+	for i := range list.Items {
+		if eventsig.Verify(key, startupevents.FieldsOf(&list.Items[i])) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// key is the signing key, nil (logged) while it cannot be read.
+func (e *Events) key(ctx context.Context) []byte {
+	if e.Key == nil {
+		return nil
+	}
+	key, err := e.Key.Get(ctx)
+	if err != nil {
+		e.Log.Warn("the start-up Events' signing key cannot be read: PodVMLost goes unsigned", "err", err)
+	}
+	return key
 }
 
 // splitInstanceID reads zones/ZONE/instances/NAME (gcpt4.InstanceID).

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/gpuinit"
+	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
@@ -219,7 +220,7 @@ func TestScenarioStartupVisible(t *testing.T) {
 	// The reaper's start-up metrics from the same Events: one stockout in
 	// us-central1-a, one boot failure, and every span of llm-0's start.
 	m := NewMetrics()
-	(&Startup{Client: k.cs, Metrics: m, Log: slog.New(slog.DiscardHandler)}).Pass(t.Context())
+	(&Startup{Client: k.cs, Metrics: m, Log: slog.New(slog.DiscardHandler), Key: &startupevents.KeySource{Client: k.cs, Namespace: caaNamespace}}).Pass(t.Context())
 	if got := testutil.ToFloat64(m.stockouts.WithLabelValues("us-central1-a", "nvidia-tesla-t4")); got != 1 {
 		t.Errorf("stockouts in us-central1-a = %v, want 1", got)
 	}

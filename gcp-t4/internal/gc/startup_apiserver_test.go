@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,8 +16,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
 )
 
 // TestStartupMetricsOnARealAPIServer: the reaper, as its own
@@ -58,6 +61,37 @@ func TestStartupMetricsOnARealAPIServer(t *testing.T) {
 		cpu.Phase(gcpt4.PhaseStockout, time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-east1-c"}),
 		cpu.Phase(gcpt4.PhaseCreated, 20*time.Second, map[string]string{gcpt4.EventZoneAnnotation: "us-east1-d"}),
 	)
+	if err := timelinetest.InstallKey(t.Context(), k.cs, caaNamespace); err != nil {
+		t.Fatal(err)
+	}
+	// What a tenant with the edit role can write: Events with the phase
+	// labels and made-up facts (a failure, a stockout, a control sequence
+	// as a zone, a phase in the future), and an edit of a real Event. None
+	// may count.
+	forged := startupOf("research", "evil-0", "podvm-evil-0-eeee0000", start)
+	for i := range 5 {
+		f := forged
+		f.Pod, f.PodVM = fmt.Sprintf("evil-%d", i), fmt.Sprintf("podvm-evil-%d-eeee0000", i)
+		for _, e := range []timelinetest.Event{
+			f.Phase(gcpt4.PhaseRequested, 0, nil),
+			f.Phase(gcpt4.PhaseStockout, time.Second, map[string]string{gcpt4.EventZonesAnnotation: "\x1b]52;c;aGk=\x07"}),
+			f.Phase(gcpt4.PhaseFailed, 2*time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureGPU, gcpt4.EventAtAnnotation: start.Add(24 * time.Hour).Format(time.RFC3339Nano)}),
+		} {
+			obj := e.Object()
+			delete(obj.Annotations, eventsig.SignatureAnnotation)
+			if _, err := k.cs.CoreV1().Events(obj.Namespace).Create(t.Context(), obj, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	edited, err := k.cs.CoreV1().Events("ml").Get(t.Context(), gcpt4.EventName("cuda-0", "podvm-cuda-0-aaaa0000", gcpt4.PhaseReachable), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited.Annotations[gcpt4.EventAtAnnotation] = start.Add(time.Second).Format(time.RFC3339Nano)
+	if _, err := k.cs.CoreV1().Events("ml").Update(t.Context(), edited, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	// The kubelet's Events on the same pod: not the reaper's to read.
 	if _, err := k.cs.CoreV1().Events("ml").Create(t.Context(), &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "cuda-0.scheduled", Namespace: "ml"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ml", Name: "cuda-0"}, Reason: "Scheduled", Message: "assigned", Type: corev1.EventTypeNormal},
@@ -68,7 +102,8 @@ func TestStartupMetricsOnARealAPIServer(t *testing.T) {
 	m := NewMetrics()
 	now := func() time.Time { return start.Add(time.Hour) }
 	c := &Collector{VMs: &recordingVMs{}, Cluster: newMemCluster(), Policy: DefaultPolicy(), Delete: true, Now: now, Log: quiet(),
-		Observer: Report{Metrics: m, Now: now, Startup: &Startup{Client: reaper, Metrics: m, Log: quiet(), Since: start.Add(-time.Minute)}}}
+		Observer: Report{Metrics: m, Now: now, Startup: &Startup{Client: reaper, Metrics: m, Log: quiet(), Since: start.Add(-time.Minute), Now: now,
+			Key: &startupevents.KeySource{Client: reaper, Namespace: caaNamespace}}}}
 	srv := httptest.NewServer(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	defer srv.Close()
 	for range 3 {
@@ -112,14 +147,17 @@ gcp_t4_reaper_startup_event_list_failures_total 0
 		`gcp_t4_reaper_podvm_startup_seconds_bucket{phase="create",le="45"} 2`,
 		`gcp_t4_reaper_podvm_startup_seconds_count{phase="boot"} 1`,
 		`gcp_t4_reaper_podvm_startup_seconds_sum{phase="boot"} 63`,
-		`gcp_t4_reaper_podvm_startup_seconds_count{phase="agent"} 1`,
-		`gcp_t4_reaper_podvm_startup_seconds_sum{phase="agent"} 6`,
-		// cuda-0 reachable at 110 s, train-0 failed at 3 s.
-		`gcp_t4_reaper_podvm_startup_seconds_count{phase="total"} 2`,
-		`gcp_t4_reaper_podvm_startup_seconds_sum{phase="total"} 113`,
+		`gcp_t4_reaper_podvm_startup_seconds_count{phase="agent"} 0`,
+		// train-0 failed at 3 s; cuda-0's reachable Event was edited, so
+		// neither its agent span nor its total counts.
+		`gcp_t4_reaper_podvm_startup_seconds_count{phase="total"} 1`,
+		`gcp_t4_reaper_podvm_startup_seconds_sum{phase="total"} 3`,
 		`gcp_t4_reaper_podvm_startup_seconds_bucket{phase="total",le="5"} 1`,
 		`gcp_t4_reaper_podvm_failures_total{failure="no-capacity"} 1`,
 		`gcp_t4_reaper_podvm_failures_total{failure="boot-failed"} 0`,
+		`gcp_t4_reaper_podvm_failures_total{failure="gpu-failed"} 0`,
+		// 15 forged and 1 edited, on each of 3 passes.
+		`gcp_t4_reaper_startup_events_unverified_total 48`,
 		`gcp_t4_reaper_passes_total{result="ok"} 3`,
 	} {
 		if !strings.Contains(scrape, line+"\n") {

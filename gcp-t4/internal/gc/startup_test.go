@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -60,10 +61,13 @@ func histCount(t *testing.T, m *Metrics, span string) (uint64, float64) {
 // TestStartupObservedOnce: each span of a podVM is observed once however
 // many passes see its Events, as each new zone of its stockouts, its
 // quota refusal and its failure; a podVM whose Events are gone is
-// forgotten; what ended before the reaper started is not counted.
+// remembered for startupRetention after its last phase, so Events deleted
+// and made again (a namespace's owner may) are not counted twice; what
+// ended before the reaper started is not counted.
 func TestStartupObservedOnce(t *testing.T) {
 	m := NewMetrics()
-	s := &Startup{Metrics: m, Log: quiet(), Since: t0}
+	clock := t0.Add(30 * time.Minute)
+	s := &Startup{Metrics: m, Log: quiet(), Since: t0, Now: func() time.Time { return clock }}
 	a := startupOf("ml", "cuda-0", "podvm-cuda-0-aaaa0000", t0.Add(time.Minute))
 	b := startupOf("ml", "train-0", "podvm-train-0-bbbb0000", t0.Add(time.Minute))
 	old := startupOf("ml", "old-0", "podvm-old-0-cccc0000", t0.Add(-10*time.Minute))
@@ -119,13 +123,79 @@ func TestStartupObservedOnce(t *testing.T) {
 			t.Errorf("%s: %d samples, want %d", span, n, want)
 		}
 	}
-	// train-0's Events expired: forgotten.
-	if len(s.seen) != 2 || s.seen["ml/podvm-train-0-bbbb0000"] != nil {
-		t.Errorf("remembers %d podVMs, want cuda-0 and old-0 only", len(s.seen))
+	// train-0's Events expired, or were deleted: still remembered, and
+	// made again they count nothing.
+	if len(s.seen) != 3 || s.seen["ml/podvm-train-0-bbbb0000"] == nil {
+		t.Errorf("remembers %d podVMs, want cuda-0, old-0 and train-0", len(s.seen))
 	}
+	s.Observe(build(first...))
+	if n, _ := histCount(t, m, timeline.Total); n != 2 || testutil.ToFloat64(m.failures.WithLabelValues(gcpt4.FailureNoCapacity)) != 1 {
+		t.Errorf("Events made again were counted again: total %d samples, %v failures", n, testutil.ToFloat64(m.failures.WithLabelValues(gcpt4.FailureNoCapacity)))
+	}
+	// Past the retention after every last phase: all forgotten, and the
+	// same Events, now older than the retention, still count nothing.
+	clock = t0.Add(time.Hour + startupRetention)
 	s.Observe(nil)
 	if len(s.seen) != 0 {
-		t.Errorf("remembers %d podVMs with no Events left", len(s.seen))
+		t.Errorf("remembers %d podVMs past the retention", len(s.seen))
+	}
+	s.Observe(build(second...))
+	if n, _ := histCount(t, m, timeline.Total); n != 2 {
+		t.Errorf("Events older than the retention were counted: total %d samples", n)
+	}
+}
+
+// TestStartupLabelsBounded: metric label values come from closed sets:
+// a value not of GCE's form, or beyond a label's cap, is "other"; a
+// failure class the provider does not have is "other"; a phase dated in
+// the future counts nothing.
+func TestStartupLabelsBounded(t *testing.T) {
+	m := NewMetrics()
+	clock := t0.Add(time.Hour)
+	s := &Startup{Metrics: m, Log: quiet(), Since: t0, Now: func() time.Time { return clock }}
+	var evs []timelinetest.Event
+	for i := range maxSeries + 20 {
+		st := startupOf("ml", "p", fmt.Sprintf("podvm-p-%08d", i), t0.Add(time.Minute))
+		zone := fmt.Sprintf("us-zone%d-a", i)
+		if i == 0 {
+			zone = "\x1b]52;c;aGk=\x07"
+		}
+		evs = append(evs, st.Phase(gcpt4.PhaseRequested, 0, nil),
+			st.Phase(gcpt4.PhaseStockout, time.Second, map[string]string{gcpt4.EventZonesAnnotation: zone, gcpt4.EventGPUAnnotation: fmt.Sprintf("nvidia-x%d", i)}),
+			st.Phase(gcpt4.PhaseFailed, 2*time.Second, map[string]string{gcpt4.EventFailureAnnotation: fmt.Sprintf("made-up-%d", i)}))
+	}
+	future := startupOf("ml", "f", "podvm-f-00000000", clock.Add(time.Hour))
+	evs = append(evs, future.Phase(gcpt4.PhaseRequested, 0, nil), future.Phase(gcpt4.PhaseFailed, time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureGPU}))
+	s.Observe(build(evs...))
+	series := func(name string) map[string]float64 {
+		out := map[string]float64{}
+		mfs, _ := m.Registry.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, mt := range mf.GetMetric() {
+				var parts []string
+				for _, l := range mt.GetLabel() {
+					parts = append(parts, l.GetValue())
+				}
+				out[strings.Join(parts, ",")] += mt.GetCounter().GetValue()
+			}
+		}
+		return out
+	}
+	stock := series("gcp_t4_reaper_podvm_zone_stockouts_total")
+	if len(stock) > maxSeries+1 || stock["other,other"] == 0 {
+		t.Errorf("%d stockout series (cap %d), other,other = %v", len(stock), maxSeries, stock["other,other"])
+	}
+	for k := range stock {
+		if strings.ContainsAny(k, "\x1b\x07;") {
+			t.Errorf("a stockout series carries %q", k)
+		}
+	}
+	fail := series("gcp_t4_reaper_podvm_failures_total")
+	if fail[otherLabel] != maxSeries+20 || len(fail) != len(failureClasses) || fail[gcpt4.FailureGPU] != 0 {
+		t.Errorf("failures %v: want every made-up class as other, the classes alone, none from the future", fail)
 	}
 }
 

@@ -77,6 +77,11 @@ func printTable(out io.Writer, rep report) error {
 	if len(rep.PodVMs) == 0 && len(rep.WithoutEvents) == 0 {
 		fmt.Fprintf(w, "no start-up Events (the API server keeps Events for its --event-ttl, default %s)\n", human(DefaultEventTTL))
 	}
+	if u := rep.Unverified; u != nil {
+		for _, l := range termout.Wrap(termout.Clean(unverifiedLine(*u)), "", "  ", termout.Width) {
+			fmt.Fprintln(w, l)
+		}
+	}
 	if rep.GCE.Error != "" {
 		for _, l := range termout.Wrap(termout.Clean(fmt.Sprintf("GCE %s: %s", rep.GCE.Note, rep.GCE.Error)), "", "  ", termout.Width) {
 			fmt.Fprintln(w, l)
@@ -294,4 +299,20 @@ func chart(p podVM, now time.Time) []string {
 	}
 	lines, _ := c.Lines("  ", termout.Width)
 	return append([]string{"  timeline (" + string(termout.Full) + " a span; " + string(termout.Ongoing) + " under way, up to now):"}, lines...)
+}
+
+// unverifiedLine says what was left out of the report, and why.
+func unverifiedLine(u unverified) string {
+	var parts []string
+	if u.Count > 0 {
+		parts = append(parts, fmt.Sprintf("%d start-up Event(s) left out: no valid signature from the adaptor (a tenant's, an edited one, or one written before the adaptor had its key), e.g. %s",
+			u.Count, strings.Join(u.Samples, ", ")))
+	}
+	if u.KeyProblem != "" {
+		parts = append(parts, "no Event could be verified: "+u.KeyProblem)
+	}
+	if u.Truncated {
+		parts = append(parts, "the listing stopped at its bound; narrow it with -n NAMESPACE or a POD")
+	}
+	return strings.Join(parts, "; ")
 }

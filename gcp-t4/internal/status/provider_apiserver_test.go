@@ -50,7 +50,7 @@ func TestStatusOfTheProvidersOwnEvents(t *testing.T) {
 	}
 	cfg := c.cp.Config()
 	caa, err := m.Start(t.Context(), func() (gcpt4.ClusterAPI, error) {
-		return gcpt4.ClusterAPI{URL: c.cp.URL, Token: cfg.BearerToken, CAPEM: cfg.CAData}, nil
+		return gcpt4.ClusterAPI{URL: c.cp.URL, Token: cfg.BearerToken, CAPEM: cfg.CAData, Namespace: caaNS}, nil
 	})
 	if err != nil {
 		t.Fatal(err)

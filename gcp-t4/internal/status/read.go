@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
+	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 )
@@ -32,6 +34,25 @@ type state struct {
 	named string
 	// missing: the named pod does not exist.
 	missing bool
+	// unverified counts the start-up Events left out for want of a valid
+	// signature, samples names some; keyProblem says why no key was had.
+	unverified int
+	samples    []string
+	keyProblem string
+	truncated  bool
+}
+
+// signingKey reads the adaptor's Event signing key from the namespace of
+// CAA's DaemonSet.
+func signingKey(ctx context.Context, cs kubernetes.Interface) ([]byte, error) {
+	in, err := caaconfig.Read(ctx, cs, "", caaconfig.DaemonSet)
+	if err != nil {
+		return nil, fmt.Errorf("finding CAA's namespace for the start-up Events' signing key: %w", err)
+	}
+	if in.DaemonSet == nil {
+		return nil, fmt.Errorf("CAA's DaemonSet %s is not installed, so there is no signing key to verify start-up Events with", caaconfig.DaemonSet)
+	}
+	return startupevents.Key(ctx, cs, in.Namespace)
 }
 
 // gather lists the start-up Events (by their phase label, for one pod by
@@ -43,21 +64,21 @@ func gather(ctx context.Context, cs kubernetes.Interface, o options) (*state, er
 	if o.all {
 		ns = ""
 	}
-	sel := metav1.ListOptions{LabelSelector: gcpt4.EventPhaseLabel, Limit: 500}
+	var sel metav1.ListOptions
 	if o.pod != "" {
 		sel.FieldSelector = fields.OneTermEqualSelector("involvedObject.name", o.pod).String()
 	}
-	for {
-		list, err := cs.CoreV1().Events(ns).List(ctx, sel)
-		if err != nil {
-			return nil, fmt.Errorf("listing start-up Events (label %s) in %s (needs RBAC list on events): %w", gcpt4.EventPhaseLabel, where(ns), err)
-		}
-		st.events = append(st.events, list.Items...)
-		if list.Continue == "" {
-			break
-		}
-		sel.Continue = list.Continue
+	// Only Events the adaptor signed are facts (tenants can write Events);
+	// without the key none is, and the report says why.
+	key, err := signingKey(ctx, cs)
+	if err != nil {
+		st.keyProblem = err.Error()
 	}
+	res, err := startupevents.List(ctx, cs, ns, sel, key)
+	if err != nil {
+		return nil, err
+	}
+	st.events, st.unverified, st.samples, st.truncated = res.Events, res.Unverified, res.Samples, res.Truncated
 	if o.pod != "" {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, o.pod, metav1.GetOptions{})
 		switch {
@@ -116,8 +137,20 @@ func (st *state) podOf(tl timeline.Timeline) *corev1.Pod {
 type report struct {
 	PodVMs        []podVM    `json:"podVMs"`
 	WithoutEvents []noEvents `json:"withoutEvents"`
-	GCE           gceResult  `json:"gce"`
-	Now           time.Time  `json:"now"`
+	// Unverified is what was left out: start-up Events without a valid
+	// signature (a tenant's, edited, or older than the adaptor's key).
+	Unverified *unverified `json:"unverified,omitempty"`
+	GCE        gceResult   `json:"gce"`
+	Now        time.Time   `json:"now"`
+}
+
+type unverified struct {
+	Count   int      `json:"count"`
+	Samples []string `json:"samples,omitempty"`
+	// KeyProblem is why no signing key was read ("" when one was).
+	KeyProblem string `json:"keyProblem,omitempty"`
+	// Truncated: the listing stopped at its bound.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // podVM is one timeline and its pod's phase now.
@@ -139,6 +172,9 @@ type noEvents struct {
 // the pod named) without Events, why.
 func (st *state) report(now time.Time, gce gceResult) report {
 	rep := report{GCE: gce, Now: now, PodVMs: []podVM{}, WithoutEvents: []noEvents{}}
+	if st.unverified > 0 || st.keyProblem != "" || st.truncated {
+		rep.Unverified = &unverified{Count: st.unverified, Samples: st.samples, KeyProblem: st.keyProblem, Truncated: st.truncated}
+	}
 	// A finished pod's sandbox was stopped, and its VM deleted, when its
 	// last container ended: the end of its cost when no failure says
 	// otherwise.

@@ -29,6 +29,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
 	"github.com/caa-gcp-t4/test/controlplane"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 )
 
@@ -106,8 +107,14 @@ func (c *cluster) pod(t *testing.T, ns, name string, peer bool, node string, pha
 	return string(p.UID)
 }
 
+// record writes Events as CAA does, signed with the key it keeps in its
+// namespace beside its DaemonSet (made here when missing).
 func (c *cluster) record(t *testing.T, evs ...timelinetest.Event) {
 	t.Helper()
+	c.caaDaemonSet(t, false)
+	if err := timelinetest.InstallKey(t.Context(), c.cs, caaNS); err != nil {
+		t.Fatal(err)
+	}
 	if err := timelinetest.Record(t.Context(), c.cs, evs...); err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +132,15 @@ func (c *cluster) installCAA(t *testing.T, fake *gcefake.Server) {
 	if _, err := c.cs.CoreV1().ConfigMaps(caaNS).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	c.caaDaemonSet(t, true)
+}
+
+// caaDaemonSet makes CAA's DaemonSet, or updates it, reading peer-pods-cm
+// when settings is set (an install without settings: the Events' key is
+// all a test has of CAA).
+func (c *cluster) caaDaemonSet(t *testing.T, settings bool) {
+	t.Helper()
+	c.namespace(t, caaNS)
 	labels := map[string]string{"app": "cloud-api-adaptor"}
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "cloud-api-adaptor-daemonset", Namespace: caaNS}, Spec: appsv1.DaemonSetSpec{
 		Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -133,7 +149,14 @@ func (c *cluster) installCAA(t *testing.T, fake *gcefake.Server) {
 			EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "peer-pods-cm"}}}},
 		}}}},
 	}}
-	if _, err := c.cs.AppsV1().DaemonSets(caaNS).Create(t.Context(), ds, metav1.CreateOptions{}); err != nil {
+	if !settings {
+		ds.Spec.Template.Spec.Containers[0].EnvFrom = nil
+	}
+	_, err := c.cs.AppsV1().DaemonSets(caaNS).Create(t.Context(), ds, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) && settings {
+		_, err = c.cs.AppsV1().DaemonSets(caaNS).Update(t.Context(), ds, metav1.UpdateOptions{})
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 }
@@ -235,6 +258,39 @@ func TestStatusOnARealAPIServer(t *testing.T) {
 		code, out, errOut = c.status(t, exampleNow, "-kubeconfig", c.cp.Kubeconfig, "-n", "ml", "-gce")
 		if code != 1 || out != "" || !strings.Contains(errOut, "-gce: no GCP project") {
 			t.Errorf("-gce without settings: exit %d\n%s%s", code, out, errOut)
+		}
+	})
+
+	// A tenant's Events, with the labels and a made-up failure, price and
+	// a terminal escape, and an edit of a real one: left out, named once,
+	// safely; the report is otherwise the same.
+	t.Run("ForgedEventsLeftOut", func(t *testing.T) {
+		_, before, _ := c.status(t, exampleNow, "-kubeconfig", c.cp.Kubeconfig, "-n", "ml")
+		forged := timelinetest.Startup{Namespace: "ml", Pod: "cuda-vectoradd", PodVM: "podvm-cuda-vectoradd-6f1c2a9e", Start: t0, Price: "1e9"}
+		for _, e := range []timelinetest.Event{
+			forged.Phase(gcpt4.PhaseCreated, time.Second, nil),
+			forged.Phase(gcpt4.PhaseFailed, 2*time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureGPU}),
+		} {
+			obj := e.Object()
+			obj.Name = "forged-" + e.Phase
+			obj.Message = "\x1b[2J\x1b]52;c;aGk=\x07 gpu broken"
+			delete(obj.Annotations, eventsig.SignatureAnnotation)
+			if _, err := c.cs.CoreV1().Events("ml").Create(t.Context(), obj, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		code, out, errOut := c.status(t, exampleNow, "-kubeconfig", c.cp.Kubeconfig, "-n", "ml")
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, out, errOut)
+		}
+		body, tail, _ := strings.Cut(out, "2 start-up Event(s) left out")
+		if body != before || !strings.Contains(tail, "ml/forged-created") || strings.ContainsAny(out, "\x1b\x07") || strings.Contains(out, "1e9") {
+			t.Errorf("with forged Events:\n%s\nwithout:\n%s", out, before)
+		}
+		for _, name := range []string{"forged-" + gcpt4.PhaseCreated, "forged-" + gcpt4.PhaseFailed} {
+			if err := c.cs.CoreV1().Events("ml").Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 

@@ -54,6 +54,10 @@ type ClusterAPI struct {
 	Token string
 	// CAPEM is the API server's CA bundle (PEM).
 	CAPEM []byte
+	// Namespace is the adaptor's own (the ServiceAccount mount's
+	// namespace file), where the Event signing key lives; "" leaves the
+	// provider's Events unsigned.
+	Namespace string
 }
 
 // inClusterAPI is the API of the pod this process runs in, read from the
@@ -73,7 +77,12 @@ func inClusterAPI(lookup func(string) (string, bool), dir string) (ClusterAPI, e
 	if err != nil {
 		return ClusterAPI{}, fmt.Errorf("reading the cluster's CA from the pod's ServiceAccount mount: %w", err)
 	}
-	return ClusterAPI{URL: "https://" + net.JoinHostPort(host, port), Token: strings.TrimSpace(string(token)), CAPEM: ca}, nil
+	// The namespace file is in every ServiceAccount mount since
+	// Kubernetes 1.x; without it the Events go unsigned, which the reaper
+	// and status report, so its absence is not fatal here.
+	ns, _ := os.ReadFile(filepath.Join(dir, "namespace"))
+	return ClusterAPI{URL: "https://" + net.JoinHostPort(host, port), Token: strings.TrimSpace(string(token)), CAPEM: ca,
+		Namespace: strings.TrimSpace(string(ns))}, nil
 }
 
 // kubeSystemNamespaceUID reads the UID of the kube-system namespace.

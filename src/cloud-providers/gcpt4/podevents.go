@@ -6,9 +6,11 @@ package gcpt4
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -22,6 +24,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
 )
 
 // A podVM's start-up, told on its pod. Between `kubectl apply` and a
@@ -239,10 +243,28 @@ type eventRecorder struct {
 	posted map[string]*postedEvent
 	uids   map[string]string
 
+	// Owned by the worker: the Event signing key (eventsig), and when it
+	// was last sought while missing.
+	key       []byte
+	keySought time.Time
+	keyTold   bool
+
 	mu      sync.Mutex
 	closed  bool
 	refused bool // RBAC refused an Event once: said, not repeated
 }
+
+// keyRetry spaces the attempts to read or create the signing key while
+// it is missing: every Event until then goes unsigned (the reaper does
+// not count it), and asking per Event would add a round trip to each.
+const keyRetry = time.Minute
+
+// schemaAnnotations are every annotation the provider writes on its
+// Events. A repeated phase's merge patch names each (null when unset) so
+// that the Event holds exactly what was signed.
+var schemaAnnotations = []string{EventAtAnnotation, EventZoneAnnotation, EventZonesAnnotation, EventMachineTypeAnnotation,
+	EventGPUAnnotation, EventGPUCountAnnotation, EventProvisioningModelAnnotation, EventPriceAnnotation, EventIPAnnotation,
+	EventQuotaMetricAnnotation, EventRegionAnnotation, EventDriverAnnotation, EventFailureAnnotation, EventCauseAnnotation}
 
 type postedEvent struct {
 	name  string
@@ -404,7 +426,7 @@ func (r *eventRecorder) post(ctx context.Context, ev podEvent) error {
 		}
 		return r.repeat(ctx, ev, prev)
 	}
-	obj := r.object(ev, name)
+	obj := r.object(ctx, ev, name, zonesOf(ev))
 	status, body, err := r.do(ctx, http.MethodPost, r.eventsURL(ev.namespace, ""), "application/json", obj)
 	if err != nil {
 		return err
@@ -439,17 +461,19 @@ func (r *eventRecorder) repeat(ctx context.Context, ev podEvent, prev *postedEve
 			prev.zones = append(prev.zones, z)
 		}
 	}
-	ann := map[string]string{}
-	for k, v := range ev.annotations {
-		ann[k] = v
+	obj := r.object(ctx, ev, prev.name, prev.zones)
+	// The merge patch names every schema annotation, null when unset, so
+	// the Event ends with exactly the annotations signed.
+	ann := map[string]any{}
+	for _, k := range schemaAnnotations {
+		ann[k] = nil
 	}
-	ann[EventAtAnnotation] = ev.at.UTC().Format(time.RFC3339Nano)
-	if len(prev.zones) > 0 {
-		ann[EventZonesAnnotation] = strings.Join(prev.zones, ",")
+	for k, v := range obj.Metadata.Annotations {
+		ann[k] = v
 	}
 	patch := map[string]any{
 		"metadata":      map[string]any{"annotations": ann},
-		"message":       truncateMessage(ev.message),
+		"message":       obj.Message,
 		"count":         prev.count,
 		"lastTimestamp": ev.at.UTC().Format(time.RFC3339),
 	}
@@ -486,15 +510,17 @@ func (r *eventRecorder) existing(ctx context.Context, namespace, name string) (*
 	return prev, nil
 }
 
-func (r *eventRecorder) object(ev podEvent, name string) eventObject {
+// object is the Event for ev under name, with zones as its stockout
+// zones, signed when the signing key is to hand.
+func (r *eventRecorder) object(ctx context.Context, ev podEvent, name string, zones []string) eventObject {
 	ann := map[string]string{EventAtAnnotation: ev.at.UTC().Format(time.RFC3339Nano)}
 	for k, v := range ev.annotations {
 		if v != "" {
 			ann[k] = v
 		}
 	}
-	if zs := zonesOf(ev); len(zs) > 0 {
-		ann[EventZonesAnnotation] = strings.Join(zs, ",")
+	if len(zones) > 0 {
+		ann[EventZonesAnnotation] = strings.Join(zones, ",")
 	}
 	typ := "Normal"
 	if ev.warning {
@@ -505,7 +531,7 @@ func (r *eventRecorder) object(ev podEvent, name string) eventObject {
 		source["host"] = r.node
 	}
 	ts := ev.at.UTC().Format(time.RFC3339)
-	return eventObject{
+	obj := eventObject{
 		APIVersion: "v1",
 		Kind:       "Event",
 		Metadata: eventMeta{
@@ -522,6 +548,109 @@ func (r *eventRecorder) object(ev podEvent, name string) eventObject {
 		FirstTimestamp: ts,
 		LastTimestamp:  ts,
 		Count:          1,
+	}
+	if key := r.signingKey(ctx); key != nil {
+		ann[eventsig.SignatureAnnotation] = eventsig.Sign(key, eventsig.Fields{
+			Namespace: ev.namespace, Name: name, Kind: obj.InvolvedObject.Kind, Object: ev.pod, ObjectUID: obj.InvolvedObject.UID,
+			Reason: obj.Reason, Type: obj.Type, Message: obj.Message, Labels: obj.Metadata.Labels, Annotations: ann,
+		})
+	}
+	return obj
+}
+
+// signingKey is the Event signing key (eventsig): read from the Secret
+// in the adaptor's namespace, or made there when there is none (the first
+// adaptor to start makes it; one that loses the race reads the winner's).
+// nil while it cannot be had: the Event goes unsigned, said once in the
+// log, and the key is sought again after keyRetry.
+func (r *eventRecorder) signingKey(ctx context.Context) []byte {
+	if r.key != nil {
+		return r.key
+	}
+	if r.api.Namespace == "" || (!r.keySought.IsZero() && time.Since(r.keySought) < keyRetry) {
+		return nil
+	}
+	r.keySought = time.Now()
+	key, err := r.readKey(ctx)
+	if err == nil && key == nil {
+		key, err = r.makeKey(ctx)
+	}
+	if err != nil {
+		if !r.keyTold {
+			r.keyTold = true
+			r.log.Printf("start-up Events go unsigned, so the reaper's metrics and gcp-t4 status do not count them, until the signing key can be had: %v", err)
+		}
+		return nil
+	}
+	r.key = key
+	return key
+}
+
+func (r *eventRecorder) secretURL(name string) string {
+	u := strings.TrimSuffix(r.api.URL, "/") + "/api/v1/namespaces/" + url.PathEscape(r.api.Namespace) + "/secrets"
+	if name != "" {
+		u += "/" + url.PathEscape(name)
+	}
+	return u
+}
+
+// readKey reads the key's Secret: nil, nil when there is none.
+func (r *eventRecorder) readKey(ctx context.Context) ([]byte, error) {
+	status, body, err := r.do(ctx, http.MethodGet, r.secretURL(eventsig.SecretName), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	switch status {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("reading Secret %s/%s: HTTP %d: %s (the adaptor's ServiceAccount needs get on it; install/base/rbac.yaml grants it)",
+			r.api.Namespace, eventsig.SecretName, status, apiMessage(body))
+	}
+	var secret struct {
+		Data map[string][]byte `json:"data"`
+	}
+	if err := json.Unmarshal(body, &secret); err != nil {
+		return nil, fmt.Errorf("reading Secret %s/%s: %w", r.api.Namespace, eventsig.SecretName, err)
+	}
+	key := secret.Data[eventsig.SecretKey]
+	if !eventsig.ValidKey(key) {
+		return nil, fmt.Errorf("the Secret %s/%s holds a %q of %d bytes, not %d: delete it (kubectl -n %s delete secret %s) and restart the adaptor, which makes a new one",
+			r.api.Namespace, eventsig.SecretName, eventsig.SecretKey, len(key), eventsig.KeySize, r.api.Namespace, eventsig.SecretName)
+	}
+	return key, nil
+}
+
+// makeKey creates the key's Secret, or reads the one another adaptor
+// created first.
+func (r *eventRecorder) makeKey(ctx context.Context) ([]byte, error) {
+	key := make([]byte, eventsig.KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	secret := map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+		"metadata": map[string]any{"name": eventsig.SecretName, "namespace": r.api.Namespace,
+			"labels": map[string]string{"app.kubernetes.io/part-of": "caa-gcp-t4"}},
+		"data": map[string]string{eventsig.SecretKey: base64.StdEncoding.EncodeToString(key)},
+	}
+	status, body, err := r.do(ctx, http.MethodPost, r.secretURL(""), "application/json", secret)
+	if err != nil {
+		return nil, err
+	}
+	switch status {
+	case http.StatusCreated, http.StatusOK:
+		return key, nil
+	case http.StatusConflict:
+		key, err := r.readKey(ctx)
+		if err == nil && key == nil {
+			err = fmt.Errorf("the Secret %s/%s existed and then did not", r.api.Namespace, eventsig.SecretName)
+		}
+		return key, err
+	default:
+		return nil, fmt.Errorf("creating Secret %s/%s: HTTP %d: %s (the adaptor's ServiceAccount needs create on secrets in its namespace; install/base/rbac.yaml grants it)",
+			r.api.Namespace, eventsig.SecretName, status, apiMessage(body))
 	}
 }
 

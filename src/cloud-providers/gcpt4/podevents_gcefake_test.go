@@ -38,17 +38,25 @@ type eventAPI struct {
 	order  []string
 	pods   map[string]map[string]any // ns/name → pod
 	block  chan struct{}             // when set, every request waits on it
+	// secrets are ns/name → object; secretStatus, when set, answers every
+	// secrets request (RBAC refusing it).
+	secrets      map[string]map[string]any
+	secretStatus int
 }
 
+// eventNamespace is the adaptor's namespace in these tests.
+const eventNamespace = "caa-system"
+
 func newEventAPI(t *testing.T) *eventAPI {
-	a := &eventAPI{events: map[string]map[string]any{}, pods: map[string]map[string]any{}}
+	a := &eventAPI{events: map[string]map[string]any{}, pods: map[string]map[string]any{}, secrets: map[string]map[string]any{}}
 	a.srv = httptest.NewTLSServer(http.HandlerFunc(a.serve))
 	t.Cleanup(a.srv.Close)
 	return a
 }
 
 func (a *eventAPI) clusterAPI() ClusterAPI {
-	return ClusterAPI{URL: a.srv.URL, Token: "t", CAPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.srv.Certificate().Raw})}
+	return ClusterAPI{URL: a.srv.URL, Token: "t", CAPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.srv.Certificate().Raw}),
+		Namespace: eventNamespace}
 }
 
 func (a *eventAPI) serve(w http.ResponseWriter, r *http.Request) {
@@ -67,6 +75,26 @@ func (a *eventAPI) serve(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
+	case kind == "secrets" && a.secretStatus != 0:
+		http.Error(w, `{"message":"secrets is forbidden"}`, a.secretStatus)
+	case kind == "secrets" && len(parts) == 3 && r.Method == http.MethodGet:
+		obj, ok := a.secrets[ns+"/"+parts[2]]
+		if !ok {
+			http.Error(w, `{"message":"not found"}`, http.StatusNotFound)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(obj)
+	case kind == "secrets" && len(parts) == 2 && r.Method == http.MethodPost:
+		var obj map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&obj)
+		name := obj["metadata"].(map[string]any)["name"].(string)
+		if _, ok := a.secrets[ns+"/"+name]; ok {
+			http.Error(w, `{"message":"already exists"}`, http.StatusConflict)
+			return
+		}
+		a.secrets[ns+"/"+name] = obj
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(obj)
 	case kind == "pods" && len(parts) == 3 && r.Method == http.MethodGet:
 		pod, ok := a.pods[ns+"/"+parts[2]]
 		if !ok {
@@ -107,10 +135,14 @@ func (a *eventAPI) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// mergePatch applies an RFC 7386 merge patch (objects merge, the rest
-// replaces).
+// mergePatch applies an RFC 7386 merge patch (objects merge, null
+// removes, the rest replaces).
 func mergePatch(dst, patch map[string]any) {
 	for k, v := range patch {
+		if v == nil {
+			delete(dst, k)
+			continue
+		}
 		if pm, ok := v.(map[string]any); ok {
 			dm, _ := dst[k].(map[string]any)
 			if dm == nil {

@@ -7,6 +7,7 @@
 package timelinetest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -20,10 +21,27 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
 )
 
 // Node is the host the Events' source names, as an adaptor's would.
 const Node = "gke-peer-pool-1"
+
+// Key is the signing key the Events here are signed with, as the
+// adaptor's would be (eventsig); InstallKey puts it where readers look.
+func Key() []byte { return bytes.Repeat([]byte("timelinetest-key"), 2) }
+
+// InstallKey writes Key as the adaptor's signing key Secret in namespace.
+func InstallKey(ctx context.Context, cs kubernetes.Interface, namespace string) error {
+	_, err := cs.CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: eventsig.SecretName, Namespace: namespace},
+		Data:       map[string][]byte{eventsig.SecretKey: Key()},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("installing the Event signing key in %s: %w", namespace, err)
+	}
+	return nil
+}
 
 // Event is one phase of one podVM, as the provider records it.
 type Event struct {
@@ -66,7 +84,7 @@ func (e Event) Object() *corev1.Event {
 	if msg == "" {
 		msg = fmt.Sprintf("podVM %s: %s", e.PodVM, e.Phase)
 	}
-	return &corev1.Event{
+	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        gcpt4.EventName(e.Pod, e.PodVM, e.Phase),
 			Namespace:   e.Namespace,
@@ -84,6 +102,14 @@ func (e Event) Object() *corev1.Event {
 		LastTimestamp:  metav1.NewTime(e.At.UTC().Truncate(time.Second)),
 		Count:          int32(count),
 	}
+	sign(ev)
+	return ev
+}
+
+func sign(ev *corev1.Event) {
+	ev.Annotations[eventsig.SignatureAnnotation] = eventsig.Sign(Key(), eventsig.Fields{Namespace: ev.Namespace, Name: ev.Name,
+		Kind: ev.InvolvedObject.Kind, Object: ev.InvolvedObject.Name, ObjectUID: string(ev.InvolvedObject.UID), Reason: ev.Reason,
+		Type: ev.Type, Message: ev.Message, Labels: ev.Labels, Annotations: ev.Annotations})
 }
 
 // Record writes each Event as the provider does: created, or, for a phase
@@ -124,6 +150,7 @@ func repeat(ctx context.Context, cs kubernetes.Interface, obj *corev1.Event) err
 	cur.Count++
 	cur.Message = obj.Message
 	cur.LastTimestamp = obj.LastTimestamp
+	sign(cur)
 	_, err = cs.CoreV1().Events(obj.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
 	return err
 }
