@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -28,11 +29,35 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 )
 
 // DaemonSet is the name every install path gives CAA's DaemonSet (the
 // kustomize base, upstream's chart).
 const DaemonSet = "cloud-api-adaptor-daemonset"
+
+// DefaultNamespace is the namespace `gcp-t4 install` and the kustomize
+// base install CAA in unless told otherwise.
+const DefaultNamespace = "confidential-containers-system"
+
+// ServiceAccount is the name every install path gives CAA's
+// ServiceAccount.
+const ServiceAccount = "cloud-api-adaptor"
+
+// installBindings are the ClusterRoleBindings the install paths give CAA's
+// ServiceAccount (install/base/rbac.yaml for `gcp-t4 install` and
+// `kubectl apply -k`, install/helm/caa-provider-rbac.yaml for Helm). They
+// are cluster-scoped, so only a cluster admin writes them: the namespace
+// their subject names is the install's, whatever a tenant creates in its
+// own namespace.
+func installBindings() []string {
+	return []string{"caa-gcp-t4-cloud-api-adaptor", "caa-gcp-t4-provider"}
+}
+
+// appLabel is the pod label both install paths select CAA's pods by (the
+// base's daemonset.yaml, upstream's chart).
+const appLabel, appValue = "app", "cloud-api-adaptor"
 
 // ConfigMap is the name install gives the ConfigMap CAA reads. A name that
 // starts with it is CAA's too: peer-pods-cm-<hash>, where a kustomize
@@ -55,6 +80,10 @@ type Installed struct {
 	// Data is their keys, a later ConfigMap's value winning as in a
 	// container's environment.
 	Data map[string]string
+	// Ignored says, one line each and safe to print, which DaemonSets of
+	// CAA's name Read passed over as not the install's (a tenant's
+	// look-alike), so the command can tell the admin.
+	Ignored []string
 }
 
 // Source names where the settings came from (namespace/name), "" when
@@ -66,36 +95,96 @@ func (in Installed) Source() string {
 	return in.Namespace + "/" + strings.Join(in.ConfigMaps, ",")
 }
 
-// Read finds CAA's DaemonSet, name, in namespace ("" looks in every
-// namespace, and refuses when there is more than one) and reads the
-// peer-pods-cm its containers' envFrom name (Of). None installed is a
-// zero Installed and no error; a ConfigMap it names that does not exist
-// is an error, as it is to CAA's pods.
+// Read finds CAA's DaemonSet, name, in namespace and reads the
+// peer-pods-cm its containers' envFrom name (Of). With namespace "" it
+// looks in every namespace but takes only a DaemonSet that is the
+// install's (Recognised): any user who may create DaemonSets can give one
+// CAA's name in their own namespace, and its peer-pods-cm would then
+// choose the project, zones and cluster ID that status, gc and preflight
+// act on. Those passed over are in Ignored; more than one recognised is an
+// error. None installed is a zero Installed and no error; a ConfigMap it
+// names that does not exist is an error, as it is to CAA's pods.
 func Read(ctx context.Context, cs kubernetes.Interface, namespace, name string) (Installed, error) {
 	list, err := cs.AppsV1().DaemonSets(namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 	if err != nil {
 		return Installed{}, fmt.Errorf("looking for CAA's DaemonSet %s (needs RBAC list on daemonsets; or give every setting as a flag): %w", name, err)
 	}
-	switch len(list.Items) {
+	found := list.Items
+	var ignored []string
+	if namespace == "" && len(found) > 0 {
+		nss, err := InstallNamespaces(ctx, cs)
+		if err != nil {
+			return Installed{}, err
+		}
+		found = nil
+		for _, d := range list.Items {
+			if why := Recognised(&d, nss); why != "" {
+				ignored = append(ignored, fmt.Sprintf("ignored DaemonSet %s/%s: %s; give -caa-namespace if it is CAA's",
+					termout.Clean(d.Namespace), termout.Clean(d.Name), why))
+				continue
+			}
+			found = append(found, d)
+		}
+	}
+	switch len(found) {
 	case 0:
-		return Installed{Data: map[string]string{}}, nil
+		return Installed{Data: map[string]string{}, Ignored: ignored}, nil
 	case 1:
 	default:
 		var nss []string
-		for _, d := range list.Items {
+		for _, d := range found {
 			nss = append(nss, d.Namespace)
 		}
 		sort.Strings(nss)
 		return Installed{}, fmt.Errorf("CAA's DaemonSet %s is in several namespaces (%s): pick one with -caa-namespace", name, strings.Join(nss, ", "))
 	}
-	in, err := Of(ctx, cs, &list.Items[0])
+	in, err := Of(ctx, cs, &found[0])
 	if err != nil {
 		return Installed{}, err
 	}
+	in.Ignored = ignored
 	if len(in.Missing) > 0 {
 		return Installed{}, fmt.Errorf("%s/%s, the ConfigMap CAA reads, does not exist", in.Namespace, in.Missing[0])
 	}
 	return in, nil
+}
+
+// InstallNamespaces are the namespaces CAA may be installed in as only a
+// cluster admin can say: DefaultNamespace, and the namespace of CAA's
+// ServiceAccount in the install's ClusterRoleBindings (installBindings).
+// A binding that is absent, or that this user may not read, adds none.
+func InstallNamespaces(ctx context.Context, cs kubernetes.Interface) (map[string]bool, error) {
+	nss := map[string]bool{DefaultNamespace: true}
+	for _, name := range installBindings() {
+		b, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("reading ClusterRoleBinding %s, which names CAA's namespace: %w", name, err)
+		}
+		for _, s := range b.Subjects {
+			if s.Kind == "ServiceAccount" && s.Name == ServiceAccount && s.Namespace != "" {
+				nss[s.Namespace] = true
+			}
+		}
+	}
+	return nss, nil
+}
+
+// Recognised says why ds is not the install's CAA DaemonSet, "" when it
+// is: in one of the install's namespaces (InstallNamespaces), selecting
+// the pods the install paths label app=cloud-api-adaptor.
+func Recognised(ds *appsv1.DaemonSet, installNamespaces map[string]bool) string {
+	if !installNamespaces[ds.Namespace] {
+		names := slices.Sorted(maps.Keys(installNamespaces))
+		return fmt.Sprintf("namespace %s is not the install's (%s here: the default, or where ClusterRoleBinding %s binds ServiceAccount %s)",
+			termout.Clean(ds.Namespace), strings.Join(names, ", "), strings.Join(installBindings(), " or "), ServiceAccount)
+	}
+	if ds.Spec.Selector == nil || ds.Spec.Selector.MatchLabels[appLabel] != appValue {
+		return fmt.Sprintf("it does not select the install's pods (label %s=%s)", appLabel, appValue)
+	}
+	return ""
 }
 
 // Of reads the peer-pods-cm ConfigMaps the containers of ds, CAA's
@@ -290,10 +379,14 @@ func ClusterID(ctx context.Context, cs kubernetes.Interface) (string, error) {
 // judge exactly the VMs CAA and the reaper create: the same project,
 // zones, network and cluster ID. It returns what it filled, for the user
 // to see, and Source; with no CAA installed it fills nothing but the ID.
-func FromCluster(ctx context.Context, fs *flag.FlagSet, cs kubernetes.Interface, namespace string, getenv func(string) string, extra ...gcpt4.Key) (filled []string, source string, err error) {
+// warn gets each line of Ignored.
+func FromCluster(ctx context.Context, fs *flag.FlagSet, cs kubernetes.Interface, namespace string, getenv func(string) string, warn func(string), extra ...gcpt4.Key) (filled []string, source string, err error) {
 	in, err := Read(ctx, cs, namespace, DaemonSet)
 	if err != nil {
 		return nil, "", err
+	}
+	for _, w := range in.Ignored {
+		warn(w)
 	}
 	if filled, err = in.Fill(fs, getenv, extra...); err != nil {
 		return nil, "", err

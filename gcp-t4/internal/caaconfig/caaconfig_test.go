@@ -13,6 +13,7 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -29,9 +30,19 @@ func caaDaemonSet(namespace string, configMaps ...string) *appsv1.DaemonSet {
 	for _, n := range configMaps {
 		from = append(from, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: n}}})
 	}
-	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: DaemonSet, Namespace: namespace}, Spec: appsv1.DaemonSetSpec{
-		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cloud-api-adaptor-con", EnvFrom: from}}}},
+	labels := map[string]string{"app": "cloud-api-adaptor"}
+	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: DaemonSet, Namespace: namespace, Labels: labels}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cloud-api-adaptor-con", EnvFrom: from}}}},
 	}}
+}
+
+// caaBinding is the ClusterRoleBinding an install path gives CAA's
+// ServiceAccount in namespace.
+func caaBinding(name, namespace string) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: ServiceAccount, Namespace: namespace}}}
 }
 
 func configMap(namespace, name string, data map[string]string) *corev1.ConfigMap {
@@ -75,9 +86,62 @@ func TestReadNothingInstalled(t *testing.T) {
 }
 
 func TestReadRefusesTwoInstalls(t *testing.T) {
-	cs := fake.NewClientset(caaDaemonSet("a", ConfigMap), caaDaemonSet("b", ConfigMap))
+	cs := fake.NewClientset(caaDaemonSet("a", ConfigMap), caaDaemonSet("b", ConfigMap),
+		caaBinding("caa-gcp-t4-cloud-api-adaptor", "a"), caaBinding("caa-gcp-t4-provider", "b"))
 	if _, err := Read(t.Context(), cs, "", DaemonSet); err == nil || !strings.Contains(err.Error(), "several namespaces (a, b)") {
 		t.Errorf("two installs: %v", err)
+	}
+}
+
+// A DaemonSet of CAA's name is CAA's only in the install's namespace (the
+// default, or the one the install's cluster-scoped ClusterRoleBinding
+// names) and selecting the install's pods: a tenant's look-alike in its
+// own namespace, whose peer-pods-cm would name another project, is passed
+// over and named (control characters escaped); the real one is read.
+func TestReadIgnoresALookAlike(t *testing.T) {
+	tenant := configMap("team-a", ConfigMap, map[string]string{"GCP_PROJECT_ID": "tenant-proj"})
+	lookAlike := caaDaemonSet("team-a", ConfigMap)
+	real := configMap(ns, ConfigMap, map[string]string{"GCP_PROJECT_ID": "caa-proj"})
+
+	in, err := Read(t.Context(), fake.NewClientset(lookAlike, tenant, caaDaemonSet(ns, ConfigMap), real), "", DaemonSet)
+	if err != nil || in.Namespace != ns || in.Data["GCP_PROJECT_ID"] != "caa-proj" {
+		t.Fatalf("look-alike beside the real one: %+v, %v; want %s's", in, err, ns)
+	}
+	if len(in.Ignored) != 1 || !strings.Contains(in.Ignored[0], "ignored DaemonSet team-a/"+DaemonSet+": namespace team-a is not the install's") {
+		t.Errorf("Ignored %q, want the look-alike named", in.Ignored)
+	}
+
+	// The look-alike alone: nothing installed, never the tenant's project.
+	in, err = Read(t.Context(), fake.NewClientset(lookAlike, tenant), "", DaemonSet)
+	if err != nil || in.DaemonSet != nil || len(in.Data) != 0 || len(in.Ignored) != 1 {
+		t.Errorf("look-alike alone: %+v, %v; want nothing read and it named", in, err)
+	}
+
+	// CAA in a namespace of the admin's choosing, named by the Helm
+	// path's binding; a look-alike in the default namespace that selects
+	// other pods is passed over too.
+	other := caaDaemonSet(ns, ConfigMap)
+	other.Spec.Selector.MatchLabels = map[string]string{"app": "mine"}
+	cs := fake.NewClientset(caaDaemonSet("peerpods", ConfigMap), configMap("peerpods", ConfigMap, map[string]string{"GCP_PROJECT_ID": "helm-proj"}),
+		caaBinding("caa-gcp-t4-provider", "peerpods"), other, real)
+	in, err = Read(t.Context(), cs, "", DaemonSet)
+	if err != nil || in.Namespace != "peerpods" || in.Data["GCP_PROJECT_ID"] != "helm-proj" {
+		t.Fatalf("Helm install in peerpods: %+v, %v", in, err)
+	}
+	if len(in.Ignored) != 1 || !strings.Contains(in.Ignored[0], ns+"/"+DaemonSet+": it does not select the install's pods (label app=cloud-api-adaptor)") {
+		t.Errorf("Ignored %q", in.Ignored)
+	}
+
+	// A name that is no namespace a real API server allows, printed safe.
+	in, err = Read(t.Context(), fake.NewClientset(caaDaemonSet("x\x1b]52;c;AA\x07", ConfigMap)), "", DaemonSet)
+	if err != nil || len(in.Ignored) != 1 || strings.ContainsAny(in.Ignored[0], "\x1b\x07") || !strings.Contains(in.Ignored[0], `x\x1b]52;c;AA\a/`) {
+		t.Errorf("control characters: %q, %v", in.Ignored, err)
+	}
+
+	// A namespace the admin names is read as named.
+	in, err = Read(t.Context(), fake.NewClientset(lookAlike, tenant), "team-a", DaemonSet)
+	if err != nil || in.Data["GCP_PROJECT_ID"] != "tenant-proj" || len(in.Ignored) != 0 {
+		t.Errorf("-caa-namespace team-a: %+v, %v", in, err)
 	}
 }
 
@@ -226,18 +290,18 @@ func TestFromClusterFillsClusterID(t *testing.T) {
 	const uid = "5e2f3c1a-0000-4000-8000-000000000001"
 	cs := fake.NewClientset(kubeSystem(uid), caaDaemonSet(ns, ConfigMap), configMap(ns, ConfigMap, map[string]string{"GCP_PROJECT_ID": "p"}))
 	fs, pf := providerFlags(t)
-	filled, source, err := FromCluster(t.Context(), fs, cs, "", os.Getenv)
+	filled, source, err := FromCluster(t.Context(), fs, cs, "", os.Getenv, func(w string) { t.Errorf("warned: %s", w) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(filled, []string{"GCP_CLUSTER_ID (kube-system's UID)", "GCP_PROJECT_ID"}) || source != ns+"/peer-pods-cm" || pf.Config().ClusterID != uid {
 		t.Errorf("filled %v from %q, cluster ID %q", filled, source, pf.Config().ClusterID)
 	}
-	if _, _, err = FromCluster(t.Context(), fs, fake.NewClientset(), "", os.Getenv); err != nil {
+	if _, _, err = FromCluster(t.Context(), fs, fake.NewClientset(), "", os.Getenv, func(string) {}); err != nil {
 		t.Errorf("the ID already set, nothing installed: %v", err)
 	}
 	fs, _ = providerFlags(t)
-	if _, _, err = FromCluster(t.Context(), fs, fake.NewClientset(), "", os.Getenv); err == nil || !strings.Contains(err.Error(), "GCP_CLUSTER_ID is not set") {
+	if _, _, err = FromCluster(t.Context(), fs, fake.NewClientset(), "", os.Getenv, func(string) {}); err == nil || !strings.Contains(err.Error(), "GCP_CLUSTER_ID is not set") {
 		t.Errorf("no kube-system: %v", err)
 	}
 }

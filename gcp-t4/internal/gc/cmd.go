@@ -106,7 +106,8 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 		// The reaper's pod has peer-pods-cm in its env; a person running
 		// gc has it in the cluster: the provider's keys, and the
 		// reaper's -grace, as the reaper would have them.
-		filled, source, err := caaconfig.FromCluster(ctx, fs, kube, caaNamespace, os.Getenv, gcpt4.Key{Env: "REAPER_GRACE", Flag: "grace"})
+		filled, source, err := caaconfig.FromCluster(ctx, fs, kube, caaNamespace, os.Getenv,
+			func(w string) { fmt.Fprintf(stderr, "%s: %s\n", name, w) }, gcpt4.Key{Env: "REAPER_GRACE", Flag: "grace"})
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return 2

@@ -67,8 +67,26 @@ func TestGCReadsPeerPodsCM(t *testing.T) {
 	leakOnStop(t, fake, n, sidA)
 	k.deletePod(t, "team-a", "train-0")
 
+	// A tenant's DaemonSet of CAA's name in its own namespace, reading a
+	// peer-pods-cm that names another cluster ID: passed over and named,
+	// never read (before, gc refused two "installs" or took the tenant's).
+	k.namespace(t, "tenant")
+	tcm := cm.DeepCopy()
+	tcm.Namespace, tcm.ResourceVersion, tcm.Data["GCP_CLUSTER_ID"] = "tenant", "", "5e2f3c1a-0000-4000-8000-00000000dead"
+	if _, err := k.cs.CoreV1().ConfigMaps("tenant").Create(t.Context(), tcm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lookAlike := ds.DeepCopy()
+	lookAlike.Namespace, lookAlike.ResourceVersion = "tenant", ""
+	if _, err := k.cs.AppsV1().DaemonSets("tenant").Create(t.Context(), lookAlike, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	code, out := gc()
 	t.Logf("gcp-t4 gc -kubeconfig K --gcp-project-id %s:\n%s", fake.Project(), out)
+	if want := "ignored DaemonSet tenant/" + caaconfig.DaemonSet + ": namespace tenant is not the install's"; !strings.Contains(out, want) {
+		t.Errorf("gc does not name the look-alike (%q):\n%s", want, out)
+	}
 	if code != 1 || !strings.Contains(out, "settings from "+ns+"/peer-pods-cm: ") || !strings.Contains(out, orphan) || strings.Contains(out, "other clusters") {
 		t.Errorf("gc: exit %d, want 1 listing this cluster's orphan %s, with the settings read from peer-pods-cm\n%s", code, orphan, out)
 	}

@@ -442,3 +442,85 @@ func renderDefault(t *testing.T) []*unstructured.Unstructured {
 	}
 	return objs
 }
+
+// On the real kube-apiserver: the pods/status subresource cannot change a
+// peer pod's io.katacontainers.* annotations either. The status strategy
+// resets the spec, not the metadata (pkg/registry/core/pod/strategy.go), so
+// without the guard a principal allowed to patch pods/status (a
+// readiness-gate controller) could raise default_gpus after admission. The
+// kubelet's own status patches (its strategic merge of conditions, with the
+// pod's UID) and a whole-status update still pass, and the refused patches
+// leave the live annotations as admitted.
+func TestCostGuardStatusSubresourceOnAPIServer(t *testing.T) {
+	ctx, cs, dyn := guardCluster(t)
+	applyGuardObjects(t, ctx, cs, dyn, renderDefault(t))
+	pods := cs.CoreV1().Pods("team-a")
+	pod, err := pods.Create(ctx, peerPod("one-gpu", "1", true), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a 1-GPU peer pod under the default limit of 1: %v", err)
+	}
+	refused := func(what, annot string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s through pods/status: admitted, want refused", what)
+			return
+		}
+		for _, w := range []string{CostGuardAnnotationsPolicy, "annotation " + annot, "delete the pod and create it"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s through pods/status: %v\nlacks %q", what, err, w)
+			}
+		}
+		t.Logf("%s through pods/status refused: %v", what, err)
+	}
+	patch := func(pt types.PatchType, body string) error {
+		_, err := pods.Patch(ctx, pod.Name, pt, []byte(body), metav1.PatchOptions{}, "status")
+		return err
+	}
+	refused("merge patch default_gpus 1 -> 4", annotDefaultGPUs,
+		patch(types.MergePatchType, `{"metadata":{"annotations":{"`+annotDefaultGPUs+`":"4"}}}`))
+	refused("strategic merge patch machine_type added", annotMachineType,
+		patch(types.StrategicMergePatchType, `{"metadata":{"annotations":{"`+annotMachineType+`":"t4-4"}}}`))
+	refused("JSON patch default_gpus removed", annotDefaultGPUs,
+		patch(types.JSONPatchType, `[{"op":"remove","path":"/metadata/annotations/io.katacontainers.config.hypervisor.default_gpus"}]`))
+	p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Annotations[annotDefaultGPUs] = "4"
+	_, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	refused("update default_gpus 1 -> 4", annotDefaultGPUs, err)
+
+	// The kubelet's status patch (statusutil.PatchPodStatus): the UID and
+	// the changed status, nothing of the annotations.
+	kubelet := `{"metadata":{"uid":"` + string(pod.UID) + `"},"status":{"$setElementOrder/conditions":[{"type":"PodScheduled"},{"type":"Ready"}],` +
+		`"conditions":[{"type":"PodScheduled","status":"True"},{"type":"Ready","status":"False","reason":"ContainersNotReady"}],"phase":"Pending"}}`
+	if err := patch(types.StrategicMergePatchType, kubelet); err != nil {
+		t.Errorf("the kubelet's status patch (conditions): refused: %v", err)
+	}
+	p, err = pods.Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Message = "podVM starting"
+	if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("a whole-status update: refused: %v", err)
+	}
+	// A status patch that sets an annotation to the value it has changes
+	// nothing and passes.
+	if err := patch(types.MergePatchType, `{"metadata":{"annotations":{"`+annotDefaultGPUs+`":"1"}},"status":{"message":"same"}}`); err != nil {
+		t.Errorf("a status patch restating default_gpus=1: refused: %v", err)
+	}
+	live, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := live.Annotations[annotDefaultGPUs]; got != "1" {
+		t.Errorf("after the refused status patches default_gpus is %q, want the admitted 1", got)
+	}
+	if _, ok := live.Annotations[annotMachineType]; ok {
+		t.Errorf("after the refused status patches machine_type is set: %q", live.Annotations[annotMachineType])
+	}
+	if len(live.Status.Conditions) != 2 || live.Status.Message != "same" {
+		t.Errorf("the status updates did not land: conditions %v, message %q", live.Status.Conditions, live.Status.Message)
+	}
+}

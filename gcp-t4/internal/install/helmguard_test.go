@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -81,6 +82,28 @@ func TestHelmPostRendererAddsTheCostGuard(t *testing.T) {
 		ref := b["spec"].(map[string]any)["paramRef"].(map[string]any)
 		if ref["namespace"] != "peerpods" {
 			t.Errorf("the binding reads its limits from %v, want the release's namespace peerpods", ref["namespace"])
+		}
+	}
+	// The annotations policy is the one `gcp-t4 install` applies, pods/status
+	// matched too: a same-named policy with other rules would reopen the
+	// status subresource on this path only.
+	if vap := objs["ValidatingAdmissionPolicy/gcp-t4-cost-guard-annotations"]; vap != nil {
+		built, err := Build(Settings{CostGuard: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want any
+		for _, o := range built {
+			if o.GetKind() == "ValidatingAdmissionPolicy" && o.GetName() == CostGuardAnnotationsPolicy {
+				want = o.Object["spec"]
+			}
+		}
+		if !reflect.DeepEqual(vap["spec"], want) {
+			t.Errorf("the Helm path's annotations policy differs from install's:\n%v\nwant\n%v", vap["spec"], want)
+		}
+		rules := fmt.Sprint(vap["spec"].(map[string]any)["matchConstraints"])
+		if !strings.Contains(rules, "pods/status") {
+			t.Errorf("the Helm path's annotations policy does not match pods/status: %s", rules)
 		}
 	}
 	objs, errs, err = render("COST_GUARD=off")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	authzv1 "k8s.io/api/authorization/v1"
@@ -81,6 +82,22 @@ func (c *Cluster) kubeletTimeout(ctx context.Context, node string) (d time.Durat
 	return d, true, nil
 }
 
+// proxyGrant is the fix for a caller refused nodes/proxy: a grant on node
+// alone, named after it, the run, and the command that removes it. Never a
+// standing grant: get on nodes/proxy reaches the kubelet's exec endpoint
+// over a WebSocket upgrade (kubernetes/kubernetes#136550,
+// kubernetes/website#54191), and CAA's pods on the node hold GCE
+// credentials. One node answers for its pool: kubelet's configuration is
+// the pool's.
+func proxyGrant(node string) string {
+	name := "gcp-t4-preflight-kubelet-" + node
+	return strings.Join([]string{
+		fmt.Sprintf("kubectl create clusterrole %s --verb=get --resource=nodes/proxy --resource-name=%s   # one node, this run only: nodes/proxy can exec into its pods", name, node),
+		fmt.Sprintf("kubectl create clusterrolebinding %s --clusterrole=%s --user=YOU   # then run preflight again", name, name),
+		fmt.Sprintf("kubectl delete clusterrolebinding,clusterrole %s   # remove the grant", name),
+	}, "\n")
+}
+
 // mayProxy asks the API server whether the caller may get nodes/proxy on
 // node: a 403 from the node proxy is the API server's RBAC only then; else
 // it came from beyond it (the kubelet's own authorization, or something on
@@ -102,9 +119,10 @@ func (c *Cluster) checkKubeletTimeouts(ctx context.Context, cat *startup.Catalog
 		d, set, err := c.kubeletTimeout(ctx, n.Name)
 		switch {
 		case apierrors.IsForbidden(err) && !c.mayProxy(ctx, n.Name):
-			return append(rs, fail("kubelet runtimeRequestTimeout",
-				"kubectl create clusterrole gcp-t4-preflight-kubelet --verb=get --resource=nodes/proxy && kubectl create clusterrolebinding gcp-t4-preflight-kubelet --clusterrole=gcp-t4-preflight-kubelet --user=YOU   # for the admin running preflight only: nodes/proxy reaches the kubelet's API",
-				"the API server refused GET /api/v1/nodes/%s/proxy/configz (403): preflight's caller needs get on nodes/proxy to read kubelet's configuration", n.Name))
+			return append(rs, skip("kubelet runtimeRequestTimeout", proxyGrant(n.Name),
+				"not read: kubelet's configuration is served only through GET /api/v1/nodes/%s/proxy/configz, and the API server refused it (403). "+
+					"get on nodes/proxy lets its holder run commands in any pod on the node through the kubelet's exec endpoint "+
+					"(kubernetes/kubernetes#136550), so preflight asks for it on one node, for one run, to be deleted after", n.Name))
 		case err != nil:
 			rs = append(rs, fail(check,
 				fmt.Sprintf("kubectl get --raw /api/v1/nodes/%s/proxy/configz   # the API server must reach the node's kubelet (its address in status.addresses, port in status.daemonEndpoints)", n.Name),

@@ -2,12 +2,16 @@ package preflight
 
 import (
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caa-gcp-t4/test/controlplane"
 	appsv1 "k8s.io/api/apps/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,27 +154,82 @@ func TestImagePullDeadlinesOnARealAPIServer(t *testing.T) {
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: "alice"}
 		alice := kubernetes.NewForConfigOrDie(cfg)
 		rs := run(alice)
-		expect(t, rs, "kubelet runtimeRequestTimeout", Fail, "needs get on nodes/proxy", "--verb=get --resource=nodes/proxy")
+		// Skipped, not failed: preflight never asks for a standing grant
+		// of nodes/proxy, which reaches the kubelet's exec endpoint.
+		expect(t, rs, "kubelet runtimeRequestTimeout", Skip, "run commands in any pod on the node through the kubelet's exec endpoint", "--resource=nodes/proxy --resource-name=kata-1")
 		expect(t, rs, "kata-remote create_container_timeout", Pass, "30m0s", "")
-
-		// The same caller with nodes/proxy get passes.
-		_, err = admin.RbacV1().ClusterRoles().Create(c, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "gcp-t4-preflight-kubelet"}, Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"get"}},
-		}}, metav1.CreateOptions{})
-		must(err)
-		_, err = admin.RbacV1().ClusterRoleBindings().Create(c, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gcp-t4-preflight-kubelet"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "gcp-t4-preflight-kubelet"},
-			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "alice"}}}, metav1.CreateOptions{})
-		must(err)
-		deadline := time.Now().Add(10 * time.Minute) // far beyond the slowest machine: it ends on the condition
-		for {
-			rs = run(alice)
-			if r, _ := find(rs, "kubelet runtimeRequestTimeout"); r.Status == Pass || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(200 * time.Millisecond) // the RBAC cache catches up
+		r, _ := find(rs, "kubelet runtimeRequestTimeout")
+		if Failed(rs) {
+			t.Errorf("a caller without nodes/proxy fails preflight: %v", rs)
 		}
+		var grant, remove []string
+		for _, line := range strings.Split(r.Fix, "\n") {
+			cmd, _, _ := strings.Cut(line, commentSep)
+			if strings.Contains(cmd, "kubectl delete") {
+				remove = append(remove, cmd)
+			} else {
+				grant = append(grant, strings.ReplaceAll(cmd, "--user=YOU", "--user=alice"))
+			}
+		}
+		if len(grant) != 2 || len(remove) != 1 || strings.Contains(r.Fix, "clusterrole gcp-t4-preflight-kubelet ") {
+			t.Fatalf("the fix is not a named grant on one node and its removal:\n%s", r.Fix)
+		}
+		// docs/preflight.md gives the same commands, NODE for the node.
+		doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "preflight.md"))
+		must(err)
+		for _, cmd := range append(append([]string{}, grant...), remove...) {
+			cmd = strings.ReplaceAll(strings.ReplaceAll(strings.TrimSpace(cmd), "--user=alice", "--user=YOU"), "kata-1", "NODE")
+			if !strings.Contains(string(doc), "`"+cmd+"`") {
+				t.Errorf("docs/preflight.md lacks the fix's command `%s`", cmd)
+			}
+		}
+		// The fix's commands, run as printed with the real kubectl as the
+		// admin, YOU being alice.
+		kubectl, err := exec.LookPath("kubectl")
+		if err != nil {
+			t.Fatalf("kubectl runs the fix as printed: %v", err)
+		}
+		sh := func(cmd string) {
+			t.Helper()
+			args := strings.Fields(cmd)
+			if args[0] != "kubectl" {
+				t.Fatalf("fix line %q is not a kubectl command", cmd)
+			}
+			out, err := exec.CommandContext(c, kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args[1:]...)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", cmd, err, out)
+			}
+		}
+		until := func(want Status) {
+			t.Helper()
+			deadline := time.Now().Add(10 * time.Minute) // far beyond the slowest machine: it ends on the condition
+			for {
+				rs = run(alice)
+				if r, _ := find(rs, "kubelet runtimeRequestTimeout"); r.Status == want {
+					return
+				} else if time.Now().After(deadline) {
+					t.Fatalf("the kubelet check never became %s: %v", want, r)
+				}
+				time.Sleep(200 * time.Millisecond) // the RBAC cache catches up
+			}
+		}
+		for _, cmd := range grant {
+			sh(cmd)
+		}
+		until(Pass)
 		allPass(t, rs)
+		// The grant is on kata-1 only.
+		ssar, err := alice.AuthorizationV1().SelfSubjectAccessReviews().Create(c, &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authzv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "proxy", Name: "system-1"}}}, metav1.CreateOptions{})
+		must(err)
+		if ssar.Status.Allowed {
+			t.Error("the fix's grant reaches node system-1 too")
+		}
+		sh(remove[0])
+		until(Skip)
+		if _, err := admin.RbacV1().ClusterRoles().Get(c, "gcp-t4-preflight-kubelet-kata-1", metav1.GetOptions{}); err == nil {
+			t.Error("the fix's delete left the ClusterRole")
+		}
 	})
 	t.Run("kubelet unreachable", func(t *testing.T) {
 		// A port on the stand-in's address that nothing listens on.

@@ -22,6 +22,10 @@ const (
 	Pass Status = "pass"
 	Warn Status = "warn"
 	Fail Status = "fail"
+	// Skip is a check preflight could not run without a grant it will not
+	// ask anyone to keep (the kubelet check's nodes/proxy); its Fix says
+	// how to run it once and remove the grant. Not a failure.
+	Skip Status = "skip"
 )
 
 // Result is one check's outcome; Fix is the command that repairs a failure
@@ -43,6 +47,10 @@ func fail(check, fix, format string, a ...any) Result {
 
 func warn(check, fix, format string, a ...any) Result {
 	return Result{Check: check, Status: Warn, Detail: fmt.Sprintf(format, a...), Fix: fix}
+}
+
+func skip(check, fix, format string, a ...any) Result {
+	return Result{Check: check, Status: Skip, Detail: fmt.Sprintf(format, a...), Fix: fix}
 }
 
 // Failed reports whether any result failed.
@@ -77,7 +85,7 @@ func Print(w io.Writer, format string, rs []Result) error {
 // a longer check takes its row's width and its detail goes on the next
 // line at the detail column.
 const (
-	statusWidth   = 4 // pass, warn, fail
+	statusWidth   = 4 // pass, warn, fail, skip
 	gap           = "  "
 	maxCheckWidth = 48
 	// commentSep starts the comment the fixes put after a command.
@@ -101,7 +109,7 @@ func printTable(w io.Writer, rs []Result) error {
 	var b strings.Builder
 	type first struct{ check, comment string }
 	printed := map[string]first{} // command -> where it was printed, with its comment
-	var p, wn, f int
+	var p, wn, f, sk int
 	for _, r := range rs {
 		switch r.Status {
 		case Pass:
@@ -110,6 +118,8 @@ func printTable(w io.Writer, rs []Result) error {
 			wn++
 		case Fail:
 			f++
+		case Skip:
+			sk++
 		}
 		detail := strings.Split(r.Detail, "\n")
 		head := fmt.Sprintf("%-*s%s%s", statusWidth, r.Status, gap, r.Check)
@@ -156,7 +166,11 @@ func printTable(w io.Writer, rs []Result) error {
 			}
 		}
 	}
-	fmt.Fprintf(&b, "\n%d passed, %d warnings, %d failed\n", p, wn, f)
+	fmt.Fprintf(&b, "\n%d passed, %d warnings, %d failed", p, wn, f)
+	if sk > 0 {
+		fmt.Fprintf(&b, ", %d skipped", sk)
+	}
+	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -37,6 +37,9 @@ func fromCluster(ctx context.Context, fs *flag.FlagSet, kube kubernetes.Interfac
 		return []Result{warn("installed settings", "give the settings as flags (-gcp-project-id, -zone, -image-name, -network …) or env vars; docs/provider.md",
 			"not read from the cluster: %v", err)}, 0
 	}
+	for _, w := range in.Ignored {
+		fmt.Fprintf(stderr, "gcp-t4 preflight: %s\n", w)
+	}
 	if in.Namespace != "" && !given {
 		*namespace = in.Namespace
 	}

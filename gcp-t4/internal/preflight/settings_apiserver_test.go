@@ -8,6 +8,7 @@ import (
 	"github.com/caa-gcp-t4/test/controlplane"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -80,8 +81,37 @@ func TestPreflightReadsTheInstalledSettings(t *testing.T) {
 	if _, err := cs.AppsV1().DaemonSets(caaNS).Create(c, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// What names peer-pods as the install's namespace: the ClusterRoleBinding
+	// install gives CAA's ServiceAccount there, which only a cluster admin
+	// can write.
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "caa-gcp-t4-cloud-api-adaptor"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "caa-gcp-t4-cloud-api-adaptor"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "cloud-api-adaptor", Namespace: caaNS}}}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(c, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A tenant's DaemonSet of CAA's name in its own namespace, reading a
+	// peer-pods-cm of its own that names another project: passed over,
+	// and named on stderr.
+	const tenantNS = "team-a"
+	if _, err := cs.CoreV1().Namespaces().Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenantNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tcm := cm.DeepCopy()
+	tcm.Namespace, tcm.ResourceVersion, tcm.Data["GCP_PROJECT_ID"] = tenantNS, "", "tenant-proj"
+	if _, err := cs.CoreV1().ConfigMaps(tenantNS).Create(c, tcm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lookAlike := ds.DeepCopy()
+	lookAlike.Namespace, lookAlike.ResourceVersion = tenantNS, ""
+	if _, err := cs.AppsV1().DaemonSets(tenantNS).Create(c, lookAlike, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	_, stderr, rs = run()
 	t.Logf("preflight -kubeconfig K:\n%s", stderr)
+	if want := "gcp-t4 preflight: ignored DaemonSet " + tenantNS + "/" + dsName + ": namespace " + tenantNS + " is not the install's"; !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q, want %q", stderr, want)
+	}
 	if want := "settings from " + caaNS + "/peer-pods-cm, which CAA reads: GCP_NETWORK, GCP_PROJECT_ID, GCP_SUBNETWORK, GCP_ZONE, PODVM_IMAGE_NAME, ROOT_VOLUME_SIZE"; !strings.Contains(stderr, want) {
 		t.Errorf("stderr %q, want %q", stderr, want)
 	}

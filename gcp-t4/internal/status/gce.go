@@ -53,7 +53,7 @@ func askGCE(ctx context.Context, cs kubernetes.Interface, mode autoBool, logger 
 	if err := pf.CheckEnv(os.LookupEnv); err != nil {
 		return fail(err)
 	}
-	_, source, err := caaconfig.FromCluster(ctx, fs, cs, "", os.Getenv)
+	_, source, err := caaconfig.FromCluster(ctx, fs, cs, "", os.Getenv, func(w string) { logger.Warn(w) })
 	if err != nil {
 		return fail(fmt.Errorf("reading GCE settings from CAA's peer-pods-cm: %w", err))
 	}

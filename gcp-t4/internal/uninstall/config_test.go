@@ -98,8 +98,10 @@ func everyKey(t *testing.T) map[string]string {
 // cluster is a cluster where install put CAA, its DaemonSet reading data
 // through envFrom.
 func cluster(data map[string]string) *fake.Clientset {
+	labels := map[string]string{"app": "cloud-api-adaptor"}
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: install.DaemonSetName, Namespace: install.Namespace}, Spec: appsv1.DaemonSetSpec{
-		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cloud-api-adaptor-con", EnvFrom: []corev1.EnvFromSource{
+		Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cloud-api-adaptor-con", EnvFrom: []corev1.EnvFromSource{
 			{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: install.SecretName}}},
 			{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: install.ConfigMapName}}},
 		}}}}},
@@ -160,7 +162,7 @@ func TestGuardReadsWhatGCAndPreflightRead(t *testing.T) {
 	fs, gc := providerFlags(t)
 	var grace string
 	fs.StringVar(&grace, "grace", "", "")
-	filled, source, err := caaconfig.FromCluster(t.Context(), fs, cs, "", os.Getenv, gcpt4.Key{Env: "REAPER_GRACE", Flag: "grace"})
+	filled, source, err := caaconfig.FromCluster(t.Context(), fs, cs, "", os.Getenv, func(w string) { t.Errorf("warned: %s", w) }, gcpt4.Key{Env: "REAPER_GRACE", Flag: "grace"})
 	if err != nil {
 		t.Fatal(err)
 	}
