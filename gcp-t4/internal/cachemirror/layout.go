@@ -137,13 +137,14 @@ func (l *Layout) OpenBlob(digest string) (*os.File, error) {
 // ReadManifest reads the manifest or index d names, and returns its bytes
 // only when they are what d says: d's size within MaxManifestSize and
 // equal to the blob's, and the blob hashing to d's digest. A blob the
-// layout does not hold is an error that is fs.ErrNotExist.
+// layout does not hold is an error that is fs.ErrNotExist. Its errors do
+// not name d: the caller does.
 func (l *Layout) ReadManifest(d Descriptor) ([]byte, error) {
 	if err := checkDigest(d.Digest); err != nil {
 		return nil, err
 	}
 	if d.Size <= 0 || d.Size > MaxManifestSize {
-		return nil, fmt.Errorf("%s: size %d, want 1 to %d bytes for a manifest", d.Digest, d.Size, MaxManifestSize)
+		return nil, fmt.Errorf("size %d, want 1 to %d bytes for a manifest", d.Size, MaxManifestSize)
 	}
 	f, err := l.OpenBlob(d.Digest)
 	if err != nil {
@@ -152,18 +153,18 @@ func (l *Layout) ReadManifest(d Descriptor) ([]byte, error) {
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, d.Size+1))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", d.Digest, err)
+		return nil, err
 	}
 	if int64(len(b)) != d.Size {
 		more := "fewer"
 		if int64(len(b)) > d.Size {
 			more = "more"
 		}
-		return nil, fmt.Errorf("%s: the blob holds %s bytes than the descriptor's size %d", d.Digest, more, d.Size)
+		return nil, fmt.Errorf("the blob holds %s bytes than the descriptor's size %d", more, d.Size)
 	}
 	sum := sha256.Sum256(b)
 	if got := "sha256:" + hex.EncodeToString(sum[:]); got != d.Digest {
-		return nil, fmt.Errorf("%s: the blob's bytes hash to %s", d.Digest, got)
+		return nil, fmt.Errorf("the blob's bytes hash to %s", got)
 	}
 	return b, nil
 }
@@ -181,7 +182,11 @@ func (l *Layout) Walk(d Descriptor, fn func(Manifest) error) error {
 }
 
 func (l *Layout) walk(d Descriptor, fn func(Manifest) error, seen map[string]bool, chain []string) error {
-	where := strings.Join(append(append([]string{"index.json"}, chain...), fmt.Sprintf("%q", d.Digest)), " -> ")
+	shown := d.Digest
+	if checkDigest(shown) != nil {
+		shown = fmt.Sprintf("%q", shown)
+	}
+	where := strings.Join(append(append([]string{"index.json"}, chain...), shown), " -> ")
 	if slices.Contains(chain, d.Digest) {
 		return fmt.Errorf("%s: an index lists itself or an index above it: %s", where, rebuild)
 	}
@@ -216,10 +221,10 @@ func (l *Layout) walk(d Descriptor, fn func(Manifest) error, seen map[string]boo
 	}
 	for _, c := range append(named, m.Manifests...) {
 		if err := checkDigest(c.Digest); err != nil {
-			return fmt.Errorf("%s: %w: %s", where, err, rebuild)
+			return fmt.Errorf("%s: lists a descriptor whose %w: %s", where, err, rebuild)
 		}
 		if c.Size < 0 {
-			return fmt.Errorf("%s: %s has size %d: %s", where, c.Digest, c.Size, rebuild)
+			return fmt.Errorf("%s: lists %s with size %d: %s", where, c.Digest, c.Size, rebuild)
 		}
 	}
 	if err := fn(Manifest{Descriptor: d, Manifests: m.Manifests, Config: m.Config, Layers: m.Layers}); err != nil {
