@@ -225,7 +225,8 @@ jq -e '.event == "maintenance" and .drain == true and .source == "maintenance-ev
 n=$((n + 1))
 
 # The cache disk: udev's rule on its label started the mirror, which
-# mounted it read-only (no journal replay, nothing executable); without
+# mounted it read-only (no journal replay, nothing executable, no link
+# followed); without
 # the disk, neither ran and nothing waited for it.
 cache_state="no cache disk: mirror and mount not started"
 mirror_u=caa-gcp-t4-cache-mirror.service
@@ -236,7 +237,7 @@ if [ -n "${CHECK_GUEST_CACHE:-}" ]; then
 	done
 	cm=$(jq -r '.cache_mount // ""' <<<"$report")
 	opts=$(awk '{print $6}' <<<"$cm")
-	for o in ro nodev nosuid noexec; do
+	for o in ro nodev nosuid noexec nosymfollow; do
 		tr ',' '\n' <<<"$opts" | grep -qx "$o" || fail "the cache disk is mounted without $o: $cm"
 	done
 	grep -q ' - ext4 ' <<<"$cm" || fail "the cache disk is not the ext4 mount: $cm"

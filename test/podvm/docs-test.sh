@@ -166,8 +166,9 @@ grep -q 'default="http://127.0.0.1:8007/v1/notice"' install/examples/mistral-tp2
 grep -q '^ExecStart=/usr/bin/podvm-cache-mirror -dir /run/caa-gcp-t4/cache -listen 127.0.0.1:5000$' podvm/mkosi.extra/usr/lib/systemd/system/caa-gcp-t4-cache-mirror.service ||
 	fail "caa-gcp-t4-cache-mirror.service no longer serves /run/caa-gcp-t4/cache on 127.0.0.1:5000; the guide and docs/cache.md say it does"
 grep -q '^Where=/run/caa-gcp-t4/cache$' 'podvm/mkosi.extra/usr/lib/systemd/system/run-caa\x2dgcp\x2dt4-cache.mount' || fail "the cache disk's mount point is not the one the guide names"
+grep -q '^Options=ro,noload,nodev,nosuid,noexec,nosymfollow$' 'podvm/mkosi.extra/usr/lib/systemd/system/run-caa\x2dgcp\x2dt4-cache.mount' || fail "the cache disk's mount options are not the ones the guide names"
 for d in docs/podvm-build-guide.md docs/cache.md; do
-	for w in 127.0.0.1:5000 ro,noload,nodev,nosuid,noexec; do
+	for w in 127.0.0.1:5000 ro,noload,nodev,nosuid,noexec,nosymfollow; do
 		grep -qF "$w" "$d" || fail "$d does not name the mirror's $w"
 	done
 done

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -122,7 +123,7 @@ func TestMirrorMissFallsBackToTheRegistry(t *testing.T) {
 	if _, err := Build(context.Background(), dir, []string{host + "/tools/single@" + single.String()}, Options{Platform: amd64}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := cachemirror.Open(dir)
+	m, err := cachemirror.Open(dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +210,7 @@ func TestMirrorServesTheCacheToARegistriesConfClient(t *testing.T) {
 	}
 	stop() // from here on only the cache can serve
 
-	m, err := cachemirror.Open(dir)
+	m, err := cachemirror.Open(dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +297,7 @@ func TestMirrorRefusals(t *testing.T) {
 	if imgs, err := cachemirror.Images(dir); err != nil || len(imgs) != 1 || imgs[0].Ref != host+"/library/cachetest@"+index.String() {
 		t.Fatalf("the layout names %+v (%v); want the reference without its tag", imgs, err)
 	}
-	m, err := cachemirror.Open(dir)
+	m, err := cachemirror.Open(dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +326,7 @@ func TestMirrorRefusals(t *testing.T) {
 			t.Errorf("%s %s: %d, want %d", c.method, c.path, resp.StatusCode, c.status)
 		}
 	}
-	if _, err := cachemirror.Open(t.TempDir()); err == nil {
+	if _, err := cachemirror.Open(t.TempDir(), slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("an empty directory opened as a layout")
 	}
 }

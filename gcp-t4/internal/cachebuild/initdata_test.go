@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -306,7 +307,7 @@ func TestCachedImageIsPulledFromTheMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Close() // from here on only the cache can serve
-	m, err := cachemirror.Open(dir)
+	m, err := cachemirror.Open(dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -268,7 +269,7 @@ func TestRunbookCachePath(t *testing.T) {
 	}
 	// The layout holds the index and its linux/amd64 image, and the
 	// mirror serves both by digest under the pods' repository.
-	m, err := cachemirror.Open(layout)
+	m, err := cachemirror.Open(layout, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,11 +43,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, log *slo
 	dir := fs.String("dir", Dir, "the OCI image layout (the cache disk's mount point)")
 	listen := fs.String("listen", Listen, "address to serve the registry API on")
 	const about = "Runs in the podVM: serves the cache disk's OCI image layout, read-only, as a registry mirror for\n" +
-		"image-rs (docs/cache.md). It checks no digest; image-rs does."
+		"image-rs (docs/cache.md). It checks no layer's digest; image-rs does. It follows no symbolic link."
 	if code, ok := stdflags.Parse(fs, args, about, stdout, stderr); !ok {
 		return code
 	}
-	m, err := Open(*dir)
+	m, err := Open(*dir, log)
 	if err != nil {
 		// image-rs falls back to each image's own registry; the line says
 		// why the start-up will be at network speed.
@@ -63,6 +63,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, log *slo
 		// repeat the console line.
 		return ExitUnusable
 	}
+	defer m.Close()
 	repos := m.Repositories()
 	sort.Strings(repos)
 	consoleLine(stdout, map[string]any{"state": "serving", "dir": *dir, "listen": l.Addr().String(), "images": m.Images(), "repositories": repos})

@@ -19,34 +19,54 @@ import (
 // layout writes a one-image OCI layout and returns the manifest's digest.
 func layout(t *testing.T, dir, ref string) string {
 	t.Helper()
-	blob := func(b []byte) string {
-		sum := sha256.Sum256(b)
-		h := hex.EncodeToString(sum[:])
-		if err := os.MkdirAll(filepath.Join(dir, "blobs", "sha256"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "blobs", "sha256", h), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return "sha256:" + h
+	return layoutOf(t, dir, ref)[0].manifest
+}
+
+// cached is one image layoutOf wrote: its manifest's and config's digests.
+type cached struct{ manifest, config string }
+
+// blob writes b into the layout at dir and returns its digest.
+func blob(t *testing.T, dir string, b []byte) string {
+	t.Helper()
+	sum := sha256.Sum256(b)
+	h := hex.EncodeToString(sum[:])
+	if err := os.MkdirAll(filepath.Join(dir, "blobs", "sha256"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	cfg := []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}`)
-	man, _ := json.Marshal(map[string]any{
-		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-		"config": map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": blob(cfg), "size": len(cfg)},
-		"layers": []any{},
-	})
-	d := blob(man)
-	idx, _ := json.Marshal(map[string]any{"schemaVersion": 2, "manifests": []any{map[string]any{
-		"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d, "size": len(man),
-		"annotations": map[string]string{RefNameAnnotation: ref},
-	}}})
+	if err := os.WriteFile(filepath.Join(dir, "blobs", "sha256", h), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return "sha256:" + h
+}
+
+// layoutOf writes an OCI layout of one image per ref, each with its own
+// config, as cache build writes them.
+func layoutOf(t *testing.T, dir string, refs ...string) []cached {
+	t.Helper()
+	var out []cached
+	var entries []any
+	for _, ref := range refs {
+		cfg := []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]},"config":{"Labels":{"ref":"` + ref + `"}}}`)
+		c := blob(t, dir, cfg)
+		man, _ := json.Marshal(map[string]any{
+			"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+			"config": map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": c, "size": len(cfg)},
+			"layers": []any{},
+		})
+		d := blob(t, dir, man)
+		out = append(out, cached{manifest: d, config: c})
+		entries = append(entries, map[string]any{
+			"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d, "size": len(man),
+			"annotations": map[string]string{RefNameAnnotation: ref},
+		})
+	}
+	idx, _ := json.Marshal(map[string]any{"schemaVersion": 2, "manifests": entries})
 	for name, b := range map[string][]byte{"index.json": idx, "oci-layout": []byte(`{"imageLayoutVersion":"1.0.0"}`)} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return d
+	return out
 }
 
 // The unit's binary: one console line saying what it serves and where,

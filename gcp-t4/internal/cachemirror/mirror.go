@@ -2,10 +2,14 @@
 // registry: the pull endpoints of the OCI distribution spec (GET and HEAD
 // of /v2/, of manifests and of blobs), for the registry mirror image-rs
 // reads images through inside the podVM (docs/cache.md). It checks no
-// digest: the client does (image-rs verifies every layer while streaming
-// it), so what the cache disk holds is never trusted, and a blob that does
-// not match is refused there. It links the standard library only: it runs
-// in the podVM.
+// layer's digest: the client does (image-rs verifies every layer while
+// streaming it), so what the cache disk holds is never trusted, and a blob
+// that does not match is refused there. What it does check is where it
+// reads: every file is opened beneath the layout without following a
+// symbolic link (Layout), and each repository is served only the digests
+// its own images name, read from manifests checked against their digests
+// when the mirror starts. It links the standard library only: it runs in
+// the podVM.
 package cachemirror
 
 import (
@@ -13,9 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -26,18 +30,17 @@ const RefNameAnnotation = "org.opencontainers.image.ref.name"
 
 // Mirror is one OCI image layout served as a registry.
 type Mirror struct {
-	dir string
+	layout *Layout
+	log    *slog.Logger
 	// repos are the repositories the layout holds, as a mirror is asked
-	// for them: the reference's path without its registry host.
-	repos map[string]bool
+	// for them (the reference's path without its registry host), each
+	// with the digests it is served: its images' manifests and indexes
+	// and the blobs they name. A digest is answered under a repository
+	// only when one of that repository's images names it, so no name
+	// serves another image's blobs.
+	repos map[string]map[string]bool
 	// images counts the index's named images.
 	images int
-}
-
-type descriptor struct {
-	MediaType   string            `json:"mediaType"`
-	Digest      string            `json:"digest"`
-	Annotations map[string]string `json:"annotations"`
 }
 
 var digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
@@ -57,33 +60,51 @@ type Image struct {
 	Size      int64
 }
 
+// Descriptor is the index entry img was read from.
+func (img Image) Descriptor() Descriptor {
+	return Descriptor{MediaType: img.MediaType, Digest: img.Digest, Size: img.Size}
+}
+
 // Images reads the layout at dir, its oci-layout marker and index.json,
 // and returns the images the index names: the one reader of a cache's
 // contents, for the mirror, plan and cache check alike.
 func Images(dir string) ([]Image, error) {
+	l, err := OpenLayout(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not an OCI image layout: %w", dir, err)
+	}
+	defer l.Close()
+	return l.Images()
+}
+
+// Images reads the layout's oci-layout marker and index.json, and returns
+// the images the index names. An entry without a name is passed over; a
+// named entry whose digest is not a sha256 digest is refused.
+func (l *Layout) Images() ([]Image, error) {
+	dir := l.dir
 	var marker struct {
 		Version string `json:"imageLayoutVersion"`
 	}
-	if err := readJSON(filepath.Join(dir, "oci-layout"), &marker); err != nil {
+	if err := l.readJSON("oci-layout", &marker); err != nil {
 		return nil, fmt.Errorf("%s is not an OCI image layout: %w", dir, err)
 	}
 	if marker.Version != "1.0.0" {
 		return nil, fmt.Errorf("%s: image layout version %q, want 1.0.0", dir, marker.Version)
 	}
 	var index struct {
-		Manifests []struct {
-			descriptor
-			Size int64 `json:"size"`
-		} `json:"manifests"`
+		Manifests []Descriptor `json:"manifests"`
 	}
-	if err := readJSON(filepath.Join(dir, "index.json"), &index); err != nil {
+	if err := l.readJSON("index.json", &index); err != nil {
 		return nil, fmt.Errorf("%s: index.json: %w", dir, err)
 	}
 	var out []Image
 	for _, d := range index.Manifests {
 		ref := d.Annotations[RefNameAnnotation]
-		if ref == "" || !digestRE.MatchString(d.Digest) {
+		if ref == "" {
 			continue
+		}
+		if err := checkDigest(d.Digest); err != nil {
+			return nil, fmt.Errorf("%s: index.json names %q by a bad digest: %w: %s", dir, ref, err, rebuild)
 		}
 		out = append(out, Image{Ref: ref, Path: RepositoryPath(ref), MediaType: d.MediaType, Digest: d.Digest, Size: d.Size})
 	}
@@ -93,18 +114,49 @@ func Images(dir string) ([]Image, error) {
 	return out, nil
 }
 
-// Open reads the layout at dir (Images) to serve it.
-func Open(dir string) (*Mirror, error) {
-	imgs, err := Images(dir)
+// Open reads the layout at dir to serve it: its images (Images) and,
+// through each image's manifests (Walk, which checks each against its
+// digest), the digests each repository is served. A layout any of whose
+// manifests fails those checks is refused whole: cache build wrote none
+// such, so the disk was changed. log hears of each blob refused.
+func Open(dir string, log *slog.Logger) (*Mirror, error) {
+	l, err := OpenLayout(dir)
 	if err != nil {
+		return nil, fmt.Errorf("%s is not an OCI image layout: %w", dir, err)
+	}
+	imgs, err := l.Images()
+	if err != nil {
+		l.Close()
 		return nil, err
 	}
-	m := &Mirror{dir: dir, repos: map[string]bool{}, images: len(imgs)}
+	m := &Mirror{layout: l, log: log, repos: map[string]map[string]bool{}, images: len(imgs)}
 	for _, i := range imgs {
-		m.repos[i.Path] = true
+		served := m.repos[i.Path]
+		if served == nil {
+			served = map[string]bool{}
+			m.repos[i.Path] = served
+		}
+		served[i.Digest] = true
+		err := l.Walk(i.Descriptor(), func(man Manifest) error {
+			served[man.Digest] = true
+			if man.Config.Digest != "" {
+				served[man.Config.Digest] = true
+			}
+			for _, b := range man.Layers {
+				served[b.Digest] = true
+			}
+			return nil
+		})
+		if err != nil {
+			l.Close()
+			return nil, fmt.Errorf("%s: %s: %w", dir, i.Ref, err)
+		}
 	}
 	return m, nil
 }
+
+// Close releases the layout.
+func (m *Mirror) Close() error { return m.layout.Close() }
 
 // Repositories lists what the mirror serves.
 func (m *Mirror) Repositories() []string {
@@ -133,8 +185,8 @@ func RepositoryPath(ref string) string {
 	return ref
 }
 
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
+func (l *Layout) readJSON(name string, v any) error {
+	b, err := l.readFile(name, MaxManifestSize)
 	if err != nil {
 		return err
 	}
@@ -166,7 +218,7 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	if kind == "" || !m.repos[repo] {
+	if kind == "" || m.repos[repo] == nil {
 		apiError(w, http.StatusNotFound, "NAME_UNKNOWN", fmt.Sprintf("repository %q is not in the cache", repo))
 		return
 	}
@@ -181,6 +233,16 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusNotFound, "DIGEST_INVALID", fmt.Sprintf("%q is not a sha256 digest", ref))
 		return
 	}
+	if !m.repos[repo][ref] {
+		// Every cached image is readable by any pod that names the
+		// mirror (docs/cache.md), but each under its own name only.
+		code := "BLOB_UNKNOWN"
+		if kind == "manifests" {
+			code = "MANIFEST_UNKNOWN"
+		}
+		apiError(w, http.StatusNotFound, code, fmt.Sprintf("%s is not in the cache under %s", ref, repo))
+		return
+	}
 	m.serveBlob(w, r, kind, ref)
 }
 
@@ -189,9 +251,15 @@ func (m *Mirror) serveBlob(w http.ResponseWriter, r *http.Request, kind, digest 
 	if kind == "manifests" {
 		code = "MANIFEST_UNKNOWN"
 	}
-	f, err := os.Open(filepath.Join(m.dir, "blobs", "sha256", strings.TrimPrefix(digest, "sha256:")))
+	f, err := m.layout.OpenBlob(digest)
 	if errors.Is(err, os.ErrNotExist) {
 		apiError(w, http.StatusNotFound, code, digest+" is not in the cache")
+		return
+	}
+	if errors.Is(err, ErrLink) || errors.Is(err, errNotRegular) {
+		// Refused, never followed: the client goes on to the registry.
+		m.log.Warn("refused a blob of the cache disk", "digest", digest, "reason", err.Error())
+		apiError(w, http.StatusNotFound, code, digest+" is refused by the cache: "+err.Error())
 		return
 	}
 	if err != nil {

@@ -1,12 +1,11 @@
 package plan
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -32,7 +31,7 @@ type cachedImage struct {
 	// digest.
 	Ref, Repo, Digest string
 	// Bytes is what a pull of it moves (config and layers, compressed),
-	// read from the layout's blobs; 0 when they are not all there.
+	// read from the layout's manifests; 0 when they are not there.
 	Bytes int64
 }
 
@@ -50,7 +49,12 @@ func readCache(dir string) (*cacheLayout, error) {
 	if !st.IsDir() {
 		return nil, bad("not a directory")
 	}
-	imgs, err := cachemirror.Images(dir)
+	l, err := cachemirror.OpenLayout(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--cache %s: %w", dir, err)
+	}
+	defer l.Close()
+	imgs, err := l.Images()
 	if err != nil {
 		// The mirror's reader names dir first; bad names it already.
 		msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), dir+": "), dir+" is ")
@@ -62,8 +66,12 @@ func readCache(dir string) (*cacheLayout, error) {
 		if err != nil || dg.DigestStr() != i.Digest {
 			return nil, bad(fmt.Sprintf("index.json names %q for %s: cache build names each image by its reference pinned to that digest", i.Ref, i.Digest))
 		}
-		c.Images = append(c.Images, cachedImage{Ref: i.Ref, Repo: dg.Context().Name(), Digest: i.Digest,
-			Bytes: pullBytes(dir, ociDescriptor{MediaType: i.MediaType, Digest: i.Digest, Size: i.Size})})
+		n, err := pullBytes(l, i.Descriptor())
+		if err != nil {
+			// err names the descriptors from index.json down and the fix.
+			return nil, fmt.Errorf("--cache %s: image %q: %w", dir, i.Ref, err)
+		}
+		c.Images = append(c.Images, cachedImage{Ref: i.Ref, Repo: dg.Context().Name(), Digest: i.Digest, Bytes: n})
 	}
 	if len(c.Images) == 0 {
 		return nil, bad("index.json names no image (no " + cachemirror.RefNameAnnotation + " annotation)")
@@ -102,52 +110,30 @@ func (c *cacheLayout) lookup(image string) (string, cachedImage, []cachedImage) 
 	return notInCache, cachedImage{}, nil
 }
 
-type ociDescriptor struct {
-	MediaType   string            `json:"mediaType"`
-	Digest      string            `json:"digest"`
-	Size        int64             `json:"size"`
-	Annotations map[string]string `json:"annotations"`
-}
-
 // pullBytes is what pulling d moves: its image manifest's config and
 // layers, compressed (for an index, of the one image cache build keeps
-// beside it); 0 when a blob is missing.
-func pullBytes(dir string, d ociDescriptor) int64 {
-	blob := func(digest string, v any) bool {
-		alg, hex, ok := strings.Cut(digest, ":")
-		return ok && readJSON(filepath.Join(dir, "blobs", alg, hex), v) == nil
-	}
-	var m struct {
-		Manifests []ociDescriptor `json:"manifests"`
-		Config    ociDescriptor   `json:"config"`
-		Layers    []ociDescriptor `json:"layers"`
-	}
-	if !blob(d.Digest, &m) {
-		return 0
-	}
-	// An index: cache build writes the platform's image and the index,
-	// so the image is the one of its manifests whose blob is there.
-	for _, sub := range m.Manifests {
-		if p := pullBytes(dir, sub); p > 0 {
-			return p
+// beside it); 0 when a manifest is missing. The layout is read as the
+// mirror reads it (cachemirror.Layout.Walk): no symbolic link followed,
+// every descriptor's digest of sha256 form, every manifest's bytes
+// hashed against its digest and its size bounded, nesting bounded, so a
+// crafted layout can neither make plan read outside it nor loop.
+func pullBytes(l *cachemirror.Layout, d cachemirror.Descriptor) (int64, error) {
+	var n int64
+	err := l.Walk(d, func(m cachemirror.Manifest) error {
+		if n > 0 || len(m.Layers) == 0 {
+			return nil
 		}
-	}
-	if len(m.Layers) == 0 {
-		return 0
-	}
-	n := m.Config.Size
-	for _, l := range m.Layers {
-		n += l.Size
-	}
-	return n
-}
-
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
+		sum := m.Config.Size
+		for _, b := range m.Layers {
+			if b.Size > math.MaxInt64-sum {
+				return fmt.Errorf("%s: its layers' sizes add up past %d bytes: the layout is not as gcp-t4 cache build wrote it; build it again", m.Digest, int64(math.MaxInt64))
+			}
+			sum += b.Size
+		}
+		n = sum
+		return nil
+	})
+	return n, err
 }
 
 // mirrorNamed says why a pod's image, though in the cache, would not be
