@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"regexp"
 	"strings"
-	"unicode"
 )
 
 // What the podVM says on its serial console. The image's own services
@@ -61,6 +60,9 @@ func parseConsoleLine(raw string) consoleLine {
 		var r gpuReport
 		body := line[strings.Index(line, ConsoleGPUPrefix)+len(ConsoleGPUPrefix):]
 		if json.Unmarshal([]byte(strings.TrimSpace(body)), &r) == nil && r.State != "" {
+			// JSON's escapes (\u001b) decode to what the line's cleaning
+			// took out: each field is cleaned again.
+			r.State, r.Driver, r.Step, r.Reason = cleanConsoleLine(r.State), cleanConsoleLine(r.Driver), cleanConsoleLine(r.Step), cleanConsoleLine(r.Reason)
 			out.gpu = &r
 		}
 	case strings.Contains(line, ConsoleBootFailedPrefix):
@@ -74,15 +76,15 @@ func parseConsoleLine(raw string) consoleLine {
 // ansiRE matches terminal escape sequences (systemd colours its status).
 var ansiRE = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
 
-// cleanConsoleLine drops escapes and control characters and a trailing
-// carriage return.
+// cleanConsoleLine drops escapes, control, bidi and invisible format
+// characters (hidden) and a trailing carriage return.
 func cleanConsoleLine(s string) string {
 	s = ansiRE.ReplaceAllString(s, "")
 	return strings.Map(func(r rune) rune {
 		if r == '\t' {
 			return ' '
 		}
-		if unicode.IsControl(r) {
+		if hidden(r) {
 			return -1
 		}
 		return r

@@ -558,3 +558,81 @@ func TestStoppedPodVMIsTold(t *testing.T) {
 		t.Fatalf("failed Events %+v", f)
 	}
 }
+
+// rawHidden is the first character in s a terminal acts on or hides (C0
+// and C1 controls but the newline, DEL, bidi marks, overrides and
+// isolates, zero-width and format characters), spelled out here so that
+// the test checks hidden rather than repeats it.
+func rawHidden(s string) (rune, bool) {
+	for _, r := range s {
+		switch {
+		case r == '\n':
+		case r < 0x20, r >= 0x7f && r <= 0x9f, r == 0x061c, r == 0x200b, r == 0x200e, r == 0x200f, r == 0x2060, r == 0xfeff,
+			r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// TestGPUFailureEventCarriesNoRawControl: gpu-init's failure line is
+// JSON, whose strings may carry escapes (\u001b) that decode to raw
+// controls; the failed Event's message and annotations, and the
+// adaptor's log, carry none of them raw, and show them escaped.
+func TestGPUFailureEventCarriesNoRawControl(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	p := newEventProvider(t, fake, api, lockedWriter{&logs, &logMu}, nil)
+	inst, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := `\u001b]52;c;ZXZpbA==\u0007\u001b[2J\u202e\u200b\u2060\u009b`
+	fake.SetSerialOutput("us-central1-a", inst.Name, ConsoleGPUPrefix+`{"state":"failed","step":"modprobe`+bad+`","reason":"no device`+bad+`","driver":"550`+bad+`"}`+"\n")
+	var f storedEvent
+	for _, e := range api.waitEvents(t, "failed", hasReason(ReasonFailed)) {
+		if e.Reason == ReasonFailed {
+			f = e
+		}
+	}
+	if r, ok := rawHidden(f.Message); ok {
+		t.Errorf("the failed Event's message carries a raw %U: %q", r, f.Message)
+	}
+	for k, v := range f.Annotations {
+		if r, ok := rawHidden(v); ok {
+			t.Errorf("annotation %s carries a raw %U: %q", k, r, v)
+		}
+	}
+	if !strings.Contains(f.Message, "gpu-init failed at modprobe]52;c;ZXZpbA==: no device") {
+		t.Errorf("the step and reason are not in the message with their controls and escapes dropped: %q", f.Message)
+	}
+	_ = p.Teardown()
+	logMu.Lock()
+	defer logMu.Unlock()
+	if r, ok := rawHidden(logs.String()); ok {
+		t.Errorf("the adaptor's log carries a raw %U:\n%q", r, logs.String())
+	}
+}
+
+// TestEventTextEscapesHidden: eventText escapes every hidden character
+// visibly, keeps a message's newlines and nothing else of them.
+func TestEventTextEscapesHidden(t *testing.T) {
+	for _, c := range []struct {
+		in        string
+		multiline bool
+		want      string
+	}{
+		{"ok ×", false, "ok ×"},
+		{"a\x1b]52;c;x\x07\x1b[2J\u202e\u200b\x7f\u0085\xff", false, `a\x1b]52;c;x\x07\x1b[2J\u202e\u200b\x7f\x85\xff`},
+		{"one\ntwo\r", true, `one` + "\n" + `two\x0d`},
+		{"one\ntwo", false, `one\x0atwo`},
+	} {
+		if got := eventText(c.in, c.multiline); got != c.want {
+			t.Errorf("eventText(%q, %v) = %q, want %q", c.in, c.multiline, got, c.want)
+		}
+	}
+}
