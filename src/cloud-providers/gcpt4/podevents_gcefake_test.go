@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -634,5 +635,113 @@ func TestEventTextEscapesHidden(t *testing.T) {
 		if got := eventText(c.in, c.multiline); got != c.want {
 			t.Errorf("eventText(%q, %v) = %q, want %q", c.in, c.multiline, got, c.want)
 		}
+	}
+}
+
+// TestRedactConsolePatterns: each form a secret takes on a console line
+// is masked, and what looks like one but is not (a prefix inside a word,
+// a path, a digest) is kept.
+func TestRedactConsolePatterns(t *testing.T) {
+	gh := "ghp_" + strings.Repeat("aB3", 12)
+	for _, c := range []struct{ name, in, want string }{
+		{"ghp_", "clone with " + gh + " now", "clone with [redacted] now"},
+		{"gho_ in a URL", "https://x:gho_" + strings.Repeat("Z9y", 12) + "@github.com/o/r", "https://x:[redacted]@github.com/o/r"},
+		{"github_pat_", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "[redacted]"},
+		{"glpat-", "glpat-xxxxXXXX1234_-abcdEF", "[redacted]"},
+		{"xoxb-", "slack xoxb-123456789012-abcdefABC", "slack [redacted]"},
+		{"AKIA", "aws AKIAIOSFODNN7EXAMPLE done", "aws [redacted] done"},
+		{"AIza", "key AIzaSyA1234567890abcdefghijklmnopqrstu end", "key [redacted] end"},
+		{"ya29.", "ya29.a0AfH6SMBx1234567890abcdef_-XYZ", "[redacted]"},
+		{"prefix inside a word", "myghp_" + strings.Repeat("a", 36), "myghp_" + strings.Repeat("a", 36)},
+		{"base64 with a slash", "secret-ish wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY ok", "secret-ish [redacted] ok"},
+		{"long base64 with slashes", "user-data: I2Nsb3VkLWNvbmZpZwp3cml0ZV9/maWxlczoKLSBwYXRoOiAv/cnVuL3BlZXJwb2QvYXBm.", "user-data: [redacted]."},
+		{"--password X", "run --password hunter2 --verbose", "run --password [redacted] --verbose"},
+		{"--password=X", "run --password=hunter2", "run --password=[redacted]"},
+		{"-token X quoted", `cli -token "a b" next`, `cli -token [redacted] next`},
+		{"password: X", "password: hunter2", "password: [redacted]"},
+		{"token=X", "url?token=abc/def&x=1", "url?token=[redacted]"},
+		{"a path is kept", "/opt/NVIDIA/Driver550/Firmware/gsp/Ga10xTu10x", "/opt/NVIDIA/Driver550/Firmware/gsp/Ga10xTu10x"},
+		{"a digest is kept", "sha256:4f9c2d0e8b7a6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e", "sha256:4f9c2d0e8b7a6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e"},
+	} {
+		inPEM := false
+		if got := redactConsoleLine(c.in, &inPEM); got != c.want {
+			t.Errorf("%s: redact(%q) = %q, want %q", c.name, c.in, got, c.want)
+		}
+	}
+}
+
+// TestConsolePrefixOnlyAtLineStart: a line is the image's report only
+// when its prefix starts it, after the kernel's time at most; the prefix
+// further in (a program echoing one) decides nothing.
+func TestConsolePrefixOnlyAtLineStart(t *testing.T) {
+	boot := ConsoleBootFailedPrefix + `{"stage":"initrd"}`
+	gpu := ConsoleGPUPrefix + `{"state":"failed","step":"x","reason":"y"}`
+	for _, c := range []struct {
+		line    string
+		failure string
+		gpu     bool
+	}{
+		{boot, FailureBoot, false},
+		{"[   12.345678] " + boot, FailureBoot, false},
+		{"\x1b[0;31m" + boot, FailureBoot, false},
+		{"workload: echo " + boot, "", false},
+		{"[   12.3] sh[1]: " + boot, "", false},
+		{" " + boot, "", false},
+		{"tenant says " + ConsoleCDHFailedPrefix + "{}", "", false},
+		{gpu, "", true},
+		{"[    3.100000] " + gpu, "", true},
+		{"log: " + gpu, "", false},
+	} {
+		l := parseConsoleLine(c.line)
+		if l.failure != c.failure || (l.gpu != nil) != c.gpu {
+			t.Errorf("%q: failure %q gpu %v, want %q %v", c.line, l.failure, l.gpu != nil, c.failure, c.gpu)
+		}
+	}
+}
+
+// TestGPUFailureReasonIsRedacted: gpu-init's step, reason and driver are
+// redacted as fields, not only as the line: a token in its reason, and a
+// password given as a flag, reach neither the failed Event nor the
+// adaptor's log; a driver that is no version is not annotated.
+func TestGPUFailureReasonIsRedacted(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	p := newEventProvider(t, fake, api, lockedWriter{&logs, &logMu}, nil)
+	inst, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := "ghp_" + strings.Repeat("Q7w", 12)
+	line := ConsoleGPUPrefix + `{"state":"failed","step":"fetch --password hunter2","reason":"pull with ` + token + ` refused","driver":"550 ` + token + `"}`
+	fake.SetSerialOutput("us-central1-a", inst.Name, line+"\n")
+	var f storedEvent
+	for _, e := range api.waitEvents(t, "failed", hasReason(ReasonFailed)) {
+		if e.Reason == ReasonFailed {
+			f = e
+		}
+	}
+	all := f.Message + fmt.Sprint(f.Annotations)
+	if strings.Contains(all, token) || strings.Contains(all, "hunter2") || strings.Contains(all, "Q7wQ7w") {
+		t.Errorf("the failed Event carries a secret: %q %v", f.Message, f.Annotations)
+	}
+	if !strings.Contains(f.Message, "gpu-init failed at fetch --password [redacted]: pull with [redacted] refused") {
+		t.Errorf("the Event's step and reason, redacted, are not there: %q", f.Message)
+	}
+	_ = p.Teardown()
+	logMu.Lock()
+	defer logMu.Unlock()
+	if strings.Contains(logs.String(), token) || strings.Contains(logs.String(), "hunter2") {
+		t.Errorf("the adaptor's log carries a secret:\n%s", logs.String())
+	}
+	r := parseConsoleLine(line).gpu
+	if r == nil || r.Driver != "" {
+		t.Errorf("a driver that is no version is kept: %+v", r)
+	}
+	if r := parseConsoleLine(gpuReadyLine).gpu; r == nil || r.Driver != "550.163.01" {
+		t.Errorf("a driver version is not kept: %+v", r)
 	}
 }
