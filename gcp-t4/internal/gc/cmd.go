@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +31,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
+	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 )
 
 // Main is `gcp-t4 gc`: the provider's own flags (and env), plus what to
@@ -236,24 +238,34 @@ func loop(ctx context.Context, c *Collector, kube kubernetes.Interface, interval
 
 // Print writes a pass as a table or JSON.
 func Print(w io.Writer, output string, p Pass) error {
+	var b bytes.Buffer
 	if output == "json" {
-		enc := json.NewEncoder(w)
+		enc := json.NewEncoder(&b)
 		enc.SetIndent("", "  ")
-		return enc.Encode(p.Findings)
+		if err := enc.Encode(p.Findings); err != nil {
+			return err
+		}
+		_, err := w.Write(termout.JSON(b.Bytes()))
+		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	// A VM's labels and metadata (its namespace, pod and node) are
+	// written by whoever may label or create VMs in the project, and a
+	// reason may quote them: each cell is cleaned, so it keeps to its
+	// line and does nothing to the terminal.
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VM\tNAMESPACE/POD\tNODE\tCREATED\tVERDICT\tREASON")
 	for _, f := range p.Findings {
-		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\t%s\n", f.VM.ID, f.VM.Namespace, f.VM.Pod, f.VM.Node, f.VM.Created.UTC().Format(time.RFC3339), f.Verdict, f.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", termout.Clean(f.VM.ID), termout.Clean(f.VM.Namespace+"/"+f.VM.Pod), termout.Clean(f.VM.Node),
+			f.VM.Created.UTC().Format(time.RFC3339), termout.Clean(string(f.Verdict)), termout.Clean(f.Reason))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if p.OtherClusters > 0 {
-		_, err := fmt.Fprintf(w, "(%d podVMs of other clusters in the project left alone)\n", p.OtherClusters)
-		return err
+		fmt.Fprintf(&b, "(%d podVMs of other clusters in the project left alone)\n", p.OtherClusters)
 	}
-	return nil
+	_, err := w.Write(b.Bytes())
+	return err
 }
 
 // The reaper's own key, as its Deployment delivers it: the optional Secret

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,7 +52,7 @@ func Render(w io.Writer, format string, entries []Entry, notes Notes, tab *price
 			if err != nil {
 				return fmt.Errorf("encoding the insert request of %s %s: %w", e.Workload, e.Group, err)
 			}
-			if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
+			if _, err := fmt.Fprintf(w, "%s\n", termout.JSON(b)); err != nil {
 				return err
 			}
 		}
@@ -101,7 +102,7 @@ func renderTable(w io.Writer, entries []Entry, notes Notes, tab *prices.Table) e
 			writeWrapped(&b, fmt.Sprintf("note: %s: no price for %s in the table", name, m), "", "  ")
 		}
 		for _, r := range e.Requirements {
-			writeWrapped(&b, fmt.Sprintf("requires: %s (profile %s): %s", name, e.Profile, r), "", "  ")
+			writeWrapped(&b, fmt.Sprintf("requires: %s (profile %s): %s", name, termout.Clean(e.Profile), termout.Clean(r)), "", "  ")
 		}
 		for _, warn := range e.Warnings {
 			writeWrapped(&b, fmt.Sprintf("warning: %s %s", termout.Clean(e.Workload), termout.Clean(warn)), "", "  ")
@@ -124,7 +125,10 @@ func renderTable(w io.Writer, entries []Entry, notes Notes, tab *prices.Table) e
 			}
 		}
 	}
-	_, err := io.WriteString(w, b.String())
+	// Names from a manifest were cleaned as they were formatted; the
+	// whole is cleaned again so that one added later without it cannot
+	// reach the terminal raw.
+	_, err := io.WriteString(w, termout.Lines(b.String()))
 	return err
 }
 
@@ -252,9 +256,14 @@ func renderJSON(w io.Writer, entries []Entry, notes []string, starts []GroupStar
 		}
 		out.PodVMs = append(out.PodVMs, jsonEntry{Entry: e, Insert: b})
 	}
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	if err := enc.Encode(out); err != nil {
+		return err
+	}
+	_, err := w.Write(termout.JSON(b.Bytes()))
+	return err
 }
 
 // renderStarts prints each group's start: a table of its phases, the
@@ -294,7 +303,7 @@ func renderStarts(w io.Writer, starts []GroupStart, cat *startup.Catalog) (bool,
 		b.WriteString("\n")
 		writeWrapped(&b, fmt.Sprintf("through Cloud NAT in all: %.1f GB each time every pod starts (again after each preemption or host maintenance: a new podVM pulls and downloads again)", float64(nat)/1e9), "", "  ")
 	}
-	_, err := io.WriteString(w, b.String())
+	_, err := io.WriteString(w, termout.Lines(b.String()))
 	return allMet(starts), err
 }
 

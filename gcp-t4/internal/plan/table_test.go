@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
 )
 
 // podVM is a group as plan's table prints it: its row's cells by header,
@@ -180,5 +182,29 @@ func TestPlanCleansTenantNames(t *testing.T) {
 	out := b.String()
 	if strings.ContainsAny(out, "\x1b\u202e\x07") || !strings.Contains(out, `Pod/a\x1b[2Jb`) || !strings.Contains(out, `g\u202e`) || !strings.Contains(out, `k=v\a`) {
 		t.Errorf("tenant text not escaped:\n%q", out)
+	}
+}
+
+// TestRenderCleansEveryLine: what a manifest or a profile file names
+// (the profile, a requirement, a warning), with a screen clear, a bidi
+// override and a zero-width space, reaches neither the table nor the
+// JSON raw: the table is cleaned line by line as it is written, and the
+// JSON escapes what encoding/json leaves raw.
+func TestRenderCleansEveryLine(t *testing.T) {
+	bad := "\x1b[2J\u202e\u200b\x7f"
+	e := Entry{Workload: "Pod/a" + bad, Group: "g", Replicas: 1, Zones: []string{"z"}, Profile: "p" + bad,
+		Requirements: []string{"r" + bad}, Warnings: []string{"w" + bad},
+		Insert: &computepb.InsertInstanceRequest{Project: "proj" + bad}}
+	for _, format := range []string{OutputTable, OutputJSON, OutputRequest} {
+		var b strings.Builder
+		if err := Render(&b, format, []Entry{e}, Notes{}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if strings.ContainsAny(b.String(), "\x1b\u202e\u200b\x7f") {
+			t.Errorf("-o %s: a raw control reaches the terminal:\n%q", format, b.String())
+		}
+		if format == OutputTable && !strings.Contains(flat(b.String()), `(profile p\x1b[2J\u202e\u200b\x7f): r\x1b[2J`) {
+			t.Errorf("table: the profile and requirement not escaped:\n%s", b.String())
+		}
 	}
 }

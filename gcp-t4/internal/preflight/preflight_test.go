@@ -288,3 +288,25 @@ func TestMainExitCodesAndJSON(t *testing.T) {
 		t.Errorf("bad -node-cidrs: exit %d, want 2", code)
 	}
 }
+
+// TestPrintCleansDetails: a detail may quote a cluster object's fields,
+// chosen by whoever wrote the object: an OSC 52 clipboard write, a screen
+// clear, a bidi override and a zero-width space are printed escaped, in
+// the table and in JSON; the detail's own line breaks are kept.
+func TestPrintCleansDetails(t *testing.T) {
+	bad := "\x1b]52;c;ZXZpbA==\x07\x1b[2J\u202e\u200b\x9b"
+	rs := []Result{fail("CAA DaemonSet"+bad, "kubectl fix"+bad, "image %s\nsecond line", "evil"+bad)}
+	for _, output := range []string{"table", "json"} {
+		var out bytes.Buffer
+		if err := Print(&out, output, rs); err != nil {
+			t.Fatal(err)
+		}
+		s := out.String()
+		if strings.ContainsAny(s, "\x1b\x07\u202e\u200b\u009b") {
+			t.Errorf("-o %s: a raw control reaches the terminal:\n%q", output, s)
+		}
+		if output == "table" && (!strings.Contains(s, `image evil\x1b]52;c;ZXZpbA==\a\x1b[2J\u202e\u200b\x9b`) || !strings.Contains(s, "\n"+strings.Repeat(" ", 4)) || !strings.Contains(s, "second line")) {
+			t.Errorf("table: want the detail escaped, its second line kept:\n%s", s)
+		}
+	}
+}

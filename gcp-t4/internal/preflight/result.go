@@ -8,11 +8,14 @@
 package preflight
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 )
 
 // Status is a check's verdict.
@@ -67,12 +70,17 @@ func Failed(rs []Result) bool {
 func Print(w io.Writer, format string, rs []Result) error {
 	switch format {
 	case "json":
-		enc := json.NewEncoder(w)
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
 		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		if err := enc.Encode(struct {
 			Results []Result `json:"results"`
 			Failed  bool     `json:"failed"`
-		}{rs, Failed(rs)})
+		}{rs, Failed(rs)}); err != nil {
+			return err
+		}
+		_, err := w.Write(termout.JSON(b.Bytes()))
+		return err
 	case "table", "":
 		return printTable(w, rs)
 	}
@@ -171,6 +179,9 @@ func printTable(w io.Writer, rs []Result) error {
 		fmt.Fprintf(&b, ", %d skipped", sk)
 	}
 	b.WriteString("\n")
-	_, err := io.WriteString(w, b.String())
+	// A detail may quote the cluster's objects (a ConfigMap's value, a
+	// node's or a DaemonSet's fields), which their writers chose: every
+	// line is cleaned, its line breaks (the detail's own) kept.
+	_, err := io.WriteString(w, termout.Lines(b.String()))
 	return err
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/kubeconfig"
+	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 )
 
 // Usage is `gcp-t4 status -h`.
@@ -161,6 +162,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, logger *s
 		return 1
 	}
 	rep := st.report(now(), gce)
+	for _, why := range rep.ignored {
+		logger.Warn("gcp-t4 status: not believed", "what", termout.Clean(why))
+	}
 	if o.output == "json" {
 		err = printJSON(stdout, rep)
 	} else {

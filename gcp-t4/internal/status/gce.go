@@ -23,7 +23,9 @@ type gceResult struct {
 	// Error is why asking failed, when -gce was not given (given, it is
 	// the command's error).
 	Error string `json:"error,omitempty"`
-	vms   map[string]timeline.VM
+	// vms by the namespace the VM's labels name, and its name: an Event
+	// in another namespace that names the VM does not get its word.
+	vms map[timeline.Key]timeline.VM
 }
 
 // askGCE lists this cluster's podVMs once (one aggregated list, as the
@@ -72,9 +74,9 @@ func askGCE(ctx context.Context, cs kubernetes.Interface, mode autoBool, logger 
 	if err != nil {
 		return fail(err)
 	}
-	vms := map[string]timeline.VM{}
+	vms := map[timeline.Key]timeline.VM{}
 	for _, vm := range list.VMs {
-		vms[vm.Name] = timeline.VM{Exists: true, Status: vm.Status}
+		vms[timeline.Key{Namespace: vm.Namespace, PodVM: vm.Name}] = timeline.VM{Exists: true, Status: vm.Status}
 	}
 	from := "the environment"
 	if source != "" {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,9 +20,14 @@ import (
 const maxDetail = 100
 
 func printJSON(w io.Writer, rep report) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(rep)
+	if err := enc.Encode(rep); err != nil {
+		return err
+	}
+	_, err := w.Write(termout.JSON(b.Bytes()))
+	return err
 }
 
 // printTable writes, per podVM, a header line (pod, podVM, shape, model,
@@ -88,11 +92,14 @@ func printTable(out io.Writer, rep report) error {
 		}
 	}
 	// An empty last cell leaves the padding before it: cut it.
-	var trimmed bytes.Buffer
+	var trimmed strings.Builder
 	for line := range strings.Lines(w.String()) {
 		trimmed.WriteString(strings.TrimRight(line, " \n") + "\n")
 	}
-	_, err := out.Write(trimmed.Bytes())
+	// Each field that may come from an Event was cleaned as it was
+	// formatted; the whole is cleaned again so that one added later
+	// without it cannot reach the terminal raw.
+	_, err := io.WriteString(out, termout.Lines(trimmed.String()))
 	return err
 }
 
@@ -189,16 +196,17 @@ func details(e timeline.Entry) string {
 			}
 		}
 	}
+	// Facts as timeline checked them: a price or count it did not
+	// believe is not among them.
 	price := func() string {
-		p, err := strconv.ParseFloat(f[gcpt4.EventPriceAnnotation], 64)
-		if err != nil {
+		p, ok := timeline.ParsePrice(f[gcpt4.EventPriceAnnotation])
+		if !ok {
 			return ""
 		}
 		return fmt.Sprintf("$%.4f/h", p)
 	}
 	count := func() int {
-		var n int
-		_, _ = fmt.Sscan(f[gcpt4.EventGPUCountAnnotation], &n)
+		n, _ := timeline.ParseGPUCount(f[gcpt4.EventGPUCountAnnotation])
 		return n
 	}
 	switch e.Phase {

@@ -2,10 +2,13 @@ package status
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"os"
 	"strings"
 	"testing"
+	"time"
+	"unicode"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,8 +60,8 @@ func exampleState(t *testing.T, msg string) (*state, gceResult) {
 	for _, e := range evs {
 		st.events = append(st.events, *e.Object())
 	}
-	return st, gceResult{Asked: true, vms: map[string]timeline.VM{
-		cudaVectorAdd.PodVM: {Exists: true, Status: "RUNNING"}, llm.PodVM: {Exists: true, Status: "RUNNING"}, train.PodVM: {}}}
+	return st, gceResult{Asked: true, vms: map[timeline.Key]timeline.VM{
+		{Namespace: "ml", PodVM: cudaVectorAdd.PodVM}: {Exists: true, Status: "RUNNING"}, {Namespace: "ml", PodVM: llm.PodVM}: {Exists: true, Status: "RUNNING"}}}
 }
 
 const exampleFailure = "every offering tried was out of capacity or over quota: us-central1 NVIDIA_T4_GPUS quota is below the 4 this pod needs; raise it or allow another region\n(the walk, zone by zone, follows)"
@@ -117,5 +120,127 @@ func TestTableCleansEventText(t *testing.T) {
 	}
 	if strings.ContainsAny(out.String(), "\x1b\u202e") || !strings.Contains(out.String(), `quota \x1b[2Jgone\u202e`) {
 		t.Errorf("the message is not printed escaped:\n%q", out.String())
+	}
+}
+
+// forged is what a tenant with the edit role can put in an Event: an OSC
+// 52 clipboard write, a screen clear, a bidi override, a zero-width space
+// and a word joiner.
+const forged = "\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07\x1b[2J\x1b[H\u202eevil\u200b\u2060\x9b2J"
+
+// rawControl is the first character in out a terminal acts on or hides:
+// C0 and C1 controls but the newline, DEL, bidi marks, overrides and
+// isolates, and format characters. Spelled out here, not termout's
+// predicate, so that the test checks it.
+func rawControl(out string) (rune, bool) {
+	for _, r := range out {
+		switch {
+		case r == '\n':
+		case r < 0x20, r >= 0x7f && r <= 0x9f, r == 0x061c, r == 0x200e, r == 0x200f,
+			r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, unicode.Is(unicode.Cf, r), r == 0x2028, r == 0x2029:
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// TestForgedEventPrintsNoRawControl: a forged Event with terminal
+// escapes and bidi and format characters in its pod's name, reason,
+// message and every annotation the table shows is printed with each of
+// them escaped, in the table and in -o json (checked byte by byte), and
+// the escaped form is there to see.
+func TestForgedEventPrintsNoRawControl(t *testing.T) {
+	st, gce := exampleState(t, exampleFailure)
+	f := timelinetest.Startup{Namespace: "ml", Pod: "cuda-vectoradd" + forged, PodUID: "uid-x", PodVM: "podvm-forged-00000000", Start: t0,
+		Zone: "us-central1-a" + forged, MachineType: "n1" + forged, GPU: "t4" + forged, GPUCount: "1", Model: "SPOT" + forged, Price: "0.2"}
+	failed := f.Phase(gcpt4.PhaseFailed, time.Second, map[string]string{gcpt4.EventFailureAnnotation: "gpu" + forged, gcpt4.EventIPAnnotation: "10.0.0.1" + forged})
+	failed.Message = "boom" + forged + "\nsecond line"
+	for _, e := range []timelinetest.Event{f.Phase(gcpt4.PhaseRequested, 0, nil), f.Phase(gcpt4.PhaseCreated, 0, map[string]string{gcpt4.EventIPAnnotation: "10.0.0.1" + forged}),
+		f.Phase(gcpt4.PhaseBooted, time.Second, map[string]string{gcpt4.EventDriverAnnotation: "550" + forged, gcpt4.EventGPUCountAnnotation: "1"}), failed} {
+		ev := e.Object()
+		ev.Reason += forged
+		st.events = append(st.events, *ev)
+	}
+	var table, js bytes.Buffer
+	if err := printTable(&table, st.report(exampleNow, gce)); err != nil {
+		t.Fatal(err)
+	}
+	if err := printJSON(&js, st.report(exampleNow, gce)); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"table": table.String(), "json": js.String()} {
+		if r, ok := rawControl(out); ok {
+			t.Errorf("%s: a raw %U reaches the terminal:\n%q", name, r, out)
+		}
+	}
+	// Long cells wrap: compare without the white space.
+	flat := strings.Join(strings.Fields(table.String()), "")
+	for _, want := range []string{`n1\x1b]52;c;`, `\x1b[2J`, `\u202eevil\u200b\u2060\x9b2J`, `cuda-vectoradd\x1b]52`, `boom\x1b]52`, `driver550\x1b]52`} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("table lacks %s:\n%s", want, table.String())
+		}
+	}
+	var back report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || !strings.Contains(js.String(), `\u202e`) {
+		t.Errorf("-o json is not the same document, escaped: %v\n%s", err, js.String())
+	}
+}
+
+// TestForgedPriceIsUnknown: a price-per-hour that is not a plain decimal
+// within timeline.MaxPricePerHour is printed as unknown, with no cost.
+func TestForgedPriceIsUnknown(t *testing.T) {
+	for _, price := range []string{"1e9", "NaN", "-5", "Inf", "2000"} {
+		f := timelinetest.Startup{Namespace: "ml", Pod: "priced", PodVM: "podvm-priced-00000000", Start: t0, MachineType: "n1-standard-4", Price: price}
+		st := &state{pods: map[string]*corev1.Pod{}}
+		for _, e := range []timelinetest.Event{f.Phase(gcpt4.PhaseRequested, 0, nil), f.Phase(gcpt4.PhaseCreated, time.Second, nil)} {
+			st.events = append(st.events, *e.Object())
+		}
+		var out bytes.Buffer
+		if err := printTable(&out, st.report(exampleNow, gceResult{})); err != nil {
+			t.Fatal(err)
+		}
+		head := strings.SplitN(out.String(), "\n", 2)[0]
+		if !strings.Contains(head, "price unknown") || !strings.Contains(head, "cost unknown") || strings.Contains(out.String(), "$") {
+			t.Errorf("price %q: %s", price, out.String())
+		}
+	}
+}
+
+// TestOtherNamespaceEventKeepsCost: a finished pod in namespace B whose
+// Event names namespace A's podVM does not end A's cost, and B's
+// timeline does not get GCE's word on A's VM.
+func TestOtherNamespaceEventKeepsCost(t *testing.T) {
+	a := timelinetest.Startup{Namespace: "ml", Pod: "train", PodUID: "uid-a", PodVM: "podvm-train-00000000", Start: t0, MachineType: "n1-standard-4", Price: "1"}
+	b := a
+	b.Namespace, b.Pod, b.PodUID = "tenant-b", "done", "uid-b"
+	st := &state{pods: map[string]*corev1.Pod{}}
+	for _, p := range []struct {
+		s     timelinetest.Startup
+		phase corev1.PodPhase
+	}{{a, corev1.PodRunning}, {b, corev1.PodSucceeded}} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.s.Namespace, Name: p.s.Pod, UID: types.UID(p.s.PodUID)}, Status: corev1.PodStatus{Phase: p.phase}}
+		if p.phase == corev1.PodSucceeded {
+			pod.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{FinishedAt: metav1.NewTime(t0.Add(time.Minute))}}}}
+		}
+		st.add(pod)
+		for _, e := range []timelinetest.Event{p.s.Phase(gcpt4.PhaseRequested, 0, nil), p.s.Phase(gcpt4.PhaseCreated, 0, nil)} {
+			st.events = append(st.events, *e.Object())
+		}
+	}
+	now := t0.Add(2 * time.Hour)
+	for _, gce := range []gceResult{{}, {Asked: true, vms: map[timeline.Key]timeline.VM{{Namespace: "ml", PodVM: a.PodVM}: {Exists: true, Status: "RUNNING"}}}} {
+		rep := st.report(now, gce)
+		for _, p := range rep.PodVMs {
+			switch p.Namespace {
+			case "ml":
+				if p.Cost == nil || !p.Cost.Ongoing || p.Cost.USD != 2 {
+					t.Errorf("GCE asked %v: A's cost %+v, want 2 USD so far (2 h at $1/h)", gce.Asked, p.Cost)
+				}
+			case "tenant-b":
+				if p.VM != nil && p.VM.Exists {
+					t.Errorf("B's podVM has A's VM: %+v", p.VM)
+				}
+			}
+		}
 	}
 }

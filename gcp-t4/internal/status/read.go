@@ -142,6 +142,9 @@ type report struct {
 	Unverified *unverified `json:"unverified,omitempty"`
 	GCE        gceResult   `json:"gce"`
 	Now        time.Time   `json:"now"`
+	// ignored says, per Event or fact not believed (timeline.Options'
+	// Ignored), which and why; run logs them.
+	ignored []string
 }
 
 type unverified struct {
@@ -178,7 +181,7 @@ func (st *state) report(now time.Time, gce gceResult) report {
 	// A finished pod's sandbox was stopped, and its VM deleted, when its
 	// last container ended: the end of its cost when no failure says
 	// otherwise.
-	ended := map[string]time.Time{}
+	ended := map[timeline.Key]time.Time{}
 	for i := range st.events {
 		ev := &st.events[i]
 		p := st.pods[ev.Namespace+"/"+ev.InvolvedObject.Name]
@@ -186,10 +189,15 @@ func (st *state) report(now time.Time, gce gceResult) report {
 			continue
 		}
 		if t := finishedAt(p); !t.IsZero() {
-			ended[ev.Labels[gcpt4.EventPodVMLabel]] = t
+			// By namespace too: this pod's Event may name any podVM, and
+			// only its own namespace's is believed to have ended with it.
+			ended[timeline.Key{Namespace: ev.Namespace, PodVM: ev.Labels[gcpt4.EventPodVMLabel]}] = t
 		}
 	}
-	tls := timeline.Build(st.events, timeline.Options{Now: now, VMs: gce.vms, Ended: ended})
+	ignored := func(ev *corev1.Event, why string) {
+		rep.ignored = append(rep.ignored, fmt.Sprintf("Event %s/%s: %s", ev.Namespace, ev.Name, why))
+	}
+	tls := timeline.Build(st.events, timeline.Options{Now: now, VMs: gce.vms, Ended: ended, Ignored: ignored})
 	// By pod, then in the order its podVMs started.
 	sort.SliceStable(tls, func(a, b int) bool {
 		if tls[a].Namespace != tls[b].Namespace {

@@ -9,12 +9,14 @@
 package termout
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -266,9 +268,17 @@ func FitLine(line string, cell, width int) []string {
 }
 
 // Clean makes tenant-written text (an Event's message, a manifest's
-// names and annotations) safe to print: every control or bidirectional
-// formatting character becomes its Go escape (\x1b, \u202e), so it shows
-// and does nothing to the terminal.
+// names and annotations, a GCE label) safe to print: every character that
+// acts on the terminal or hides itself becomes its Go escape (\x1b,
+// \u202e, \u200b), so it shows and does nothing: C0 and C1 controls
+// with ESC, DEL and the line breaks among them; bidirectional marks,
+// embeddings, overrides and isolates (U+200E/F, U+202A-202E,
+// U+2066-2069, U+061C), which reorder what follows them; the other
+// invisible format characters (zero-width space and joiners, U+2060's
+// word joiner, the byte order mark, soft hyphen, tag characters,
+// variation selectors) and U+2028/U+2029, which make two strings that
+// differ print alike. Bytes that are not UTF-8 become \xNN. It is the one
+// definition of what is unsafe; Lines applies it to text with lines.
 func Clean(s string) string {
 	if !strings.ContainsFunc(s, unsafe) && utf8.ValidString(s) {
 		return s
@@ -280,7 +290,15 @@ func Clean(s string) string {
 			fmt.Fprintf(&b, `\x%02x`, s[i])
 		case unsafe(r):
 			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
+			if strings.HasPrefix(q, "'\\") {
+				b.WriteString(q[1 : len(q)-1])
+			} else if r <= 0xFFFF {
+				// QuoteRune keeps what Go deems printable (U+00AD,
+				// variation selectors): escaped here all the same.
+				fmt.Fprintf(&b, `\u%04x`, r)
+			} else {
+				fmt.Fprintf(&b, `\U%08x`, r)
+			}
 		default:
 			b.WriteRune(r)
 		}
@@ -288,6 +306,49 @@ func Clean(s string) string {
 	return b.String()
 }
 
+// Lines is Clean for text made of lines (a command's whole table): each
+// line cleaned, its newlines kept. The printers apply it to what they
+// write whole, so a field that no one thought to Clean is safe too;
+// Cleaning a field first also escapes its newlines, so it cannot start a
+// line of its own, and cleaning twice changes nothing.
+func Lines(s string) string {
+	if !strings.ContainsFunc(s, unsafe) && utf8.ValidString(s) {
+		return s
+	}
+	parts := strings.Split(s, "\n")
+	for i, p := range parts {
+		parts[i] = Clean(p)
+	}
+	return strings.Join(parts, "\n")
+}
+
+// JSON makes encoding/json's output safe to print: it escapes controls
+// below U+0020 and U+2028/9, but writes DEL, C1 controls (U+009B is a
+// CSI), bidi and format characters raw. Each such character, which in
+// JSON can only be inside a string, becomes its \u escape (a surrogate
+// pair above U+FFFF), so the document means the same; newlines between
+// values are kept.
+func JSON(b []byte) []byte {
+	if !bytes.ContainsFunc(b, func(r rune) bool { return r != '\n' && unsafe(r) }) {
+		return b
+	}
+	var out bytes.Buffer
+	for _, r := range string(b) {
+		switch {
+		case r == '\n' || !unsafe(r):
+			out.WriteRune(r)
+		case r > 0xFFFF:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, `\u%04x\u%04x`, r1, r2)
+		default:
+			fmt.Fprintf(&out, `\u%04x`, r)
+		}
+	}
+	return out.Bytes()
+}
+
 func unsafe(r rune) bool {
-	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029'
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.Is(unicode.Cf, r) ||
+		unicode.Is(unicode.Zl, r) || unicode.Is(unicode.Zp, r) ||
+		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || unicode.Is(unicode.Variation_Selector, r)
 }

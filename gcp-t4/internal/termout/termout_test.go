@@ -1,6 +1,8 @@
 package termout
 
 import (
+	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -96,9 +98,49 @@ func TestClean(t *testing.T) {
 		"left\u202eright":   `left\u202eright`,
 		"bad \xff byte":     `bad \xff byte`,
 		"kept \uFFFD as is": "kept \uFFFD as is",
+		// OSC 52 (a clipboard write), DEL and C1's CSI.
+		"\x1b]52;c;ZXZpbA==\x07": `\x1b]52;c;ZXZpbA==\a`,
+		"del\x7f csi\u009b2J":    `del\x7f csi\u009b2J`,
+		// Every bidi mark, embedding, override and isolate.
+		"\u200e\u200f\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069\u061c": `\u200e\u200f\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069\u061c`,
+		// Invisible format characters: zero-width space, joiners, word
+		// joiner, byte order mark, soft hyphen, a tag, a variation
+		// selector, the line and paragraph separators.
+		"a\u200bb\u200c\u200d\u2060\ufeff\u00ad": `a\u200bb\u200c\u200d\u2060\ufeff\u00ad`,
+		"tag\U000E0041 vs\ufe0f \u2028\u2029":    `tag\U000e0041 vs\ufe0f \u2028\u2029`,
 	} {
 		if got := Clean(in); got != want {
 			t.Errorf("Clean(%q) = %q, want %q", in, got, want)
 		}
+		if got := Clean(Clean(in)); got != want {
+			t.Errorf("Clean(Clean(%q)) = %q, want %q: cleaning twice changes nothing", in, got, want)
+		}
+	}
+}
+
+// TestLines: each line is cleaned and the newlines kept.
+func TestLines(t *testing.T) {
+	in := "ok\nbad \x1b[2J\u202e\r\nlast"
+	want := "ok\nbad \\x1b[2J\\u202e\\r\nlast"
+	if got := Lines(in); got != want {
+		t.Errorf("Lines(%q) = %q, want %q", in, got, want)
+	}
+}
+
+// TestJSON: what encoding/json leaves raw (DEL, C1, bidi, format
+// characters) is escaped, and the document decodes to the same strings.
+func TestJSON(t *testing.T) {
+	in := map[string]string{"m": "del\x7f csi\u009b2J \u202eevil\u200b tag\U000E0041 ok ×"}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := JSON(append(b, '\n'))
+	if bytes.ContainsFunc(got[:len(got)-1], unsafe) || got[len(got)-1] != '\n' {
+		t.Errorf("JSON left a raw character: %q", got)
+	}
+	var back map[string]string
+	if err := json.Unmarshal(got, &back); err != nil || back["m"] != in["m"] {
+		t.Errorf("JSON changed the document: %q, %v", back, err)
 	}
 }

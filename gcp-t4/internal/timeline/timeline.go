@@ -9,10 +9,21 @@
 // are pure: the caller lists the Events (by label selector), says what
 // time it is and, if it asked GCE, whether each VM still exists.
 // `gcp-t4 status` prints the result; the reaper turns it into metrics.
+//
+// Whoever may create Events in a namespace (the stock edit role) can
+// write one that looks like the provider's, so a fact is checked as it is
+// read: a price that is not a plain decimal within MaxPricePerHour, a GPU
+// count that is not an integer within MaxGPUCount, a time past the
+// caller's now by more than MaxSkew is dropped (Options.Ignored hears
+// of it), and whatever is kept per podVM is kept by its namespace and
+// name (Key), so that an Event in one namespace never changes what is
+// said of another's podVM.
 package timeline
 
 import (
 	"cmp"
+	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +68,54 @@ var factAnnotations = []string{
 	gcpt4.EventGPUAnnotation, gcpt4.EventGPUCountAnnotation, gcpt4.EventProvisioningModelAnnotation,
 	gcpt4.EventPriceAnnotation, gcpt4.EventIPAnnotation, gcpt4.EventQuotaMetricAnnotation,
 	gcpt4.EventRegionAnnotation, gcpt4.EventDriverAnnotation, gcpt4.EventFailureAnnotation, gcpt4.EventCauseAnnotation,
+}
+
+// Bounds of the facts read from an Event. A list price above
+// MaxPricePerHour is no GCE shape's (the dearest GPU VMs list at some
+// hundred USD an hour); no podVM shape has more than MaxGPUCount GPUs
+// (a2-megagpu-16g). MaxSkew is how far past the caller's clock a phase's
+// time may be: the cluster's clocks and the caller's differ a little.
+const (
+	MaxPricePerHour = 1000.0
+	MaxGPUCount     = 16
+	MaxSkew         = 5 * time.Minute
+)
+
+// decimal is how the provider writes a price (strconv 'f'): no sign,
+// exponent, hex, Inf or NaN, which ParseFloat would take.
+var decimal = regexp.MustCompile(`^[0-9]{1,6}(\.[0-9]{1,12})?$`)
+
+// ParsePrice reads a price-per-hour annotation: a plain decimal from 0
+// to MaxPricePerHour; false for anything else (unknown, never costed).
+func ParsePrice(s string) (float64, bool) {
+	if !decimal.MatchString(s) {
+		return 0, false
+	}
+	p, err := strconv.ParseFloat(s, 64)
+	if err != nil || p < 0 || p > MaxPricePerHour {
+		return 0, false
+	}
+	return p, true
+}
+
+// ParseGPUCount reads a gpu-count annotation: digits only, 0 to
+// MaxGPUCount.
+func ParseGPUCount(s string) (int, bool) {
+	if s == "" || len(s) > 2 || strings.Trim(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n > MaxGPUCount {
+		return 0, false
+	}
+	return n, true
+}
+
+// Key names a podVM: its namespace and name. The name alone is not
+// enough: an Event in another namespace may name any podVM.
+type Key struct {
+	Namespace string
+	PodVM     string
 }
 
 // Entry is one phase of a podVM's start-up.
@@ -165,16 +224,30 @@ func (t Timeline) Start() time.Time {
 	return time.Time{}
 }
 
+// Key is the timeline's podVM.
+func (t Timeline) Key() Key { return Key{t.Namespace, t.PodVM} }
+
 // Options are what the caller knows beyond the Events.
 type Options struct {
-	// Now ends the cost of a VM that still bills.
+	// Now ends the cost of a VM that still bills; a time later than Now
+	// by over MaxSkew is not believed. Zero: no time is too late.
 	Now time.Time
-	// VMs is GCE's word by podVM name; nil when GCE was not asked, and a
-	// podVM missing from a non-nil map is gone.
-	VMs map[string]VM
-	// Ended is when a podVM stopped billing, by podVM name, when the
-	// caller learned it elsewhere (its pod's containers finished).
-	Ended map[string]time.Time
+	// VMs is GCE's word by podVM (the namespace its labels name); nil
+	// when GCE was not asked, and a podVM missing from a non-nil map is
+	// gone.
+	VMs map[Key]VM
+	// Ended is when a podVM stopped billing, when the caller learned it
+	// elsewhere (its pod's containers finished).
+	Ended map[Key]time.Time
+	// Ignored, when set, hears of each Event or fact not believed, and
+	// why, so that the caller can log it.
+	Ignored func(ev *corev1.Event, why string)
+}
+
+func (o Options) ignored(ev *corev1.Event, format string, a ...any) {
+	if o.Ignored != nil {
+		o.Ignored(ev, fmt.Sprintf(format, a...))
+	}
 }
 
 // IsStartupEvent reports whether ev is one of the provider's start-up
@@ -194,6 +267,9 @@ func Build(events []corev1.Event, opts Options) []Timeline {
 	for i := range events {
 		ev := &events[i]
 		if !IsStartupEvent(ev) {
+			continue
+		}
+		if _, ok := eventTime(ev, opts); !ok {
 			continue
 		}
 		k := key{ev.Namespace, ev.Labels[gcpt4.EventPodVMLabel]}
@@ -217,7 +293,7 @@ func build(namespace, podVM string, events []*corev1.Event, opts Options) Timeli
 	byPhase := map[string]Entry{}
 	var newest time.Time
 	for _, ev := range events {
-		e := entry(ev)
+		e := entry(ev, opts)
 		// The pod is the one the newest Event names (a podVM is one
 		// pod's; this only makes the choice independent of list order).
 		if t.Pod == "" || e.At.After(newest) {
@@ -293,16 +369,16 @@ func build(namespace, podVM string, events []*corev1.Event, opts Options) Timeli
 	}
 	t.MachineType = fact(gcpt4.EventMachineTypeAnnotation)
 	t.GPU = fact(gcpt4.EventGPUAnnotation)
-	t.GPUCount, _ = strconv.Atoi(fact(gcpt4.EventGPUCountAnnotation))
+	t.GPUCount, _ = ParseGPUCount(fact(gcpt4.EventGPUCountAnnotation))
 	t.ProvisioningModel = fact(gcpt4.EventProvisioningModelAnnotation)
 	t.IP = fact(gcpt4.EventIPAnnotation)
 	t.Driver = fact(gcpt4.EventDriverAnnotation)
-	if p, err := strconv.ParseFloat(fact(gcpt4.EventPriceAnnotation), 64); err == nil && p >= 0 {
+	if p, ok := ParsePrice(fact(gcpt4.EventPriceAnnotation)); ok {
 		t.PricePerHour = &p
 	}
 
 	if opts.VMs != nil {
-		vm := opts.VMs[podVM] // missing: gone, the zero VM
+		vm := opts.VMs[t.Key()] // missing: gone, the zero VM
 		t.VM = &vm
 	}
 	t.Cost = cost(t, byPhase, opts)
@@ -327,7 +403,7 @@ func cost(t Timeline, byPhase map[string]Entry, opts Options) *Cost {
 		// Lost: it stopped billing its run when it stopped or vanished.
 		failed, isFailed = l, true
 	}
-	ended := opts.Ended[t.PodVM]
+	ended := opts.Ended[t.Key()]
 	switch {
 	case t.VM != nil && t.VM.Exists:
 		c.Until, c.Ongoing = opts.Now, true
@@ -352,11 +428,16 @@ func has(m map[string]Entry, phase string) bool {
 	return ok
 }
 
-func entry(ev *corev1.Event) Entry {
+// entry reads a start-up Event that Build kept; what it ignored of its
+// time was said there.
+func entry(ev *corev1.Event, opts Options) Entry {
+	quiet := opts
+	quiet.Ignored = nil
+	at, _ := eventTime(ev, quiet)
 	e := Entry{
 		Phase:   ev.Labels[gcpt4.EventPhaseLabel],
 		Reason:  ev.Reason,
-		At:      eventTime(ev),
+		At:      at,
 		Count:   max(int(ev.Count), 1),
 		Warning: ev.Type == corev1.EventTypeWarning,
 		Message: ev.Message,
@@ -366,6 +447,10 @@ func entry(ev *corev1.Event) Entry {
 	}
 	for _, k := range factAnnotations {
 		if v := ev.Annotations[k]; v != "" {
+			if !validFact(k, v) {
+				opts.ignored(ev, "annotation %s %q: not a %s", k, v, factForm[k])
+				continue
+			}
 			if e.Facts == nil {
 				e.Facts = map[string]string{}
 			}
@@ -375,19 +460,53 @@ func entry(ev *corev1.Event) Entry {
 	return e
 }
 
-// eventTime is the phase's time: the provider's annotation (nanoseconds;
-// the Event's own timestamps hold whole seconds), else the Event's last
-// time it happened.
-func eventTime(ev *corev1.Event) time.Time {
-	if t, err := time.Parse(time.RFC3339Nano, ev.Annotations[gcpt4.EventAtAnnotation]); err == nil {
-		return t.UTC()
+// factForm says what a checked fact must be, for the Ignored line.
+var factForm = map[string]string{
+	gcpt4.EventPriceAnnotation:    fmt.Sprintf("plain decimal from 0 to %g (USD an hour)", MaxPricePerHour),
+	gcpt4.EventGPUCountAnnotation: fmt.Sprintf("whole number from 0 to %d", MaxGPUCount),
+}
+
+func validFact(key, v string) bool {
+	switch key {
+	case gcpt4.EventPriceAnnotation:
+		_, ok := ParsePrice(v)
+		return ok
+	case gcpt4.EventGPUCountAnnotation:
+		_, ok := ParseGPUCount(v)
+		return ok
 	}
-	for _, t := range []time.Time{ev.LastTimestamp.Time, ev.EventTime.Time, ev.FirstTimestamp.Time, ev.CreationTimestamp.Time} {
-		if !t.IsZero() {
-			return t.UTC()
+	return true
+}
+
+// eventTime is the phase's time: the provider's annotation (RFC 3339,
+// nanoseconds; the Event's own timestamps hold whole seconds), else the
+// Event's last time it happened. A time later than opts.Now by over
+// MaxSkew is not believed and the next one is tried; false when none is
+// left (the Event is not read).
+func eventTime(ev *corev1.Event, opts Options) (time.Time, bool) {
+	late := func(t time.Time) bool { return !opts.Now.IsZero() && t.After(opts.Now.Add(MaxSkew)) }
+	if a, ok := ev.Annotations[gcpt4.EventAtAnnotation]; ok {
+		t, err := time.Parse(time.RFC3339Nano, a)
+		switch {
+		case err != nil:
+			opts.ignored(ev, "annotation %s %q: not an RFC 3339 time", gcpt4.EventAtAnnotation, a)
+		case late(t):
+			opts.ignored(ev, "annotation %s %s: later than now (%s) by over %s", gcpt4.EventAtAnnotation, a, opts.Now.UTC().Format(time.RFC3339), MaxSkew)
+		default:
+			return t.UTC(), true
 		}
 	}
-	return time.Time{}
+	for _, t := range []time.Time{ev.LastTimestamp.Time, ev.EventTime.Time, ev.FirstTimestamp.Time, ev.CreationTimestamp.Time} {
+		if t.IsZero() {
+			continue
+		}
+		if late(t) {
+			opts.ignored(ev, "its time %s is later than now (%s) by over %s: the Event is not read", t.UTC().Format(time.RFC3339), opts.Now.UTC().Format(time.RFC3339), MaxSkew)
+			return time.Time{}, false
+		}
+		return t.UTC(), true
+	}
+	return time.Time{}, true
 }
 
 func splitZones(s string) []string {

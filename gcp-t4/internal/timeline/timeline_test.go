@@ -151,16 +151,16 @@ func TestCostEnds(t *testing.T) {
 		{"running, GCE not asked: until now", []timelinetest.Event{req, created, booted}, Options{Now: now}, 0.4, true, false},
 		{"failed: until the failure", []timelinetest.Event{req, created, booted, failed}, Options{Now: now}, 0.1, false, false},
 		{"failed, but GCE still lists it: until now", []timelinetest.Event{req, created, booted, failed},
-			Options{Now: now, VMs: map[string]VM{s.PodVM: {Exists: true, Status: "RUNNING"}}}, 0.4, true, false},
-		{"pod finished: until it ended", []timelinetest.Event{req, created, booted}, Options{Now: now, Ended: map[string]time.Time{s.PodVM: ended}}, 0.2, false, false},
+			Options{Now: now, VMs: map[Key]VM{keyOf(s): {Exists: true, Status: "RUNNING"}}}, 0.4, true, false},
+		{"pod finished: until it ended", []timelinetest.Event{req, created, booted}, Options{Now: now, Ended: map[Key]time.Time{keyOf(s): ended}}, 0.2, false, false},
 		{"gone from GCE, end unknown: a floor at the last phase", []timelinetest.Event{req, created, booted},
-			Options{Now: now, VMs: map[string]VM{"another": {Exists: true}}}, 0.2 * 60 / 3600, false, true},
+			Options{Now: now, VMs: map[Key]VM{{s.Namespace, "another"}: {Exists: true}}}, 0.2 * 60 / 3600, false, true},
 	} {
 		tl := Build(objects(c.events...), c.opts)[0]
 		if tl.Cost == nil || !near(tl.Cost.USD, c.usd) || tl.Cost.Ongoing != c.ongoing || tl.Cost.AtLeast != c.atLeast {
 			t.Errorf("%s: cost %+v, want %v USD ongoing=%v atLeast=%v", c.name, tl.Cost, c.usd, c.ongoing, c.atLeast)
 		}
-		if c.opts.VMs != nil && (tl.VM == nil || tl.VM.Exists != (c.opts.VMs[s.PodVM].Exists)) {
+		if c.opts.VMs != nil && (tl.VM == nil || tl.VM.Exists != (c.opts.VMs[keyOf(s)].Exists)) {
 			t.Errorf("%s: VM %+v", c.name, tl.VM)
 		}
 	}
@@ -226,7 +226,7 @@ func TestLostAfterItRan(t *testing.T) {
 		s.Phase(gcpt4.PhaseLost, 40*time.Second+time.Hour, map[string]string{gcpt4.EventCauseAnnotation: gcpt4.CausePreempted}),
 	)
 	now := t0.Add(5 * time.Hour)
-	for _, opts := range []Options{{Now: now}, {Now: now, VMs: map[string]VM{}}} {
+	for _, opts := range []Options{{Now: now}, {Now: now, VMs: map[Key]VM{}}} {
 		tl := Build(evs, opts)[0]
 		e, ok := tl.Entry(gcpt4.PhaseLost)
 		if !ok || e.Facts[gcpt4.EventCauseAnnotation] != gcpt4.CausePreempted || !e.Warning || e.Reason != gcpt4.ReasonLost {
@@ -240,3 +240,102 @@ func TestLostAfterItRan(t *testing.T) {
 		}
 	}
 }
+
+// TestForgedFactsAreUnknown: a price that is not a plain decimal within
+// MaxPricePerHour (a forged Event's) leaves the price unknown and the
+// podVM uncosted, and a GPU count outside 0..MaxGPUCount is not read;
+// each is said to Ignored.
+func TestForgedFactsAreUnknown(t *testing.T) {
+	for _, price := range []string{"1e9", "NaN", "-5", "Inf", "+Inf", "0x1p3", "1000.5", "1_0", " 1", "5e-1", ""} {
+		s := gpuPod
+		s.Price, s.GPUCount = price, "17"
+		var heard []string
+		tl := Build(objects(s.Phase(gcpt4.PhaseRequested, 0, nil), s.Phase(gcpt4.PhaseCreated, time.Second, nil)),
+			Options{Now: t0.Add(time.Hour), Ignored: func(_ *corev1.Event, why string) { heard = append(heard, why) }})[0]
+		if tl.PricePerHour != nil || tl.Cost != nil {
+			t.Errorf("price %q: price %v cost %+v, want both unknown", price, tl.PricePerHour, tl.Cost)
+		}
+		if tl.GPUCount != 0 {
+			t.Errorf("gpu-count 17 read as %d", tl.GPUCount)
+		}
+		if price != "" && !slices.ContainsFunc(heard, func(w string) bool { return strings.Contains(w, gcpt4.EventPriceAnnotation) }) {
+			t.Errorf("price %q: not said to Ignored: %q", price, heard)
+		}
+	}
+	for in, want := range map[string]float64{"0": 0, "0.3500": 0.35, "1000": 1000, "12.5": 12.5} {
+		if p, ok := ParsePrice(in); !ok || p != want {
+			t.Errorf("ParsePrice(%q) = %v, %v; want %v", in, p, ok, want)
+		}
+	}
+	for in, want := range map[string]bool{"0": true, "16": true, "8": true, "17": false, "-1": false, "+1": false, "1.0": false, "": false, "016": false} {
+		if _, ok := ParseGPUCount(in); ok != want {
+			t.Errorf("ParseGPUCount(%q) ok = %v, want %v", in, ok, want)
+		}
+	}
+}
+
+// TestFutureTimesAreNotRead: a phase's time annotation later than now by
+// over MaxSkew is not believed (its Event's own time is read instead);
+// an Event whose every time is that late is not read at all.
+func TestFutureTimesAreNotRead(t *testing.T) {
+	now := t0.Add(time.Hour)
+	s := gpuPod
+	req := s.Phase(gcpt4.PhaseRequested, 0, nil).Object()
+	late := s.Phase(gcpt4.PhaseCreated, 30*time.Second, nil).Object()
+	late.Annotations[gcpt4.EventAtAnnotation] = now.Add(MaxSkew + time.Second).Format(time.RFC3339Nano)
+	var heard []string
+	tl := Build([]corev1.Event{*req, *late}, Options{Now: now, Ignored: func(_ *corev1.Event, why string) { heard = append(heard, why) }})[0]
+	if e, ok := tl.Entry(gcpt4.PhaseCreated); !ok || !e.At.Equal(late.LastTimestamp.UTC()) {
+		t.Errorf("created at %v, want its lastTimestamp %v", e.At, late.LastTimestamp)
+	}
+	if len(heard) != 1 || !strings.Contains(heard[0], "later than now") {
+		t.Errorf("Ignored heard %q, want one line on the late annotation", heard)
+	}
+	late.LastTimestamp = metav1.NewTime(now.Add(time.Hour))
+	tls := Build([]corev1.Event{*req, *late}, Options{Now: now})
+	if _, ok := tls[0].Entry(gcpt4.PhaseCreated); ok || len(tls) != 1 {
+		t.Errorf("an Event whose every time is in the future was read: %+v", tls)
+	}
+	// Within the skew: read.
+	late.Annotations[gcpt4.EventAtAnnotation] = now.Add(MaxSkew - time.Second).Format(time.RFC3339Nano)
+	if _, ok := Build([]corev1.Event{*req, *late}, Options{Now: now})[0].Entry(gcpt4.PhaseCreated); !ok {
+		t.Error("a time within MaxSkew of now was not read")
+	}
+	// Without a now (the reaper), no time is too late.
+	if _, ok := Build([]corev1.Event{*req, *late}, Options{})[0].Entry(gcpt4.PhaseCreated); !ok {
+		t.Error("without Now, a late time was not read")
+	}
+}
+
+// TestOtherNamespaceDoesNotChangeCost: an Event in namespace B naming
+// namespace A's podVM makes a timeline of B's; A's cost and GCE's word
+// on A's podVM are A's alone, and what is known of B's (its end, its VM)
+// does not reach A's.
+func TestOtherNamespaceDoesNotChangeCost(t *testing.T) {
+	a := gpuPod
+	b := a
+	b.Namespace, b.Pod, b.PodUID, b.Price = "tenant-b", "forger", "uid-forger", "999"
+	now := t0.Add(2 * time.Hour)
+	evs := objects(a.Phase(gcpt4.PhaseRequested, 0, nil), a.Phase(gcpt4.PhaseCreated, 0, nil),
+		b.Phase(gcpt4.PhaseRequested, 0, nil), b.Phase(gcpt4.PhaseCreated, 0, nil),
+		b.Phase(gcpt4.PhaseFailed, time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureBoot}))
+	opts := Options{Now: now, VMs: map[Key]VM{keyOf(a): {Exists: true, Status: "RUNNING"}}, Ended: map[Key]time.Time{keyOf(b): t0.Add(time.Minute)}}
+	tls := Build(evs, opts)
+	if len(tls) != 2 {
+		t.Fatalf("%d timelines, want A's and B's", len(tls))
+	}
+	for _, tl := range tls {
+		switch tl.Namespace {
+		case a.Namespace:
+			if tl.Cost == nil || !near(tl.Cost.USD, 0.4) || !tl.Cost.Ongoing || tl.State != StateStarting || tl.PricePerHour == nil || *tl.PricePerHour != 0.2 {
+				t.Errorf("A's timeline changed by B's Events: state %s price %v cost %+v", tl.State, tl.PricePerHour, tl.Cost)
+			}
+		case b.Namespace:
+			if tl.VM == nil || tl.VM.Exists {
+				t.Errorf("B's timeline has A's VM: %+v", tl.VM)
+			}
+		}
+	}
+}
+
+func keyOf(s timelinetest.Startup) Key { return Key{s.Namespace, s.PodVM} }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"regexp"
 	"strings"
-	"unicode"
 )
 
 // What the podVM says on its serial console. The image's own services
@@ -53,36 +52,67 @@ type consoleLine struct {
 	failure string
 }
 
+// kernelStampRE is the kernel's printk time ("[   12.345678] "), which
+// starts a line the kernel printed. The image's services write their
+// lines to /dev/console bare; a line counts as theirs only when it starts
+// with its prefix, after such a time at most. A prefix further in (a
+// program echoing one, a log quoting it) decides nothing.
+var kernelStampRE = regexp.MustCompile(`^\[ *[0-9]+\.[0-9]+\] `)
+
+// consoleBody is a cleaned line without its kernel time, if any.
+func consoleBody(line string) string {
+	return strings.TrimPrefix(line, kernelStampRE.FindString(line))
+}
+
 func parseConsoleLine(raw string) consoleLine {
 	line := cleanConsoleLine(raw)
 	out := consoleLine{text: line}
+	body := consoleBody(line)
 	switch {
-	case strings.Contains(line, ConsoleGPUPrefix):
+	case strings.HasPrefix(body, ConsoleGPUPrefix):
 		var r gpuReport
-		body := line[strings.Index(line, ConsoleGPUPrefix)+len(ConsoleGPUPrefix):]
-		if json.Unmarshal([]byte(strings.TrimSpace(body)), &r) == nil && r.State != "" {
+		if json.Unmarshal([]byte(strings.TrimSpace(body[len(ConsoleGPUPrefix):])), &r) == nil && r.State != "" {
+			r.redact()
 			out.gpu = &r
 		}
-	case strings.Contains(line, ConsoleBootFailedPrefix):
+	case strings.HasPrefix(body, ConsoleBootFailedPrefix):
 		out.failure = FailureBoot
-	case strings.Contains(line, ConsoleCDHFailedPrefix):
+	case strings.HasPrefix(body, ConsoleCDHFailedPrefix):
 		out.failure = FailureCDH
 	}
 	return out
 }
 
+// driverRE is an NVIDIA driver version (550.163.01).
+var driverRE = regexp.MustCompile(`^[0-9][0-9A-Za-z.+_-]{0,31}$`)
+
+// redact makes the report's text fit for an Event. JSON's escapes
+// (\u001b) decode to what the line's cleaning took out, and the line was
+// redacted as text, not as the fields it holds: each field is cleaned and
+// redacted on its own. A driver that is no version is dropped.
+func (r *gpuReport) redact() {
+	field := func(s string) string {
+		inPEM := false
+		return redactConsoleLine(cleanConsoleLine(s), &inPEM)
+	}
+	r.State, r.Step, r.Reason = field(r.State), field(r.Step), field(r.Reason)
+	if !driverRE.MatchString(r.Driver) {
+		r.Driver = ""
+	}
+}
+
 // ansiRE matches terminal escape sequences (systemd colours its status).
 var ansiRE = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
 
-// cleanConsoleLine drops escapes and control characters and a trailing
-// carriage return.
+// cleanConsoleLine drops escapes, control, bidi and invisible format
+// characters (hidden) and a trailing carriage return.
 func cleanConsoleLine(s string) string {
 	s = ansiRE.ReplaceAllString(s, "")
 	return strings.Map(func(r rune) rune {
 		if r == '\t' {
 			return ' '
 		}
-		if unicode.IsControl(r) {
+		if hidden(r) {
 			return -1
 		}
 		return r
@@ -97,11 +127,41 @@ var (
 	// An Authorization header's value is all of the rest of the line.
 	authRE     = regexp.MustCompile(`(?i)(authorization\s*[=:]\s*).*`)
 	secretKVRE = regexp.MustCompile(`(?i)((?:pass(?:word|wd)?|secret|token|credential|private[_-]?key|api[_-]?key|authorization|bearer)[^=:\s]*\s*[=:]\s*)("[^"]*"|'[^']*'|\S+)`)
-	bearerRE   = regexp.MustCompile(`(?i)\bbearer\s+\S+`)
-	// A long run of base64 with both cases and a digit: an encoded key or
-	// user-data. Hex digests (one case) and paths are left alone.
-	blobRE = regexp.MustCompile(`[A-Za-z0-9+/_=-]{48,}`)
+	// A command line's flag with its value after a space (--password X);
+	// the --password=X form is secretKVRE's.
+	secretFlagRE = regexp.MustCompile(`(?i)(\s|^)(--?(?:pass(?:word|wd)?|secret|token|credentials?|private[_-]?key|api[_-]?key|access[_-]?key|auth)[a-z0-9_-]*\s+)("[^"]*"|'[^']*'|[^\s-]\S*)`)
+	bearerRE     = regexp.MustCompile(`(?i)\bbearer\s+\S+`)
+	// Tokens with a known prefix, too short for blobRE: GitHub's (ghp_,
+	// gho_, ghu_, ghs_, ghr_ and fine-grained github_pat_), GitLab's
+	// glpat-, Slack's xox?-, AWS access key IDs, Google API keys (AIza,
+	// 39 characters) and OAuth access tokens (ya29.). Anchored at a word's
+	// start so that a prefix inside a word is not one.
+	tokenRE = regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}|ya29\.[0-9A-Za-z_-]{20,})`)
+	// A run of base64 with both cases and a digit: an encoded key or
+	// user-data, 32 characters and more (an AWS secret key is 40). Hex
+	// digests (one case) and paths are left alone (blobSecret).
+	blobRE = regexp.MustCompile(`[A-Za-z0-9+/_=-]{32,}`)
+	// stdBase64RE is the standard alphabet, padded: a run of it with a
+	// '/' is a secret when a part between slashes is long (a path's
+	// parts are short, or hold '.', '-' or '_').
+	stdBase64RE = regexp.MustCompile(`^[A-Za-z0-9+/]+={0,2}$`)
 )
+
+// blobSecret reports whether a blobRE run is key material.
+func blobSecret(b string) bool {
+	mixed := strings.ContainsAny(b, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") && strings.ContainsAny(b, "abcdefghijklmnopqrstuvwxyz") && strings.ContainsAny(b, "0123456789")
+	switch {
+	case mixed && !strings.Contains(b, "/"):
+		return true
+	case mixed && stdBase64RE.MatchString(b):
+		for part := range strings.SplitSeq(b, "/") {
+			if len(part) >= 16 {
+				return true
+			}
+		}
+	}
+	return strings.ContainsAny(b, "+=") && len(b) >= 64
+}
 
 // redactConsoleLine masks secrets in one cleaned line; inPEM carries a
 // PEM block's state across lines.
@@ -118,18 +178,17 @@ func redactConsoleLine(line string, inPEM *bool) string {
 	}
 	line = authRE.ReplaceAllString(line, "${1}[redacted]")
 	line = secretKVRE.ReplaceAllString(line, "${1}[redacted]")
+	line = secretFlagRE.ReplaceAllString(line, "${1}${2}[redacted]")
 	line = bearerRE.ReplaceAllString(line, "Bearer [redacted]")
+	line = tokenRE.ReplaceAllString(line, "[redacted]")
 	line = blobRE.ReplaceAllStringFunc(line, func(b string) string {
-		if strings.ContainsAny(b, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") && strings.ContainsAny(b, "abcdefghijklmnopqrstuvwxyz") && strings.ContainsAny(b, "0123456789") && !strings.Contains(b, "/") {
-			return "[redacted]"
-		}
-		if strings.ContainsAny(b, "+=") && len(b) >= 64 {
+		if blobSecret(b) {
 			return "[redacted]"
 		}
 		return b
 	})
 	if len(line) > consoleLineMax {
-		line = line[:consoleLineMax] + "…"
+		line = cutUTF8(line, consoleLineMax) + "…"
 	}
 	return line
 }

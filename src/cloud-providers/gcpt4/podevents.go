@@ -22,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/time/rate"
 
@@ -307,6 +309,17 @@ func (r *eventRecorder) record(ev podEvent) {
 	}
 	if ev.at.IsZero() {
 		ev.at = time.Now()
+	}
+	// What an Event says reaches terminals (kubectl describe, gcp-t4
+	// status) and may hold what a podVM printed or a pod was named: no
+	// raw control, bidi or invisible character leaves here.
+	ev.message = eventText(ev.message, true)
+	if ev.annotations != nil {
+		ann := make(map[string]string, len(ev.annotations))
+		for k, v := range ev.annotations {
+			ann[k] = eventText(v, false)
+		}
+		ev.annotations = ann
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -743,10 +756,59 @@ func containsString(list []string, s string) bool {
 }
 
 // truncateMessage keeps the head of an over-long message (a console tail
-// is written newest last, so it cuts the oldest lines instead).
+// is written newest last, so it cuts the oldest lines instead), cut
+// between characters.
 func truncateMessage(s string) string {
 	if len(s) <= maxEventMessage {
 		return s
 	}
-	return s[:maxEventMessage-3] + "..."
+	return cutUTF8(s, maxEventMessage-3) + "..."
+}
+
+// cutUTF8 is s cut to at most n bytes, not inside a character.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// hidden reports a character that acts on a terminal or hides itself:
+// C0 and C1 controls (ESC, DEL, the line breaks), bidi marks, overrides
+// and isolates, and the other invisible format characters (zero-width
+// space and joiners, the byte order mark, tag characters, variation
+// selectors). gcp-t4's termout.Clean escapes the same set when it prints.
+func hidden(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.Is(unicode.Cf, r) ||
+		unicode.Is(unicode.Zl, r) || unicode.Is(unicode.Zp, r) ||
+		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || unicode.Is(unicode.Variation_Selector, r)
+}
+
+// eventText writes each hidden character of s (but a newline, where
+// multiline) as its Go escape (\x1b, \u202e), so that it shows in the
+// Event and does nothing where the Event is printed; bytes that are not
+// UTF-8 become \xNN.
+func eventText(s string, multiline bool) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return hidden(r) && !(multiline && r == '\n') }) {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case multiline && r == '\n', !hidden(r):
+			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r <= 0xFFFF:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		}
+	}
+	return b.String()
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -588,5 +589,191 @@ func TestStoppedPodVMIsTold(t *testing.T) {
 	}
 	if len(f) != 1 || f[0].Annotations[EventFailureAnnotation] != FailureStopped || !strings.Contains(f[0].Message, "TERMINATED") || !strings.Contains(f[0].Message, "Mounting sysroot.mount") {
 		t.Fatalf("failed Events %+v", f)
+	}
+}
+
+// rawHidden is the first character in s a terminal acts on or hides (C0
+// and C1 controls but the newline, DEL, bidi marks, overrides and
+// isolates, zero-width and format characters), spelled out here so that
+// the test checks hidden rather than repeats it.
+func rawHidden(s string) (rune, bool) {
+	for _, r := range s {
+		switch {
+		case r == '\n':
+		case r < 0x20, r >= 0x7f && r <= 0x9f, r == 0x061c, r == 0x200b, r == 0x200e, r == 0x200f, r == 0x2060, r == 0xfeff,
+			r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// TestGPUFailureEventCarriesNoRawControl: gpu-init's failure line is
+// JSON, whose strings may carry escapes (\u001b) that decode to raw
+// controls; the failed Event's message and annotations, and the
+// adaptor's log, carry none of them raw, and show them escaped.
+func TestGPUFailureEventCarriesNoRawControl(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	p := newEventProvider(t, fake, api, lockedWriter{&logs, &logMu}, nil)
+	inst, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := `\u001b]52;c;ZXZpbA==\u0007\u001b[2J\u202e\u200b\u2060\u009b`
+	fake.SetSerialOutput("us-central1-a", inst.Name, ConsoleGPUPrefix+`{"state":"failed","step":"modprobe`+bad+`","reason":"no device`+bad+`","driver":"550`+bad+`"}`+"\n")
+	var f storedEvent
+	for _, e := range api.waitEvents(t, "failed", hasReason(ReasonFailed)) {
+		if e.Reason == ReasonFailed {
+			f = e
+		}
+	}
+	if r, ok := rawHidden(f.Message); ok {
+		t.Errorf("the failed Event's message carries a raw %U: %q", r, f.Message)
+	}
+	for k, v := range f.Annotations {
+		if r, ok := rawHidden(v); ok {
+			t.Errorf("annotation %s carries a raw %U: %q", k, r, v)
+		}
+	}
+	if !strings.Contains(f.Message, "gpu-init failed at modprobe]52;c;ZXZpbA==: no device") {
+		t.Errorf("the step and reason are not in the message with their controls and escapes dropped: %q", f.Message)
+	}
+	_ = p.Teardown()
+	logMu.Lock()
+	defer logMu.Unlock()
+	if r, ok := rawHidden(logs.String()); ok {
+		t.Errorf("the adaptor's log carries a raw %U:\n%q", r, logs.String())
+	}
+}
+
+// TestEventTextEscapesHidden: eventText escapes every hidden character
+// visibly, keeps a message's newlines and nothing else of them.
+func TestEventTextEscapesHidden(t *testing.T) {
+	for _, c := range []struct {
+		in        string
+		multiline bool
+		want      string
+	}{
+		{"ok ×", false, "ok ×"},
+		{"a\x1b]52;c;x\x07\x1b[2J\u202e\u200b\x7f\u0085\xff", false, `a\x1b]52;c;x\x07\x1b[2J\u202e\u200b\x7f\x85\xff`},
+		{"one\ntwo\r", true, `one` + "\n" + `two\x0d`},
+		{"one\ntwo", false, `one\x0atwo`},
+	} {
+		if got := eventText(c.in, c.multiline); got != c.want {
+			t.Errorf("eventText(%q, %v) = %q, want %q", c.in, c.multiline, got, c.want)
+		}
+	}
+}
+
+// TestRedactConsolePatterns: each form a secret takes on a console line
+// is masked, and what looks like one but is not (a prefix inside a word,
+// a path, a digest) is kept.
+func TestRedactConsolePatterns(t *testing.T) {
+	gh := "ghp_" + strings.Repeat("aB3", 12)
+	for _, c := range []struct{ name, in, want string }{
+		{"ghp_", "clone with " + gh + " now", "clone with [redacted] now"},
+		{"gho_ in a URL", "https://x:gho_" + strings.Repeat("Z9y", 12) + "@github.com/o/r", "https://x:[redacted]@github.com/o/r"},
+		{"github_pat_", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "[redacted]"},
+		{"glpat-", "glpat-xxxxXXXX1234_-abcdEF", "[redacted]"},
+		{"xoxb-", "slack xoxb-123456789012-abcdefABC", "slack [redacted]"},
+		{"AKIA", "aws AKIAIOSFODNN7EXAMPLE done", "aws [redacted] done"},
+		{"AIza", "key AIzaSyA1234567890abcdefghijklmnopqrstu end", "key [redacted] end"},
+		{"ya29.", "ya29.a0AfH6SMBx1234567890abcdef_-XYZ", "[redacted]"},
+		{"prefix inside a word", "myghp_" + strings.Repeat("a", 36), "myghp_" + strings.Repeat("a", 36)},
+		{"base64 with a slash", "secret-ish wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY ok", "secret-ish [redacted] ok"},
+		{"long base64 with slashes", "user-data: I2Nsb3VkLWNvbmZpZwp3cml0ZV9/maWxlczoKLSBwYXRoOiAv/cnVuL3BlZXJwb2QvYXBm.", "user-data: [redacted]."},
+		{"--password X", "run --password hunter2 --verbose", "run --password [redacted] --verbose"},
+		{"--password=X", "run --password=hunter2", "run --password=[redacted]"},
+		{"-token X quoted", `cli -token "a b" next`, `cli -token [redacted] next`},
+		{"password: X", "password: hunter2", "password: [redacted]"},
+		{"token=X", "url?token=abc/def&x=1", "url?token=[redacted]"},
+		{"a path is kept", "/opt/NVIDIA/Driver550/Firmware/gsp/Ga10xTu10x", "/opt/NVIDIA/Driver550/Firmware/gsp/Ga10xTu10x"},
+		{"a digest is kept", "sha256:4f9c2d0e8b7a6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e", "sha256:4f9c2d0e8b7a6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e"},
+	} {
+		inPEM := false
+		if got := redactConsoleLine(c.in, &inPEM); got != c.want {
+			t.Errorf("%s: redact(%q) = %q, want %q", c.name, c.in, got, c.want)
+		}
+	}
+}
+
+// TestConsolePrefixOnlyAtLineStart: a line is the image's report only
+// when its prefix starts it, after the kernel's time at most; the prefix
+// further in (a program echoing one) decides nothing.
+func TestConsolePrefixOnlyAtLineStart(t *testing.T) {
+	boot := ConsoleBootFailedPrefix + `{"stage":"initrd"}`
+	gpu := ConsoleGPUPrefix + `{"state":"failed","step":"x","reason":"y"}`
+	for _, c := range []struct {
+		line    string
+		failure string
+		gpu     bool
+	}{
+		{boot, FailureBoot, false},
+		{"[   12.345678] " + boot, FailureBoot, false},
+		{"\x1b[0;31m" + boot, FailureBoot, false},
+		{"workload: echo " + boot, "", false},
+		{"[   12.3] sh[1]: " + boot, "", false},
+		{" " + boot, "", false},
+		{"tenant says " + ConsoleCDHFailedPrefix + "{}", "", false},
+		{gpu, "", true},
+		{"[    3.100000] " + gpu, "", true},
+		{"log: " + gpu, "", false},
+	} {
+		l := parseConsoleLine(c.line)
+		if l.failure != c.failure || (l.gpu != nil) != c.gpu {
+			t.Errorf("%q: failure %q gpu %v, want %q %v", c.line, l.failure, l.gpu != nil, c.failure, c.gpu)
+		}
+	}
+}
+
+// TestGPUFailureReasonIsRedacted: gpu-init's step, reason and driver are
+// redacted as fields, not only as the line: a token in its reason, and a
+// password given as a flag, reach neither the failed Event nor the
+// adaptor's log; a driver that is no version is not annotated.
+func TestGPUFailureReasonIsRedacted(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	p := newEventProvider(t, fake, api, lockedWriter{&logs, &logMu}, nil)
+	inst, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := "ghp_" + strings.Repeat("Q7w", 12)
+	line := ConsoleGPUPrefix + `{"state":"failed","step":"fetch --password hunter2","reason":"pull with ` + token + ` refused","driver":"550 ` + token + `"}`
+	fake.SetSerialOutput("us-central1-a", inst.Name, line+"\n")
+	var f storedEvent
+	for _, e := range api.waitEvents(t, "failed", hasReason(ReasonFailed)) {
+		if e.Reason == ReasonFailed {
+			f = e
+		}
+	}
+	all := f.Message + fmt.Sprint(f.Annotations)
+	if strings.Contains(all, token) || strings.Contains(all, "hunter2") || strings.Contains(all, "Q7wQ7w") {
+		t.Errorf("the failed Event carries a secret: %q %v", f.Message, f.Annotations)
+	}
+	if !strings.Contains(f.Message, "gpu-init failed at fetch --password [redacted]: pull with [redacted] refused") {
+		t.Errorf("the Event's step and reason, redacted, are not there: %q", f.Message)
+	}
+	_ = p.Teardown()
+	logMu.Lock()
+	defer logMu.Unlock()
+	if strings.Contains(logs.String(), token) || strings.Contains(logs.String(), "hunter2") {
+		t.Errorf("the adaptor's log carries a secret:\n%s", logs.String())
+	}
+	r := parseConsoleLine(line).gpu
+	if r == nil || r.Driver != "" {
+		t.Errorf("a driver that is no version is kept: %+v", r)
+	}
+	if r := parseConsoleLine(gpuReadyLine).gpu; r == nil || r.Driver != "550.163.01" {
+		t.Errorf("a driver version is not kept: %+v", r)
 	}
 }
