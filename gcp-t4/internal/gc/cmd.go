@@ -76,7 +76,7 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 		reg.StringWithEnv(&keyFile, "credentials-file", "", ReaperCredentialsEnv, "the reaper's own service account key file, where its Deployment mounts the optional Secret "+ReaperCredentialsSecret+"; no file there uses Application Default Credentials")
 	}
 	if !reaper {
-		fs.StringVar(&caaNamespace, "caa-namespace", "", "where CAA's DaemonSet is, whose peer-pods-cm fills the settings no flag or env var gives (default: wherever it is installed)")
+		fs.StringVar(&caaNamespace, "caa-namespace", "", "where CAA's DaemonSet is, whose peer-pods-cm fills the settings no flag or env var gives (default: the install's namespace, confidential-containers-system or wherever its ClusterRoleBinding binds CAA; a DaemonSet of that name elsewhere is ignored)")
 	}
 	output := fs.String("o", "table", "output: table or json")
 	fs.Usage = help(name, reaper).Usage(fs)

@@ -38,7 +38,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	credentialsFile := fs.String("credentials-file", "", "a service account key file to run preflight with, as GCP_CREDENTIALS (CAA's own key checks CAA's permissions; gcp-t4 install --credentials-file takes the same file)")
 	runtimeClass := fs.String("runtime-class", "kata-remote", "the peer-pods runtime class and containerd handler")
 	namespace := new(string)
-	fs.StringVar(namespace, "caa-namespace", defaultNamespace, "namespace of the CAA DaemonSet (with -kubeconfig and not given: wherever CAA's DaemonSet is installed, else this)")
+	fs.StringVar(namespace, "caa-namespace", defaultNamespace, "namespace of the CAA DaemonSet (with -kubeconfig and not given: the install's namespace, where its ClusterRoleBinding binds CAA, else this; a DaemonSet of that name elsewhere is ignored)")
 	daemonSet := fs.String("caa-daemonset", "cloud-api-adaptor-daemonset", "name of the CAA DaemonSet")
 	gkeCluster := fs.String("gke-cluster", "", "GKE cluster name, used in fix commands")
 	remediate := fs.String("remediate-daemonset", RemediateDaemonSet, "name of the node sidecar's DaemonSet (gcp-t4-node remediate), in -caa-namespace")
