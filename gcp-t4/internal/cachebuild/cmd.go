@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
+	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 )
 
 var buildUsage = cli.Usage{
@@ -76,6 +77,11 @@ func buildMain(ctx context.Context, args []string, stdout, stderr io.Writer, _ *
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(stdout, "%d images, %.1f MB, written to %s and read back against their digests\n", len(imgs), float64(total)/1e6, *out)
+	for _, i := range imgs {
+		if i.NotUnpacked != "" {
+			fmt.Fprintf(stdout, "not pre-unpacked (the mirror serves it): %s\n", termout.Clean(i.NotUnpacked))
+		}
+	}
 	if *disk != "" {
 		size, err := Disk(ctx, *out, *disk)
 		if err != nil {

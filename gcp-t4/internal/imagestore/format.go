@@ -53,12 +53,12 @@ type MetaStore struct {
 // it), and layer_metas one per unique compressed digest, in the manifest's
 // order (image.rs:508-521).
 type ImageMeta struct {
-	ID          string      `json:"id"`
-	Digest      string      `json:"digest"`
-	Reference   string      `json:"reference"`
+	ID          string          `json:"id"`
+	Digest      string          `json:"digest"`
+	Reference   string          `json:"reference"`
 	ImageConfig json.RawMessage `json:"image_config"`
-	Signed      bool        `json:"signed"`
-	LayerMetas  []LayerMeta `json:"layer_metas"`
+	Signed      bool            `json:"signed"`
+	LayerMetas  []LayerMeta     `json:"layer_metas"`
 }
 
 // LayerMeta is image-rs's LayerMeta (image-rs/src/image.rs:113-129). The

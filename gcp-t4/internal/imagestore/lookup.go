@@ -87,7 +87,7 @@ func Lookup(req Request) Result {
 	miss := func(m Miss, f string, a ...any) Result {
 		return Result{Miss: m, Detail: fmt.Sprintf(f, a...)}
 	}
-	man, store, r := loadManifest(req.MountPoint)
+	man, store, r := loadManifest(req.MountPoint, true)
 	if !r.Hit {
 		return r
 	}
@@ -139,8 +139,8 @@ func Lookup(req Request) Result {
 
 // loadManifest reads the store's manifest beneath a mounted disk. Its
 // Result is a hit when the manifest is whole and the store is where its
-// store_paths say.
-func loadManifest(mountPoint string) (Manifest, string, Result) {
+// store_paths say (when mounted: a store still on the build host is not).
+func loadManifest(mountPoint string, mounted bool) (Manifest, string, Result) {
 	var man Manifest
 	miss := func(m Miss, f string, a ...any) (Manifest, string, Result) {
 		return man, "", Result{Miss: m, Detail: fmt.Sprintf(f, a...)}
@@ -164,7 +164,7 @@ func loadManifest(mountPoint string) (Manifest, string, Result) {
 	if man.Format != FormatVersion {
 		return miss(MissGuestComponents, "%s is format %d, this reader knows %d", ManifestFile, man.Format, FormatVersion)
 	}
-	if man.Dir != StoreDir || path.Clean(mountPoint) != man.MountPoint {
+	if man.Dir != StoreDir || mounted && path.Clean(mountPoint) != man.MountPoint {
 		return miss(MissMoved, "the store's store_paths are beneath %s, the disk is mounted at %s", path.Join(man.MountPoint, man.Dir), path.Join(mountPoint, StoreDir))
 	}
 	return man, store, Result{Hit: true}
@@ -174,7 +174,8 @@ func loadManifest(mountPoint string) (Manifest, string, Result) {
 // layout's index.json and blobs.
 const StoreDir = "image-rs"
 
-// Verify checks every file of the store against the manifest: meta_store.json,
+// Verify checks every file of the store at root (a disk's root, mounted
+// or not) against the manifest: meta_store.json,
 // each layer's entry list, and each layer's tree (every path there, and
 // nothing else; each file's bytes, each link's target). With applied, the
 // owners, modes, whiteouts, devices and opaque marks must be on the files
@@ -182,7 +183,7 @@ const StoreDir = "image-rs"
 // reads every byte: it is the check a podVM can make before it trusts a
 // store while dm-verity is not there yet, not one for each pull.
 func Verify(mountPoint string, applied bool) error {
-	man, store, r := loadManifest(mountPoint)
+	man, store, r := loadManifest(mountPoint, false)
 	if !r.Hit {
 		return fmt.Errorf("%s: %s", r.Miss, r.Detail)
 	}
@@ -224,7 +225,7 @@ func readEntries(store string, l ManifestLayer) ([]Entry, error) {
 // Entries reads a stored layer's entry list, checked against the manifest,
 // for the disk build's pass that sets what a directory cannot hold.
 func Entries(mountPoint string) (Manifest, map[int][]Entry, error) {
-	man, store, r := loadManifest(mountPoint)
+	man, store, r := loadManifest(mountPoint, false)
 	if !r.Hit {
 		return man, nil, fmt.Errorf("%s: %s", r.Miss, r.Detail)
 	}

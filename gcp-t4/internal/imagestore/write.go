@@ -36,6 +36,8 @@ type Layer struct {
 type Summary struct {
 	Images, Layers, Files int
 	Bytes                 int64
+	// Skipped names each image left out of the store, and why.
+	Skipped []string
 }
 
 // Write writes the pre-unpacked store of imgs at root/StoreDir: LayersDir/N for
@@ -64,7 +66,9 @@ func Write(root, mountPoint string, imgs []Image) (Summary, error) {
 	man := Manifest{Format: FormatVersion, GuestComponents: GuestComponents, MountPoint: mountPoint, Dir: dir}
 	for _, img := range imgs {
 		if err := linux(img.Config); err != nil {
-			return sum, fmt.Errorf("image %s: %w", img.Reference, err)
+			// Left to the mirror, whose pull image-rs refuses the same.
+			sum.Skipped = append(sum.Skipped, fmt.Sprintf("%s: %v", img.Reference, err))
+			continue
 		}
 		im := ImageMeta{ID: img.ConfigDigest, Digest: img.Manifest, Reference: img.Reference, ImageConfig: json.RawMessage(img.Config)}
 		seen := map[string]bool{}
@@ -119,7 +123,7 @@ func Write(root, mountPoint string, imgs []Image) (Summary, error) {
 	if err := os.Rename(tmp, filepath.Join(store, ManifestFile)); err != nil {
 		return sum, err
 	}
-	sum.Images, sum.Layers = len(imgs), len(man.Layers)
+	sum.Images, sum.Layers = len(man.Images), len(man.Layers)
 	return sum, nil
 }
 
