@@ -19,7 +19,8 @@ var buildUsage = cli.Usage{
 	Synopsis: []string{"gcp-t4 cache build -o DIR [-platform linux/amd64] [-disk FILE.tar.gz] IMAGE@sha256:DIGEST..."},
 	About: []string{"Writes the images a workload pulls, each pinned by digest, into a new OCI image layout at DIR: the " +
 		"contents of a cache disk, which the podVM's registry mirror serves to image-rs (docs/cache.md). For a " +
-		"multi-platform image it keeps the index and the one platform's image. Every blob is read back against its " +
+		"multi-platform image it keeps the index and the one platform's image, and in DIR/image-rs the same images " +
+		"unpacked in image-rs's store format. Every blob is read back against its " +
 		"digest before it returns. Registry credentials come from the Docker config (~/.docker/config.json), as " +
 		"docker and crane read them."},
 }
