@@ -12,13 +12,15 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
+	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 )
 
 var buildUsage = cli.Usage{
 	Synopsis: []string{"gcp-t4 cache build -o DIR [-platform linux/amd64] [-disk FILE.tar.gz] IMAGE@sha256:DIGEST..."},
 	About: []string{"Writes the images a workload pulls, each pinned by digest, into a new OCI image layout at DIR: the " +
 		"contents of a cache disk, which the podVM's registry mirror serves to image-rs (docs/cache.md). For a " +
-		"multi-platform image it keeps the index and the one platform's image. Every blob is read back against its " +
+		"multi-platform image it keeps the index and the one platform's image, and in DIR/image-rs the same images " +
+		"unpacked in image-rs's store format. Every blob is read back against its " +
 		"digest before it returns. Registry credentials come from the Docker config (~/.docker/config.json), as " +
 		"docker and crane read them."},
 }
@@ -76,6 +78,11 @@ func buildMain(ctx context.Context, args []string, stdout, stderr io.Writer, _ *
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(stdout, "%d images, %.1f MB, written to %s and read back against their digests\n", len(imgs), float64(total)/1e6, *out)
+	for _, i := range imgs {
+		if i.NotUnpacked != "" {
+			fmt.Fprintf(stdout, "not pre-unpacked (the mirror serves it): %s\n", termout.Clean(i.NotUnpacked))
+		}
+	}
 	if *disk != "" {
 		size, err := Disk(ctx, *out, *disk)
 		if err != nil {

@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +17,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+
+	"github.com/caa-gcp-t4/gcp-t4/internal/imagestore"
 )
 
 // FilesystemLabel is the cache filesystem's label: the provider's device
@@ -47,11 +51,22 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error)
 		if err != nil {
 			return err
 		}
-		if rel, err := filepath.Rel(layoutDir, path); err == nil && rel != "." {
-			paths = append(paths, "/"+filepath.ToSlash(rel))
-		}
 		if info, err := d.Info(); err == nil && !d.IsDir() {
 			bytes += info.Size()
+		}
+		rel, err := filepath.Rel(layoutDir, path)
+		if err != nil {
+			return err
+		}
+		// The store's layer trees keep their images' own modes, owners
+		// and times, set by storeScript from their entry lists: neither
+		// chmod'ed here (a chmod would follow a layer's symbolic link
+		// out of the tree) nor pinned to the epoch.
+		if layers := filepath.Join(imagestore.StoreDir, imagestore.LayersDir); rel != layers && strings.HasPrefix(rel, layers+string(filepath.Separator)) {
+			return nil
+		}
+		if rel != "." {
+			paths = append(paths, "/"+filepath.ToSlash(rel))
 		}
 		// mke2fs -d copies each file's mode and times. Every file is
 		// readable by all, so the podVM's mirror reads the disk as an
@@ -109,7 +124,11 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error)
 	if b, err := mkfs.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("mke2fs (e2fsprogs; apt-get install -y e2fsprogs): %v: %s", err, b)
 	}
-	if err := pinTimes(ctx, raw, paths, timeEnv); err != nil {
+	store, err := storeScript(layoutDir, raw)
+	if err != nil {
+		return 0, err
+	}
+	if err := pinTimes(ctx, raw, paths, store, timeEnv); err != nil {
 		return 0, err
 	}
 	tmp := filepath.Join(work, "disk.tar.gz")
@@ -132,8 +151,9 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error)
 // the ctime when the layout was written, so two builds of the same images
 // differed. Setting them after the fact holds for every e2fsprogs
 // version, and is a no-op where mke2fs already clamped them.
-func pinTimes(ctx context.Context, raw string, paths []string, env []string) error {
+func pinTimes(ctx context.Context, raw string, paths []string, store string, env []string) error {
 	var script strings.Builder
+	script.WriteString(store)
 	t := strconv.FormatInt(epoch.Unix(), 10)
 	for _, p := range append([]string{"/", "/lost+found"}, paths...) {
 		// debugfs reads its script split at blanks, with double quotes
@@ -162,9 +182,78 @@ func pinTimes(ctx context.Context, raw string, paths []string, env []string) err
 	}
 	// debugfs reports a failed request on its output and still exits 0.
 	for _, line := range strings.Split(string(b), "\n") {
-		if line != "" && !strings.HasPrefix(line, "debugfs ") && !strings.HasPrefix(line, "debugfs:") {
+		// mknod names the inode it allocates.
+		if line != "" && !strings.HasPrefix(line, "debugfs ") && !strings.HasPrefix(line, "debugfs:") && !strings.HasPrefix(line, "Allocated inode: ") {
 			return fmt.Errorf("debugfs, setting the disk's times: %s", strings.TrimSpace(string(b)))
 		}
 	}
 	return nil
+}
+
+// storeScript is the debugfs commands that give the store's layer trees on
+// the disk what their entry lists say and a directory written without
+// root cannot hold (imagestore.Entry): whiteouts (character devices 0/0),
+// devices and FIFOs, each path's owner, mode and mtime (its atime the same,
+// as image-rs sets both, image-rs/src/stream/unpack.rs:397-445; ctime and
+// crtime the epoch), opaque marks and xattrs. Xattr values go through
+// files beside raw. An empty layout store gives no commands.
+func storeScript(layoutDir, raw string) (string, error) {
+	man, all, err := imagestore.Entries(layoutDir)
+	if err != nil {
+		return "", fmt.Errorf("the pre-unpacked store: %w", err)
+	}
+	var b strings.Builder
+	t := strconv.FormatInt(epoch.Unix(), 10)
+	nx := 0
+	for _, l := range man.Layers {
+		dir := "/" + imagestore.StoreDir + "/" + imagestore.LayersDir + "/" + strconv.Itoa(l.Index)
+		for _, e := range all[l.Index] {
+			p := dir
+			if e.Path != "." {
+				p += "/" + e.Path
+			}
+			// Names debugfs cannot take are refused when the layer is
+			// unpacked (imagestore's entryName).
+			typ := map[string]uint32{imagestore.TypeDir: 0o040000, imagestore.TypeFile: 0o100000, imagestore.TypeHardlink: 0o100000,
+				imagestore.TypeSymlink: 0o120000, imagestore.TypeChar: 0o020000, imagestore.TypeWhiteout: 0o020000,
+				imagestore.TypeBlock: 0o060000, imagestore.TypeFifo: 0o010000}[e.Type]
+			// debugfs's mknod takes a name in its current directory.
+			parent, base := path.Split(p)
+			switch e.Type {
+			case imagestore.TypeWhiteout:
+				fmt.Fprintf(&b, "cd \"%s\"\nmknod \"%s\" c 0 0\ncd /\n", parent, base)
+			case imagestore.TypeChar:
+				fmt.Fprintf(&b, "cd \"%s\"\nmknod \"%s\" c %d %d\ncd /\n", parent, base, e.Major, e.Minor)
+			case imagestore.TypeBlock:
+				fmt.Fprintf(&b, "cd \"%s\"\nmknod \"%s\" b %d %d\ncd /\n", parent, base, e.Major, e.Minor)
+			case imagestore.TypeFifo:
+				fmt.Fprintf(&b, "cd \"%s\"\nmknod \"%s\" p\ncd /\n", parent, base)
+			}
+			fmt.Fprintf(&b, "sif \"%s\" mode 0%o\nsif \"%s\" uid %d\nsif \"%s\" gid %d\n", p, typ|e.Mode, p, e.UID, p, e.GID)
+			for f, v := range map[string]string{"mtime": strconv.FormatInt(e.Mtime, 10), "atime": strconv.FormatInt(e.Mtime, 10), "ctime": t, "crtime": t} {
+				fmt.Fprintf(&b, "sif \"%s\" %s %s\nsif \"%s\" %s_extra 0\n", p, f, v, p, f)
+			}
+			if e.Opaque {
+				fmt.Fprintf(&b, "ea_set \"%s\" trusted.overlay.opaque y\n", p)
+			}
+			for _, k := range sortedKeys(e.Xattrs) {
+				vf := fmt.Sprintf("%s.xattr%d", raw, nx)
+				nx++
+				if err := os.WriteFile(vf, e.Xattrs[k], 0o600); err != nil {
+					return "", err
+				}
+				fmt.Fprintf(&b, "ea_set -f \"%s\" \"%s\" \"%s\"\n", vf, p, k)
+			}
+		}
+	}
+	return b.String(), nil
+}
+
+func sortedKeys(m map[string][]byte) []string {
+	var k []string
+	for x := range m {
+		k = append(k, x)
+	}
+	sort.Strings(k)
+	return k
 }
