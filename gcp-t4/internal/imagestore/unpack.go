@@ -175,7 +175,7 @@ func unpack(r io.Reader, dir, diffID string) (unpacked, error) {
 			if err := os.Mkdir(full, 0o755); err != nil {
 				return u, err
 			}
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg: // archive/tar's Reader gives an old '\x00' file as TypeReg too
 			meta.Type = TypeFile
 			f, err := os.OpenFile(full, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 			if err != nil {
