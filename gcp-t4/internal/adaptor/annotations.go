@@ -7,23 +7,22 @@ import (
 	"strings"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 )
 
-// The annotations the kata shim puts in every CreateVMRequest. The shim
-// always sends all of them, empty when unset; default_gpus is "0" for a
-// pod without GPUs.
+// The annotations the kata shim puts in every CreateVMRequest, named
+// once in the drop-in's annotations package. The shim always sends all
+// of them, empty when unset; default_gpus is "0" for a pod without GPUs.
 const (
-	AnnotationSandboxName      = "io.kubernetes.cri.sandbox-name"
-	AnnotationSandboxNamespace = "io.kubernetes.cri.sandbox-namespace"
-
-	hypervisorPrefix      = "io.katacontainers.config.hypervisor."
-	AnnotationMachineType = hypervisorPrefix + "machine_type"
-	AnnotationImage       = hypervisorPrefix + "image"
-	AnnotationVCPUs       = hypervisorPrefix + "default_vcpus"
-	AnnotationMemory      = hypervisorPrefix + "default_memory"
-	AnnotationGPUs        = hypervisorPrefix + "default_gpus"
-	AnnotationGPUModel    = hypervisorPrefix + "default_gpu_model"
-	AnnotationInitData    = hypervisorPrefix + "cc_init_data"
+	AnnotationSandboxName      = annotations.SandboxName
+	AnnotationSandboxNamespace = annotations.SandboxNamespace
+	AnnotationMachineType      = annotations.MachineType
+	AnnotationImage            = annotations.Image
+	AnnotationVCPUs            = annotations.VCPUs
+	AnnotationMemory           = annotations.Memory
+	AnnotationGPUs             = annotations.GPUs
+	AnnotationGPUModel         = annotations.GPUModel
+	AnnotationInitData         = annotations.InitData
 )
 
 // podRequest is what a CreateVMRequest asks for, in provider terms.

@@ -11,13 +11,15 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 )
 
 // Annotation carries a pod's initdata to its podVM: kata's shim reads it
 // (kata cf82bb35 src/runtime/virtcontainers/pkg/annotations/annotations.go,
 // pkg/oci/utils.go addHypervisorInitdataOverrides) and passes it to CAA
 // (v0.22.0 pkg/util/cloud.go), which puts it in the podVM's user-data.
-const Annotation = "io.katacontainers.config.hypervisor.cc_init_data"
+const Annotation = annotations.InitData
 
 // maxText bounds what Decode reads: an initdata is a few kB of TOML.
 const maxText = 1 << 20

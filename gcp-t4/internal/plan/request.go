@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -13,12 +14,11 @@ import (
 // The annotations the peer-pods webhook writes and the kata shim forwards
 // to CAA, which maps them to the provider's InstanceTypeSpec.
 const (
-	hypervisorPrefix      = "io.katacontainers.config.hypervisor."
-	AnnotationVCPUs       = hypervisorPrefix + "default_vcpus"
-	AnnotationMemory      = hypervisorPrefix + "default_memory"
-	AnnotationGPUs        = hypervisorPrefix + "default_gpus"
-	AnnotationMachineType = hypervisorPrefix + "machine_type"
-	AnnotationImage       = hypervisorPrefix + "image"
+	AnnotationVCPUs       = annotations.VCPUs
+	AnnotationMemory      = annotations.Memory
+	AnnotationGPUs        = annotations.GPUs
+	AnnotationMachineType = annotations.MachineType
+	AnnotationImage       = annotations.Image
 
 	// GPUResource is the resource the webhook counts GPUs from.
 	GPUResource corev1.ResourceName = "nvidia.com/gpu"
@@ -50,7 +50,7 @@ func Request(g Group, runtimeClass string) (PodRequest, error) {
 	// Only the hypervisor annotations travel to CAA.
 	ann := map[string]string{}
 	for k, v := range g.Annotations {
-		if strings.HasPrefix(k, hypervisorPrefix) {
+		if strings.HasPrefix(k, annotations.HypervisorPrefix) {
 			ann[k] = v
 		}
 	}

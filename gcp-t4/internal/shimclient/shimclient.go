@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/ttrpc"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/hypervisor"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 )
 
 // Kata's defaults: StartVM waits at least minTimeout, and
@@ -25,19 +26,19 @@ const (
 	DefaultTimeout = 600 * time.Second
 )
 
-// The annotation keys kata's remote hypervisor sends. They are spelled
-// here independently of the adaptor, so a typo on either side fails the
-// end-to-end tests instead of agreeing with itself.
+// The annotation keys kata's remote hypervisor sends, named once in the
+// drop-in's annotations package (which cites kata's own definitions at
+// the pin).
 const (
-	annotSandboxName      = "io.kubernetes.cri.sandbox-name"
-	annotSandboxNamespace = "io.kubernetes.cri.sandbox-namespace"
-	annotMachineType      = "io.katacontainers.config.hypervisor.machine_type"
-	annotImage            = "io.katacontainers.config.hypervisor.image"
-	annotVCPUs            = "io.katacontainers.config.hypervisor.default_vcpus"
-	annotMemory           = "io.katacontainers.config.hypervisor.default_memory"
-	annotInitData         = "io.katacontainers.config.hypervisor.cc_init_data"
-	annotGPUs             = "io.katacontainers.config.hypervisor.default_gpus"
-	annotGPUModel         = "io.katacontainers.config.hypervisor.default_gpu_model"
+	annotSandboxName      = annotations.SandboxName
+	annotSandboxNamespace = annotations.SandboxNamespace
+	annotMachineType      = annotations.MachineType
+	annotImage            = annotations.Image
+	annotVCPUs            = annotations.VCPUs
+	annotMemory           = annotations.Memory
+	annotInitData         = annotations.InitData
+	annotGPUs             = annotations.GPUs
+	annotGPUModel         = annotations.GPUModel
 )
 
 // Sandbox is a pod as the shim's hypervisor config holds it after the

@@ -12,6 +12,7 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 )
 
 // What a pod may choose is the cluster admin's decision, not the pod
@@ -29,8 +30,8 @@ const allowAuto = "auto"
 
 // Annotation names as a pod author writes them, for error messages.
 const (
-	annotImage       = "io.katacontainers.config.hypervisor.image"
-	annotMachineType = "io.katacontainers.config.hypervisor.machine_type"
+	annotImage       = annotations.Image
+	annotMachineType = annotations.MachineType
 )
 
 // imageKey is an image in one canonical form, so that "podvm-t4",
