@@ -36,10 +36,6 @@ const (
 	maxLabels           = 64
 	maxMetadataValue    = 256 * 1024
 	maxMetadataTotal    = 512 * 1024
-	t4SmallMaxCPUs      = 48
-	t4SmallMaxMemoryMB  = 312 * 1024
-	t4LargeMaxCPUs      = 96
-	t4LargeMaxMemoryMB  = 624 * 1024
 	liveMigrationReject = "Instances with guest accelerators do not support live migration."
 )
 
@@ -362,24 +358,24 @@ func (s *Server) validateAccelerators(plan *insertPlan, inst *computepb.Instance
 		if n <= 0 {
 			return invalidField(countField, strconv.Itoa(int(n)), "Accelerator count must be greater than 0.")
 		}
-		if spec.allowedCounts == nil {
+		counts := spec.counts()
+		if counts == nil {
 			return invalidField(field, ref, fmt.Sprintf("Accelerator type '%s' is only available bundled with its accelerator-optimized machine types and cannot be attached.", name))
 		}
-		if !slices.Contains(spec.allowedCounts, n) || n > spec.maxCards {
+		if !slices.Contains(counts, n) || n > spec.maxCards {
 			return invalidField(countField, strconv.Itoa(int(n)),
-				fmt.Sprintf("Accelerator count %d is not valid for accelerator type '%s'; allowed counts are %s.", n, name, joinInts(spec.allowedCounts)))
+				fmt.Sprintf("Accelerator count %d is not valid for accelerator type '%s'; allowed counts are %s.", n, name, joinInts(counts)))
 		}
 		if m.family() != "n1" || m.shared {
 			return invalidField(field, ref,
 				fmt.Sprintf("Accelerator type '%s' can only be attached to N1 machine types that are not shared-core; machine type '%s' is not supported.", name, m.name))
 		}
-		maxCPU, maxMem := int32(t4SmallMaxCPUs), int32(t4SmallMaxMemoryMB)
-		if n >= 4 {
-			maxCPU, maxMem = t4LargeMaxCPUs, t4LargeMaxMemoryMB
-		}
-		if m.cpus > maxCPU || m.memoryMB > maxMem {
+		// The per-count ceiling is the family's row (accels.go), for
+		// this zone where the row has a zone's own limit.
+		lim, _ := spec.limit(n, z.name)
+		if m.cpus > lim.maxCPUs || m.memoryMB > lim.maxMemoryGB*1024 {
 			return invalidField("resource.machineType", inst.GetMachineType(),
-				fmt.Sprintf("Machine type '%s' (%d vCPUs, %d MB) exceeds the limit of %d vCPUs and %d GB memory for %d x %s.", m.name, m.cpus, m.memoryMB, maxCPU, maxMem/1024, n, name))
+				fmt.Sprintf("Machine type '%s' (%d vCPUs, %d MB) exceeds the limit of %d vCPUs and %d GB memory for %d x %s.", m.name, m.cpus, m.memoryMB, lim.maxCPUs, lim.maxMemoryGB, n, name))
 		}
 		plan.gpu, plan.gpus = name, n
 		plan.accelURLs = append(plan.accelURLs, &computepb.AcceleratorConfig{

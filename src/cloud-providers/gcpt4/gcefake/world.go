@@ -18,12 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Accelerator and machine-type names the validation rules refer to.
 const (
-	accelT4   = "nvidia-tesla-t4"
-	accelH100 = "nvidia-h100-80gb"
-	accelL4   = "nvidia-l4"
-
 	defaultNetwork = "default"
 	// worldEpoch is the creation time of the built-in world, fixed so that
 	// outputs are stable across runs.
@@ -66,18 +61,6 @@ type zoneSpec struct {
 	machines []*machineSpec
 }
 
-type accelSpec struct {
-	name        string
-	description string
-	maxCards    int32
-	// allowedCounts lists attachable counts; nil for bundled-only GPUs.
-	allowedCounts []int32
-	// quotaMetric and preemptibleMetric name the regional quotas a GPU
-	// consumes.
-	quotaMetric       string
-	preemptibleMetric string
-}
-
 type machineSpec struct {
 	name       string
 	cpus       int32
@@ -102,17 +85,10 @@ func defaultWorld(project string) *world {
 		project:      project,
 		regionByName: map[string]*regionSpec{},
 		zoneByName:   map[string]*zoneSpec{},
-		accels: map[string]*accelSpec{
-			accelT4: {name: accelT4, description: "NVIDIA T4", maxCards: 4, allowedCounts: []int32{1, 2, 4},
-				quotaMetric: "NVIDIA_T4_GPUS", preemptibleMetric: "PREEMPTIBLE_NVIDIA_T4_GPUS"},
-			accelH100: {name: accelH100, description: "NVIDIA H100 80GB", maxCards: 8,
-				quotaMetric: "NVIDIA_H100_GPUS", preemptibleMetric: "PREEMPTIBLE_NVIDIA_H100_GPUS"},
-			accelL4: {name: accelL4, description: "NVIDIA L4", maxCards: 8,
-				quotaMetric: "NVIDIA_L4_GPUS", preemptibleMetric: "PREEMPTIBLE_NVIDIA_L4_GPUS"},
-		},
-		images:    map[string][]*computepb.Image{},
-		templates: map[string]*computepb.InstanceTemplate{},
-		quotas:    map[string]map[string]float64{"": {"GPUS_ALL_REGIONS": 16}},
+		accels:       map[string]*accelSpec{},
+		images:       map[string][]*computepb.Image{},
+		templates:    map[string]*computepb.InstanceTemplate{},
+		quotas:       map[string]map[string]float64{"": {"GPUS_ALL_REGIONS": 16}},
 		// Every project has the Compute Engine default service account,
 		// PROJECT_NUMBER-compute@developer.gserviceaccount.com
 		// (compute/docs/access/service-accounts#default_service_account).
@@ -129,10 +105,9 @@ func defaultWorld(project string) *world {
 		{"europe-west4", []string{"a", "b", "c"}, "10.164.0.0/20"},
 		{"us-east5", []string{"a", "b", "c"}, "10.202.0.0/20"},
 	}
-	gpuZones := map[string][]string{
-		accelT4:   {"us-central1-a", "us-central1-b", "us-central1-f", "us-east1-c", "us-east1-d", "europe-west4-b", "europe-west4-c"},
-		accelH100: {"us-central1-a", "us-east5-a", "europe-west4-c"},
-		accelL4:   {"us-central1-a", "us-central1-b", "us-central1-c"},
+	table := accelTable()
+	for _, a := range table {
+		w.accels[a.name] = a
 	}
 	for _, g := range geo {
 		r := &regionSpec{name: g.region, subnet: netip.MustParsePrefix(g.cidr)}
@@ -140,26 +115,23 @@ func defaultWorld(project string) *world {
 			zn := g.region + "-" + suf
 			r.zones = append(r.zones, zn)
 			z := &zoneSpec{name: zn, region: g.region}
-			for _, a := range []string{accelT4, accelH100, accelL4} {
-				if slices.Contains(gpuZones[a], zn) {
-					z.accels = append(z.accels, a)
+			var here []*accelSpec
+			for _, a := range table {
+				if slices.Contains(a.zones, zn) {
+					z.accels = append(z.accels, a.name)
+					here = append(here, a)
 				}
 			}
-			z.machines = machineCatalog(z.accels)
+			z.machines = machineCatalog(here)
 			w.zones = append(w.zones, z)
 			w.zoneByName[zn] = z
 		}
 		w.regions = append(w.regions, r)
 		w.regionByName[r.name] = r
-		w.quotas[r.name] = map[string]float64{
-			"CPUS":                         96,
-			"INSTANCES":                    100,
-			"NVIDIA_T4_GPUS":               8,
-			"PREEMPTIBLE_NVIDIA_T4_GPUS":   8,
-			"NVIDIA_H100_GPUS":             0,
-			"PREEMPTIBLE_NVIDIA_H100_GPUS": 2,
-			"NVIDIA_L4_GPUS":               4,
-			"PREEMPTIBLE_NVIDIA_L4_GPUS":   4,
+		w.quotas[r.name] = map[string]float64{"CPUS": 96, "INSTANCES": 100}
+		for _, a := range table {
+			w.quotas[r.name][a.quotaMetric] = a.quota
+			w.quotas[r.name][a.preemptibleMetric] = a.preemptibleQuota
 		}
 	}
 	// GCE lists zones and regions by name.
@@ -180,7 +152,7 @@ func defaultWorld(project string) *world {
 
 // machineCatalog returns the machine types of a zone. Bundled-GPU types only
 // exist where their GPU does, as on GCE.
-func machineCatalog(zoneAccels []string) []*machineSpec {
+func machineCatalog(zoneAccels []*accelSpec) []*machineSpec {
 	var ms []*machineSpec
 	for _, n := range []int32{1, 2, 4, 8, 16, 32, 64, 96} {
 		ms = append(ms, &machineSpec{name: fmt.Sprintf("n1-standard-%d", n), cpus: n, memoryMB: n * 3840})
@@ -210,13 +182,9 @@ func machineCatalog(zoneAccels []string) []*machineSpec {
 		&machineSpec{name: "c3-standard-4", cpus: 4, memoryMB: 16384},
 		&machineSpec{name: "n2d-standard-4", cpus: 4, memoryMB: 16384},
 	)
-	if slices.Contains(zoneAccels, accelH100) {
-		ms = append(ms, &machineSpec{name: "a3-highgpu-1g", cpus: 26, memoryMB: 239616, accel: accelH100, accelCount: 1})
-	}
-	if slices.Contains(zoneAccels, accelL4) {
-		// G2: 1, 2, 4 or 8 L4s, 4 GB per vCPU (compute/docs/accelerator-optimized-machines#g2-vms).
-		for _, g := range []struct{ cpus, l4s int32 }{{4, 1}, {8, 1}, {12, 1}, {16, 1}, {24, 2}, {32, 1}, {48, 4}, {96, 8}} {
-			ms = append(ms, &machineSpec{name: fmt.Sprintf("g2-standard-%d", g.cpus), cpus: g.cpus, memoryMB: g.cpus * 4096, accel: accelL4, accelCount: g.l4s})
+	for _, a := range zoneAccels {
+		for _, b := range a.bundled {
+			ms = append(ms, &machineSpec{name: b.name, cpus: b.cpus, memoryMB: b.memoryMB, accel: a.name, accelCount: b.gpus})
 		}
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].name < ms[j].name })
