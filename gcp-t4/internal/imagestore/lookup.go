@@ -170,6 +170,15 @@ func loadManifest(mountPoint string, mounted bool) (Manifest, string, Result) {
 	return man, store, Result{Hit: true}
 }
 
+// ReadManifest reads the store's manifest beside a layout built at root
+// (not mounted: its store_paths are not checked against root), for tools
+// that ask which images a cache holds unpacked; a Result that is no hit
+// says why there is no usable store.
+func ReadManifest(root string) (Manifest, Result) {
+	man, _, r := loadManifest(root, false)
+	return man, r
+}
+
 // StoreDir is the store's directory on the cache disk, beside the OCI
 // layout's index.json and blobs.
 const StoreDir = "image-rs"

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
+	"github.com/caa-gcp-t4/gcp-t4/internal/imagestore"
 	"github.com/caa-gcp-t4/gcp-t4/internal/initdata"
 )
 
@@ -22,6 +23,10 @@ const cacheFix = "give the directory that gcp-t4 cache build -o DIR IMAGE@sha256
 type cacheLayout struct {
 	Dir    string
 	Images []cachedImage
+	// StoreMiss says why the layout's pre-unpacked store (imagestore)
+	// cannot be used by the podVM this tree builds: none, half-written, or
+	// for another guest-components; "" when it can.
+	StoreMiss string
 }
 
 // cachedImage is one image the layout's index.json names.
@@ -33,6 +38,9 @@ type cachedImage struct {
 	// Bytes is what a pull of it moves (config and layers, compressed),
 	// read from the layout's manifests; 0 when they are not there.
 	Bytes int64
+	// Stored: the pre-unpacked store holds it, so the podVM's pull is a
+	// manifest fetch and an overlay mount (docs/cache.md).
+	Stored bool
 }
 
 // readCache reads the layout at dir: its oci-layout marker and the images
@@ -76,7 +84,32 @@ func readCache(dir string) (*cacheLayout, error) {
 	if len(c.Images) == 0 {
 		return nil, bad("index.json names no image (no " + cachemirror.RefNameAnnotation + " annotation)")
 	}
+	c.readStore()
 	return c, nil
+}
+
+// readStore marks the images the layout's pre-unpacked store holds, for
+// the guest-components this tree's podVM ships (imagestore.GuestComponents):
+// a store for another one is not used by the podVM, which then pulls
+// through its mirror.
+func (c *cacheLayout) readStore() {
+	man, r := imagestore.ReadManifest(c.Dir)
+	switch {
+	case !r.Hit:
+		c.StoreMiss = string(r.Miss) + ": " + r.Detail
+		return
+	case man.GuestComponents != imagestore.GuestComponents:
+		c.StoreMiss = fmt.Sprintf("%s: the store is for guest-components %.12s, this podVM's is %.12s; build the cache again with this gcp-t4",
+			imagestore.MissGuestComponents, man.GuestComponents, imagestore.GuestComponents)
+		return
+	}
+	stored := map[string]bool{}
+	for _, mi := range man.Images {
+		stored[mi.Reference] = true
+	}
+	for i := range c.Images {
+		c.Images[i].Stored = stored[c.Images[i].Ref]
+	}
 }
 
 // Ways a pod's image stands with the cache.

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/fit"
+	"github.com/caa-gcp-t4/gcp-t4/internal/imagestore"
 	"github.com/caa-gcp-t4/gcp-t4/internal/startup"
 )
 
@@ -307,6 +308,18 @@ func (sf *startupFlags) imageOf(ref string, given map[string]int64, podAnnotatio
 			im.route = startup.RouteCache
 			im.bytes, im.known = ci.Bytes, ci.Bytes > 0
 			how = fmt.Sprintf("in the cache (%s): read from the cache disk, not through Cloud NAT", ci.Ref)
+			switch {
+			case ci.Stored:
+				// image-rs finds it by config digest and mounts its layers
+				// in place (image-rs/src/image.rs:391-401 at dcd55ea1):
+				// nothing is read or unpacked at the pull.
+				im.route, im.bytes, im.known = startup.RouteStore, 0, true
+				how = fmt.Sprintf("in the cache's pre-unpacked store (%s): the pull is a manifest fetch and an overlay mount of the layers on the cache disk, nothing unpacked; the layers are read from the disk as the container uses them", ci.Ref)
+			case sf.cache.StoreMiss != "":
+				how += ", and unpacked in the podVM: the pre-unpacked store is not used (" + sf.cache.StoreMiss + ")"
+			default:
+				how += ", and unpacked in the podVM: the pre-unpacked store does not hold it (an image whose config is not linux is left out)"
+			}
 		case byTag:
 			how = "referenced by tag: a cached image is matched by digest only (image-rs checks a manifest only when it pulls by digest), so it falls back to its registry through Cloud NAT; pin it by digest in the manifest (IMAGE@sha256:DIGEST)"
 			if len(same) > 0 {
@@ -321,6 +334,10 @@ func (sf *startupFlags) imageOf(ref string, given map[string]int64, podAnnotatio
 		default:
 			how = "not in the cache: it falls back to its registry through Cloud NAT (image-rs tries the podVM's mirror, then the image's own registry); add it with gcp-t4 cache build"
 		}
+	}
+	if im.route == startup.RouteStore {
+		im.from = SizeFrom{From: "the cache's pre-unpacked store", Source: sf.cache.Dir + ": " + imagestore.StoreDir}
+		return im, fmt.Sprintf("image %s: nothing to pull, %s", ref, how)
 	}
 	if b, ok := given["image"]; ok {
 		im.bytes, im.known = b, true

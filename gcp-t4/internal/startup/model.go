@@ -182,7 +182,13 @@ func phaseTime(p Phase, in Inputs) (time.Duration, PhaseTime, error) {
 			return 0, pt, nil
 		}
 		if size == 0 {
+			// A route may move nothing: an image the cache disk holds
+			// unpacked is mounted in place (RouteStore).
+			pt.Route = in.Routes[p.ID]
 			pt.Figure = "none (no " + p.Size + ")"
+			if pt.Route != "" {
+				pt.Figure = "nothing moved (via " + pt.Route + ")"
+			}
 			return 0, pt, nil
 		}
 		route := in.Routes[p.ID]

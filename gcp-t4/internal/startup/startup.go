@@ -34,7 +34,10 @@ const (
 // (Phase.Routes).
 const (
 	RouteCache = "cache" // an image read from the podVM's cache disk (docs/cache.md)
-	RouteGCS   = "gcs"   // weights from Cloud Storage, through Private Google Access
+	// RouteStore is an image the cache disk holds unpacked: the pull is a
+	// manifest fetch and an overlay mount (docs/cache.md, "pre-unpacked store").
+	RouteStore = "store"
+	RouteGCS   = "gcs" // weights from Cloud Storage, through Private Google Access
 )
 
 // Who sets a deadline.
