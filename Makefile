@@ -28,7 +28,7 @@ IMAGE_GO ?= go1.26.8
 include test/containerd/versions.mk
 CONTAINERD_ENV := CONTAINERD17_VERSION=$(CONTAINERD17) CONTAINERD2_VERSIONS="$(CONTAINERD2)"
 
-.PHONY: all help build test test-go test-short demo bench bench-pull bench-cache lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz print-containerd-versions
+.PHONY: all help build test test-go test-short demo bench bench-pull bench-cache lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check imagestore-drift tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz print-containerd-versions
 .PHONY: delivery upstream-patch upstream-lint image
 .PHONY: controlplane controlplane-test kuberay helm-vet helm-check reaper-acceptance
 
@@ -262,6 +262,13 @@ bench-cache: tools
 ##   make dropin-check UPSTREAM=/path/to/cloud-api-adaptor [UPSTREAM_REF=v0.22.0]
 dropin-check: tools
 	test/dropin/check.sh "$(UPSTREAM)" $(UPSTREAM_REF)
+
+## imagestore-drift: the pre-unpacked store's format (gcp-t4/internal/imagestore) against image-rs's
+## own structures and path rules in a fetched guest-components, at the commit the store is for
+##   make imagestore-drift GUEST_COMPONENTS=/path/to/guest-components
+imagestore-drift: tools
+	@test -n "$(GUEST_COMPONENTS)" || { echo "imagestore-drift: give GUEST_COMPONENTS=DIR, a guest-components git clone with its history (the commit in gcp-t4/internal/imagestore/format.go must be in it)" >&2; exit 2; }
+	cd gcp-t4 && $(GO) test -count=1 -run 'TestImageRsAtThePin$$' -v ./internal/imagestore/drift/ -args -tree "$(abspath $(GUEST_COMPONENTS))"
 
 ## upstream-lint: golangci-lint as upstream's CI pins it (GOLANGCI_LINT_VERSION), with the
 ## tree's own .golangci.yaml and -tags gcp_t4, on gcpt4 copied into an upstream checkout

@@ -147,6 +147,15 @@ func writeLayer(store string, n int, l Layer) (ManifestLayer, error) {
 	return ManifestLayer{Index: n, CompressedDigest: l.Digest, DiffID: u.diffID, Entries: digest(b), Files: u.files, Bytes: u.bytes}, nil
 }
 
+// The Compression variants image-rs names a layer's decoder by
+// (image-rs/src/decoder/mod.rs:24-30), as serde writes them; the drift
+// check holds them against image-rs's enum.
+const (
+	DecoderUncompressed = "Uncompressed"
+	DecoderGzip         = "Gzip"
+	DecoderZstd         = "Zstd"
+)
+
 // decoder is the Compression image-rs picks for a layer's media type
 // (image-rs/src/decoder/mod.rs:111-139), as serde names it. Encrypted
 // layers are decrypted in the guest with the pod's keys: they are not
@@ -154,12 +163,12 @@ func writeLayer(store string, n int, l Layer) (ManifestLayer, error) {
 func decoder(mediaType string) (string, error) {
 	switch mediaType {
 	case "application/vnd.oci.image.layer.v1.tar", "application/vnd.oci.image.layer.nondistributable.v1.tar":
-		return "Uncompressed", nil
+		return DecoderUncompressed, nil
 	case "application/vnd.docker.image.rootfs.diff.tar.gzip", "application/vnd.oci.image.layer.v1.tar+gzip",
 		"application/vnd.oci.image.layer.nondistributable.v1.tar+gzip":
-		return "Gzip", nil
+		return DecoderGzip, nil
 	case "application/vnd.oci.image.layer.v1.tar+zstd", "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd":
-		return "Zstd", nil
+		return DecoderZstd, nil
 	}
 	return "", fmt.Errorf("media type %q: image-rs at guest-components %.8s unpacks only OCI or Docker tar layers, plain, gzip or zstd", mediaType, GuestComponents)
 }
