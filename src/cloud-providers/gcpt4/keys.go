@@ -72,101 +72,92 @@ type keyRegistrar struct {
 
 func (r *keyRegistrar) add(k Key) { r.keys = append(r.keys, k) }
 
-func (r *keyRegistrar) StringWithEnv(field *string, flagName, hardcodedDefault, envVarName, usage string, opts ...provider.FlagOption) {
-	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindString, Default: hardcodedDefault, Usage: usage,
-		parse: func(v string) error { *field = v; return nil }})
+// register records k with conv as its parser into field, then registers
+// the flag: through upstream's registrar (up) inside CAA, else on the
+// flag set alone (local). Each XxxWithEnv is this with its kind's parser.
+func register[T any](r *keyRegistrar, field *T, k Key, conv func(string) (T, error), up, local func()) {
+	k.parse = func(v string) error {
+		x, err := conv(v)
+		if err != nil {
+			return err
+		}
+		*field = x
+		return nil
+	}
+	r.add(k)
 	if r.up != nil {
-		r.up.StringWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
+		up()
 		return
 	}
-	r.flags.StringVar(field, flagName, hardcodedDefault, usage)
+	local()
+}
+
+func (r *keyRegistrar) StringWithEnv(field *string, flagName, hardcodedDefault, envVarName, usage string, opts ...provider.FlagOption) {
+	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindString, Default: hardcodedDefault, Usage: usage},
+		func(v string) (string, error) { return v, nil },
+		func() { r.up.StringWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...) },
+		func() { r.flags.StringVar(field, flagName, hardcodedDefault, usage) })
 }
 
 func (r *keyRegistrar) IntWithEnv(field *int, flagName string, hardcodedDefault int, envVarName, usage string, opts ...provider.FlagOption) {
-	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindInt, Default: strconv.Itoa(hardcodedDefault), Usage: usage,
-		parse: func(v string) error {
+	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindInt, Default: strconv.Itoa(hardcodedDefault), Usage: usage},
+		func(v string) (int, error) {
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil {
-				return fmt.Errorf("%q is not a whole number", v)
+				return 0, fmt.Errorf("%q is not a whole number", v)
 			}
-			*field = n
-			return nil
-		}})
-	if r.up != nil {
-		r.up.IntWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
-		return
-	}
-	r.flags.IntVar(field, flagName, hardcodedDefault, usage)
+			return n, nil
+		},
+		func() { r.up.IntWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...) },
+		func() { r.flags.IntVar(field, flagName, hardcodedDefault, usage) })
 }
 
 func (r *keyRegistrar) UintWithEnv(field *uint, flagName string, hardcodedDefault uint, envVarName, usage string, opts ...provider.FlagOption) {
-	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindUint, Default: strconv.FormatUint(uint64(hardcodedDefault), 10), Usage: usage,
-		parse: func(v string) error {
+	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindUint, Default: strconv.FormatUint(uint64(hardcodedDefault), 10), Usage: usage},
+		func(v string) (uint, error) {
 			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
 			if err != nil {
-				return fmt.Errorf("%q is not a whole number of 0 or more", v)
+				return 0, fmt.Errorf("%q is not a whole number of 0 or more", v)
 			}
-			*field = uint(n)
-			return nil
-		}})
-	if r.up != nil {
-		r.up.UintWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
-		return
-	}
-	r.flags.UintVar(field, flagName, hardcodedDefault, usage)
+			return uint(n), nil
+		},
+		func() { r.up.UintWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...) },
+		func() { r.flags.UintVar(field, flagName, hardcodedDefault, usage) })
 }
 
 func (r *keyRegistrar) Float64WithEnv(field *float64, flagName string, hardcodedDefault float64, envVarName, usage string, opts ...provider.FlagOption) {
-	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindFloat64, Default: strconv.FormatFloat(hardcodedDefault, 'g', -1, 64), Usage: usage,
-		parse: func(v string) error {
+	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindFloat64, Default: strconv.FormatFloat(hardcodedDefault, 'g', -1, 64), Usage: usage},
+		func(v string) (float64, error) {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-				return fmt.Errorf("%q is not a number", v)
+				return 0, fmt.Errorf("%q is not a number", v)
 			}
-			*field = f
-			return nil
-		}})
-	if r.up != nil {
-		r.up.Float64WithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
-		return
-	}
-	r.flags.Float64Var(field, flagName, hardcodedDefault, usage)
+			return f, nil
+		},
+		func() { r.up.Float64WithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...) },
+		func() { r.flags.Float64Var(field, flagName, hardcodedDefault, usage) })
 }
 
 // BoolWithEnv accepts what upstream reads as true ("1", "true", any case)
 // and their opposites; anything else is an error rather than false.
 func (r *keyRegistrar) BoolWithEnv(field *bool, flagName string, hardcodedDefault bool, envVarName, usage string, opts ...provider.FlagOption) {
-	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindBool, Default: strconv.FormatBool(hardcodedDefault), Usage: usage,
-		parse: func(v string) error {
-			b, err := ParseBool(v)
-			if err != nil {
-				return err
-			}
-			*field = b
-			return nil
-		}})
-	if r.up != nil {
-		r.up.BoolWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
-		return
-	}
-	r.flags.BoolVar(field, flagName, hardcodedDefault, usage)
+	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindBool, Default: strconv.FormatBool(hardcodedDefault), Usage: usage},
+		ParseBool,
+		func() { r.up.BoolWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...) },
+		func() { r.flags.BoolVar(field, flagName, hardcodedDefault, usage) })
 }
 
 func (r *keyRegistrar) DurationWithEnv(field *time.Duration, flagName string, hardcodedDefault time.Duration, envVarName, usage string, opts ...provider.FlagOption) {
-	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindDuration, Default: hardcodedDefault.String(), Usage: usage,
-		parse: func(v string) error {
+	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindDuration, Default: hardcodedDefault.String(), Usage: usage},
+		func(v string) (time.Duration, error) {
 			d, err := time.ParseDuration(strings.TrimSpace(v))
 			if err != nil {
-				return fmt.Errorf("%q is not a duration such as 90s, 3m or 1h", v)
+				return 0, fmt.Errorf("%q is not a duration such as 90s, 3m or 1h", v)
 			}
-			*field = d
-			return nil
-		}})
-	if r.up != nil {
-		r.up.DurationWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
-		return
-	}
-	r.flags.DurationVar(field, flagName, hardcodedDefault, usage)
+			return d, nil
+		},
+		func() { r.up.DurationWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...) },
+		func() { r.flags.DurationVar(field, flagName, hardcodedDefault, usage) })
 }
 
 func (r *keyRegistrar) CustomTypeWithEnv(field flag.Value, flagName, hardcodedDefault, envVarName, usage string, opts ...provider.FlagOption) {
