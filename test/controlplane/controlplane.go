@@ -131,9 +131,13 @@ func Start(ctx context.Context, bin Binaries, opts Options) (cp *ControlPlane, e
 		}
 		cp.ownDir = true
 	}
+	// Every error return below is `return nil, …`, which sets cp to nil
+	// before this runs: stop the one that was started, through its own
+	// variable.
+	started := cp
 	defer func() {
 		if err != nil {
-			_ = cp.Stop()
+			_ = started.Stop()
 		}
 	}()
 	for _, d := range []string{"etcd", "pki"} {

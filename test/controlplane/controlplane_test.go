@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,5 +101,34 @@ func TestCertKubeconfig(t *testing.T) {
 	ca, err := os.ReadFile(cp.CAFile())
 	if err != nil || !strings.Contains(string(ca), "BEGIN CERTIFICATE") {
 		t.Errorf("CAFile %s: %v %.40q", cp.CAFile(), err, ca)
+	}
+}
+
+// TestFailedStartRemovesWhatItMade: a start that fails half-way (here its
+// context is cancelled while etcd comes up, as a Ctrl-C does) stops what it
+// started and removes its temporary directory, instead of leaving both to
+// the test binary's exit.
+func TestFailedStartRemovesWhatItMade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd; skipped with -short")
+	}
+	bin, err := BinariesFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if cp, err := Start(ctx, bin, Options{}); err == nil {
+		_ = cp.Stop()
+		t.Fatal("Start with a cancelled context succeeded")
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		t.Errorf("a failed start left %s in the temporary directory", e.Name())
 	}
 }
