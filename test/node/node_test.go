@@ -217,7 +217,8 @@ func buildSleeper(t *testing.T) string {
 	}
 	out := filepath.Join(t.TempDir(), "sleeper")
 	cmd := exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-o", out, "./sleeper")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	// This module is not in go.work (its own, like controlplane).
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOWORK=off")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./sleeper: %v\n%s", err, b)
 	}

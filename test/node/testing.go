@@ -33,16 +33,15 @@ func StartForTest(t *testing.T, opts Options) (*controlplane.ControlPlane, *Node
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, err := controlplane.Start(t.Context(), cpBin, controlplane.Options{ExtraAPIServerFlags: ControlPlaneFlags})
-	if err != nil {
-		t.Fatalf("start control plane: %v", err)
-	}
 	// Ctrl-C: the daemons are in their own process groups and do not see
 	// it; this cancels a start under way (which then removes what it made),
-	// tears the rest down, and exits as the signal would have.
+	// tears the rest down, and exits as the signal would have. Set before
+	// the control plane starts, so no window lets the signal kill the test
+	// with its daemons' mounts and directories left behind.
 	ctx, cancel := context.WithCancel(t.Context())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	var cpStarted atomic.Pointer[controlplane.ControlPlane]
 	var started atomic.Pointer[Node]
 	startDone, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -53,7 +52,9 @@ func StartForTest(t *testing.T, opts Options) (*controlplane.ControlPlane, *Node
 			if n := started.Load(); n != nil {
 				_ = n.Stop()
 			}
-			_ = cp.Stop()
+			if cp := cpStarted.Load(); cp != nil {
+				_ = cp.Stop()
+			}
 			os.Stderr.WriteString("node harness: interrupted (" + s.String() + "); node and control plane removed\n")
 			os.Exit(130)
 		case <-stopped:
@@ -63,6 +64,14 @@ func StartForTest(t *testing.T, opts Options) (*controlplane.ControlPlane, *Node
 		signal.Stop(sig)
 		close(stopped)
 		cancel()
+	})
+	cp, err := controlplane.Start(ctx, cpBin, controlplane.Options{ExtraAPIServerFlags: ControlPlaneFlags})
+	if err != nil {
+		close(startDone)
+		t.Fatalf("start control plane: %v", err)
+	}
+	cpStarted.Store(cp)
+	t.Cleanup(func() {
 		if err := cp.Stop(); err != nil {
 			t.Errorf("stop control plane: %v", err)
 		}
