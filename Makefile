@@ -30,7 +30,7 @@ CONTAINERD_ENV := CONTAINERD17_VERSION=$(CONTAINERD17) CONTAINERD2_VERSIONS="$(C
 
 .PHONY: all help build test test-go test-short demo bench bench-pull bench-cache lint lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check unit upstream-go dropin-check imagestore-drift tools clean podvm podvm-binaries podvm-verify podvm-test containerd remediate-fuzz fuzz print-containerd-versions
 .PHONY: delivery upstream-patch upstream-lint image
-.PHONY: controlplane controlplane-test kuberay helm-vet helm-check reaper-acceptance
+.PHONY: controlplane controlplane-test node-e2e kuberay helm-vet helm-check reaper-acceptance
 
 # The test control plane (test/controlplane): kube-apiserver and etcd for the
 # tests against a real API server, and the kustomize CLI (the engine
@@ -122,6 +122,20 @@ controlplane: tools
 	@echo "controlplane: kustomize (3 of 3)"
 	test/controlplane/build.sh kustomize $(KUSTOMIZE_VERSION) >/dev/null
 	@echo "export $(CONTROLPLANE_ENV)"
+
+## node-e2e: a real kubelet and containerd as a node of the test API server; a pod run, its log read, removed (docs/node-harness.md)
+##   make node-e2e [UPSTREAM=/path/to/cloud-api-adaptor KATA=/path/to/kata-containers: checks the pins; that stage is not wired yet]
+# kubelet is built from the same k8s.io/kubernetes as kube-apiserver; the
+# containerd is one of CONTAINERD2; CAA_PIN is the CAA release the series
+# targets (UPSTREAM_RELEASE), whose versions.yaml names kata's commit.
+CNI_PLUGINS_VERSION ?= v1.9.1
+NODE_CONTAINERD_VERSION ?= v2.4.2
+CAA_PIN ?= 38d0fcf7c7b787cc7fb9831410a910b37bb3be09
+# The script checks UPSTREAM and KATA before it builds anything.
+node-e2e: tools
+	KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) CNI_PLUGINS_VERSION=$(CNI_PLUGINS_VERSION) \
+		NODE_CONTAINERD_VERSION=$(NODE_CONTAINERD_VERSION) APT_LOCK_FILE=$(TOOL_CACHE)/.apt.lock \
+		CAA_PIN=$(CAA_PIN) UPSTREAM="$(UPSTREAM)" KATA="$(KATA)" test/node/e2e.sh
 
 ## print-containerd-versions: the containerd releases the tests run (from test/containerd/versions.mk)
 print-containerd-versions:

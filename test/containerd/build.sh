@@ -8,6 +8,9 @@
 #   test/containerd/build.sh v2.99.0 v2.0.14   -> v2.0.14's code, reporting
 #       itself as v2.99.0 (`--version` and CRI): the tests' stand-in for a
 #       release line a test adds as one row of the release table
+#   CONTAINERD_CMD=ctr test/containerd/build.sh v2.4.2
+#       -> another command of the release into the same bin directory: ctr
+#       or containerd-shim-runc-v2, which the node harness (test/node) runs
 #
 # Most releases install directly. A release whose go.mod carries `exclude`
 # directives (1.7, 2.0) is refused by `go install pkg@version`; its line
@@ -19,6 +22,15 @@ set -euo pipefail
 usage="usage: build.sh <containerd version, e.g. v2.2.1 or v1.7.29> [<release whose code to build>]"
 version=${1:?$usage}
 source=${2:-$version}
+cmd=${CONTAINERD_CMD:-containerd}
+case $cmd in
+containerd | ctr) check=--version ;;
+containerd-shim-runc-v2) check=-v ;;
+*)
+	echo "build.sh: CONTAINERD_CMD=$cmd is not one this script builds (containerd, ctr, containerd-shim-runc-v2)" >&2
+	exit 2
+	;;
+esac
 here=$(cd "$(dirname "$0")" && pwd)
 # Counted progress on stderr for the minutes of compiling: stdout is the path.
 progress=$here/../../scripts/go-progress.sh
@@ -36,8 +48,8 @@ if [ "$source" != "$version" ]; then
 	name=containerd-$version-from-$source
 fi
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4/$name
-bin=$cache/bin/containerd
-if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+bin=$cache/bin/$cmd
+if [ -x "$bin" ] && "$bin" "$check" >/dev/null 2>&1; then
 	echo "$bin"
 	exit 0
 fi
@@ -64,12 +76,12 @@ if [ -f "$here/v$line/go.mod" ]; then
 		echo "build.sh: $here/v$line/go.mod pins $module $pinned, not $source; change one of them" >&2
 		exit 1
 	fi
-	(cd "$here/v$line" && GOWORK=off CGO_ENABLED=0 "$progress" build "$module/cmd/containerd" -tags tools -ldflags="$ldflags" -o "$tmp/containerd") >&2
+	(cd "$here/v$line" && GOWORK=off CGO_ENABLED=0 "$progress" build "$module/cmd/$cmd" -tags tools -ldflags="$ldflags" -o "$tmp/$cmd") >&2
 else
-	GOBIN=$tmp GOWORK=off CGO_ENABLED=0 "$progress" install "$module/cmd/containerd@$source" -ldflags="$ldflags" >&2
+	GOBIN=$tmp GOWORK=off CGO_ENABLED=0 "$progress" install "$module/cmd/$cmd@$source" -ldflags="$ldflags" >&2
 fi
 # Rename into place so that a build killed half-way never leaves a binary
 # that the next run would trust.
-mv -f "$tmp/containerd" "$bin"
-"$bin" --version >&2
+mv -f "$tmp/$cmd" "$bin"
+"$bin" "$check" >&2
 echo "$bin"

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Builds one test control-plane tool (kube-apiserver, etcd, kustomize) from its
-# tool module under tools/<name>, through the Go module proxy, into a cache
-# outside the repository keyed by version. Idempotent: a cached binary is
-# reused. Prints the binary's path on stdout.
+# Builds one test tool (kube-apiserver, etcd, kustomize; kubelet and the CNI
+# plugins for the node harness, test/node) from its tool module under
+# tools/<name>, through the Go module proxy, into a cache outside the
+# repository keyed by version. Idempotent: a cached build is reused. Prints
+# the binary's path on stdout; for cni-plugins, whose module names three
+# tools, the directory holding them (a CNI bin dir).
 #
 #   test/controlplane/build.sh kube-apiserver v1.37.2
+#   test/controlplane/build.sh kubelet v1.37.2
+#   test/controlplane/build.sh cni-plugins v1.9.0
 set -euo pipefail
 
-name=${1:?usage: build.sh kube-apiserver|etcd|kustomize VERSION}
+name=${1:?usage: build.sh kube-apiserver|kubelet|etcd|kustomize|cni-plugins VERSION}
 want=${2:?usage: build.sh $name VERSION}
 here=$(cd "$(dirname "$0")" && pwd)
 tooldir=$here/tools/$name
@@ -15,7 +19,7 @@ tooldir=$here/tools/$name
 # The module whose version names the cache entry, per tool.
 ldflags=-s
 case $name in
-kube-apiserver)
+kube-apiserver | kubelet)
 	mod=k8s.io/kubernetes
 	# /version reports what it was built as, as a release build would.
 	v=${want#v}
@@ -26,16 +30,24 @@ kube-apiserver)
 	;;
 etcd) mod=go.etcd.io/etcd/server/v3 ;;
 kustomize) mod=sigs.k8s.io/kustomize/kustomize/v5 ;;
+cni-plugins) mod=github.com/containernetworking/plugins ;;
 *)
-	echo "build.sh: unknown tool '$name' (want kube-apiserver, etcd or kustomize)" >&2
+	echo "build.sh: unknown tool '$name' (want kube-apiserver, kubelet, etcd, kustomize or cni-plugins)" >&2
 	exit 2
 	;;
 esac
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4/$name-$want
 bin=$cache/$name
+out=$bin
+if [[ $name == cni-plugins ]]; then
+	# Several tools: the cache entry is complete when its last one, renamed
+	# into place last, is there.
+	bin=$cache/loopback
+	out=$cache
+fi
 if [[ -x $bin ]]; then
-	echo "$bin"
+	echo "$out"
 	exit 0
 fi
 
@@ -52,21 +64,27 @@ if [[ $have != "$want" ]]; then
 	echo "  run: cd $tooldir && go get -tool <package>@$want && go mod tidy (or ask for $have)" >&2
 	exit 1
 fi
-pkg=$(go mod edit -json | awk '/"Tool"/ { t = 1 } t && /"Path"/ { gsub(/[",]/, "", $2); print $2; exit }')
-[[ -n $pkg ]] || {
+mapfile -t pkgs < <(go list tool)
+[[ ${#pkgs[@]} -gt 0 ]] || {
 	echo "build.sh: $tooldir/go.mod has no tool directive naming the package to build" >&2
 	exit 1
 }
 
 mkdir -p "$cache"
-tmp=$(mktemp "$cache/.$name.XXXXXX")
-trap 'rm -f "$tmp"' EXIT
-echo "build.sh: building $pkg ($mod $want) into $cache (cold on 2 cores: kube-apiserver ~15-30 min, etcd and kustomize ~1-3 min)" >&2
+tmp=$(mktemp -d "$cache/.build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+echo "build.sh: building ${pkgs[*]} ($mod $want) into $cache (cold on 2 cores: kube-apiserver ~15-30 min, kubelet ~4-10 min, etcd, kustomize and cni-plugins ~1-3 min)" >&2
 start=$SECONDS
-# Counted progress on stderr: stdout is the binary's path alone.
-"$here/../../scripts/go-progress.sh" build "$pkg" -trimpath -ldflags="$ldflags" -o "$tmp" >&2
-chmod 0755 "$tmp"
-mv -f "$tmp" "$bin"
-trap - EXIT
-echo "build.sh: built $bin in $((SECONDS - start))s" >&2
-echo "$bin"
+for pkg in "${pkgs[@]}"; do
+	# Counted progress on stderr: stdout is the path alone.
+	"$here/../../scripts/go-progress.sh" build "$pkg" -trimpath -ldflags="$ldflags" -o "$tmp/${pkg##*/}" >&2
+	chmod 0755 "$tmp/${pkg##*/}"
+done
+# Renamed into place one by one, the one whose presence says "cached" last,
+# so that a build killed half-way never leaves an entry the next run trusts.
+for pkg in "${pkgs[@]}"; do
+	[[ $cache/${pkg##*/} == "$bin" ]] || mv -f "$tmp/${pkg##*/}" "$cache/${pkg##*/}"
+done
+mv -f "$tmp/${bin##*/}" "$bin"
+echo "build.sh: built $out in $((SECONDS - start))s" >&2
+echo "$out"

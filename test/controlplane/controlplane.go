@@ -94,6 +94,8 @@ type ControlPlane struct {
 	Dir string
 
 	caPEM   []byte
+	caFile  string
+	pki     pki
 	token   string
 	etcd    *process
 	apisrv  *process
@@ -129,9 +131,13 @@ func Start(ctx context.Context, bin Binaries, opts Options) (cp *ControlPlane, e
 		}
 		cp.ownDir = true
 	}
+	// Every error return below is `return nil, …`, which sets cp to nil
+	// before this runs: stop the one that was started, through its own
+	// variable.
+	started := cp
 	defer func() {
 		if err != nil {
-			_ = cp.Stop()
+			_ = started.Stop()
 		}
 	}()
 	for _, d := range []string{"etcd", "pki"} {
@@ -178,7 +184,7 @@ func Start(ctx context.Context, bin Binaries, opts Options) (cp *ControlPlane, e
 	if err != nil {
 		return nil, err
 	}
-	cp.caPEM, cp.token = pki.caPEM, pki.token
+	cp.caPEM, cp.caFile, cp.token, cp.pki = pki.caPEM, pki.caFile, pki.token, pki
 	args := []string{
 		"--etcd-servers=" + etcdClient,
 		"--bind-address=127.0.0.1",
@@ -197,6 +203,13 @@ func Start(ctx context.Context, bin Binaries, opts Options) (cp *ControlPlane, e
 		// Without it kube-apiserver refuses a loopback advertise address
 		// ("cannot use public IP 127.0.0.1 with endpoint reconciler").
 		"--endpoint-reconciler-type=none",
+		// For a kubelet started against this API server (test/node):
+		// logs and exec reach it with a client certificate it can
+		// verify, at the address it reports (a node's Hostname does not
+		// resolve here).
+		"--kubelet-client-certificate=" + pki.kubeletClientCert,
+		"--kubelet-client-key=" + pki.kubeletClientKey,
+		"--kubelet-preferred-address-types=InternalIP",
 		"--v=0",
 	}
 	args = append(args, opts.ExtraAPIServerFlags...)

@@ -1,9 +1,14 @@
 package controlplane
 
 import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,5 +70,65 @@ func TestControlPlane(t *testing.T) {
 	_, err = kubernetes.NewForConfigOrDie(imp).CoreV1().Secrets("cp-test").List(t.Context(), metav1.ListOptions{})
 	if !apierrors.IsForbidden(err) {
 		t.Errorf("list secrets as a ServiceAccount without RBAC: err = %v, want Forbidden", err)
+	}
+}
+
+// TestCertKubeconfig: a kubeconfig from WriteCertKubeconfig logs in as the
+// certificate's user and groups (what a kubelet's node certificate needs),
+// and CAFile is the CA that verifies it.
+func TestCertKubeconfig(t *testing.T) {
+	cp := StartForTest(t, Options{})
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := cp.WriteCertKubeconfig(path, "system:node:n1", "system:nodes"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(t.Context(), &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("self subject review with the certificate: %v", err)
+	}
+	u := review.Status.UserInfo
+	if u.Username != "system:node:n1" || !slices.Contains(u.Groups, "system:nodes") {
+		t.Errorf("the certificate logs in as %q in %v, want system:node:n1 in system:nodes", u.Username, u.Groups)
+	}
+	ca, err := os.ReadFile(cp.CAFile())
+	if err != nil || !strings.Contains(string(ca), "BEGIN CERTIFICATE") {
+		t.Errorf("CAFile %s: %v %.40q", cp.CAFile(), err, ca)
+	}
+}
+
+// TestFailedStartRemovesWhatItMade: a start that fails half-way (here its
+// context is cancelled while etcd comes up, as a Ctrl-C does) stops what it
+// started and removes its temporary directory, instead of leaving both to
+// the test binary's exit.
+func TestFailedStartRemovesWhatItMade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd; skipped with -short")
+	}
+	bin, err := BinariesFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if cp, err := Start(ctx, bin, Options{}); err == nil {
+		_ = cp.Stop()
+		t.Fatal("Start with a cancelled context succeeded")
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		t.Errorf("a failed start left %s in the temporary directory", e.Name())
 	}
 }

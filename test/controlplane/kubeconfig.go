@@ -9,6 +9,10 @@ import (
 // writeKubeconfig writes a one-context kubeconfig; written by hand so this
 // module needs nothing beyond client-go's rest package.
 func writeKubeconfig(path, url string, caPEM []byte, token string) error {
+	return writeKubeconfigUser(path, url, caPEM, "    token: "+token+"\n")
+}
+
+func writeKubeconfigUser(path, url string, caPEM []byte, user string) error {
 	doc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -19,14 +23,13 @@ clusters:
 users:
 - name: admin
   user:
-    token: %s
-contexts:
+%scontexts:
 - name: controlplane
   context:
     cluster: controlplane
     user: admin
 current-context: controlplane
-`, url, base64.StdEncoding.EncodeToString(caPEM), token)
+`, url, base64.StdEncoding.EncodeToString(caPEM), user)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(doc), 0o600); err != nil {
 		return fmt.Errorf("control plane: write kubeconfig: %w", err)
@@ -43,3 +46,22 @@ current-context: controlplane
 func (cp *ControlPlane) WriteKubeconfig(path, token string) error {
 	return writeKubeconfig(path, cp.URL, cp.caPEM, token)
 }
+
+// WriteCertKubeconfig writes a kubeconfig for this API server that logs in
+// with a client certificate signed by its CA for user in groups: a kubelet's
+// (user system:node:NAME, group system:nodes), which the Node authorizer and
+// NodeRestriction judge as they would a real node's.
+func (cp *ControlPlane) WriteCertKubeconfig(path, user string, groups ...string) error {
+	certPEM, keyPEM, err := signClient(cp.pki.caCert, cp.pki.caKey, user, groups)
+	if err != nil {
+		return err
+	}
+	enc := base64.StdEncoding.EncodeToString
+	return writeKubeconfigUser(path, cp.URL, cp.caPEM,
+		"    client-certificate-data: "+enc(certPEM)+"\n    client-key-data: "+enc(keyPEM)+"\n")
+}
+
+// CAFile is the path of the CA certificate that signed the API server's
+// serving certificate and verifies client certificates (a kubelet's
+// authentication.x509.clientCAFile).
+func (cp *ControlPlane) CAFile() string { return cp.caFile }

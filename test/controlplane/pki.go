@@ -25,6 +25,13 @@ type pki struct {
 	servingCert, servingKey string
 	saKey                   string
 	tokenFile, token        string
+	// The CA's own certificate and key, kept in memory only, to sign
+	// client certificates (ClientCertificate) for a kubelet and for the
+	// API server's calls to kubelets.
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	// kube-apiserver's client certificate for kubelets (logs, exec).
+	kubeletClientCert, kubeletClientKey string
 }
 
 // writePKI generates fresh keys each start: nothing is shared between
@@ -54,6 +61,7 @@ func writePKI(dir string) (pki, error) {
 		return p, fmt.Errorf("control plane: CA certificate: %w", err)
 	}
 	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	p.caCert, p.caKey = caCert, caKey
 
 	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -95,6 +103,14 @@ func writePKI(dir string) (pki, error) {
 	p.servingKey = filepath.Join(dir, "apiserver.key")
 	p.saKey = filepath.Join(dir, "sa.key")
 	p.tokenFile = filepath.Join(dir, "tokens.csv")
+	p.kubeletClientCert = filepath.Join(dir, "apiserver-kubelet-client.crt")
+	p.kubeletClientKey = filepath.Join(dir, "apiserver-kubelet-client.key")
+	// As kubeadm names it: a kubelet that authorises by webhook asks the
+	// API server, which allows system:masters everything.
+	kcCert, kcKey, err := signClient(p.caCert, p.caKey, "kube-apiserver-kubelet-client", []string{"system:masters"})
+	if err != nil {
+		return p, err
+	}
 	files := []struct {
 		path string
 		data []byte
@@ -105,6 +121,8 @@ func writePKI(dir string) (pki, error) {
 		{p.saKey, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: saDER})},
 		// token,user,uid,"group1,group2"
 		{p.tokenFile, []byte(p.token + `,admin,admin,"system:masters"` + "\n")},
+		{p.kubeletClientCert, kcCert},
+		{p.kubeletClientKey, kcKey},
 	}
 	for _, f := range files {
 		if err := os.WriteFile(f.path, f.data, 0o600); err != nil {
@@ -112,4 +130,36 @@ func writePKI(dir string) (pki, error) {
 		}
 	}
 	return p, nil
+}
+
+// signClient issues a client certificate for user in groups (the
+// certificate's CN and O, as kube-apiserver's x509 authenticator reads
+// them), valid as long as the CA.
+func signClient(ca *x509.Certificate, caKey *ecdsa.PrivateKey, user string, groups []string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("control plane: client key for %s: %w", user, err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, nil, fmt.Errorf("control plane: client serial: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: user, Organization: groups},
+		NotBefore:    ca.NotBefore,
+		NotAfter:     ca.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("control plane: client certificate for %s: %w", user, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("control plane: client key for %s: %w", user, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }

@@ -1,0 +1,632 @@
+// Package node runs one real Kubernetes node on this machine for tests: a
+// kubelet built from the k8s.io/kubernetes module, registered as a node to a
+// test/controlplane API server with a node client certificate, over a
+// project containerd build with runc and the reference CNI plugins (bridge,
+// host-local, loopback), everything under one temporary directory. Stop
+// removes every process, mount, network namespace, cgroup, link and file it
+// made, and Residue says what is left. The binaries are built from the Go
+// module proxy (`make node-e2e` does it); see docs/node-harness.md.
+package node
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/caa-gcp-t4/test/controlplane"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Environment variables naming the binaries; `make node-e2e` sets them.
+const (
+	EnvKubelet      = "NODE_KUBELET"
+	EnvContainerd   = "NODE_CONTAINERD" // the containerd binary; ctr and containerd-shim-runc-v2 beside it
+	EnvCNIDir       = "NODE_CNI_DIR"
+	MakeCommand     = "make node-e2e"
+	netnsDir        = "/var/run/netns"
+	cgroupMountRoot = "/sys/fs/cgroup"
+)
+
+// ErrNoBinaries is returned when the binaries are not configured or absent.
+var ErrNoBinaries = errors.New("node binaries missing")
+
+// Binaries are the executables a node runs. Runc is found on PATH
+// (test/node/deps.sh installs it).
+type Binaries struct {
+	Kubelet, Containerd, Ctr, Shim, CNIDir, Runc string
+}
+
+// BinariesFromEnv reads NODE_KUBELET, NODE_CONTAINERD and NODE_CNI_DIR and
+// checks each file; the error says how to get them.
+func BinariesFromEnv() (Binaries, error) {
+	b := Binaries{Kubelet: os.Getenv(EnvKubelet), Containerd: os.Getenv(EnvContainerd), CNIDir: os.Getenv(EnvCNIDir)}
+	var problems []string
+	check := func(what, path string) {
+		if path == "" {
+			problems = append(problems, what+" is not set")
+			return
+		}
+		if st, err := os.Stat(path); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			problems = append(problems, fmt.Sprintf("%s=%s is not an executable file", what, path))
+		}
+	}
+	check(EnvKubelet, b.Kubelet)
+	check(EnvContainerd, b.Containerd)
+	if b.Containerd != "" {
+		b.Ctr = filepath.Join(filepath.Dir(b.Containerd), "ctr")
+		b.Shim = filepath.Join(filepath.Dir(b.Containerd), "containerd-shim-runc-v2")
+		check("ctr beside "+EnvContainerd, b.Ctr)
+		check("containerd-shim-runc-v2 beside "+EnvContainerd, b.Shim)
+	}
+	if b.CNIDir == "" {
+		problems = append(problems, EnvCNIDir+" is not set")
+	} else {
+		for _, p := range []string{"bridge", "host-local", "loopback"} {
+			check(p+" in "+EnvCNIDir, filepath.Join(b.CNIDir, p))
+		}
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		problems = append(problems, "runc is not on PATH (test/node/deps.sh installs it)")
+	}
+	b.Runc = runc
+	if len(problems) > 0 {
+		return b, fmt.Errorf("%w: %s; run `%s`, which builds them once (cached by version) and runs the test", ErrNoBinaries, strings.Join(problems, "; "), MakeCommand)
+	}
+	return b, nil
+}
+
+// Image is the one image the harness imports: the pod's and the sandbox's.
+const Image = "caa-gcp-t4.test/node-harness:v1"
+
+// Options tune a node. The zero value needs ImageBinary.
+type Options struct {
+	// ImageBinary is a static Linux binary that becomes the image's
+	// /sleeper entrypoint (test/node/sleeper).
+	ImageBinary string
+	// Logger receives the phases; nil discards them.
+	Logger *slog.Logger
+	// ReadyTimeout bounds each wait (containerd's socket, the Node Ready);
+	// default 3 minutes, for a loaded 2-core machine.
+	ReadyTimeout time.Duration
+}
+
+// Node is a running kubelet and containerd.
+type Node struct {
+	// Name is the Node object's name.
+	Name string
+	// Dir holds everything the node writes: state, logs, configs.
+	Dir string
+	// Socket is containerd's CRI and API socket.
+	Socket string
+	// IP is the node's InternalIP, where kubelet serves: the address of
+	// the interface of the default route.
+	IP string
+
+	bin        Binaries
+	cp         *controlplane.ControlPlane
+	logger     *slog.Logger
+	id         string
+	bridge     string
+	cgroupRoot string
+	netnsSeen  map[string]bool
+
+	mu         sync.Mutex
+	procs      []*proc
+	stopped    bool
+	stopResult []string
+}
+
+// ControlPlaneFlags are the kube-apiserver flags a node needs beyond
+// controlplane's: the Node authorizer and NodeRestriction, so the kubelet
+// is judged as a real node is. Pass them as Options.ExtraAPIServerFlags.
+var ControlPlaneFlags = []string{
+	// Appended to the RBAC mode controlplane sets (the flag is a list).
+	"--authorization-mode=Node",
+	"--enable-admission-plugins=NodeRestriction",
+}
+
+// Start brings up containerd, imports the image and starts kubelet, then
+// waits until the Node is Ready. On error everything started is removed.
+func Start(ctx context.Context, bin Binaries, cp *controlplane.ControlPlane, opts Options) (n *Node, err error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	timeout := opts.ReadyTimeout
+	if timeout <= 0 {
+		timeout = 3 * time.Minute
+	}
+	idb := make([]byte, 3)
+	if _, err := rand.Read(idb); err != nil {
+		return nil, err
+	}
+	id := hex.EncodeToString(idb)
+	n = &Node{
+		Name:       "node-harness-" + id,
+		bin:        bin,
+		cp:         cp,
+		logger:     logger,
+		id:         id,
+		bridge:     "nh" + id,                 // a link name: 15 bytes at most
+		cgroupRoot: "/caa-node-harness-" + id, // under each v1 hierarchy
+	}
+	// Network namespaces are named by containerd, not by us: what is new
+	// after the node is gone was made by it.
+	if n.netnsSeen, err = listNetns(); err != nil {
+		return nil, err
+	}
+	if n.Dir, err = os.MkdirTemp("", "node-harness-"); err != nil {
+		return nil, fmt.Errorf("node: temporary directory: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			if stopErr := n.Stop(); stopErr != nil {
+				err = errors.Join(err, stopErr)
+			}
+			n = nil
+		}
+	}()
+	n.Socket = filepath.Join(n.Dir, "containerd.sock")
+	for _, d := range []string{"containerd/root", "containerd/state", "cni/net.d", "cni/ipam", "kubelet/root", "kubelet/pki", "kubelet/pod-logs", "kubelet/volume-plugins"} {
+		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
+	if err := n.makeCgroupRoot(); err != nil {
+		return nil, err
+	}
+	if err := n.writeCNI(); err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	if err := n.startContainerd(ctx, timeout); err != nil {
+		return nil, err
+	}
+	logger.Info("containerd up", "took", time.Since(start).Round(time.Millisecond))
+
+	start = time.Now()
+	tarPath := filepath.Join(n.Dir, "image.tar")
+	if err := writeImage(tarPath, opts.ImageBinary, Image); err != nil {
+		return nil, err
+	}
+	if out, err := exec.CommandContext(ctx, bin.Ctr, "--address", n.Socket, "--namespace", "k8s.io", "images", "import", tarPath).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("node: ctr images import: %w: %s", err, out)
+	}
+	logger.Info("image imported", "image", Image, "took", time.Since(start).Round(time.Millisecond))
+
+	start = time.Now()
+	if err := n.startKubelet(); err != nil {
+		return nil, err
+	}
+	if err := n.waitReady(ctx, timeout); err != nil {
+		return nil, err
+	}
+	logger.Info("node Ready", "node", n.Name, "took", time.Since(start).Round(time.Millisecond))
+	return n, nil
+}
+
+func (n *Node) path(p string) string { return filepath.Join(n.Dir, p) }
+
+// writeCNI writes the bridge conflist containerd's CRI reads. The subnet is
+// one /24 of 10.244.0.0/16 chosen by the node's id, so two harnesses on one
+// machine rarely meet; no masquerade and no port maps, so no iptables rule
+// is made that teardown would have to find.
+func (n *Node) writeCNI() error {
+	subnet := fmt.Sprintf("10.244.%d.0/24", int(n.id[0])%200+10)
+	conf := fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "node-harness",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": %q,
+      "isGateway": true,
+      "ipMasq": false,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": %q,
+        "ranges": [[{"subnet": %q}]]
+      }
+    },
+    {"type": "loopback"}
+  ]
+}
+`, n.bridge, n.path("cni/ipam"), subnet)
+	return os.WriteFile(n.path("cni/net.d/10-node-harness.conflist"), []byte(conf), 0o600)
+}
+
+func (n *Node) startContainerd(ctx context.Context, timeout time.Duration) error {
+	// Config version 3 (containerd 2.x): its own root, state, sockets and
+	// CNI directories; runc through the runc shim with cgroupfs, as
+	// kubelet's cgroupDriver says; the image as the pinned sandbox image,
+	// so kubelet's image GC keeps it.
+	conf := fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+
+[ttrpc]
+  address = %[4]q
+
+[metrics]
+  address = ""
+
+[plugins.'io.containerd.internal.v1.opt']
+  path = %[5]q
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = %[6]q
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # This machine's root may not lower a process's oom_score_adj (runc:
+  # "failed to update /proc/self/oom_score_adj: Permission denied" for the
+  # sandbox's -998); keep it no lower than containerd's own, as a
+  # containerd inside a container must.
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = [%[7]q]
+    conf_dir = %[8]q
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = %[9]q
+        SystemdCgroup = false
+`, n.path("containerd/root"), n.path("containerd/state"), n.Socket, n.Socket+".ttrpc",
+		n.path("containerd/opt"), Image, n.bin.CNIDir, n.path("cni/net.d"), n.bin.Runc)
+	cfg := n.path("containerd/config.toml")
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		return fmt.Errorf("node: containerd config: %w", err)
+	}
+	// The shim is found on PATH, beside containerd.
+	env := append(os.Environ(), "PATH="+filepath.Dir(n.bin.Containerd)+":"+os.Getenv("PATH"))
+	p, err := n.start("containerd", env, n.bin.Containerd, "--config", cfg, "--log-level", "info")
+	if err != nil {
+		return err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if err := p.exited(); err != nil {
+			return err
+		}
+		if out, err := exec.CommandContext(waitCtx, n.bin.Ctr, "--address", n.Socket, "version").CombinedOutput(); err == nil && strings.Contains(string(out), "Server:") {
+			return nil
+		}
+		select {
+		case <-waitCtx.Done():
+			return fmt.Errorf("node: containerd did not answer on %s: %w; log ends:\n%s", n.Socket, waitCtx.Err(), tail(p.log, 2000))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (n *Node) startKubelet() error {
+	// kubelet refuses a loopback node IP ("nodeIP can't be loopback
+	// address") and then reports no address, which leaves the API server
+	// no way to reach it for logs: it serves on the default route's.
+	ip, err := defaultRouteIP()
+	if err != nil {
+		return err
+	}
+	n.IP = ip
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	kubeconfig := n.path("kubelet/kubeconfig")
+	// A node's identity, as TLS bootstrap would give it: the Node
+	// authorizer and NodeRestriction limit it to its own objects.
+	if err := n.cp.WriteCertKubeconfig(kubeconfig, "system:node:"+n.Name, "system:nodes"); err != nil {
+		return err
+	}
+	conf := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# The hierarchy is cgroup v1 and PID 1 is not systemd.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: %[1]s
+containerRuntimeEndpoint: unix://%[2]s
+address: %[8]s
+port: %[3]d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %[4]d
+# Only the API server's kubelet client certificate (controlplane's CA)
+# gets in, and what it may do is asked of the API server.
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+  x509:
+    clientCAFile: %[5]s
+authorization:
+  mode: Webhook
+failSwapOn: false
+podLogsDir: %[6]s
+volumePluginDir: %[7]s
+# A shared, loaded machine: thresholds no test should trip.
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%%"
+  imagefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+`, n.cgroupRoot, n.Socket, ports[0], ports[1], n.cp.CAFile(), n.path("kubelet/pod-logs"), n.path("kubelet/volume-plugins"), ip)
+	cfg := n.path("kubelet/config.yaml")
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		return fmt.Errorf("node: kubelet config: %w", err)
+	}
+	_, err = n.start("kubelet", os.Environ(), n.bin.Kubelet,
+		"--config="+cfg,
+		"--kubeconfig="+kubeconfig,
+		"--root-dir="+n.path("kubelet/root"),
+		"--cert-dir="+n.path("kubelet/pki"),
+		"--hostname-override="+n.Name,
+		"--node-ip="+ip,
+		"--v=2",
+	)
+	return err
+}
+
+// waitReady waits for the Node object and its Ready condition.
+func (n *Node) waitReady(ctx context.Context, timeout time.Duration) error {
+	cs, err := kubernetes.NewForConfig(n.cp.Config())
+	if err != nil {
+		return fmt.Errorf("node: client: %w", err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := "no Node object yet"
+	for {
+		if err := n.procs[len(n.procs)-1].exited(); err != nil {
+			return err
+		}
+		node, err := cs.CoreV1().Nodes().Get(waitCtx, n.Name, metav1.GetOptions{})
+		if err == nil {
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					if c.Status == corev1.ConditionTrue {
+						return nil
+					}
+					last = fmt.Sprintf("Ready=%s: %s", c.Status, c.Message)
+				}
+			}
+		}
+		select {
+		case <-waitCtx.Done():
+			return fmt.Errorf("node: %s not Ready: %w (%s); kubelet log ends:\n%s", n.Name, waitCtx.Err(), last, n.LogTail("kubelet", 3000))
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// LogTail returns the last n bytes of a process's log ("kubelet",
+// "containerd").
+func (n *Node) LogTail(name string, size int) string {
+	return tail(n.path(name+".log"), size)
+}
+
+// PIDs are the process ids of kubelet and containerd, for a test to check
+// they are gone after Stop.
+func (n *Node) PIDs() map[string]int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := map[string]int{}
+	for _, p := range n.procs {
+		m[p.name] = p.cmd.Process.Pid
+	}
+	return m
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+func (n *Node) start(name string, env []string, bin string, args ...string) (*proc, error) {
+	logPath := n.path(name + ".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("node: log file: %w", err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = f, f
+	// Its own process group, so a Ctrl-C reaches only the test, whose
+	// teardown then stops the node in order; Pdeathsig, so a test killed
+	// outright takes the daemons with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("node: start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	n.mu.Lock()
+	n.procs = append(n.procs, p)
+	n.mu.Unlock()
+	return p, nil
+}
+
+func (p *proc) exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("node: %s exited (%v); log %s ends:\n%s", p.name, p.err, p.log, tail(p.log, 3000))
+	default:
+		return nil
+	}
+}
+
+func (p *proc) stop(grace time.Duration) (forced bool) {
+	select {
+	case <-p.done:
+		return false
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return false
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return true
+	}
+}
+
+func tail(path string, size int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(data) > size {
+		data = data[len(data)-size:]
+	}
+	return string(data)
+}
+
+func freePorts(count int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range count {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("node: free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func listNetns() (map[string]bool, error) {
+	entries, err := os.ReadDir(netnsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]bool{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node: list %s: %w", netnsDir, err)
+	}
+	m := map[string]bool{}
+	for _, e := range entries {
+		m[e.Name()] = true
+	}
+	return m, nil
+}
+
+// cgroupHierarchies are the v1 hierarchies mounted under /sys/fs/cgroup
+// (named after their controllers); with unified, also the cgroup2 one a
+// hybrid layout mounts beside them (kubelet makes the node's tree there
+// too).
+func cgroupHierarchies(unified bool) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("node: mountinfo: %w", err)
+	}
+	defer f.Close()
+	var dirs []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := slices.Index(fields, "-")
+		if sep < 0 || sep+1 >= len(fields) || !(fields[sep+1] == "cgroup" || unified && fields[sep+1] == "cgroup2") {
+			continue
+		}
+		if strings.HasPrefix(fields[4], cgroupMountRoot+"/") && !slices.Contains(dirs, fields[4]) {
+			dirs = append(dirs, fields[4])
+		}
+	}
+	return dirs, sc.Err()
+}
+
+// makeCgroupRoot creates the node's cgroupRoot in every hierarchy: kubelet
+// requires it to exist, and one root per node is what teardown removes.
+func (n *Node) makeCgroupRoot() error {
+	dirs, err := cgroupHierarchies(false)
+	if err != nil {
+		return err
+	}
+	if len(dirs) == 0 {
+		return fmt.Errorf("node: no cgroup v1 hierarchy under %s; the harness is written for the v1 machines it runs on", cgroupMountRoot)
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, n.cgroupRoot)
+		if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("node: cgroup %s: %w", p, err)
+		}
+		// A new cpuset has no CPUs or memory nodes until given its
+		// parent's.
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if v, err := os.ReadFile(filepath.Join(d, f)); err == nil {
+				if err := os.WriteFile(filepath.Join(p, f), v, 0o644); err != nil {
+					return fmt.Errorf("node: cgroup %s: %w", filepath.Join(p, f), err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// defaultRouteIP is the first IPv4 address of the interface the default
+// route leaves by (/proc/net/route).
+func defaultRouteIP() (string, error) {
+	data, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		return "", fmt.Errorf("node: routes: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[1] != "00000000" {
+			continue
+		}
+		iface, err := net.InterfaceByName(f[0])
+		if err != nil {
+			return "", fmt.Errorf("node: default route's interface %s: %w", f[0], err)
+		}
+		addrs, err := iface.Addrs()
+		if err != nil {
+			return "", fmt.Errorf("node: addresses of %s: %w", f[0], err)
+		}
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String(), nil
+			}
+		}
+	}
+	return "", errors.New("node: no IPv4 default route; kubelet needs a non-loopback node IP the API server can reach")
+}
