@@ -74,7 +74,7 @@ test: tools
 	scripts/lanes.sh podvm-test "$(MAKE) --no-print-directory podvm-test" $(MAKE) --no-print-directory test-go
 
 ## test-go: make test's main lane, everything but podvm-test, fast checks first
-test-go: tools fmt-check vet unit reaper-acceptance controlplane-test delivery upstream-go kuberay helm-vet remediate-fuzz lint
+test-go: tools fmt-check vet unit reaper-acceptance controlplane-test node-e2e delivery upstream-go kuberay helm-vet remediate-fuzz lint
 
 ## test-short: go test -short over go.work's modules, no real containerd, API server or CLI; first run about 8 min, then about 1 min
 ##   (the first run compiles the tests' ~1000 dependencies once: docs/benchmarks.md)
@@ -188,7 +188,7 @@ fuzz: tools
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(TOOL_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Modules with Go code of their own outside go.work (the others pin tools).
-TEST_MODULES := test/controlplane test/kuberay test/upstream
+TEST_MODULES := test/controlplane test/kuberay test/node test/upstream
 
 ## lint: gofmt, go vet, every go.mod tidy, staticcheck, shellcheck, generated code current
 lint: tools lint-setup fmt-check vet tidy-check staticcheck shellcheck generated-check
