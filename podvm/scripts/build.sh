@@ -8,7 +8,7 @@
 # the UKI stub, and whether and with which certificate the image is signed.
 #
 # Inputs of the key: every file under podvm/ that mkosi reads, the generated
-# apt sources, the mkosi version, the gpu-init/podvm-notice/podvm-cache-mirror/nvidia-ctk/
+# apt sources, the mkosi version, the gpu-init/podvm-notice/podvm-cache-mirror/podvm-cache-store/nvidia-ctk/
 # nvidia-cdi-hook binaries, the guest binaries, the UKI stub and the signing certificate.
 # Package versions in the archive are not part of it: pin
 # PODVM_DEBIAN_MIRROR to a snapshot for a fixed universe.
@@ -98,12 +98,13 @@ if [ -n "$sbkey" ] || [ -n "$sbcert" ]; then
 fi
 
 # 1. Tools that go into the image: gpu-init (static, the GPU init unit),
-#    podvm-notice (static, GCE's notices for the pod's containers) and
-#    podvm-cache-mirror (static, the cache disk's registry mirror), the
-#    binaries of ours in the podVM, and NVIDIA's CDI tools.
+#    podvm-notice (static, GCE's notices for the pod's containers),
+#    podvm-cache-mirror (static, the cache disk's registry mirror) and
+#    podvm-cache-store (static, the disk's pre-unpacked store handed to
+#    image-rs), the binaries of ours in the podVM, and NVIDIA's CDI tools.
 tools=$gen/tools-tree/usr/bin
 mkdir -p "$tools" "$gen/tools-tree/usr/lib/caa-gcp-t4"
-for b in gpu-init podvm-notice podvm-cache-mirror; do
+for b in gpu-init podvm-notice podvm-cache-mirror podvm-cache-store; do
 	(cd gcp-t4 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -buildid=" -o "$tools/$b" "./cmd/$b")
 done
 nvbin=$(podvm/scripts/nvidia-tools.sh)
@@ -133,6 +134,16 @@ install -m 0644 "$stub" "$gen/tools-tree/usr/lib/systemd/boot/efi/linuxx64.efi.s
 # 2. The image's kind, in the image: the slot report prints it on the
 #    console, /etc/os-release carries it (mkosi.finalize), the manifest too.
 echo "$kind" >"$gen/tools-tree/usr/lib/caa-gcp-t4/image-kind"
+# 2a. The guest-components commit of the image's CDH, whose image-rs reads
+#     the cache disk's store: the tag of its pin (podvm/guest-artefacts.pins,
+#     <commit>-<arch>). podvm-cache-store hands image-rs only a store written
+#     for this commit. Part of the cache key through the tools tree.
+gcref=$(awk '$1 == "confidential-data-hub" {print $2}' podvm/guest-artefacts.pins)
+gccommit=${gcref##*:}
+gccommit=${gccommit%%-*}
+[[ "$gccommit" =~ ^[0-9a-f]{40}$ ]] ||
+	{ echo "podvm: podvm/guest-artefacts.pins: the confidential-data-hub reference '$gcref' has no <40-hex commit>-<arch> tag" >&2; exit 1; }
+echo "$gccommit" >"$gen/tools-tree/usr/lib/caa-gcp-t4/guest-components"
 
 # 2b. Every file in the image that no Debian package installed, with its
 #     version, source and sha256: /usr/lib/caa-gcp-t4/binaries.json inside
@@ -151,11 +162,13 @@ ourrev() {
 rev=$(ourrev gpu-init gcp-t4/cmd/gpu-init gcp-t4/internal/gpuinit)
 noticerev=$(ourrev podvm-notice gcp-t4/cmd/podvm-notice gcp-t4/internal/notice)
 mirrorrev=$(ourrev podvm-cache-mirror gcp-t4/cmd/podvm-cache-mirror gcp-t4/internal/cachemirror)
+storerev=$(ourrev podvm-cache-store gcp-t4/cmd/podvm-cache-store gcp-t4/internal/cachestore gcp-t4/internal/imagestore)
 nvver=$("$tools/nvidia-ctk" --version | sed -n 's/.*version \([^ ]*\).*/\1/p' | head -n 1)
 {
 	printf 'gpu-init\t%s\t%s\tgcp-t4/cmd/gpu-init (this repository)\t/usr/bin/gpu-init\n' "$(sha256sum "$tools/gpu-init" | cut -c1-64)" "$rev"
 	printf 'podvm-notice\t%s\t%s\tgcp-t4/cmd/podvm-notice (this repository)\t/usr/bin/podvm-notice\n' "$(sha256sum "$tools/podvm-notice" | cut -c1-64)" "$noticerev"
 	printf 'podvm-cache-mirror\t%s\t%s\tgcp-t4/cmd/podvm-cache-mirror (this repository)\t/usr/bin/podvm-cache-mirror\n' "$(sha256sum "$tools/podvm-cache-mirror" | cut -c1-64)" "$mirrorrev"
+	printf 'podvm-cache-store\t%s\t%s\tgcp-t4/cmd/podvm-cache-store (this repository)\t/usr/bin/podvm-cache-store\n' "$(sha256sum "$tools/podvm-cache-store" | cut -c1-64)" "$storerev"
 	for t in nvidia-ctk nvidia-cdi-hook; do
 		printf '%s\t%s\t%s\tgithub.com/NVIDIA/nvidia-container-toolkit/cmd/%s@v%s (Go module)\t/usr/bin/%s\n' "$t" "$(sha256sum "$tools/$t" | cut -c1-64)" "$nvver" "$t" "$nvver" "$t"
 	done

@@ -171,7 +171,7 @@ grep -qx gsp_tu10x.bin <<<"$(ls_root "/usr/lib/firmware/nvidia/$fwver")" ||
 	fail "root fs: /usr/lib/firmware/nvidia/$fwver/gsp_tu10x.bin missing (firmware-nvidia-gsp)"
 src=$(ls_root /usr/src)
 [ -z "$src" ] || fail "root fs: /usr/src still holds: $src (headers must be removed)"
-for f in gpu-init podvm-notice podvm-cache-mirror nvidia-ctk nvidia-cdi-hook tpm2_pcrextend tpm2_pcrread; do
+for f in gpu-init podvm-notice podvm-cache-mirror podvm-cache-store nvidia-ctk nvidia-cdi-hook tpm2_pcrextend tpm2_pcrread; do
 	grep -qx "$f" <<<"$(ls_root /usr/bin)" || fail "root fs: /usr/bin/$f missing"
 done
 wants=$(ls_root /etc/systemd/system/multi-user.target.wants)
@@ -186,6 +186,16 @@ done
 ! grep -qxF caa-gcp-t4-cache-mirror.service <<<"$wants" || fail "root fs: caa-gcp-t4-cache-mirror.service is enabled; only udev's rule on the cache disk's label may start it"
 cat_root /usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules | grep -q 'ENV{ID_FS_LABEL}=="caa-gcp-t4-cache", ENV{SYSTEMD_WANTS}+="caa-gcp-t4-cache-mirror.service"' ||
 	fail "root fs: no udev rule starting the cache mirror on the cache disk's label (/usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules)"
+! grep -qxF caa-gcp-t4-cache-store.service <<<"$wants" || fail "root fs: caa-gcp-t4-cache-store.service is enabled; only udev's rule on the cache disk's label may start it"
+cat_root /usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules | grep -q 'ENV{ID_FS_LABEL}=="caa-gcp-t4-cache", .*ENV{SYSTEMD_WANTS}+="caa-gcp-t4-cache-store.service"' ||
+	fail "root fs: no udev rule starting caa-gcp-t4-cache-store.service on the cache disk's label"
+# The guest-components commit podvm-cache-store checks a store against is the
+# pinned CDH's (build.sh writes it from podvm/guest-artefacts.pins).
+pinned=$(awk '$1 == "confidential-data-hub" {print $2}' "$(dirname "$0")/../guest-artefacts.pins")
+pinned=${pinned##*:}
+pinned=${pinned%%-*}
+[ "$(cat_root /usr/lib/caa-gcp-t4/guest-components)" = "$pinned" ] ||
+	fail "root fs: /usr/lib/caa-gcp-t4/guest-components is '$(cat_root /usr/lib/caa-gcp-t4/guest-components)', the pinned CDH is guest-components $pinned"
 # kata-agent is started by kata-agent.path on CDH's socket, never by the boot.
 ! grep -qxF kata-agent.service <<<"$wants" || fail "root fs: kata-agent.service is enabled; only kata-agent.path (on CDH's socket) may start it"
 pcr_units="systemd-pcrmachine.service systemd-pcrfs-root.service systemd-pcrfs@.service systemd-pcrphase@.service systemd-pcrphase-initrd.service systemd-pcrphase-sysinit.service systemd-pcrphase.service"
@@ -210,7 +220,7 @@ cat_root /usr/lib/systemd/system/process-user-data.service | grep -qx 'ExecStart
 # Every binary no Debian package installed is in the manifest with a version
 # and the sha256 of the file on the disk, and nothing unlisted sits in the slots.
 nb=$(jq -r '."caa-gcp-t4".binaries // [] | length' "$manifest")
-for n in gpu-init podvm-notice podvm-cache-mirror nvidia-ctk nvidia-cdi-hook; do
+for n in gpu-init podvm-notice podvm-cache-mirror podvm-cache-store nvidia-ctk nvidia-cdi-hook; do
 	jq -e --arg n "$n" '."caa-gcp-t4".binaries[]? | select(.name == $n)' "$manifest" >/dev/null ||
 		fail "manifest: no caa-gcp-t4 binaries entry for $n"
 done

@@ -22,7 +22,7 @@ fail() { echo "podvm lint: $*" >&2; exit 1; }
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 cp -a podvm/mkosi.extra/. "$root/"
-for b in bin/mkdir usr/bin/ip usr/bin/gpu-init usr/bin/podvm-notice usr/bin/podvm-cache-mirror usr/local/bin/kata-agent usr/local/bin/agent-protocol-forwarder \
+for b in bin/mkdir usr/bin/ip usr/bin/gpu-init usr/bin/podvm-notice usr/bin/podvm-cache-mirror usr/bin/podvm-cache-store usr/local/bin/kata-agent usr/local/bin/agent-protocol-forwarder \
 	usr/local/bin/process-user-data usr/local/bin/attestation-agent usr/local/bin/confidential-data-hub usr/local/bin/api-server-rest; do
 	mkdir -p "$root/$(dirname "$b")"
 	printf '#!/bin/sh\n' >"$root/$b"

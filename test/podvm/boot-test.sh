@@ -34,6 +34,12 @@
 #   - the mirror's CAA-GCP-T4-CACHE line says it serves the disk's images on
 #     127.0.0.1:5000, and the guest contract says the disk is mounted
 #     read-only by the unit udev started on its label;
+#   - podvm-cache-store's CAA-GCP-T4-STORE line says the disk's pre-unpacked
+#     store is in use (both images), and the guest contract that it ran
+#     before CDH, that image-rs's work_dir holds the disk's meta_store.json
+#     byte for byte, that the first image mounts as image-rs mounts it (its
+#     layers on the disk as overlay lowerdirs) and reads whole, and that the
+#     disk's noexec and nosymfollow do not reach through such an overlay;
 #   - skopeo on this machine, reading a containers-registries.conf (the
 #     format image-rs reads) whose mirror is the podVM's, pulls the first
 #     image by digest, its source registry gone, and gets the manifest the
@@ -345,12 +351,22 @@ fi
 # The cache: the mirror's console line, then skopeo through the podVM's
 # mirror (registries.conf), the source registry long gone.
 cache_line=""
+store_line=""
 if [ -n "$cache" ]; then
 	cache_line=$(grep -m1 -o 'CAA-GCP-T4-CACHE {.*}' <<<"$text") || fail "cache disk attached: no CAA-GCP-T4-CACHE line on the console"
 	cj=${cache_line#CAA-GCP-T4-CACHE }
 	[ "$(jq -r .state <<<"$cj")" = serving ] || fail "cache disk attached: the mirror is not serving: $cache_line"
 	[ "$(jq -r .listen <<<"$cj")" = 127.0.0.1:5000 ] || fail "cache disk attached: the mirror listens on $(jq -r .listen <<<"$cj"), want 127.0.0.1:5000: $cache_line"
 	[ "$(jq -r .images <<<"$cj")" = 2 ] || fail "cache disk attached: the mirror serves $(jq -r .images <<<"$cj") images, want the fixture's 2: $cache_line"
+	# The pre-unpacked store: both fixture images are linux/amd64 and were
+	# stored by cache build; the flipped byte is in the layout's blob, not in
+	# the store, so podvm-cache-store hands the whole store to image-rs.
+	store_line=$(grep -m1 -o 'CAA-GCP-T4-STORE {.*}' <<<"$text") || fail "cache disk attached: no CAA-GCP-T4-STORE line on the console (podvm-cache-store did not run)"
+	sj=${store_line#CAA-GCP-T4-STORE }
+	[ "$(jq -r .state <<<"$sj")" = in-use ] || fail "cache disk attached: the pre-unpacked store is not in use: $store_line"
+	[ "$(jq -r .images <<<"$sj")" = 2 ] || fail "cache disk attached: the store holds $(jq -r .images <<<"$sj") images, want the fixture's 2: $store_line"
+	[ "$(jq -r .meta_store <<<"$sj")" = /run/kata-containers/image/meta_store.json ] || fail "cache disk attached: meta_store.json went to $(jq -r .meta_store <<<"$sj"), not image-rs's work_dir: $store_line"
+	[ "$(grep -c 'CAA-GCP-T4-STORE {' <<<"$text")" -eq 1 ] || fail "cache disk attached: more than one CAA-GCP-T4-STORE line"
 	good=$(jq -r .good "$cache/fixture.json")
 	tampered=$(jq -r .tampered "$cache/fixture.json")
 	tlayer=$(jq -r .tampered_layer "$cache/fixture.json")
@@ -590,7 +606,7 @@ echo "  $fl"
 [ -z "$cdh_line" ] || echo "  CDH never listening: kata-agent not started, after ${nocdh_s}s: $cdh_line"
 [ -z "$digest_line" ] || echo "  no initdata digest, TPM present: process-user-data failed, systemd refused kata-agent (Dependency failed), after ${nodigest_s}s: $digest_line"
 [ -z "$guest" ] || echo "$guest"
-[ -z "$cache_line" ] || { echo "  $cache_line"; echo "  $cache_pull"; }
+[ -z "$cache_line" ] || { echo "  $cache_line"; echo "  $store_line"; echo "  $cache_pull"; }
 if [ -n "$results" ]; then
 	mkdir -p "$results"
 	clean >"$results/console.log"

@@ -244,7 +244,34 @@ if [ -n "${CHECK_GUEST_CACHE:-}" ]; then
 	# noload: the superblock options say norecovery (no journal replay).
 	awk '{print $NF}' <<<"$cm" | tr ',' '\n' | grep -qx norecovery || fail "the cache disk is mounted with journal replay (no noload): $cm"
 	cache_state="cache disk mounted ($opts, $(awk '{print $NF}' <<<"$cm")) and served by the mirror"
+	# The pre-unpacked store: podvm-cache-store ran before CDH and put the
+	# disk's meta_store.json, byte for byte, in image-rs's work_dir (on the
+	# state partition: /var/lib/kata-containers/image, /lib/… there).
+	store_u=caa-gcp-t4-cache-store.service
+	[ "$(unit "$store_u" ActiveState)" = active ] || fail "cache disk attached: $store_u is '$(unit "$store_u" ActiveState)/$(unit "$store_u" Result)', want active"
+	store_done=$(ts "$store_u" ActiveEnterTimestampMonotonic)
+	cdh_start=$(ts confidential-data-hub.service ExecMainStartTimestampMonotonic)
+	{ [ "$store_done" -gt 0 ] && [ "$store_done" -le "$cdh_start" ]; } || fail "$store_u was done at $store_done µs, CDH started at $cdh_start µs: CDH could load meta_store.json before it was there"
+	want_meta=$(debugfs -R "cat /image-rs/meta_store.json" "$CHECK_GUEST_CACHE/disk.raw" 2>/dev/null | sha256sum | cut -c1-64)
+	got_meta=$(debugfs -R "cat /lib/kata-containers/image/meta_store.json" "$root" 2>/dev/null | sha256sum | cut -c1-64)
+	[ "$got_meta" = "$want_meta" ] || fail "image-rs's work_dir holds a meta_store.json with sha256 $got_meta, the disk's store $want_meta"
+	[ "$(jq -r '.store_mount.meta_store_sha256 // ""' <<<"$report")" = "$want_meta" ] || fail "the guest read another meta_store.json: $(jq -c .store_mount <<<"$report")"
+	# Mounted as image-rs mounts a stored image: its layers from the
+	# read-only disk as lowerdirs, every file read through the overlay.
+	sm=$(jq -c '.store_mount // {}' <<<"$report")
+	jq -e '.mount == "mounted" and .lowerdirs > 0 and .files > 0 and .bytes > 0 and (has("read") | not) and (has("unmount") | not)' <<<"$sm" >/dev/null ||
+		fail "the stored image did not mount and read through an overlay of its layers on the disk: $sm"
+	# The disk's noexec and nosymfollow hold on the disk, and do not reach
+	# through an overlay that takes it as a lowerdir (checked on a tmpfs
+	# with the same flags, on this kernel): a container can run its image's
+	# programs and follow its links from the stored layers.
+	of=$(jq -c '.overlay_flags // {}' <<<"$report")
+	jq -e '(.lower_exec | test("permission denied")) and (.lower_link | test("too many levels")) and .overlay_exec == "ok" and .overlay_link == "ok" and .overlay_exec_link == "ok"' <<<"$of" >/dev/null ||
+		fail "the lower mount's flags: want noexec and nosymfollow on it and neither through the overlay: $of"
+	cache_state+="; store handed to image-rs before CDH (meta_store.json as on the disk, $(jq -r .images <<<"$sm") images; image $(jq -r '.image[7:19]' <<<"$sm") mounted from $(jq -r .lowerdirs <<<"$sm") layers on the disk in $(jq -r .mount_ms <<<"$sm") ms, $(jq -r .files <<<"$sm") files, $(jq -r .bytes <<<"$sm") bytes read); noexec/nosymfollow on the disk, not through the overlay"
 else
+	[ "$(unit caa-gcp-t4-cache-store.service ActiveState)" != active ] || fail "no cache disk, yet caa-gcp-t4-cache-store.service is active"
+	[ "$(jq -r '.store_mount.meta_store // ""' <<<"$report")" != "" ] || fail "no cache disk, yet image-rs's work_dir holds a meta_store.json at boot"
 	for u in "$mirror_u" "$mount_u"; do
 		[ "$(unit "$u" ActiveState)" != active ] || fail "no cache disk, yet $u is active"
 	done

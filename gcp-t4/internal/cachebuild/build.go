@@ -233,7 +233,7 @@ func Verify(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := imagestore.Verify(dir, false); err != nil {
+	if err := imagestore.Verify(context.Background(), dir, false); err != nil {
 		return fmt.Errorf("the pre-unpacked store: %w; build it again", err)
 	}
 	return nil

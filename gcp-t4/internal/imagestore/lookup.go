@@ -1,6 +1,7 @@
 package imagestore
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -84,44 +85,17 @@ type MountSpec struct {
 // sha256(layer paths, mount path, clock) (overlay.rs:34-53); ours leaves
 // the clock out.
 func Lookup(req Request) Result {
-	miss := func(m Miss, f string, a ...any) Result {
-		return Result{Miss: m, Detail: fmt.Sprintf(f, a...)}
-	}
-	man, store, r := loadManifest(req.MountPoint, true)
+	man, store, ms, _, r := openStore(req.MountPoint, req.GuestComponents)
 	if !r.Hit {
 		return r
 	}
-	if man.GuestComponents != req.GuestComponents {
-		return miss(MissGuestComponents, "the store is for guest-components %.12s, this podVM's image-rs is %.12s", man.GuestComponents, req.GuestComponents)
-	}
-	mb, err := os.ReadFile(filepath.Join(store, MetaFile))
-	if err != nil {
-		return miss(MissHalfWritten, "%s: %v", MetaFile, err)
-	}
-	if d := digest(mb); d != man.MetaStore {
-		return miss(MissTampered, "%s is %s, the manifest says %s", MetaFile, d, man.MetaStore)
-	}
-	var ms MetaStore
-	if err := json.Unmarshal(mb, &ms); err != nil {
-		return miss(MissTampered, "%s: %v", MetaFile, err)
-	}
 	im, ok := ms.ImageDB[req.ConfigDigest]
 	if !ok {
-		return miss(MissConfigDigest, "no image with config %s in the store", req.ConfigDigest)
+		return Result{Miss: MissConfigDigest, Detail: fmt.Sprintf("no image with config %s in the store", req.ConfigDigest)}
 	}
-	layers := path.Join(man.MountPoint, man.Dir, LayersDir) + "/"
-	var lower []string
-	for i := len(im.LayerMetas) - 1; i >= 0; i-- {
-		sp := im.LayerMetas[i].StorePath
-		n, ok := strings.CutPrefix(sp, layers)
-		if _, err := strconv.Atoi(n); !ok || err != nil {
-			return miss(MissTampered, "layer %s: store_path %q is not a layer directory of the store", im.LayerMetas[i].CompressedDigest, sp)
-		}
-		st, err := os.Lstat(filepath.Join(store, LayersDir, n))
-		if err != nil || !st.IsDir() {
-			return miss(MissLayer, "layer %s: %s is not there", im.LayerMetas[i].CompressedDigest, sp)
-		}
-		lower = append(lower, sp)
+	lower, r := lowerDirs(man, store, im)
+	if !r.Hit {
+		return r
 	}
 	h := sha256.New()
 	for i := len(lower) - 1; i >= 0; i-- {
@@ -135,6 +109,97 @@ func Lookup(req Request) Result {
 		Source: "overlay", Target: target, FSType: "overlay", Lower: lower, Upper: upper, Work: work,
 		Options: "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + upper + ",workdir=" + work,
 	}}
+}
+
+// Checked is a store that passed Check: the bytes of its meta_store.json,
+// for image-rs's work_dir, and what it holds.
+type Checked struct {
+	MetaStore []byte
+	Images    int
+	Layers    int
+	Bytes     int64
+}
+
+// Check runs Lookup's checks of the store as a whole, for every image it
+// holds rather than one config digest: the manifest is whole and for this
+// image-rs (gc, the podVM's guest-components commit), the store is mounted
+// where its store_paths say, meta_store.json is the manifest's, and every
+// image's every layer is a layer directory of the store that is there.
+// It reads no layer's files: Verify does. The podVM hands image-rs a
+// store's meta_store.json only when Check and Verify both pass, since
+// image-rs itself checks none of this (see Lookup).
+func Check(mountPoint, gc string) (Checked, Result) {
+	man, store, ms, mb, r := openStore(mountPoint, gc)
+	if !r.Hit {
+		return Checked{}, r
+	}
+	// In the manifest's order, so the first miss reported is the same on
+	// every run (image_db is a map).
+	for _, mi := range man.Images {
+		im, ok := ms.ImageDB[mi.ConfigDigest]
+		if !ok {
+			return Checked{}, Result{Miss: MissTampered, Detail: fmt.Sprintf("%s has no image with config %s, which the manifest lists", MetaFile, mi.ConfigDigest)}
+		}
+		if _, r := lowerDirs(man, store, im); !r.Hit {
+			return Checked{}, r
+		}
+	}
+	if len(ms.ImageDB) != len(man.Images) {
+		return Checked{}, Result{Miss: MissTampered, Detail: fmt.Sprintf("%s holds %d images, the manifest %d", MetaFile, len(ms.ImageDB), len(man.Images))}
+	}
+	c := Checked{MetaStore: mb, Images: len(man.Images), Layers: len(man.Layers)}
+	for _, l := range man.Layers {
+		c.Bytes += l.Bytes
+	}
+	return c, Result{Hit: true}
+}
+
+// openStore is Lookup's checks of the store before any image: the
+// manifest, the guest-components commit, meta_store.json's digest.
+func openStore(mountPoint, gc string) (Manifest, string, MetaStore, []byte, Result) {
+	var ms MetaStore
+	miss := func(m Miss, f string, a ...any) (Manifest, string, MetaStore, []byte, Result) {
+		return Manifest{}, "", ms, nil, Result{Miss: m, Detail: fmt.Sprintf(f, a...)}
+	}
+	man, store, r := loadManifest(mountPoint, true)
+	if !r.Hit {
+		return man, "", ms, nil, r
+	}
+	if man.GuestComponents != gc {
+		return miss(MissGuestComponents, "the store is for guest-components %.12s, this podVM's image-rs is %.12s", man.GuestComponents, gc)
+	}
+	mb, err := os.ReadFile(filepath.Join(store, MetaFile))
+	if err != nil {
+		return miss(MissHalfWritten, "%s: %v", MetaFile, err)
+	}
+	if d := digest(mb); d != man.MetaStore {
+		return miss(MissTampered, "%s is %s, the manifest says %s", MetaFile, d, man.MetaStore)
+	}
+	if err := json.Unmarshal(mb, &ms); err != nil {
+		return miss(MissTampered, "%s: %v", MetaFile, err)
+	}
+	return man, store, ms, mb, Result{Hit: true}
+}
+
+// lowerDirs is an image's layers' store_paths, last first, as image-rs
+// makes them an overlay's lowerdirs (image.rs:526-538), each checked to be
+// a layer directory of the store that is there.
+func lowerDirs(man Manifest, store string, im ImageMeta) ([]string, Result) {
+	layers := path.Join(man.MountPoint, man.Dir, LayersDir) + "/"
+	var lower []string
+	for i := len(im.LayerMetas) - 1; i >= 0; i-- {
+		sp := im.LayerMetas[i].StorePath
+		n, ok := strings.CutPrefix(sp, layers)
+		if _, err := strconv.Atoi(n); !ok || err != nil {
+			return nil, Result{Miss: MissTampered, Detail: fmt.Sprintf("layer %s: store_path %q is not a layer directory of the store", im.LayerMetas[i].CompressedDigest, sp)}
+		}
+		st, err := os.Lstat(filepath.Join(store, LayersDir, n))
+		if err != nil || !st.IsDir() {
+			return nil, Result{Miss: MissLayer, Detail: fmt.Sprintf("layer %s: %s is not there", im.LayerMetas[i].CompressedDigest, sp)}
+		}
+		lower = append(lower, sp)
+	}
+	return lower, Result{Hit: true}
 }
 
 // loadManifest reads the store's manifest beneath a mounted disk. Its
@@ -191,7 +256,7 @@ const StoreDir = "image-rs"
 // too (a disk as cachebuild writes it, or a store Apply has run on). It
 // reads every byte: it is the check a podVM can make before it trusts a
 // store while dm-verity is not there yet, not one for each pull.
-func Verify(mountPoint string, applied bool) error {
+func Verify(ctx context.Context, mountPoint string, applied bool) error {
 	man, store, r := loadManifest(mountPoint, false)
 	if !r.Hit {
 		return fmt.Errorf("%s: %s", r.Miss, r.Detail)
@@ -208,7 +273,7 @@ func Verify(mountPoint string, applied bool) error {
 		if err != nil {
 			return err
 		}
-		if err := verifyLayer(filepath.Join(store, LayersDir, strconv.Itoa(l.Index)), entries, applied); err != nil {
+		if err := verifyLayer(ctx, filepath.Join(store, LayersDir, strconv.Itoa(l.Index)), entries, applied); err != nil {
 			return fmt.Errorf("layer %d (%s): %w", l.Index, l.CompressedDigest, err)
 		}
 	}
@@ -249,7 +314,7 @@ func Entries(mountPoint string) (Manifest, map[int][]Entry, error) {
 	return man, out, nil
 }
 
-func verifyLayer(dir string, entries []Entry, applied bool) error {
+func verifyLayer(ctx context.Context, dir string, entries []Entry, applied bool) error {
 	want := map[string]Entry{}
 	for _, e := range entries {
 		want[e.Path] = e
@@ -257,6 +322,11 @@ func verifyLayer(dir string, entries []Entry, applied bool) error {
 	seen := 0
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			return err
+		}
+		// It reads every byte of a store that may be gigabytes: a
+		// podVM's unit stopped by systemd ends it between files.
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)

@@ -3,6 +3,7 @@ package imagestore
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -238,7 +239,7 @@ func TestLookupHit(t *testing.T) {
 	if !strings.HasPrefix(r.Mount.Upper, filepath.Join(root, "work", "overlay")+"/") || filepath.Base(r.Mount.Upper) != "upperdir" {
 		t.Errorf("upperdir %s is not under work_dir/overlay", r.Mount.Upper)
 	}
-	if err := Verify(root, false); err != nil {
+	if err := Verify(context.Background(), root, false); err != nil {
 		t.Errorf("Verify of a store as written: %v", err)
 	}
 }
@@ -278,6 +279,56 @@ func TestLookupMisses(t *testing.T) {
 	}
 }
 
+// Check is Lookup's store checks for every image at once: a whole store
+// gives its meta_store.json as written, and the misses that need no config
+// digest are the same as Lookup's.
+func TestCheckWholeStore(t *testing.T) {
+	img := testImage(t)
+	root := build(t, img)
+	c, r := Check(root, GuestComponents)
+	if !r.Hit {
+		t.Fatalf("Check of a store as written: %s: %s", r.Miss, r.Detail)
+	}
+	b, err := os.ReadFile(filepath.Join(root, StoreDir, MetaFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(c.MetaStore, b) || c.Images != 1 || c.Layers != 3 || c.Bytes <= 0 {
+		t.Errorf("Check = %d images, %d layers, %d bytes, meta_store.json equal: %v; want 1, 3, > 0, true", c.Images, c.Layers, c.Bytes, bytes.Equal(c.MetaStore, b))
+	}
+	for _, m := range []struct {
+		name  string
+		spoil func(t *testing.T, root string) string
+		want  Miss
+	}{
+		{"another guest-components", func(*testing.T, string) string { return strings.Repeat("1", 40) }, MissGuestComponents},
+		{"a layer missing", func(t *testing.T, root string) string { rm(t, root, "layers/2"); return GuestComponents }, MissLayer},
+		{"meta_store.json changed", func(t *testing.T, root string) string {
+			flip(t, filepath.Join(root, StoreDir, MetaFile), 10)
+			return GuestComponents
+		}, MissTampered},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			root := build(t, img)
+			gc := m.spoil(t, root)
+			if c, r := Check(root, gc); r.Hit || r.Miss != m.want || r.Detail == "" || c.MetaStore != nil {
+				t.Errorf("Check = %+v, %d bytes of meta_store.json; want a miss %s with its detail and nothing to hand on", r, len(c.MetaStore), m.want)
+			}
+		})
+	}
+}
+
+// Verify stops, between files, when its context ends (systemd stopping
+// the podVM's unit on a store of gigabytes).
+func TestVerifyStopsWithItsContext(t *testing.T) {
+	root := build(t, testImage(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Verify(ctx, root, false); !errors.Is(err, context.Canceled) {
+		t.Errorf("Verify with a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
 // A store whose bytes are changed after it is written is refused by
 // Verify, wherever the byte is: a layer's file, its entry list, an extra
 // file in a layer.
@@ -298,7 +349,7 @@ func TestVerifyRefusesChangedBytes(t *testing.T) {
 			} else {
 				flip(t, p, 3)
 			}
-			if err := Verify(root, false); err == nil || !strings.Contains(err.Error(), c.want) {
+			if err := Verify(context.Background(), root, false); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("Verify = %v, want an error saying %q", err, c.want)
 			}
 		})
@@ -318,7 +369,7 @@ func TestOverlayMount(t *testing.T) {
 	if err := Apply(root); err != nil {
 		t.Skipf("this machine refuses what Apply needs (a container without CAP_MKNOD or CAP_SYS_ADMIN?): %v", err)
 	}
-	if err := Verify(root, true); err != nil {
+	if err := Verify(context.Background(), root, true); err != nil {
 		t.Fatalf("Verify after Apply: %v", err)
 	}
 	r := Lookup(req(root, img))
@@ -354,7 +405,7 @@ func TestOverlayMount(t *testing.T) {
 	}
 	// A flipped byte in a layer is then refused too.
 	flip(t, filepath.Join(root, StoreDir, "layers/2/app/run"), 0)
-	if err := Verify(root, true); err == nil {
+	if err := Verify(context.Background(), root, true); err == nil {
 		t.Error("Verify accepted a changed layer file")
 	}
 }

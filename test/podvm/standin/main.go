@@ -496,7 +496,7 @@ var units = []string{
 	"agent-protocol-forwarder.path",
 	"agent-protocol-forwarder.service", "api-server-rest.service", "systemd-resolved.service",
 	"caa-gcp-t4-notice.socket", "caa-gcp-t4-notice.service",
-	"caa-gcp-t4-cache-mirror.service", `run-caa\x2dgcp\x2dt4-cache.mount`,
+	"caa-gcp-t4-cache-mirror.service", `run-caa\x2dgcp\x2dt4-cache.mount`, "caa-gcp-t4-cache-store.service",
 }
 
 var props = "Id,ActiveState,SubState,Result,NRestarts,ConditionResult,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic,InactiveExitTimestampMonotonic"
@@ -545,6 +545,8 @@ func report(ctx context.Context) {
 		}
 	}
 	trust(ctx, rep)
+	rep["store_mount"] = storeMount()
+	rep["overlay_flags"] = overlayFlags()
 	for k, args := range map[string][]string{
 		"podns_addresses": {"ip", "-n", "podns", "-br", "address"},
 		"podns_routes":    {"ip", "-n", "podns", "route"},
@@ -556,7 +558,7 @@ func report(ctx context.Context) {
 	j, _ := exec.CommandContext(ctx, "journalctl", "--no-pager", "-o", "short-monotonic", "-b",
 		"-u", "process-user-data", "-u", "agent-protocol-forwarder", "-u", "kata-agent",
 		"-u", "confidential-data-hub", "-u", "attestation-agent", "-u", "api-server-rest",
-		"-u", "caa-gcp-t4-cache-mirror").CombinedOutput()
+		"-u", "caa-gcp-t4-cache-mirror", "-u", "caa-gcp-t4-cache-store").CombinedOutput()
 	writeFile(filepath.Join(recordDir, "journal.txt"), j)
 	b, _ := json.Marshal(rep)
 	writeFile(filepath.Join(recordDir, "report.json"), b)
@@ -732,5 +734,169 @@ func listDir(dir string) []string {
 	for _, e := range es {
 		out = append(out, e.Name())
 	}
+	return out
+}
+
+// workDir is image-rs's work_dir, where podvm-cache-store puts the cache
+// disk's meta_store.json (image-rs/src/config.rs:17 at dcd55ea16ea4).
+const workDir = "/run/kata-containers/image"
+
+// storeMount does what image-rs at the pin does for a stored image, for
+// the first image (by config digest) of the meta_store.json
+// podvm-cache-store wrote: its layers' store_paths, last first, as an
+// overlay's lowerdirs with an upper and a work directory under
+// work_dir/overlay (image-rs/src/image.rs:526-538, snapshots/overlay.rs),
+// then reads every file through the mount. Nothing when there is no
+// meta_store.json.
+func storeMount() map[string]any {
+	out := map[string]any{}
+	b, err := os.ReadFile(filepath.Join(workDir, "meta_store.json"))
+	if err != nil {
+		out["meta_store"] = err.Error()
+		return out
+	}
+	var ms struct {
+		ImageDB map[string]struct {
+			LayerMetas []struct {
+				StorePath string `json:"store_path"`
+			} `json:"layer_metas"`
+		} `json:"image_db"`
+	}
+	if err := json.Unmarshal(b, &ms); err != nil {
+		out["meta_store"] = err.Error()
+		return out
+	}
+	sum := sha256.Sum256(b)
+	out["meta_store_sha256"] = hex.EncodeToString(sum[:])
+	out["images"] = len(ms.ImageDB)
+	var ids []string
+	for id := range ms.ImageDB {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	if len(ids) == 0 {
+		return out
+	}
+	var lower []string
+	lm := ms.ImageDB[ids[0]].LayerMetas
+	for i := len(lm) - 1; i >= 0; i-- {
+		lower = append(lower, lm[i].StorePath)
+	}
+	idx := filepath.Join(workDir, "overlay", "standin-probe")
+	target := filepath.Join(idx, "rootfs")
+	for _, d := range []string{"upperdir", "workdir", "rootfs"} {
+		_ = os.MkdirAll(filepath.Join(idx, d), 0o755)
+	}
+	defer os.RemoveAll(idx)
+	opts := "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + filepath.Join(idx, "upperdir") + ",workdir=" + filepath.Join(idx, "workdir")
+	out["image"] = ids[0]
+	out["lowerdirs"] = len(lower)
+	start := time.Now()
+	if err := syscall.Mount("overlay", target, "overlay", 0, opts); err != nil {
+		out["mount"] = err.Error()
+		return out
+	}
+	out["mount_ms"] = time.Since(start).Milliseconds()
+	out["mount"] = "mounted"
+	files, bytes := 0, int64(0)
+	werr := filepath.WalkDir(target, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		n, err := io.Copy(io.Discard, f)
+		f.Close()
+		files++
+		bytes += n
+		return err
+	})
+	out["files"], out["bytes"] = files, bytes
+	if werr != nil {
+		out["read"] = werr.Error()
+	}
+	if err := syscall.Unmount(target, 0); err != nil {
+		out["unmount"] = err.Error()
+	}
+	return out
+}
+
+// msNoSymfollow is MS_NOSYMFOLLOW (Linux 5.10), which package syscall
+// does not name.
+const msNoSymfollow = 0x100
+
+// overlayFlags answers, on this podVM's kernel, whether the cache disk's
+// mount flags reach through an overlay that takes it as a lowerdir: a
+// tmpfs holding a copy of /usr/bin/true and a symbolic link to it is
+// remounted with the disk's flags (ro, nodev, nosuid, noexec,
+// nosymfollow), then used as an overlay's only lowerdir, mounted with no
+// flags as image-rs mounts a container's rootfs. The program and the link
+// are tried on the lower mount itself (the flags must refuse them there)
+// and through the overlay.
+func overlayFlags() map[string]string {
+	out := map[string]string{}
+	base, err := os.MkdirTemp("/run", "caa-gcp-t4-standin-ovl-")
+	if err != nil {
+		out["error"] = err.Error()
+		return out
+	}
+	defer os.RemoveAll(base)
+	lower, rw, merged := filepath.Join(base, "lower"), filepath.Join(base, "rw"), filepath.Join(base, "merged")
+	for _, d := range []string{lower, rw, merged} {
+		_ = os.Mkdir(d, 0o755)
+	}
+	if err := syscall.Mount("tmpfs", lower, "tmpfs", 0, "size=16m"); err != nil {
+		out["error"] = "tmpfs: " + err.Error()
+		return out
+	}
+	defer syscall.Unmount(lower, syscall.MNT_DETACH)
+	if err := syscall.Mount("tmpfs", rw, "tmpfs", 0, "size=16m"); err != nil {
+		out["error"] = "tmpfs: " + err.Error()
+		return out
+	}
+	defer syscall.Unmount(rw, syscall.MNT_DETACH)
+	prog, err := os.ReadFile("/usr/bin/true")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(lower, "prog"), prog, 0o755)
+	}
+	if err == nil {
+		err = os.Symlink("prog", filepath.Join(lower, "link"))
+	}
+	if err == nil {
+		err = syscall.Mount("", lower, "", syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NODEV|syscall.MS_NOSUID|syscall.MS_NOEXEC|msNoSymfollow, "")
+	}
+	if err != nil {
+		out["error"] = "lower: " + err.Error()
+		return out
+	}
+	for _, d := range []string{"upper", "work"} {
+		_ = os.Mkdir(filepath.Join(rw, d), 0o755)
+	}
+	if err := syscall.Mount("overlay", merged, "overlay", 0, "lowerdir="+lower+",upperdir="+filepath.Join(rw, "upper")+",workdir="+filepath.Join(rw, "work")); err != nil {
+		out["error"] = "overlay: " + err.Error()
+		return out
+	}
+	defer syscall.Unmount(merged, syscall.MNT_DETACH)
+	run := func(p string) string {
+		if err := exec.Command(p).Run(); err != nil {
+			return err.Error()
+		}
+		return "ok"
+	}
+	follow := func(p string) string {
+		f, err := os.Open(p)
+		if err != nil {
+			return err.Error()
+		}
+		f.Close()
+		return "ok"
+	}
+	out["lower_exec"] = run(filepath.Join(lower, "prog"))
+	out["lower_link"] = follow(filepath.Join(lower, "link"))
+	out["overlay_exec"] = run(filepath.Join(merged, "prog"))
+	out["overlay_link"] = follow(filepath.Join(merged, "link"))
+	out["overlay_exec_link"] = run(filepath.Join(merged, "link"))
 	return out
 }
