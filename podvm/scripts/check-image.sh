@@ -121,6 +121,7 @@ has() { local a; for a in "${args[@]}"; do [ "$a" = "$1" ] && return 0; done; re
 val() { local a v=""; for a in "${args[@]}"; do case "$a" in "$1="*) v=${a#"$1="} ;; esac; done; printf '%s' "$v"; }
 has ro || fail "UKI command line: no 'ro' (the root must be mounted read-only): $cmdline"
 ! has rw || fail "UKI command line: 'rw' makes the root writable: $cmdline"
+has no_timer_check || fail "UKI command line: no 'no_timer_check' (a late timer interrupt on a loaded or emulated host panics the kernel at boot: podvm/mkosi.conf): $cmdline"
 [ "$(val root)" = /dev/mapper/root ] || fail "UKI command line: root=$(val root), want root=/dev/mapper/root (the dm-verity device): the root is unverified"
 roothash=$(val roothash)
 [[ "$roothash" =~ ^[0-9a-f]{64}$ ]] || fail "UKI command line: no roothash= (64 hex digits): the root is unverified: $cmdline"

@@ -100,6 +100,24 @@ put_uki rw "$work/rw.efi"
 refused rw "UKI command line: no 'ro'"
 rm -rf "$work/rw"
 
+# A UKI whose command line lacks no_timer_check (renamed in place, same
+# length): the boot panics on a loaded or emulated host.
+copied timer
+/usr/bin/python3 - "$dir/podvm.efi" "$work/timer.efi" <<'PY'
+import sys, pefile
+pe = pefile.PE(sys.argv[1], fast_load=True)
+data = bytearray(open(sys.argv[1], "rb").read())
+s = next(s for s in pe.sections if s.Name.rstrip(b"\0") == b".cmdline")
+off, n = s.PointerToRawData, s.SizeOfRawData
+cmd = bytes(data[off:off + n])
+assert b"no_timer_check" in cmd, cmd
+data[off:off + n] = cmd.replace(b"no_timer_check", b"no_timer_chekk", 1)
+open(sys.argv[2], "wb").write(data)
+PY
+put_uki timer "$work/timer.efi"
+refused timer "UKI command line: no 'no_timer_check'"
+rm -rf "$work/timer"
+
 # One changed byte in the middle of the root partition.
 copied block
 read -r rstart rsize < <(sfdisk -J "$work/block/podvm.raw" | jq -r '.partitiontable.partitions[] | select(.type == "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709") | "\(.start) \(.size)"')
