@@ -10,20 +10,9 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 )
 
-// The annotations the kata shim puts in every CreateVMRequest, named
-// once in the drop-in's annotations package. The shim always sends all
-// of them, empty when unset; default_gpus is "0" for a pod without GPUs.
-const (
-	AnnotationSandboxName      = annotations.SandboxName
-	AnnotationSandboxNamespace = annotations.SandboxNamespace
-	AnnotationMachineType      = annotations.MachineType
-	AnnotationImage            = annotations.Image
-	AnnotationVCPUs            = annotations.VCPUs
-	AnnotationMemory           = annotations.Memory
-	AnnotationGPUs             = annotations.GPUs
-	AnnotationGPUModel         = annotations.GPUModel
-	AnnotationInitData         = annotations.InitData
-)
+// The annotations the kata shim puts in every CreateVMRequest are named
+// once in the drop-in's annotations package. The shim always sends all of
+// them, empty when unset; default_gpus is "0" for a pod without GPUs.
 
 // podRequest is what a CreateVMRequest asks for, in provider terms.
 type podRequest struct {
@@ -44,15 +33,15 @@ type podRequest struct {
 func parseAnnotations(a map[string]string) (podRequest, error) {
 	var errs []error
 	r := podRequest{
-		name:      podName(a[AnnotationSandboxName]),
-		namespace: a[AnnotationSandboxNamespace],
-		gpuModel:  a[AnnotationGPUModel],
+		name:      podName(a[annotations.SandboxName]),
+		namespace: a[annotations.SandboxNamespace],
+		gpuModel:  a[annotations.GPUModel],
 	}
 	if r.name == "" {
-		errs = append(errs, fmt.Errorf("annotation %s is missing or empty: the kata shim sends the pod name in it; check the runtime class uses the remote hypervisor and a CRI that sets it", AnnotationSandboxName))
+		errs = append(errs, fmt.Errorf("annotation %s is missing or empty: the kata shim sends the pod name in it; check the runtime class uses the remote hypervisor and a CRI that sets it", annotations.SandboxName))
 	}
 	if r.namespace == "" {
-		errs = append(errs, fmt.Errorf("annotation %s is missing or empty: the kata shim sends the pod namespace in it; check the runtime class uses the remote hypervisor and a CRI that sets it", AnnotationSandboxNamespace))
+		errs = append(errs, fmt.Errorf("annotation %s is missing or empty: the kata shim sends the pod namespace in it; check the runtime class uses the remote hypervisor and a CRI that sets it", annotations.SandboxNamespace))
 	}
 	count := func(key, unit string) int64 {
 		v, ok := a[key]
@@ -67,11 +56,11 @@ func parseAnnotations(a map[string]string) (podRequest, error) {
 		return n
 	}
 	r.spec = provider.InstanceTypeSpec{
-		InstanceType: a[AnnotationMachineType],
-		Image:        a[AnnotationImage],
-		VCPUs:        count(AnnotationVCPUs, "vCPUs"),
-		Memory:       count(AnnotationMemory, "MiB"),
-		GPUs:         count(AnnotationGPUs, "GPUs"),
+		InstanceType: a[annotations.MachineType],
+		Image:        a[annotations.Image],
+		VCPUs:        count(annotations.VCPUs, "vCPUs"),
+		Memory:       count(annotations.Memory, "MiB"),
+		GPUs:         count(annotations.GPUs, "GPUs"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return podRequest{}, err

@@ -1,6 +1,7 @@
 package adaptor
 
 import (
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 	"reflect"
 	"strings"
 	"testing"
@@ -12,15 +13,15 @@ import (
 // with one GPU, 3 vCPUs and 12 GiB.
 func kataAnnotations() map[string]string {
 	return map[string]string{
-		AnnotationSandboxName:      "mistral-tp-0",
-		AnnotationSandboxNamespace: "llm",
-		AnnotationMachineType:      "",
-		AnnotationImage:            "",
-		AnnotationVCPUs:            "3",
-		AnnotationMemory:           "12288",
-		AnnotationInitData:         "",
-		AnnotationGPUs:             "1",
-		AnnotationGPUModel:         "",
+		annotations.SandboxName:      "mistral-tp-0",
+		annotations.SandboxNamespace: "llm",
+		annotations.MachineType:      "",
+		annotations.Image:            "",
+		annotations.VCPUs:            "3",
+		annotations.Memory:           "12288",
+		annotations.InitData:         "",
+		annotations.GPUs:             "1",
+		annotations.GPUModel:         "",
 	}
 }
 
@@ -40,10 +41,10 @@ func TestAnnotationsMapToSpecAsCAA(t *testing.T) {
 		{
 			name: "machine type, image and GPU model verbatim",
 			edit: func(a map[string]string) {
-				a[AnnotationMachineType] = "t4-2"
-				a[AnnotationImage] = "projects/p/global/images/podvm-t4-v2"
-				a[AnnotationGPUs] = "2"
-				a[AnnotationGPUModel] = "nvidia-tesla-t4"
+				a[annotations.MachineType] = "t4-2"
+				a[annotations.Image] = "projects/p/global/images/podvm-t4-v2"
+				a[annotations.GPUs] = "2"
+				a[annotations.GPUModel] = "nvidia-tesla-t4"
 			},
 			wantPod:   "mistral-tp-0",
 			wantSpec:  provider.InstanceTypeSpec{InstanceType: "t4-2", Image: "projects/p/global/images/podvm-t4-v2", VCPUs: 3, Memory: 12288, GPUs: 2},
@@ -51,22 +52,22 @@ func TestAnnotationsMapToSpecAsCAA(t *testing.T) {
 		},
 		{
 			name:     `default_gpus "0" is a CPU-only pod`,
-			edit:     func(a map[string]string) { a[AnnotationGPUs] = "0" },
+			edit:     func(a map[string]string) { a[annotations.GPUs] = "0" },
 			wantPod:  "mistral-tp-0",
 			wantSpec: provider.InstanceTypeSpec{VCPUs: 3, Memory: 12288},
 		},
 		{
 			name: "absent or empty numbers are 0",
 			edit: func(a map[string]string) {
-				delete(a, AnnotationVCPUs)
-				a[AnnotationMemory] = ""
-				delete(a, AnnotationGPUs)
+				delete(a, annotations.VCPUs)
+				a[annotations.Memory] = ""
+				delete(a, annotations.GPUs)
 			},
 			wantPod: "mistral-tp-0",
 		},
 		{
 			name:     "CRI-O sandbox name",
-			edit:     func(a map[string]string) { a[AnnotationSandboxName] = "k8s_mistral-tp-0_llm_8a1f_0" },
+			edit:     func(a map[string]string) { a[annotations.SandboxName] = "k8s_mistral-tp-0_llm_8a1f_0" },
 			wantPod:  "mistral-tp-0",
 			wantSpec: provider.InstanceTypeSpec{VCPUs: 3, Memory: 12288, GPUs: 1},
 		},
@@ -97,17 +98,17 @@ func TestBadAnnotationsNameTheField(t *testing.T) {
 		edit func(map[string]string)
 		want []string
 	}{
-		{"no pod name", func(a map[string]string) { delete(a, AnnotationSandboxName) }, []string{AnnotationSandboxName}},
-		{"no namespace", func(a map[string]string) { a[AnnotationSandboxNamespace] = "" }, []string{AnnotationSandboxNamespace}},
-		{"GPU count not a number", func(a map[string]string) { a[AnnotationGPUs] = "one" }, []string{AnnotationGPUs + `="one"`}},
-		{"negative memory", func(a map[string]string) { a[AnnotationMemory] = "-1" }, []string{AnnotationMemory + `="-1"`, "MiB"}},
-		{"fractional vCPUs", func(a map[string]string) { a[AnnotationVCPUs] = "1.5" }, []string{AnnotationVCPUs + `="1.5"`}},
-		{"overflow", func(a map[string]string) { a[AnnotationMemory] = "99999999999999999999" }, []string{AnnotationMemory}},
+		{"no pod name", func(a map[string]string) { delete(a, annotations.SandboxName) }, []string{annotations.SandboxName}},
+		{"no namespace", func(a map[string]string) { a[annotations.SandboxNamespace] = "" }, []string{annotations.SandboxNamespace}},
+		{"GPU count not a number", func(a map[string]string) { a[annotations.GPUs] = "one" }, []string{annotations.GPUs + `="one"`}},
+		{"negative memory", func(a map[string]string) { a[annotations.Memory] = "-1" }, []string{annotations.Memory + `="-1"`, "MiB"}},
+		{"fractional vCPUs", func(a map[string]string) { a[annotations.VCPUs] = "1.5" }, []string{annotations.VCPUs + `="1.5"`}},
+		{"overflow", func(a map[string]string) { a[annotations.Memory] = "99999999999999999999" }, []string{annotations.Memory}},
 		{"every error at once", func(a map[string]string) {
-			delete(a, AnnotationSandboxNamespace)
-			a[AnnotationGPUs] = "x"
-			a[AnnotationVCPUs] = " 2"
-		}, []string{AnnotationSandboxNamespace, AnnotationGPUs, AnnotationVCPUs}},
+			delete(a, annotations.SandboxNamespace)
+			a[annotations.GPUs] = "x"
+			a[annotations.VCPUs] = " 2"
+		}, []string{annotations.SandboxNamespace, annotations.GPUs, annotations.VCPUs}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 	"io"
 	"log/slog"
 	"net"
@@ -324,8 +325,8 @@ func TestBadAnnotationsCreateNoVM(t *testing.T) {
 		"3333333333333333": {Name: "p", Namespace: "llm", MachineType: "t4-1", GPUs: 9}, // valid annotations, unsatisfiable
 	}
 	wantErr := map[string]string{
-		"1111111111111111": AnnotationSandboxName,
-		"2222222222222222": AnnotationSandboxNamespace,
+		"1111111111111111": annotations.SandboxName,
+		"2222222222222222": annotations.SandboxNamespace,
 	}
 	for sid, sb := range bad {
 		_, err := e.shim.CreateVM(ctx, sid, "", sb)
@@ -347,9 +348,9 @@ func TestBadAnnotationsCreateNoVM(t *testing.T) {
 	}
 	// Malformed numbers, sent as raw annotations (kata only sends decimals).
 	for _, raw := range []map[string]string{
-		{AnnotationSandboxName: "p", AnnotationSandboxNamespace: "llm", AnnotationGPUs: "one"},
-		{AnnotationSandboxName: "p", AnnotationSandboxNamespace: "llm", AnnotationMemory: "-12288"},
-		{AnnotationSandboxName: "p", AnnotationSandboxNamespace: "llm", AnnotationVCPUs: "0.5"},
+		{annotations.SandboxName: "p", annotations.SandboxNamespace: "llm", annotations.GPUs: "one"},
+		{annotations.SandboxName: "p", annotations.SandboxNamespace: "llm", annotations.Memory: "-12288"},
+		{annotations.SandboxName: "p", annotations.SandboxNamespace: "llm", annotations.VCPUs: "0.5"},
 	} {
 		_, err := e.srv.Service().CreateVM(ctx, createReq("4444444444444444", raw))
 		wantCode(t, err, codes.InvalidArgument, "annotation io.katacontainers.config.hypervisor.")

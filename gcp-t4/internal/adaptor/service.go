@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -143,7 +144,7 @@ func (s *Service) CreateVM(ctx context.Context, req *hypervisor.CreateVMRequest)
 		return nil, fmt.Errorf("CreateVM %s: creating the sandbox directory (check -pods-dir is writable): %w", sid, err)
 	}
 	s.sandboxes[sid] = sb
-	if req.GetAnnotations()[AnnotationInitData] != "" {
+	if req.GetAnnotations()[annotations.InitData] != "" {
 		// CAA writes it to the podVM as /run/peerpod/initdata; this
 		// adaptor tests provisioning only and does not.
 		s.log.Warn("cc_init_data annotation ignored: this adaptor does not deliver initdata", "sandbox", sid)

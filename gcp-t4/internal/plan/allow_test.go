@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,25 +37,25 @@ func TestPlanRefusesWhatTheAdminDidNotAllow(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"foreign image", map[string]string{AnnotationImage: "projects/attacker-proj/global/images/evil"}, smallCPU, nil,
+		{"foreign image", map[string]string{annotations.Image: "projects/attacker-proj/global/images/evil"}, smallCPU, nil,
 			[]string{"GCP_ALLOWED_IMAGES", "projects/attacker-proj/global/images/evil"}},
-		{"CPU-only pod naming t4-4", map[string]string{AnnotationMachineType: "t4-4"}, smallCPU, nil,
+		{"CPU-only pod naming t4-4", map[string]string{annotations.MachineType: "t4-4"}, smallCPU, nil,
 			[]string{"the pod requests 0", "GCP_INSTANCE_TYPES"}},
-		{"n1-standard-96 with 4 GPUs", map[string]string{AnnotationMachineType: "n1-standard-96", AnnotationGPUs: "4"}, smallCPU, nil,
+		{"n1-standard-96 with 4 GPUs", map[string]string{annotations.MachineType: "n1-standard-96", annotations.GPUs: "4"}, smallCPU, nil,
 			[]string{"GCP_INSTANCE_TYPES", "n1-standard-96"}},
-		{"custom-96-638976", map[string]string{AnnotationMachineType: "custom-96-638976", AnnotationGPUs: "4"}, smallCPU, nil,
+		{"custom-96-638976", map[string]string{annotations.MachineType: "custom-96-638976", annotations.GPUs: "4"}, smallCPU, nil,
 			[]string{"GCP_INSTANCE_TYPES"}},
-		{"default_gpus 4 under t4-1,t4-2", map[string]string{AnnotationGPUs: "4"}, smallCPU, []string{"-machine-types", "t4-1,t4-2"},
+		{"default_gpus 4 under t4-1,t4-2", map[string]string{annotations.GPUs: "4"}, smallCPU, []string{"-machine-types", "t4-1,t4-2"},
 			[]string{"GCP_MAX_GPUS_PER_POD", "t4-2"}},
 		{"8 GPUs requested", nil, "      limits: {nvidia.com/gpu: 8}\n", nil, []string{"GCP_MAX_GPUS_PER_POD"}},
 		{"96 vCPUs by fit", nil, "      limits: {nvidia.com/gpu: 4, cpu: 96}\n", nil, []string{"GCP_MAX_VCPUS_PER_POD"}},
-		{"foreign image in template mode", map[string]string{AnnotationImage: "projects/attacker-proj/global/images/evil"}, "      limits: {nvidia.com/gpu: 1}\n",
+		{"foreign image in template mode", map[string]string{annotations.Image: "projects/attacker-proj/global/images/evil"}, "      limits: {nvidia.com/gpu: 1}\n",
 			[]string{"-instance-template", "t4-private"}, []string{"GCP_ALLOWED_IMAGES", "projects/attacker-proj/global/images/evil"}},
-		{"h100-cc under the default limits", map[string]string{AnnotationMachineType: "h100-cc"}, "      limits: {nvidia.com/gpu: 1}\n",
+		{"h100-cc under the default limits", map[string]string{annotations.MachineType: "h100-cc"}, "      limits: {nvidia.com/gpu: 1}\n",
 			[]string{"-profile-images", "h100-cc=projects/img/global/images/podvm-tdx"}, []string{"GCP_MAX_VCPUS_PER_POD", "GCP_INSTANCE_TYPES", "26 vCPU(s)"}},
-		{"a listed N1 type is one T4", map[string]string{AnnotationMachineType: "n1-standard-4", AnnotationGPUs: "4"}, smallCPU,
+		{"a listed N1 type is one T4", map[string]string{annotations.MachineType: "n1-standard-4", annotations.GPUs: "4"}, smallCPU,
 			[]string{"-machine-types", "t4-1,n1-standard-4"}, []string{"GCP_MAX_GPUS_PER_POD", "at most 1"}},
-		{"GPU cap binds a named profile", map[string]string{AnnotationMachineType: "t4-4"}, "      limits: {nvidia.com/gpu: 4}\n",
+		{"GPU cap binds a named profile", map[string]string{annotations.MachineType: "t4-4"}, "      limits: {nvidia.com/gpu: 4}\n",
 			[]string{"-max-gpus-per-pod", "2"}, []string{"GCP_MAX_GPUS_PER_POD", "at most 2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,11 +83,11 @@ func TestPlanAllowsWhatTheAdminAllowed(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"configured image", map[string]string{AnnotationImage: "podvm-t4"}, "      limits: {nvidia.com/gpu: 1}\n", nil, "t4-1"},
-		{"allowed image", map[string]string{AnnotationImage: "projects/other/global/images/x"}, "      limits: {nvidia.com/gpu: 1}\n",
+		{"configured image", map[string]string{annotations.Image: "podvm-t4"}, "      limits: {nvidia.com/gpu: 1}\n", nil, "t4-1"},
+		{"allowed image", map[string]string{annotations.Image: "projects/other/global/images/x"}, "      limits: {nvidia.com/gpu: 1}\n",
 			[]string{"-allowed-images", "projects/other/global/images/x"}, "t4-1"},
-		{"profile machine type", map[string]string{AnnotationMachineType: "n1-standard-8"}, "      limits: {nvidia.com/gpu: 1}\n", nil, "n1-standard-8"},
-		{"CPU-only pod, GPU shape listed", map[string]string{AnnotationMachineType: "t4-1"}, smallCPU, []string{"-machine-types", "t4-1,cpu-2"}, "1 x nvidia-tesla-t4"},
+		{"profile machine type", map[string]string{annotations.MachineType: "n1-standard-8"}, "      limits: {nvidia.com/gpu: 1}\n", nil, "n1-standard-8"},
+		{"CPU-only pod, GPU shape listed", map[string]string{annotations.MachineType: "t4-1"}, smallCPU, []string{"-machine-types", "t4-1,cpu-2"}, "1 x nvidia-tesla-t4"},
 		{"CPU-only pod by fit", nil, smallCPU, nil, "cpu-2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,9 +118,9 @@ func TestProviderDocRefusalsAreWhatPlanPrints(t *testing.T) {
 		res  string
 		args []string
 	}{
-		{map[string]string{AnnotationImage: "projects/attacker-proj/global/images/evil"}, smallCPU, nil},
-		{map[string]string{AnnotationGPUs: "4"}, smallCPU, []string{"-machine-types", "t4-1,t4-2"}},
-		{map[string]string{AnnotationMachineType: "h100-cc"}, "      limits: {nvidia.com/gpu: 1}\n", []string{"-profile-images", "h100-cc=projects/img/global/images/podvm-tdx"}},
+		{map[string]string{annotations.Image: "projects/attacker-proj/global/images/evil"}, smallCPU, nil},
+		{map[string]string{annotations.GPUs: "4"}, smallCPU, []string{"-machine-types", "t4-1,t4-2"}},
+		{map[string]string{annotations.MachineType: "h100-cc"}, "      limits: {nvidia.com/gpu: 1}\n", []string{"-profile-images", "h100-cc=projects/img/global/images/podvm-tdx"}},
 	}
 	if len(lines) != len(cases) {
 		t.Fatalf("the doc shows %d refusals, the test runs %d cases", len(lines), len(cases))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 	"io"
 	"log/slog"
 	"maps"
@@ -303,7 +304,7 @@ func flagWorkload(gpus int64, vcpus, memory, machineType, runtimeClass string) (
 	g.Spec.RuntimeClassName = &runtimeClass
 	g.Spec.Containers = []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{Requests: res, Limits: res}}}
 	if machineType != "" {
-		g.Annotations[AnnotationMachineType] = machineType
+		g.Annotations[annotations.MachineType] = machineType
 	}
 	return Workload{Kind: "Pod", Name: "pod", Namespace: "default", Groups: []Group{g}}, nil
 }

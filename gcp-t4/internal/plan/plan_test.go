@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 	"io"
 	"log/slog"
 	"strings"
@@ -116,7 +117,7 @@ func TestPlanDeploymentJSON(t *testing.T) {
 	if strings.Join(e.Zones, ",") != "us-central1-a,us-central1-b" {
 		t.Errorf("zones = %v", e.Zones)
 	}
-	if e.Annotations[AnnotationGPUs] != "2" || e.Annotations[AnnotationVCPUs] != "7" || e.Annotations[AnnotationMemory] != "20992" {
+	if e.Annotations[annotations.GPUs] != "2" || e.Annotations[annotations.VCPUs] != "7" || e.Annotations[annotations.Memory] != "20992" {
 		t.Errorf("annotations = %v", e.Annotations)
 	}
 	if e.Total < 2.15 || e.Total > 2.17 {
@@ -284,7 +285,7 @@ func TestRequestFollowsTheWebhook(t *testing.T) {
 			t.Errorf("%s: got %d vCPU %d MiB %d GPU (warnings %v), want %d %d %d", c.name, r.Spec.VCPUs, r.Spec.Memory, r.Spec.GPUs, r.Warnings, c.vcpus, c.mem, c.gpus)
 		}
 		if c.gpus == 0 {
-			if _, ok := r.Annotations[AnnotationGPUs]; ok {
+			if _, ok := r.Annotations[annotations.GPUs]; ok {
 				t.Errorf("%s: default_gpus set without GPUs", c.name)
 			}
 		}
@@ -295,8 +296,8 @@ func TestRequestFollowsTheWebhook(t *testing.T) {
 		t.Errorf("runc pod warnings = %v", r.Warnings)
 	}
 	g = pod(corev1.ResourceRequirements{})
-	g.Annotations = map[string]string{AnnotationVCPUs: "two"}
-	if _, err := Request(g, kata); err == nil || !strings.Contains(err.Error(), AnnotationVCPUs) {
+	g.Annotations = map[string]string{annotations.VCPUs: "two"}
+	if _, err := Request(g, kata); err == nil || !strings.Contains(err.Error(), annotations.VCPUs) {
 		t.Errorf("bad annotation: %v", err)
 	}
 }

@@ -12,14 +12,9 @@ import (
 )
 
 // The annotations the peer-pods webhook writes and the kata shim forwards
-// to CAA, which maps them to the provider's InstanceTypeSpec.
+// to CAA, which maps them to the provider's InstanceTypeSpec, are named in
+// the drop-in's annotations package; the webhook's own settings are here.
 const (
-	AnnotationVCPUs       = annotations.VCPUs
-	AnnotationMemory      = annotations.Memory
-	AnnotationGPUs        = annotations.GPUs
-	AnnotationMachineType = annotations.MachineType
-	AnnotationImage       = annotations.Image
-
 	// GPUResource is the resource the webhook counts GPUs from.
 	GPUResource corev1.ResourceName = "nvidia.com/gpu"
 	// DefaultRuntimeClass is the webhook's TARGET_RUNTIMECLASS default.
@@ -62,20 +57,20 @@ func Request(g Group, runtimeClass string) (PodRequest, error) {
 	// As the webhook: the limit wins when there is a request and the
 	// limit is at least as large; zero values write no annotation.
 	if !cpuReq.IsZero() && cpuLim.Cmp(cpuReq) >= 0 {
-		ann[AnnotationVCPUs] = strconv.FormatInt(cpuLim.Value(), 10)
+		ann[annotations.VCPUs] = strconv.FormatInt(cpuLim.Value(), 10)
 	} else if cpuReq.Sign() == 1 {
-		ann[AnnotationVCPUs] = strconv.FormatInt(cpuReq.Value(), 10)
+		ann[annotations.VCPUs] = strconv.FormatInt(cpuReq.Value(), 10)
 	}
 	if !memReq.IsZero() && memLim.Cmp(memReq) >= 0 {
-		ann[AnnotationMemory] = strconv.FormatInt(roundUpMiB(memLim), 10)
+		ann[annotations.Memory] = strconv.FormatInt(roundUpMiB(memLim), 10)
 	} else if memReq.Sign() == 1 {
-		ann[AnnotationMemory] = strconv.FormatInt(roundUpMiB(memReq), 10)
+		ann[annotations.Memory] = strconv.FormatInt(roundUpMiB(memReq), 10)
 	}
 	if gpuReq.Sign() == 1 {
 		if gpuReq.MilliValue()%1000 != 0 {
 			return PodRequest{}, fmt.Errorf("%s: %s totals %s; GPUs are whole numbers, fix the containers' requests", g.Name, GPUResource, gpuReq.String())
 		}
-		ann[AnnotationGPUs] = gpuReq.String()
+		ann[annotations.GPUs] = gpuReq.String()
 	}
 	r.Annotations = ann
 
@@ -93,17 +88,17 @@ func Request(g Group, runtimeClass string) (PodRequest, error) {
 		return n, nil
 	}
 	var err error
-	if r.Spec.VCPUs, err = num(AnnotationVCPUs); err != nil {
+	if r.Spec.VCPUs, err = num(annotations.VCPUs); err != nil {
 		return PodRequest{}, err
 	}
-	if r.Spec.Memory, err = num(AnnotationMemory); err != nil {
+	if r.Spec.Memory, err = num(annotations.Memory); err != nil {
 		return PodRequest{}, err
 	}
-	if r.Spec.GPUs, err = num(AnnotationGPUs); err != nil {
+	if r.Spec.GPUs, err = num(annotations.GPUs); err != nil {
 		return PodRequest{}, err
 	}
-	r.Spec.InstanceType = ann[AnnotationMachineType]
-	r.Spec.Image = ann[AnnotationImage]
+	r.Spec.InstanceType = ann[annotations.MachineType]
+	r.Spec.Image = ann[annotations.Image]
 	return r, nil
 }
 

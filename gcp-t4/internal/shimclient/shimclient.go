@@ -26,21 +26,6 @@ const (
 	DefaultTimeout = 600 * time.Second
 )
 
-// The annotation keys kata's remote hypervisor sends, named once in the
-// drop-in's annotations package (which cites kata's own definitions at
-// the pin).
-const (
-	annotSandboxName      = annotations.SandboxName
-	annotSandboxNamespace = annotations.SandboxNamespace
-	annotMachineType      = annotations.MachineType
-	annotImage            = annotations.Image
-	annotVCPUs            = annotations.VCPUs
-	annotMemory           = annotations.Memory
-	annotInitData         = annotations.InitData
-	annotGPUs             = annotations.GPUs
-	annotGPUModel         = annotations.GPUModel
-)
-
 // Sandbox is a pod as the shim's hypervisor config holds it after the
 // webhook turned its resource requests into annotations.
 type Sandbox struct {
@@ -62,15 +47,15 @@ type Sandbox struct {
 // pod without GPUs).
 func (s Sandbox) Annotations() map[string]string {
 	return map[string]string{
-		annotSandboxName:      s.Name,
-		annotSandboxNamespace: s.Namespace,
-		annotMachineType:      s.MachineType,
-		annotImage:            s.Image,
-		annotVCPUs:            strconv.FormatUint(uint64(s.VCPUs), 10),
-		annotMemory:           strconv.FormatUint(uint64(s.MemoryMiB), 10),
-		annotInitData:         s.InitData,
-		annotGPUs:             strconv.FormatUint(uint64(s.GPUs), 10),
-		annotGPUModel:         s.GPUModel,
+		annotations.SandboxName:      s.Name,
+		annotations.SandboxNamespace: s.Namespace,
+		annotations.MachineType:      s.MachineType,
+		annotations.Image:            s.Image,
+		annotations.VCPUs:            strconv.FormatUint(uint64(s.VCPUs), 10),
+		annotations.Memory:           strconv.FormatUint(uint64(s.MemoryMiB), 10),
+		annotations.InitData:         s.InitData,
+		annotations.GPUs:             strconv.FormatUint(uint64(s.GPUs), 10),
+		annotations.GPUModel:         s.GPUModel,
 	}
 }
 
