@@ -3,18 +3,31 @@
 # UPSTREAM and KATA it runs the part CI can keep: kube-apiserver + etcd, a
 # real kubelet and containerd with runc and the CNI plugins, a pod run,
 # read and removed (test/node's TestPodRunsOnARealNode). With them it checks
-# the checkouts against the pins, then stops: the kata shim and CAA stage
-# is not wired yet, and exits 2 saying so rather than passing.
+# the checkouts against the pins, builds kata's shim and CAA with our series
+# from them (test/node/kata-build.sh, cached by commit) and runs the kata
+# stage too (TestKataRemotePodThroughCAA: a GPU peer pod through kubelet,
+# containerd, kata's remote shim and CAA to the GCE emulator's instance, as
+# far as the chain goes without a podVM agent).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 : "${KUBE_VERSION:?set by the Makefile}" "${ETCD_VERSION:?set by the Makefile}" "${CNI_PLUGINS_VERSION:?set by the Makefile}"
 : "${NODE_CONTAINERD_VERSION:?set by the Makefile}" "${APT_LOCK_FILE:?set by the Makefile}"
 
+kata=
 if [[ -n ${UPSTREAM:-} || -n ${KATA:-} ]]; then
-	"$here/pins.sh" "${UPSTREAM:-}" "${KATA:-}"
-	echo "node-e2e: the checkouts match the pins, but the kata shim + CAA stage is not wired yet (docs/node-harness.md, \"Not wired yet\"); nothing was run. Run make node-e2e without UPSTREAM and KATA for the part that is." >&2
-	exit 2
+	pins=$("$here/pins.sh" "${UPSTREAM:-}" "${KATA:-}")
+	ucommit=$(awk '$1 == "UPSTREAM" { print $2 }' <<<"$pins")
+	kcommit=$(awk '$1 == "KATA" { print $2 }' <<<"$pins")
+	# The commits match; the trees must hold what is built from them.
+	for want in "UPSTREAM:$ucommit:src/cloud-api-adaptor/cmd/cloud-api-adaptor" "KATA:$kcommit:src/runtime/cmd/containerd-shim-kata-v2"; do
+		IFS=: read -r var commit path <<<"$want"
+		if ! git -C "${!var}" cat-file -e "$commit:$path" 2>/dev/null; then
+			echo "node-e2e: $var=${!var} matches the pin but has no $path at $commit; give a clone of the real repository" >&2
+			exit 2
+		fi
+	done
+	kata=1
 fi
 if [[ $(id -u) -ne 0 ]]; then
 	echo "node-e2e: kubelet and containerd need root (mounts, cgroups, network namespaces); run it as root" >&2
@@ -33,8 +46,17 @@ NODE_CONTAINERD=$("$root/test/containerd/build.sh" "$NODE_CONTAINERD_VERSION")
 for cmd in ctr containerd-shim-runc-v2; do
 	CONTAINERD_CMD=$cmd "$root/test/containerd/build.sh" "$NODE_CONTAINERD_VERSION" >/dev/null
 done
+if [[ -n $kata ]]; then
+	# NAME=path lines: the shim, its configuration, CAA, the emulator, gcp-t4.
+	while IFS= read -r line; do
+		export "${line?}"
+	done < <("$here/kata-build.sh" "$UPSTREAM" "$KATA" "$ucommit" "$kcommit")
+	echo "node-e2e: kata stage: CAA $ucommit + our series, kata $kcommit" >&2
+fi
 cd "$here"
 GOWORK=off "$root/scripts/go-progress.sh" deps ./...
-# Every test of the module: the pod on a real node, and the pin checks
-# (which run this script with UPSTREAM and KATA set, so stop before here).
-GOWORK=off ${GO:-go} test -count=1 -v -timeout 15m .
+# Every test of the module: the pod on a real node, the kata stage (which
+# skips, saying why, unless the kata variables are set), and the pin checks
+# (which run this script with UPSTREAM and KATA set against made
+# checkouts, so stop before here).
+GOWORK=off ${GO:-go} test -count=1 -v -timeout 40m .

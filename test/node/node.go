@@ -104,6 +104,9 @@ type Options struct {
 	// ReadyTimeout bounds each wait (containerd's socket, the Node Ready);
 	// default 3 minutes, for a loaded 2-core machine.
 	ReadyTimeout time.Duration
+	// Kata, when set, adds the kata-remote runtime handler to containerd
+	// as kata-deploy lays it out (kata.go); StartPeerPods then runs CAA.
+	Kata *Kata
 }
 
 // Node is a running kubelet and containerd.
@@ -125,11 +128,20 @@ type Node struct {
 	bridge     string
 	cgroupRoot string
 	netnsSeen  map[string]bool
+	kata       *Kata
 
 	mu         sync.Mutex
 	procs      []*proc
 	stopped    bool
 	stopResult []string
+	// madeSecrets: CAA's token directory was written (kata.go), and
+	// Stop removes /run/secrets.
+	madeSecrets bool
+	// madeCAADir: CAA's directory under /run was made; Stop removes it.
+	madeCAADir bool
+	// syslog is the /dev/log this node serves for kata's shim, if it
+	// made it (kata.go serveSyslog).
+	syslog *net.UnixConn
 }
 
 // ControlPlaneFlags are the kube-apiserver flags a node needs beyond
@@ -165,6 +177,7 @@ func Start(ctx context.Context, bin Binaries, cp *controlplane.ControlPlane, opt
 		id:         id,
 		bridge:     "nh" + id,                 // a link name: 15 bytes at most
 		cgroupRoot: "/caa-node-harness-" + id, // under each v1 hierarchy
+		kata:       opts.Kata,
 	}
 	// Network namespaces are named by containerd, not by us: what is new
 	// after the node is gone was made by it.
@@ -193,6 +206,14 @@ func Start(ctx context.Context, bin Binaries, cp *controlplane.ControlPlane, opt
 	}
 	if err := n.writeCNI(); err != nil {
 		return nil, err
+	}
+	if n.kata != nil {
+		if err := n.writeKataConfig(n.kata); err != nil {
+			return nil, err
+		}
+		if err := n.serveSyslog(); err != nil {
+			return nil, err
+		}
 	}
 
 	start := time.Now()
@@ -227,7 +248,9 @@ func (n *Node) path(p string) string { return filepath.Join(n.Dir, p) }
 // writeCNI writes the bridge conflist containerd's CRI reads. The subnet is
 // one /24 of 10.244.0.0/16 chosen by the node's id, so two harnesses on one
 // machine rarely meet; no masquerade and no port maps, so no iptables rule
-// is made that teardown would have to find.
+// is made that teardown would have to find. A default route through the
+// bridge, as every cluster CNI gives a pod: CAA finds the pod's primary
+// interface by it ("failed to identify primary interface" without).
 func (n *Node) writeCNI() error {
 	subnet := fmt.Sprintf("10.244.%d.0/24", int(n.id[0])%200+10)
 	conf := fmt.Sprintf(`{
@@ -242,7 +265,8 @@ func (n *Node) writeCNI() error {
       "ipam": {
         "type": "host-local",
         "dataDir": %q,
-        "ranges": [[{"subnet": %q}]]
+        "ranges": [[{"subnet": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
     {"type": "loopback"}
@@ -294,6 +318,9 @@ state = %[2]q
         SystemdCgroup = false
 `, n.path("containerd/root"), n.path("containerd/state"), n.Socket, n.Socket+".ttrpc",
 		n.path("containerd/opt"), Image, n.bin.CNIDir, n.path("cni/net.d"), n.bin.Runc)
+	if n.kata != nil {
+		conf += n.kataRuntime(n.kata)
+	}
 	cfg := n.path("containerd/config.toml")
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		return fmt.Errorf("node: containerd config: %w", err)

@@ -53,7 +53,8 @@ func gitRepo(t *testing.T, files map[string]string) (string, string) {
 // written. `make node-e2e UPSTREAM=… KATA=…` is run with the placeholders
 // replaced by made checkouts and CAA_PIN set to the made CAA's commit (the
 // real pin names a commit no test can make): checkouts that match the pins
-// get exit 2 and "not wired yet", never a pass; a kata commit other than
+// but lack the sources the stage builds get exit 2 naming the missing
+// path, never a pass (the made checkouts hold no CAA or kata); a kata commit other than
 // CAA's versions.yaml names, a missing path and a lone UPSTREAM each get
 // exit 2 naming the variable. The bare `make node-e2e` is the command whose
 // run is TestPodRunsOnARealNode: `make -n` shows it runs test/node/e2e.sh,
@@ -77,7 +78,17 @@ func TestDocCommandsCheckThePins(t *testing.T) {
 	run := func(cmdline string, env ...string) (int, string) {
 		cmd := exec.Command("bash", "-c", cmdline)
 		cmd.Dir = root
-		cmd.Env = append(os.Environ(), env...)
+		// As typed at a shell: not inside the make that runs this test
+		// with UPSTREAM and KATA, whose MAKEFLAGS and environment would
+		// hand its KATA to a command that gives UPSTREAM alone.
+		for _, kv := range os.Environ() {
+			switch k, _, _ := strings.Cut(kv, "="); k {
+			case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "UPSTREAM", "KATA":
+			default:
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, env...)
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
@@ -100,7 +111,7 @@ func TestDocCommandsCheckThePins(t *testing.T) {
 			// It runs every test of this module, TestPodRunsOnARealNode
 			// among them: no -run narrows it.
 			script, err := os.ReadFile(filepath.Join(root, "test", "node", "e2e.sh"))
-			if err != nil || !strings.Contains(string(script), "test -count=1 -v -timeout 15m .") || strings.Contains(string(script), " -run ") {
+			if err != nil || !strings.Contains(string(script), "test -count=1 -v -timeout 40m .") || strings.Contains(string(script), " -run ") {
 				t.Errorf("test/node/e2e.sh does not run every test of test/node (%v)", err)
 			}
 		case strings.HasPrefix(c.Text, "make node-e2e UPSTREAM="):
@@ -114,7 +125,7 @@ func TestDocCommandsCheckThePins(t *testing.T) {
 			cases := []struct {
 				name, cmd, want string
 			}{
-				{"the pins", with(caa, kata), "not wired yet"},
+				{"the pins, trees without the sources", with(caa, kata), "matches the pin but has no src/cloud-api-adaptor/cmd/cloud-api-adaptor"},
 				{"kata at another commit", with(caa, other), "KATA=" + other + " is at "},
 				{"no such UPSTREAM", with(filepath.Join(caa, "missing"), kata), "is not a directory"},
 				{"UPSTREAM alone", strings.Replace(with(caa, kata), " KATA="+kata, "", 1), "UPSTREAM and KATA go together"},

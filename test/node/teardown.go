@@ -59,6 +59,30 @@ func (n *Node) Stop() error {
 			waitGone(pid, 5*time.Second)
 		}
 	}
+	// Then CAA (its podVMs' pods are gone or going) and the GCE emulator,
+	// newest first.
+	for i := len(n.procs) - 1; i >= 0; i-- {
+		p := n.procs[i]
+		if p.name != "kubelet" && p.name != "containerd" && p.stop(30*time.Second) {
+			note("%s ignored SIGTERM for 30s; killed", p.name)
+		}
+	}
+	if n.madeCAADir {
+		if err := os.RemoveAll(n.caaDir()); err != nil {
+			errs = append(errs, fmt.Errorf("node: remove %s (CAA's directory): %w", n.caaDir(), err))
+		}
+	}
+	if n.madeSecrets {
+		if err := os.RemoveAll("/run/secrets"); err != nil {
+			errs = append(errs, fmt.Errorf("node: remove /run/secrets (CAA's token): %w", err))
+		}
+	}
+	if n.syslog != nil {
+		_ = n.syslog.Close()
+		if err := os.Remove(devLog); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("node: remove %s (kata's shim's syslog): %w", devLog, err))
+		}
+	}
 	if ns, err := n.newNetns(); err != nil {
 		errs = append(errs, err)
 	} else {
@@ -156,6 +180,21 @@ func (n *Node) Residue() []string {
 	}
 	if _, err := os.Stat(n.Dir); err == nil {
 		left = append(left, "directory "+n.Dir)
+	}
+	if n.madeCAADir {
+		if _, err := os.Stat(n.caaDir()); err == nil {
+			left = append(left, n.caaDir()+" (CAA's directory)")
+		}
+	}
+	if n.syslog != nil {
+		if _, err := os.Lstat(devLog); err == nil {
+			left = append(left, devLog+" (kata's shim's syslog)")
+		}
+	}
+	if n.madeSecrets {
+		if _, err := os.Stat("/run/secrets"); err == nil {
+			left = append(left, "/run/secrets (CAA's token)")
+		}
 	}
 	return left
 }

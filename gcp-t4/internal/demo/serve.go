@@ -75,7 +75,7 @@ func MainEmulator(ctx context.Context, args []string, stdout, stderr io.Writer, 
 func Serve(ctx context.Context, binaries func() (controlplane.Binaries, error), out io.Writer, logger *slog.Logger) (err error) {
 	fake := gcefake.New()
 	defer fake.Close()
-	if err := seedProject(fake); err != nil {
+	if err := SeedProject(fake); err != nil {
 		return err
 	}
 	// A short directory: unix socket paths are limited to 107 bytes.
@@ -215,11 +215,12 @@ func emulatorCommands(endpoint, project string, kube *apiServer) []emulatorComma
 	)
 }
 
-// seedProject is the demo's project ready for CAA, as preflight checks
+// SeedProject is the demo's project ready for CAA, as preflight checks
 // it: GCE's defaults (T4 zones, quota, the default network and its
 // firewall rules, the podVM image) plus a Cloud NAT for the private
-// podVMs, Private Google Access and the tunnel's MTU.
-func seedProject(fake *gcefake.Server) error {
+// podVMs, Private Google Access and the tunnel's MTU. gceonly (the node
+// harness's emulator) serves the same project.
+func SeedProject(fake *gcefake.Server) error {
 	if err := fake.SetReadyForCAA(); err != nil {
 		return fmt.Errorf("seeding the emulator's Cloud NAT: %w", err)
 	}

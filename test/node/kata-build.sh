@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Builds the kata stage of the node harness (docs/node-harness.md) from the
+# two checkouts `make node-e2e UPSTREAM=… KATA=…` is given, once, into a
+# cache outside the repository keyed by commit, and prints the variables
+# test/node reads (NAME=path, one a line) on stdout:
+#   - kata's containerd-shim-kata-v2 and configuration-remote.toml, from
+#     KATA: `make pkg/katautils/config-settings.go config/configuration-remote.toml`
+#     in src/runtime, then go build of cmd/containerd-shim-kata-v2;
+#   - cloud-api-adaptor from UPSTREAM with our series applied
+#     (scripts/upstream-patch/patch.sh) and -tags gcp_t4. The module proxy
+#     refuses the kata module CAA requires (and, at v0.22.0,
+#     github.com/IBM/platform-services-go-sdk, which only upstream's IBM
+#     providers import), so the build replaces the kata runtime module
+#     with KATA's src/runtime and that one with an empty module;
+#   - gceonly (the seeded GCE emulator alone) and gcp-t4, from this
+#     repository.
+# Each checkout is cloned into a temporary directory; neither is modified.
+#
+#   test/node/kata-build.sh UPSTREAM KATA UPSTREAM_COMMIT KATA_COMMIT
+set -euo pipefail
+upstream=$1 kata=$2 ucommit=$3 kcommit=$4
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cacheroot=${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4
+export GOWORK=off GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+say() { echo "node-e2e: $*" >&2; }
+
+# kata: keyed by its commit.
+kcache=$cacheroot/node-kata-$kcommit
+if [[ ! -x $kcache/containerd-shim-kata-v2 || ! -f $kcache/configuration-remote.toml ]]; then
+	say "building kata's containerd-shim-kata-v2 at $kcommit (once)"
+	git clone -q --shared "$kata" "$work/kata"
+	git -C "$work/kata" checkout -q "$kcommit"
+	make -s -C "$work/kata/src/runtime" pkg/katautils/config-settings.go config/configuration-remote.toml >&2
+	mkdir -p "$kcache.tmp"
+	(cd "$work/kata/src/runtime" && go build -o "$kcache.tmp/containerd-shim-kata-v2" ./cmd/containerd-shim-kata-v2) >&2
+	cp "$work/kata/src/runtime/config/configuration-remote.toml" "$kcache.tmp/"
+	rm -rf "$kcache"
+	mv "$kcache.tmp" "$kcache"
+fi
+
+# CAA: keyed by its commit, the kata commit it is built against, and our
+# series' sources (the provider and the patch scripts).
+series=$(cd "$root" && find src/cloud-providers scripts/upstream-patch -type f ! -path '*/testdata/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+ccache=$cacheroot/node-caa-$ucommit-$series
+if [[ ! -x $ccache/cloud-api-adaptor ]]; then
+	say "building cloud-api-adaptor at $ucommit with our series ($series) and -tags gcp_t4 (once)"
+	[[ -d $work/kata ]] || { git clone -q --shared "$kata" "$work/kata" && git -C "$work/kata" checkout -q "$kcommit"; }
+	# -n: gcpt4's tests are make test's; -e: the proxy lacks modules the
+	# CAA command needs, which the replace below supplies.
+	rc=0
+	"$root/scripts/upstream-patch/patch.sh" -n -e -r "$ucommit" -w "$work/caa" -o "$work/patches" "$upstream" >&2 || rc=$?
+	if [[ $rc -ne 0 && $rc -ne 3 ]]; then
+		say "patch.sh failed (exit $rc): the series does not apply to UPSTREAM at $ucommit"
+		exit 1
+	fi
+	cd "$work/caa/src/cloud-api-adaptor"
+	go mod edit -replace "github.com/kata-containers/kata-containers/src/runtime=$work/kata/src/runtime"
+	# Modules in CAA's requirement graph that the proxy does not serve and
+	# no package built with -tags gcp_t4 imports (upstream's other
+	# providers need them): an empty module of that path stands in, so
+	# the graph loads; were a package of one imported, the build would
+	# fail naming it.
+	for m in ${NODE_CAA_STUB_MODULES:-github.com/IBM/platform-services-go-sdk}; do
+		mkdir -p "$work/stub/$m"
+		printf 'module %s\n' "$m" >"$work/stub/$m/go.mod"
+		go mod edit -replace "$m=$work/stub/$m"
+	done
+	mkdir -p "$ccache.tmp"
+	CGO_ENABLED=0 go build -mod=mod -tags gcp_t4 -o "$ccache.tmp/cloud-api-adaptor" ./cmd/cloud-api-adaptor >&2
+	rm -rf "$ccache"
+	mv "$ccache.tmp" "$ccache"
+	cd "$root"
+fi
+
+# Ours: built each run (the Go cache makes a second build quick), as
+# they change with the working tree.
+ocache=$cacheroot/node-kata-ours
+mkdir -p "$ocache"
+# In the repository's workspace (go.work), as make build does.
+(cd "$root/gcp-t4" && unset GOWORK && go build -o "$ocache/gceonly" ./internal/demo/gceonly && go build -o "$ocache/gcp-t4" ./cmd/gcp-t4) >&2
+
+echo "NODE_KATA_SHIM=$kcache/containerd-shim-kata-v2"
+echo "NODE_KATA_CONFIG=$kcache/configuration-remote.toml"
+echo "NODE_CAA=$ccache/cloud-api-adaptor"
+echo "NODE_GCE_EMULATOR=$ocache/gceonly"
+echo "NODE_GCP_T4=$ocache/gcp-t4"
+echo "NODE_CAA_ENTRYPOINT=$root/scripts/image/entrypoint.sh"

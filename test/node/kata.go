@@ -1,0 +1,400 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Environment variables naming the kata stage's executables; `make
+// node-e2e UPSTREAM=… KATA=…` builds them from the two checkouts and sets
+// them. With none set the kata test skips; with some, it fails naming the
+// others.
+const (
+	EnvKataShim   = "NODE_KATA_SHIM"    // containerd-shim-kata-v2 built from KATA
+	EnvKataConfig = "NODE_KATA_CONFIG"  // configuration-remote.toml rendered by KATA's src/runtime Makefile
+	EnvCAA        = "NODE_CAA"          // cloud-api-adaptor from UPSTREAM with our series, -tags gcp_t4
+	EnvGCE        = "NODE_GCE_EMULATOR" // gcp-t4/internal/demo/gceonly: the seeded emulator alone
+	EnvGcpT4      = "NODE_GCP_T4"       // the gcp-t4 command: install renders and applies our manifests
+	EnvEntrypoint = "NODE_CAA_ENTRYPOINT"
+
+	// KataMakeCommand builds them and runs the kata test.
+	KataMakeCommand = "make node-e2e UPSTREAM=<CAA checkout> KATA=<kata-containers checkout>"
+	// KataHandler is the runtime handler and RuntimeClass kata-deploy
+	// makes for the remote shim.
+	KataHandler = "kata-remote"
+	// kataTimeout is the sidecar's create_container_timeout (gcp-t4
+	// install's default, 20 minutes).
+	kataTimeout = 1200
+	// secretsDir is where client-go's InClusterConfig, and gcp-t4's
+	// cluster ID check, read a pod's ServiceAccount token; CAA reads
+	// nothing else, so a host process gets its identity there.
+	secretsDir = "/run/secrets/kubernetes.io/serviceaccount"
+)
+
+// ErrNoKata is returned by KataFromEnv when none of the kata stage's
+// variables is set: the caller skips.
+var ErrNoKata = errors.New("the kata stage's binaries are not given")
+
+// Kata are the executables and files of the kata stage.
+type Kata struct {
+	Shim, Config, CAA, GCE, GcpT4, Entrypoint string
+}
+
+// KataFromEnv reads the kata stage's variables. None set: ErrNoKata.
+// Some set: an error naming what is missing and the command that sets
+// them all.
+func KataFromEnv() (Kata, error) {
+	k := Kata{Shim: os.Getenv(EnvKataShim), Config: os.Getenv(EnvKataConfig), CAA: os.Getenv(EnvCAA),
+		GCE: os.Getenv(EnvGCE), GcpT4: os.Getenv(EnvGcpT4), Entrypoint: os.Getenv(EnvEntrypoint)}
+	vars := []struct {
+		name, val string
+		exec      bool
+	}{{EnvKataShim, k.Shim, true}, {EnvKataConfig, k.Config, false}, {EnvCAA, k.CAA, true},
+		{EnvGCE, k.GCE, true}, {EnvGcpT4, k.GcpT4, true}, {EnvEntrypoint, k.Entrypoint, true}}
+	set := 0
+	var problems []string
+	for _, v := range vars {
+		if v.val == "" {
+			problems = append(problems, v.name+" is not set")
+			continue
+		}
+		set++
+		st, err := os.Stat(v.val)
+		if err != nil || st.IsDir() || (v.exec && st.Mode()&0o111 == 0) {
+			problems = append(problems, fmt.Sprintf("%s=%s is not a file%s", v.name, v.val, map[bool]string{true: " that can be run", false: ""}[v.exec]))
+		}
+	}
+	if set == 0 {
+		return k, ErrNoKata
+	}
+	if len(problems) > 0 {
+		return k, fmt.Errorf("%s; run `%s`, which builds them (cached by commit) and sets them all", strings.Join(problems, "; "), KataMakeCommand)
+	}
+	return k, nil
+}
+
+// kataConfigPath is kata-remote's configuration as kata-deploy lays it out
+// under its prefix (/opt/kata there, the node's directory here): the
+// remote shim's own copy, with config.d beside it.
+func (n *Node) kataConfigPath() string {
+	return n.path("opt-kata/share/defaults/kata-containers/runtimes/remote/configuration-remote.toml")
+}
+
+// caaDir is CAA's directory on this node, /run/peerpod's stand-in (the
+// DaemonSet's hostPath): short, because CAA listens on
+// <pods-dir>/<64-hex sandbox id>/agent.ttrpc and a unix socket path has
+// 107 bytes at most (under the node's temporary directory it had 118:
+// "failed to listen on …/agent.ttrpc").
+func (n *Node) caaDir() string { return "/run/caa-nh-" + n.id }
+
+// CAASocket is where CAA serves the remote hypervisor API and kata's
+// configuration points the shim (/run/peerpod/hypervisor.sock on a node).
+func (n *Node) CAASocket() string { return filepath.Join(n.caaDir(), "hypervisor.sock") }
+
+var socketLine = regexp.MustCompile(`(?m)^remote_hypervisor_socket = .*$`)
+
+// writeKataConfig copies the rendered configuration-remote.toml with the
+// remote hypervisor socket pointed at this node's CAA, and writes the
+// remediation sidecar's create_container_timeout drop-in in config.d,
+// byte for byte as the sidecar writes it.
+func (n *Node) writeKataConfig(k *Kata) error {
+	base, err := os.ReadFile(k.Config)
+	if err != nil {
+		return fmt.Errorf("node: %s: %w", EnvKataConfig, err)
+	}
+	if !socketLine.Match(base) {
+		return fmt.Errorf("node: %s=%s has no remote_hypervisor_socket line; give the configuration-remote.toml KATA's src/runtime Makefile renders", EnvKataConfig, k.Config)
+	}
+	base = socketLine.ReplaceAll(base, []byte(fmt.Sprintf("remote_hypervisor_socket = %q", n.CAASocket())))
+	cfg := n.kataConfigPath()
+	if err := os.MkdirAll(filepath.Join(filepath.Dir(cfg), "config.d"), 0o755); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.mu.Lock()
+	n.madeCAADir = true
+	n.mu.Unlock()
+	if err := os.Mkdir(n.caaDir(), 0o700); err != nil {
+		return fmt.Errorf("node: CAA's directory: %w", err)
+	}
+	if err := os.WriteFile(cfg, base, 0o644); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	// gcp-t4/internal/remediate/katatimeout.go kataDropIn.
+	dropIn := fmt.Sprintf("# Written by gcp-t4-node remediate (caa-gcp-t4).\n# kata-remote's create_container_timeout: the agent's CreateContainer, guest pull\n# included. Set with gcp-t4 install --create-container-timeout; removed on uninstall.\n[runtime]\ncreate_container_timeout = %d\n", kataTimeout)
+	return os.WriteFile(filepath.Join(filepath.Dir(cfg), "config.d", "90-gcp-t4-create-container-timeout.toml"), []byte(dropIn), 0o644)
+}
+
+// kataRuntime is the containerd runtime table kata-deploy 4.0.0 writes for
+// the remote shim (tools/packaging/kata-deploy/binary/src/runtime/
+// containerd.rs at cf82bb35), with the shim and configuration under the
+// node's directory instead of /opt/kata. No snapshotter: kata-deploy sets
+// one only when asked (nydus, for guest pull), and the image here is on
+// the node.
+func (n *Node) kataRuntime(k *Kata) string {
+	return fmt.Sprintf(`    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s]
+      runtime_type = "io.containerd.%[1]s.v2"
+      runtime_path = %[2]q
+      privileged_without_host_devices = true
+      pod_annotations = ["io.katacontainers.*"]
+      container_annotations = ["io.kubernetes.container.terminationMessage*"]
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s.options]
+        ConfigPath = %[3]q
+`, KataHandler, k.Shim, n.kataConfigPath())
+}
+
+// PeerPods is what StartPeerPods started: the emulator CAA creates its
+// podVMs in, and CAA itself.
+type PeerPods struct {
+	// GCE is the emulator's endpoint; Project its project.
+	GCE, Project string
+	// Namespace is where gcp-t4 install put CAA.
+	Namespace string
+}
+
+// installNamespace is gcp-t4 install's namespace (install.Namespace).
+const installNamespace = "confidential-containers-system"
+
+var gceLine = regexp.MustCompile(`GCE emulator: (\S+) \(project (\S+)\)`)
+
+// StartPeerPods runs the rest of the kata stage against the node: the GCE
+// emulator, `gcp-t4 install` (our manifests: RBAC, CRD, RuntimeClass, the
+// DaemonSet and its ConfigMap, pointed at the emulator), and CAA as the
+// DaemonSet's container would run it, but as a host process: through our
+// image's entrypoint.sh, with the ConfigMap's and Secret's variables and
+// NODE_NAME, and a token of its ServiceAccount where InClusterConfig reads
+// one. The node is labelled as kata-deploy labels it. It returns once CAA
+// serves its socket and has advertised its extended resource on the Node.
+func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
+	if _, err := os.Stat("/run/secrets"); err == nil {
+		return nil, errors.New("node: /run/secrets exists on this machine; the harness gives CAA its ServiceAccount token there and removes it after, so it will not run where something else keeps one (another harness run, or this machine is a pod)")
+	}
+	cs, err := kubernetes.NewForConfig(n.cp.Config())
+	if err != nil {
+		return nil, fmt.Errorf("node: client: %w", err)
+	}
+	gce, err := n.start("gce-emulator", os.Environ(), k.GCE)
+	if err != nil {
+		return nil, err
+	}
+	pp := &PeerPods{Namespace: installNamespace}
+	if err := waitFor(ctx, time.Minute, "the GCE emulator's endpoint line", func() (bool, error) {
+		if err := gce.exited(); err != nil {
+			return false, err
+		}
+		data, _ := os.ReadFile(gce.log)
+		if m := gceLine.FindSubmatch(data); m != nil {
+			pp.GCE, pp.Project = string(m[1]), string(m[2])
+			return true, nil
+		}
+		return false, nil
+	}); err != nil {
+		return nil, err
+	}
+	n.logger.Info("GCE emulator up", "endpoint", pp.GCE, "project", pp.Project)
+
+	// The demo's install (gcp-t4/internal/demo serve.go), on this node.
+	args := []string{"install", "--kubeconfig", n.cp.Kubeconfig, "--project", pp.Project, "--zone", "us-central1-a",
+		"--podvm-image", "podvm-t4", "--network", "global/networks/default", "--subnetwork", "default",
+		"--set", "GCP_ENDPOINT=" + pp.GCE, "--set", "GCP_ZONES=us-central1-b,us-central1-f",
+		"--runtimeclass=on", "--wait=false"}
+	out, err := exec.CommandContext(ctx, k.GcpT4, args...).CombinedOutput()
+	if err := os.WriteFile(n.path("gcp-t4-install.log"), out, 0o600); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node: gcp-t4 %s: %w\n%s", strings.Join(args, " "), err, tail(n.path("gcp-t4-install.log"), 3000))
+	}
+	n.logger.Info("gcp-t4 install applied our manifests", "namespace", pp.Namespace)
+
+	// kata-deploy labels the nodes it installed on; the RuntimeClass
+	// selects them.
+	patch := []byte(`{"metadata":{"labels":{"katacontainers.io/kata-runtime":"true"}}}`)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return nil, fmt.Errorf("node: label %s: %w", n.Name, err)
+	}
+
+	env, err := n.caaEnv(ctx, cs, pp.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	env = append(env, "PATH="+filepath.Dir(k.CAA)+":"+os.Getenv("PATH"))
+	// The DaemonSet's command, with the socket and pods directory under the
+	// harness's /run/caa-nh-<id> instead of the hostPath /run/peerpod.
+	if filepath.Base(k.CAA) != "cloud-api-adaptor" {
+		return nil, fmt.Errorf("node: %s=%s: entrypoint.sh runs `cloud-api-adaptor` from PATH; name the binary so", EnvCAA, k.CAA)
+	}
+	caa, err := n.start("cloud-api-adaptor", env, "/bin/bash", k.Entrypoint, "-socket", n.CAASocket(), "-pods-dir", filepath.Join(n.caaDir(), "pods"))
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 2*time.Minute, "CAA's socket and its kata.peerpods.io/vm on the Node", func() (bool, error) {
+		if err := caa.exited(); err != nil {
+			return false, err
+		}
+		if _, err := os.Stat(n.CAASocket()); err != nil {
+			return false, nil
+		}
+		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		_, ok := node.Status.Capacity["kata.peerpods.io/vm"]
+		return ok, nil
+	}); err != nil {
+		return nil, fmt.Errorf("%w; CAA's log ends:\n%s", err, n.LogTail("cloud-api-adaptor", 3000))
+	}
+	n.logger.Info("CAA up", "socket", n.CAASocket())
+	return pp, nil
+}
+
+// caaEnv is the environment the DaemonSet gives CAA's container:
+// peer-pods-secret's and peer-pods-cm's keys (envFrom, the ConfigMap
+// last, as listed), NODE_NAME, and what the kubelet gives every pod to
+// find the API server; its ServiceAccount's token is written where
+// InClusterConfig reads it.
+func (n *Node) caaEnv(ctx context.Context, cs kubernetes.Interface, ns string) ([]string, error) {
+	env := []string{"HOME=/root", "NODE_NAME=" + n.Name}
+	sec, err := cs.CoreV1().Secrets(ns).Get(ctx, "peer-pods-secret", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("node: gcp-t4 install's peer-pods-secret: %w", err)
+	}
+	for key, v := range sec.Data {
+		env = append(env, key+"="+string(v))
+	}
+	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "peer-pods-cm", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("node: gcp-t4 install's peer-pods-cm: %w", err)
+	}
+	for key, v := range cm.Data {
+		env = append(env, key+"="+v)
+	}
+	u, err := url.Parse(n.cp.URL)
+	if err != nil {
+		return nil, fmt.Errorf("node: API server URL %q: %w", n.cp.URL, err)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("node: API server URL %q: %w", n.cp.URL, err)
+	}
+	env = append(env, "KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port)
+
+	expiry := int64(3600)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "cloud-api-adaptor",
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("node: a token for CAA's ServiceAccount %s/cloud-api-adaptor: %w", ns, err)
+	}
+	ca, err := os.ReadFile(n.cp.CAFile())
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n.mu.Lock()
+	n.madeSecrets = true
+	n.mu.Unlock()
+	if err := os.MkdirAll(secretsDir, 0o700); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	for name, data := range map[string][]byte{"token": []byte(tr.Status.Token), "ca.crt": ca, "namespace": []byte(ns)} {
+		if err := os.WriteFile(filepath.Join(secretsDir, name), data, 0o600); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
+	return env, nil
+}
+
+// devLog is the syslog socket kata's shim writes to: it refuses to start
+// without one ("Unix syslog delivery error", pkg/katautils/logger.go's
+// syslog hook at cf82bb35), and a node kata-deploy installs on always has
+// journald's.
+const devLog = "/dev/log"
+
+// serveSyslog serves /dev/log when the machine has none, writing every
+// datagram (the shim's log, for the test to read) to kata-shim.log; Stop
+// removes the socket. Where /dev/log exists it is left alone, and the
+// shim's lines go to that machine's syslog.
+func (n *Node) serveSyslog() error {
+	if _, err := os.Lstat(devLog); err == nil {
+		n.logger.Info("the machine has a syslog socket; kata's shim logs there", "socket", devLog)
+		return nil
+	}
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: devLog, Net: "unixgram"})
+	if err != nil {
+		return fmt.Errorf("node: kata's shim needs a syslog socket and %s is absent; serving one: %w", devLog, err)
+	}
+	n.syslog = conn
+	f, err := os.OpenFile(n.path("kata-shim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	go func() {
+		defer f.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			m, err := conn.Read(buf)
+			if err != nil {
+				return // closed by Stop
+			}
+			line := strings.TrimRight(string(buf[:m]), "\n")
+			_, _ = f.WriteString(line + "\n")
+		}
+	}()
+	return nil
+}
+
+// waitFor polls f every 250 ms until it reports done, fails, or limit
+// passes.
+func waitFor(ctx context.Context, limit time.Duration, what string, f func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		ok, err := f()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node: waiting for %s: %w", what, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// LogLines returns the lines of a process's log that contain any of subs,
+// for a test to record where the chain went.
+func (n *Node) LogLines(name string, subs ...string) []string {
+	f, err := os.Open(n.path(name + ".log"))
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		for _, s := range subs {
+			if strings.Contains(sc.Text(), s) {
+				out = append(out, sc.Text())
+				break
+			}
+		}
+	}
+	return out
+}
