@@ -205,11 +205,12 @@ func Start(ctx context.Context, bin Binaries, opts Options) (cp *ControlPlane, e
 		"--endpoint-reconciler-type=none",
 		// For a kubelet started against this API server (test/node):
 		// logs and exec reach it with a client certificate it can
-		// verify, at the address it reports (a node's Hostname does not
-		// resolve here).
+		// verify. Which of a node's addresses is dialled stays
+		// kube-apiserver's default here: the kubelet stand-ins of the
+		// preflight and install tests are reached by Hostname; test/node
+		// asks for InternalIP (its ControlPlaneFlags).
 		"--kubelet-client-certificate=" + pki.kubeletClientCert,
 		"--kubelet-client-key=" + pki.kubeletClientKey,
-		"--kubelet-preferred-address-types=InternalIP",
 		"--v=0",
 	}
 	args = append(args, opts.ExtraAPIServerFlags...)

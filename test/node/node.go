@@ -151,6 +151,9 @@ var ControlPlaneFlags = []string{
 	// Appended to the RBAC mode controlplane sets (the flag is a list).
 	"--authorization-mode=Node",
 	"--enable-admission-plugins=NodeRestriction",
+	// Logs and exec reach the kubelet at the address it reports: a
+	// node's Hostname does not resolve here.
+	"--kubelet-preferred-address-types=InternalIP",
 }
 
 // Start brings up containerd, imports the image and starts kubelet, then
