@@ -83,38 +83,33 @@ MTOOLS_SKIP_CHECK=1 mcopy -i "$(esp_of "$work/seed/podvm.raw")" "$work/random-se
 refused seed "/loader/random-seed"
 rm -rf "$work/seed"
 
-# A UKI whose command line says rw instead of ro (same length, in place).
-copied rw
-/usr/bin/python3 - "$dir/podvm.efi" "$work/rw.efi" <<'PY'
+# edit_cmdline NAME FROM TO: the UKI with FROM replaced by TO (the same
+# length, in place) on its command line, put on copy NAME's ESP.
+edit_cmdline() {
+	/usr/bin/python3 - "$dir/podvm.efi" "$work/$1.efi" "$2" "$3" <<'PY'
 import sys, pefile
 pe = pefile.PE(sys.argv[1], fast_load=True)
 data = bytearray(open(sys.argv[1], "rb").read())
 s = next(s for s in pe.sections if s.Name.rstrip(b"\0") == b".cmdline")
 off, n = s.PointerToRawData, s.SizeOfRawData
-cmd = bytes(data[off:off + n])
-assert b" ro " in cmd, cmd
-data[off:off + n] = cmd.replace(b" ro ", b" rw ", 1)
+cmd, old, new = bytes(data[off:off + n]), sys.argv[3].encode(), sys.argv[4].encode()
+assert old in cmd and len(old) == len(new), cmd
+data[off:off + n] = cmd.replace(old, new, 1)
 open(sys.argv[2], "wb").write(data)
 PY
-put_uki rw "$work/rw.efi"
+	put_uki "$1" "$work/$1.efi"
+}
+
+# A UKI whose command line says rw instead of ro.
+copied rw
+edit_cmdline rw " ro " " rw "
 refused rw "UKI command line: no 'ro'"
 rm -rf "$work/rw"
 
-# A UKI whose command line lacks no_timer_check (renamed in place, same
-# length): the boot panics on a loaded or emulated host.
+# A UKI whose command line lacks no_timer_check (renamed): the boot panics
+# on a loaded or emulated host.
 copied timer
-/usr/bin/python3 - "$dir/podvm.efi" "$work/timer.efi" <<'PY'
-import sys, pefile
-pe = pefile.PE(sys.argv[1], fast_load=True)
-data = bytearray(open(sys.argv[1], "rb").read())
-s = next(s for s in pe.sections if s.Name.rstrip(b"\0") == b".cmdline")
-off, n = s.PointerToRawData, s.SizeOfRawData
-cmd = bytes(data[off:off + n])
-assert b"no_timer_check" in cmd, cmd
-data[off:off + n] = cmd.replace(b"no_timer_check", b"no_timer_chekk", 1)
-open(sys.argv[2], "wb").write(data)
-PY
-put_uki timer "$work/timer.efi"
+edit_cmdline timer no_timer_check no_timer_chekk
 refused timer "UKI command line: no 'no_timer_check'"
 rm -rf "$work/timer"
 
