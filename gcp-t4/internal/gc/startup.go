@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"regexp"
 	"slices"
@@ -145,8 +146,13 @@ func (s *Startup) Pass(ctx context.Context) {
 		var err error
 		if key, err = s.Key.Get(ctx); err != nil {
 			// Nothing verifies without the key: the listing still runs, to
-			// count the unverified Events.
-			s.Log.Warn("start-up Events are not counted until the signing key can be read", "err", err)
+			// count the unverified Events. No key yet is a new install's
+			// normal state (CAA makes it at its first Event), not a fault.
+			log := s.Log.Warn
+			if errors.Is(err, startupevents.ErrNoKey) {
+				log = s.Log.Info
+			}
+			log("start-up Events are not counted until the signing key can be read", "err", err)
 		}
 	}
 	res, err := startupevents.List(ctx, s.Client, "", metav1.ListOptions{}, key)
