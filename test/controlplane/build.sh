@@ -75,15 +75,35 @@ tmp=$(mktemp -d "$cache/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 echo "build.sh: building ${pkgs[*]} ($mod $want) into $cache (cold on 2 cores: kube-apiserver ~15-30 min, kubelet ~4-10 min, etcd, kustomize and cni-plugins ~1-3 min)" >&2
 start=$SECONDS
+# binary PKG: the file a tool's package is built to. A module of one tool
+# gives it the tool's own name (etcd's package is go.etcd.io/etcd/server/v3,
+# kustomize's …/kustomize/v5: their last element is a major version); a
+# module of several, each its package's last element, as go install names
+# them. A cold run once built etcd as "v3" and then found no "etcd".
+binary() {
+	if ((${#pkgs[@]} == 1)); then
+		echo "$name"
+		return
+	fi
+	local p=$1
+	[[ ${p##*/} =~ ^v[0-9]+$ ]] && p=${p%/*}
+	echo "${p##*/}"
+}
 for pkg in "${pkgs[@]}"; do
 	# Counted progress on stderr: stdout is the path alone.
-	"$here/../../scripts/go-progress.sh" build "$pkg" -trimpath -ldflags="$ldflags" -o "$tmp/${pkg##*/}" >&2
-	chmod 0755 "$tmp/${pkg##*/}"
+	f=$(binary "$pkg")
+	"$here/../../scripts/go-progress.sh" build "$pkg" -trimpath -ldflags="$ldflags" -o "$tmp/$f" >&2
+	chmod 0755 "$tmp/$f"
 done
+[[ -f $tmp/${bin##*/} ]] || {
+	echo "build.sh: the build of ${pkgs[*]} left no ${bin##*/}, which the cache entry is known by" >&2
+	exit 1
+}
 # Renamed into place one by one, the one whose presence says "cached" last,
 # so that a build killed half-way never leaves an entry the next run trusts.
 for pkg in "${pkgs[@]}"; do
-	[[ $cache/${pkg##*/} == "$bin" ]] || mv -f "$tmp/${pkg##*/}" "$cache/${pkg##*/}"
+	f=$(binary "$pkg")
+	[[ $cache/$f == "$bin" ]] || mv -f "$tmp/$f" "$cache/$f"
 done
 mv -f "$tmp/${bin##*/}" "$bin"
 echo "build.sh: built $out in $((SECONDS - start))s" >&2
