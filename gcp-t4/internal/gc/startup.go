@@ -41,7 +41,7 @@ var startupBuckets = []float64{1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 24
 // failureClasses are the failure label's values: the provider's classes,
 // "unknown" for a failure without one, and otherLabel.
 var failureClasses = []string{gcpt4.FailureNotAllowed, gcpt4.FailureNoCapacity, gcpt4.FailureQuota, gcpt4.FailureCreate, gcpt4.FailureBoot,
-	gcpt4.FailureGPU, gcpt4.FailureCDH, gcpt4.FailureAgentUnreachable, gcpt4.FailureStopped, gcpt4.FailureNotReady, "unknown", otherLabel}
+	gcpt4.FailureGPU, gcpt4.FailureCDH, gcpt4.FailureAgentUnreachable, gcpt4.FailureAdaptor, gcpt4.FailureStopped, gcpt4.FailureNotReady, "unknown", otherLabel}
 
 // otherLabel is the value a label takes when the fact is outside its set
 // or the set is full.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -374,14 +375,25 @@ func (p *Provider) beforeDelete(ctx context.Context, zone, name string) {
 		return
 	}
 	w.failed = true
-	class := FailureNotReady
+	class, probe := FailureNotReady, ""
 	if w.booted {
-		class = FailureAgentUnreachable
+		// A booted podVM CAA deletes unreached is blamed on the network
+		// only when the node cannot open the agent's port now: CAA also
+		// gives up for its own reasons (its socket, TLS, the kata-remote
+		// deadline), and a firewall hint then sends the admin the wrong way.
+		class, probe = p.probeAgent(ctx, w.ip)
 	}
-	msg := fmt.Sprintf("%s (podVM %s in %s, deleted %s after it was created)", failureTitle(class), name, zone, time.Since(w.created).Round(time.Second))
-	if class == FailureAgentUnreachable {
-		msg += fmt.Sprintf("; check that the firewall lets the nodes reach podVMs on tcp:15150 and udp:4789 (gcp-t4 preflight checks it) and the adaptor's log on node %s", p.cfg.NodeName)
-	} else {
+	msg := fmt.Sprintf("%s (podVM %s in %s, deleted %s after it was created", failureTitle(class), name, zone, time.Since(w.created).Round(time.Second))
+	if w.booted && !w.bootedAt.IsZero() {
+		msg += fmt.Sprintf(", %s after it booted", time.Since(w.bootedAt).Round(time.Second))
+	}
+	msg += ")"
+	switch class {
+	case FailureAgentUnreachable:
+		msg += fmt.Sprintf("; %s: check that the firewall lets the nodes reach podVMs on tcp:15150 and udp:4789 (gcp-t4 preflight checks it) and the adaptor's log on %s", probe, p.nodeRef())
+	case FailureAdaptor:
+		msg += fmt.Sprintf("; %s, so the network is not the cause: the adaptor's log on %s says why it gave up (a TLS or protocol error with the agent, its own socket, or the pod's kata-remote deadline; see the pod's other Events)", probe, p.nodeRef())
+	default:
 		msg += "; if the pod was not deleted, the adaptor gave up waiting for it (see the pod's other Events and the kata-remote timeouts in docs/startup.md)"
 	}
 	p.events.record(podEvent{
@@ -411,4 +423,52 @@ func (vm podVM) podRef() string {
 		return "pod " + vm.podName
 	}
 	return "pod " + vm.namespace + "/" + vm.podName
+}
+
+// agentPort is the agent-protocol-forwarder's port CAA dials on a podVM:
+// its FORWARDER_PORT setting, upstream's default 15150 when unset
+// (pkg/forwarder/forwarder.go DefaultListenPort, cmd/cloud-api-adaptor
+// main.go's forwarder-port flag, at v0.22.0).
+func agentPort() string {
+	if v, ok := osLookup("FORWARDER_PORT"); ok && v != "" {
+		return v
+	}
+	return "15150"
+}
+
+// agentProbeTimeout bounds the probe: a dropped SYN (a firewall) shows
+// as a timeout, and the delete it runs before waits no longer.
+const agentProbeTimeout = 3 * time.Second
+
+// probeAgent opens, and at once closes, a TCP connection from the node to
+// the podVM's agent port, as CAA's proxy does before its TLS handshake:
+// FailureAgentUnreachable with what failed when it cannot, FailureAdaptor
+// when it can. Without an address there is nothing to probe and the
+// network is not ruled out.
+func (p *Provider) probeAgent(ctx context.Context, ip string) (class, what string) {
+	if ip == "" {
+		return FailureAgentUnreachable, "the podVM's address is unknown, so the node's reach to it was not checked"
+	}
+	addr := net.JoinHostPort(ip, agentPort())
+	ctx, cancel := context.WithTimeout(ctx, agentProbeTimeout)
+	defer cancel()
+	dial := p.dialAgent
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	conn, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return FailureAgentUnreachable, fmt.Sprintf("the node cannot open tcp %s now (%s)", addr, cleanConsoleLine(err.Error()))
+	}
+	_ = conn.Close()
+	return FailureAdaptor, fmt.Sprintf("the node opens tcp %s now", addr)
+}
+
+// nodeRef names the adaptor's node in a message: CAA's NODE_NAME, or the
+// pod's node when the adaptor was not told its own.
+func (p *Provider) nodeRef() string {
+	if p.cfg.NodeName == "" {
+		return "the pod's node"
+	}
+	return "node " + p.cfg.NodeName
 }

@@ -187,8 +187,14 @@ const (
 	// was not started (CAA-GCP-T4-CDH-FAILED).
 	FailureCDH = "cdh-failed"
 	// FailureAgentUnreachable: the podVM booted but CAA never reached its
-	// agent before giving up on it.
+	// agent before giving up on it, and the node could not open the
+	// agent's port either (bootwatch.go probes it before the delete).
 	FailureAgentUnreachable = "agent-unreachable"
+	// FailureAdaptor: the podVM booted and its agent port answered the
+	// node, yet CAA deleted it before the sandbox was ready: the cause is
+	// on the node (the adaptor's own error, its socket, TLS, or the
+	// kata-remote deadline), not the network.
+	FailureAdaptor = "adaptor-gave-up"
 	// FailureStopped: the VM stopped while it started (its boot failed and
 	// it powered itself off, or Spot preempted it).
 	FailureStopped = "stopped"

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -257,6 +258,11 @@ func newEventProvider(t *testing.T, fake *gcefake.Server, api *eventAPI, logs io
 		t.Fatal(err)
 	}
 	p.bootPoll = 2 * time.Millisecond
+	// The emulator's podVM addresses are not on this machine: the agent
+	// probe is refused unless a test answers it.
+	p.dialAgent = func(context.Context, string, string) (net.Conn, error) {
+		return nil, errors.New("connect: connection refused")
+	}
 	return p
 }
 
@@ -428,10 +434,20 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 func TestDeleteKeepsTheConsoleTail(t *testing.T) {
 	for _, tc := range []struct {
 		name, console, class string
+		// answers: the node's probe of the agent port connects.
+		answers bool
+		// says and never are what the message must and must not hold.
+		says, never []string
 	}{
-		{"agent never reached", "boot\n" + gpuReadyLine + "\nkata-agent waiting\n", FailureAgentUnreachable},
-		{"never booted", "[    1.2] EXT4-fs error (device sda1): bad block\nsecret=hunter2 token: abc.def\n" + strings.TrimSuffix(testSecretKey, "\n") + "\nlast words", FailureNotReady},
-		{"cdh", "boot\n" + gpuReadyLine + "\nCAA-GCP-T4-CDH-FAILED {\"reason\":\"did not listen\"} kata-agent not started\n", FailureCDH},
+		{name: "agent never reached", console: "boot\n" + gpuReadyLine + "\nkata-agent waiting\n", class: FailureAgentUnreachable,
+			says: []string{"cannot open tcp 10.", ":15150 now (connect: connection refused)", "firewall"}},
+		// The adaptor gave up for its own reason (harness run of issue
+		// 54: its socket path too long; a TLS failure): the port answers,
+		// and the firewall is not named.
+		{name: "agent port answers", console: "boot\n" + gpuReadyLine + "\nkata-agent waiting\n", class: FailureAdaptor, answers: true,
+			says: []string{"opens tcp 10.", "the network is not the cause", "adaptor's log on the pod's node says why", "after it booted"}, never: []string{"firewall"}},
+		{name: "never booted", console: "[    1.2] EXT4-fs error (device sda1): bad block\nsecret=hunter2 token: abc.def\n" + strings.TrimSuffix(testSecretKey, "\n") + "\nlast words", class: FailureNotReady},
+		{name: "cdh", console: "boot\n" + gpuReadyLine + "\nCAA-GCP-T4-CDH-FAILED {\"reason\":\"did not listen\"} kata-agent not started\n", class: FailureCDH},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake := gcefake.New()
@@ -439,6 +455,17 @@ func TestDeleteKeepsTheConsoleTail(t *testing.T) {
 			api := newEventAPI(t)
 			api.addPod("ml", "llm-0", "uid-1")
 			p := newEventProvider(t, fake, api, io.Discard, nil)
+			var probed []string
+			refuse := p.dialAgent
+			p.dialAgent = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				probed = append(probed, network+" "+addr)
+				if !tc.answers {
+					return refuse(ctx, network, addr)
+				}
+				c, s := net.Pipe()
+				_ = s.Close()
+				return c, nil
+			}
 			ctx := context.Background()
 			inst, err := p.CreateInstance(ctx, "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
 			if err != nil {
@@ -468,6 +495,21 @@ func TestDeleteKeepsTheConsoleTail(t *testing.T) {
 			last := strings.Split(strings.TrimSpace(tc.console), "\n")
 			if l := last[len(last)-1]; !strings.Contains(f[0].Message, cleanConsoleLine(l)) && tc.class != FailureNotReady {
 				t.Errorf("message lacks the console's last line %q: %q", l, f[0].Message)
+			}
+			for _, w := range tc.says {
+				if !strings.Contains(f[0].Message, w) {
+					t.Errorf("message lacks %q: %q", w, f[0].Message)
+				}
+			}
+			for _, w := range tc.never {
+				if strings.Contains(f[0].Message, w) {
+					t.Errorf("message holds %q: %q", w, f[0].Message)
+				}
+			}
+			// Only a booted podVM the agent of which was never reached is
+			// probed, once, at the forwarder's port.
+			if wantProbe := tc.class == FailureAgentUnreachable || tc.class == FailureAdaptor; wantProbe != (len(probed) == 1) || wantProbe && !strings.HasSuffix(probed[0], ":15150") {
+				t.Errorf("probes %q", probed)
 			}
 			if tc.class == FailureNotReady && (!strings.Contains(f[0].Message, "EXT4-fs error") || !strings.Contains(f[0].Message, "last words") || !strings.Contains(f[0].Message, "secret=[redacted]")) {
 				t.Errorf("message: %q", f[0].Message)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -61,6 +62,10 @@ type Provider struct {
 	// events posts start-up Events on pods (podevents.go); nil outside a
 	// cluster (tools, peerpod-ctrl), which also means no boot watches.
 	events *eventRecorder
+	// dialAgent opens the probe of a podVM's agent port before the delete
+	// of one CAA never reached (bootwatch.go); nil is net.Dialer's. Tests
+	// set it: the emulator's addresses are not on this machine.
+	dialAgent func(ctx context.Context, network, addr string) (net.Conn, error)
 	// bootPoll is the boot watch's first interval (bootwatch.go; tests
 	// shorten it); 0 means bootPollFirst.
 	bootPoll time.Duration

@@ -166,6 +166,8 @@ func failureTitle(class string) string {
 		return "the podVM's confidential data hub did not start, so its agent was never started"
 	case FailureAgentUnreachable:
 		return "the podVM booted but the adaptor never reached its agent"
+	case FailureAdaptor:
+		return "the podVM booted and its agent port answers the node, but the adaptor deleted it before the pod's sandbox was ready"
 	case FailureStopped:
 		return "the podVM stopped before its agent was reached"
 	case FailureNotReady:
