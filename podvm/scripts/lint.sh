@@ -23,7 +23,8 @@ root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 cp -a podvm/mkosi.extra/. "$root/"
 for b in bin/mkdir usr/bin/ip usr/bin/gpu-init usr/bin/podvm-notice usr/bin/podvm-cache-mirror usr/bin/podvm-cache-store usr/local/bin/kata-agent usr/local/bin/agent-protocol-forwarder \
-	usr/local/bin/process-user-data usr/local/bin/attestation-agent usr/local/bin/confidential-data-hub usr/local/bin/api-server-rest; do
+	usr/local/bin/process-user-data usr/local/bin/attestation-agent usr/local/bin/confidential-data-hub usr/local/bin/api-server-rest \
+	usr/lib/systemd/systemd-veritysetup; do
 	mkdir -p "$root/$(dirname "$b")"
 	printf '#!/bin/sh\n' >"$root/$b"
 	chmod +x "$root/$b"

@@ -3,11 +3,13 @@
 # reads containers-registries.conf (the format image-rs reads in the
 # podVM), to pull through the cache mirror (gcp-t4/internal/cachebuild and
 # the podVM boot test), and docker-registry (the CNCF distribution
-# registry) that the boot test's cache disk is built from.
+# registry) that the boot test's cache disk is built from; veritysetup
+# (cryptsetup-bin), which writes the disk's dm-verity hash tree.
 set -euo pipefail
 missing=()
 command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
+command -v veritysetup >/dev/null 2>&1 || missing+=(cryptsetup-bin)
 if [ "${#missing[@]}" -eq 0 ]; then
 	exit 0
 fi
@@ -17,6 +19,6 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-for c in "${missing[@]}"; do
-	command -v "$c" >/dev/null 2>&1 || { echo "deps.sh: $c still missing after apt-get install" >&2; exit 1; }
+for c in skopeo docker-registry veritysetup; do
+	command -v "$c" >/dev/null 2>&1 || { echo "deps.sh: $c still missing after apt-get install ${missing[*]}" >&2; exit 1; }
 done

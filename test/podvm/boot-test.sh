@@ -31,6 +31,10 @@
 # With PODVM_BOOT_CACHE (a directory test/podvm/cache-fixture.sh wrote), the
 # first boot also has the cache disk attached as a second disk, writable as
 # GCE attaches it (docs/cache.md), and, once booted:
+#   - the metadata server gives the disk's dm-verity value (the fixture's,
+#     as the provider sets it), and the guest contract says the disk is
+#     mounted read-only from its verity device, opened by
+#     caa-gcp-t4-cache-open.service before the mount;
 #   - the mirror's CAA-GCP-T4-CACHE line says it serves the disk's images on
 #     127.0.0.1:5000, and the guest contract says the disk is mounted
 #     read-only by the unit udev started on its label;
@@ -43,8 +47,9 @@
 #   - skopeo on this machine, reading a containers-registries.conf (the
 #     format image-rs reads) whose mirror is the podVM's, pulls the first
 #     image by digest, its source registry gone, and gets the manifest the
-#     layout holds; it refuses the second, whose layer was changed on the
-#     disk, naming the layer's digest.
+#     layout holds; it cannot pull the second, whose layer was changed on
+#     the disk after build: dm-verity fails the read of the changed block,
+#     and the kernel's line on the console says so.
 #   The client reaches the mirror, which listens on the VM's loopback only,
 #   through a relay the CDH stand-in opens (asked through a metadata
 #   attribute) and a QEMU host port forward.
@@ -224,7 +229,9 @@ if [ -n "$cache" ]; then
 	cache_sum=$(sha256sum "$cache/disk.raw" | cut -c1-64)
 	cache_port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 	printf '0.0.0.0:15000' >"$work/cdh-relay"
-	meta_extra="caa-gcp-t4-standin-cdh-relay=$work/cdh-relay"
+	# The disk's dm-verity value, as the provider puts it in the metadata.
+	jq -j .verity "$cache/fixture.json" >"$work/cache-verity"
+	meta_extra="caa-gcp-t4-standin-cdh-relay=$work/cdh-relay caa-gcp-t4-cache-verity=$work/cache-verity"
 fi
 start=$(date +%s)
 start_vm "$work/disk.qcow2" "$log"
@@ -393,8 +400,12 @@ EOF
 	if skopeo --registries-conf "$work/registries.conf" copy -q "docker://$tampered" "dir:$work/pull-bad" >"$work/pull-bad.out" 2>&1; then
 		fail "cache: skopeo pulled $tampered although its layer $tlayer was changed on the disk"
 	fi
-	grep -q "${tlayer#sha256:}" "$work/pull-bad.out" || { cat "$work/pull-bad.out" >&2; fail "cache: the refusal of the tampered image does not name its layer $tlayer"; }
-	cache_pull="cache disk (unchanged by the boot): skopeo pulled ${good##*/} ($nlayers layers, $pulled bytes) through the podVM's mirror by digest in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s, its source registry gone; refused ${tampered##*/} by its changed layer's digest (${tlayer:0:19}…)"
+	# The disk is read through dm-verity: the changed block of layer
+	# $tlayer fails its read in the guest (EIO), and the kernel says so on
+	# the console, before any digest is compared.
+	vline=$(clean | grep -m1 -oE 'device-mapper: verity: [^ ]+: data block [0-9]+ is corrupted') ||
+		{ cat "$work/pull-bad.out" >&2; fail "cache: the tampered image's pull failed, but the console has no dm-verity line for the disk's changed block (layer $tlayer)"; }
+	cache_pull="cache disk (unchanged by the boot): skopeo pulled ${good##*/} ($nlayers layers, $pulled bytes) through the podVM's mirror by digest in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s, its source registry gone; refused ${tampered##*/}: dm-verity failed the read of its changed layer ${tlayer:0:19}… ($vline)"
 	if [ -n "$results" ]; then mkdir -p "$results" && cp "$work/pull-bad.out" "$results/cache-tampered-pull.txt"; fi
 fi
 

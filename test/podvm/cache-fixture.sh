@@ -8,17 +8,18 @@
 # Then one byte of the second image's first layer is flipped on the disk:
 # a client must refuse that image by the layer's digest, and pull the first.
 #   cache-fixture.sh OUT
-# Writes OUT/disk.raw (the ext4 image as GCE would import it, tampered),
-# OUT/layout (the untampered layout), and OUT/fixture.json: the good and
-# the tampered references (registry host gone), the tampered layer.
+# Writes OUT/disk.raw (the ext4 image and its dm-verity hash tree as GCE
+# would import it, tampered), OUT/layout (the untampered layout), and
+# OUT/fixture.json: the good and the tampered references (registry host
+# gone), the tampered layer, the disk's GCP_CACHE_VERITY value.
 # Needs skopeo, docker-registry, e2fsprogs and python3 (apt-get on Debian).
 set -euo pipefail
 out=$1
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 die() { echo "cache-fixture: $*" >&2; exit 1; }
-for c in skopeo docker-registry debugfs dumpe2fs python3 jq go; do
-	command -v "$c" >/dev/null || die "no $c: apt-get install -y skopeo docker-registry e2fsprogs python3 jq, and Go (make test installs what it needs)"
+for c in skopeo docker-registry debugfs dumpe2fs veritysetup python3 jq go; do
+	command -v "$c" >/dev/null || die "no $c: apt-get install -y skopeo docker-registry e2fsprogs cryptsetup-bin python3 jq, and Go (make test installs what it needs)"
 done
 rm -rf "$out"
 mkdir -p "$out"
@@ -78,6 +79,11 @@ PY
 debugfs -R "dump /blobs/sha256/${layer#sha256:} $tmp/layer" "$out/disk.raw" 2>/dev/null
 [ -s "$tmp/layer" ] || die "debugfs could not read the layer ${layer} back from the disk"
 [ "sha256:$(sha256sum "$tmp/layer" | cut -c1-64)" != "$layer" ] || die "the flipped byte did not change the layer on the disk"
-jq -n --arg good "${refs[0]}" --arg tampered "${refs[1]}" --arg layer "$layer" --arg source "127.0.0.1:$port" \
-	'{good: $good, tampered: $tampered, tampered_layer: $layer, source: $source}' >"$out/fixture.json"
+# The dm-verity value the provider would put in the podVM's metadata: the
+# flipped byte leaves the hash tree as built, so the disk opens and only
+# reads of the changed block fail (EIO), as on a disk changed after build.
+verity=$(cat "$tmp/cache.tar.gz.verity")
+[[ "$verity" =~ ^root=[0-9a-f]{64},offset=[0-9]+$ ]] || die "gcp-t4 cache build wrote no dm-verity value beside the image: '$verity'"
+jq -n --arg good "${refs[0]}" --arg tampered "${refs[1]}" --arg layer "$layer" --arg source "127.0.0.1:$port" --arg verity "$verity" \
+	'{good: $good, tampered: $tampered, tampered_layer: $layer, source: $source, verity: $verity}' >"$out/fixture.json"
 echo "cache-fixture: $(tail -n 2 "$tmp/build.out" | tr '\n' ' ')" >&2

@@ -225,8 +225,8 @@ jq -e '.event == "maintenance" and .drain == true and .source == "maintenance-ev
 n=$((n + 1))
 
 # The cache disk: udev's rule on its label started the mirror, which
-# mounted it read-only (no journal replay, nothing executable, no link
-# followed); without
+# mounted it read-only through dm-verity (no journal replay, nothing
+# executable, no link followed); without
 # the disk, neither ran and nothing waited for it.
 cache_state="no cache disk: mirror and mount not started"
 mirror_u=caa-gcp-t4-cache-mirror.service
@@ -241,9 +241,14 @@ if [ -n "${CHECK_GUEST_CACHE:-}" ]; then
 		tr ',' '\n' <<<"$opts" | grep -qx "$o" || fail "the cache disk is mounted without $o: $cm"
 	done
 	grep -q ' - ext4 ' <<<"$cm" || fail "the cache disk is not the ext4 mount: $cm"
+	# Through dm-verity with the root hash the metadata gave: the mount's
+	# source is the verity device, which the open unit attached first.
+	grep -q ' - ext4 /dev/mapper/caa-gcp-t4-cache ' <<<"$cm" || fail "the cache disk is not mounted from its dm-verity device /dev/mapper/caa-gcp-t4-cache: $cm"
+	open_u=caa-gcp-t4-cache-open.service
+	[ "$(unit "$open_u" ActiveState)" = active ] || fail "cache disk attached: $open_u is '$(unit "$open_u" ActiveState)/$(unit "$open_u" Result)', want active"
 	# noload: the superblock options say norecovery (no journal replay).
 	awk '{print $NF}' <<<"$cm" | tr ',' '\n' | grep -qx norecovery || fail "the cache disk is mounted with journal replay (no noload): $cm"
-	cache_state="cache disk mounted ($opts, $(awk '{print $NF}' <<<"$cm")) and served by the mirror"
+	cache_state="cache disk mounted through dm-verity ($opts, $(awk '{print $NF}' <<<"$cm")) and served by the mirror"
 	# The pre-unpacked store: podvm-cache-store ran before CDH and put the
 	# disk's meta_store.json, byte for byte, in image-rs's work_dir (on the
 	# state partition: /var/lib/kata-containers/image, /lib/… there).
@@ -272,7 +277,7 @@ if [ -n "${CHECK_GUEST_CACHE:-}" ]; then
 else
 	[ "$(unit caa-gcp-t4-cache-store.service ActiveState)" != active ] || fail "no cache disk, yet caa-gcp-t4-cache-store.service is active"
 	[ "$(jq -r '.store_mount.meta_store // ""' <<<"$report")" != "" ] || fail "no cache disk, yet image-rs's work_dir holds a meta_store.json at boot"
-	for u in "$mirror_u" "$mount_u"; do
+	for u in "$mirror_u" "$mount_u" caa-gcp-t4-cache-open.service; do
 		[ "$(unit "$u" ActiveState)" != active ] || fail "no cache disk, yet $u is active"
 	done
 fi

@@ -152,7 +152,7 @@ n=$((n + 1))
 # path that the image ships (a .path unit that starts the agent included),
 # and says the agent waits for CDH's socket, as kata-agent.path makes it.
 table=$(sed -n '/^### Boot sequence/,/^How the waits are bounded/p' docs/podvm-build-guide.md)
-for u in kata-agent.path kata-agent.service process-user-data.service attestation-agent.service confidential-data-hub.service api-server-rest.service agent-protocol-forwarder.path caa-gcp-t4-notice.socket caa-gcp-t4-notice.service caa-gcp-t4-cache-mirror.service caa-gcp-t4-cache-store.service; do
+for u in kata-agent.path kata-agent.service process-user-data.service attestation-agent.service confidential-data-hub.service api-server-rest.service agent-protocol-forwarder.path caa-gcp-t4-notice.socket caa-gcp-t4-notice.service caa-gcp-t4-cache-open.service caa-gcp-t4-cache-mirror.service caa-gcp-t4-cache-store.service; do
 	[ -f "podvm/mkosi.extra/usr/lib/systemd/system/$u" ] || fail "the image has no $u"
 	grep -q "^| \`$u\`" <<<"$table" || grep -q "^| \`${u%.*}\.path\` → " <<<"$table" || fail "the build guide's boot-sequence table has no row for $u"
 done

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -395,14 +396,14 @@ func TestCacheBuildCommand(t *testing.T) {
 // for the podVM holding the layout at its root (read back with debugfs,
 // no mount needed). Two builds of the same images are the same bytes.
 func TestCacheDiskImage(t *testing.T) {
-	for _, tool := range []string{"mke2fs", "debugfs", "tar", "gzip"} {
+	for _, tool := range []string{"mke2fs", "debugfs", "tar", "gzip", "veritysetup"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is missing: apt-get install -y e2fsprogs tar gzip", tool)
+			t.Fatalf("%s is missing: apt-get install -y e2fsprogs tar gzip cryptsetup-bin", tool)
 		}
 	}
 	host, index, _, _, stop := source(t)
 	defer stop()
-	var sums []string
+	var sums, verities []string
 	var layout string
 	for i := range 2 {
 		tmp := t.TempDir()
@@ -429,6 +430,18 @@ func TestCacheDiskImage(t *testing.T) {
 			t.Fatal(err)
 		}
 		sums = append(sums, fmt.Sprintf("%x", sha256Sum(b)))
+		// The dm-verity value the admin gives the provider: printed, and
+		// in the file beside the disk.
+		vb, err := os.ReadFile(disk + VerityFileSuffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		verity := strings.TrimSpace(string(vb))
+		verities = append(verities, verity)
+		m := regexp.MustCompile(`^root=([0-9a-f]{64}),offset=([0-9]+)$`).FindStringSubmatch(verity)
+		if m == nil || !strings.Contains(out.String(), "GCP_CACHE_VERITY="+verity) {
+			t.Fatalf("verity value %q; output: %s", verity, out.String())
+		}
 		if i == 1 {
 			x := t.TempDir()
 			if b, err := exec.Command("tar", "-C", x, "-xzf", disk).CombinedOutput(); err != nil {
@@ -443,6 +456,43 @@ func TestCacheDiskImage(t *testing.T) {
 			if st.Size()%(1<<30) != 0 {
 				t.Errorf("disk.raw is %d bytes, not whole GiB", st.Size())
 			}
+			// The hash tree after the filesystem verifies with the
+			// printed root hash, as the podVM's dm-verity will read it;
+			// the filesystem ends where the tree begins.
+			offset, _ := strconv.ParseInt(m[2], 10, 64)
+			if offset <= 0 || offset%4096 != 0 || offset >= st.Size() {
+				t.Fatalf("hash offset %d in a %d-byte disk", offset, st.Size())
+			}
+			verify := func(root string) error {
+				b, err := exec.Command("veritysetup", "verify", "--hash-offset="+m[2], "--data-blocks="+strconv.FormatInt(offset/4096, 10), raw, raw, root).CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("%v: %s", err, b)
+				}
+				return nil
+			}
+			if err := verify(m[1]); err != nil {
+				t.Fatalf("veritysetup verify with the printed root hash: %v", err)
+			}
+			if blocks := fsBlocks(t, raw); blocks*4096 != offset {
+				t.Errorf("the filesystem has %d 4 KiB blocks, %d bytes, but the hash tree starts at %d", blocks, blocks*4096, offset)
+			}
+			defer func() {
+				// One flipped byte of index.json's block, on a copy of
+				// the disk the checks below have read: refused.
+				blk := fileBlock(t, raw, "/index.json")
+				f, err := os.OpenFile(raw, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				one := make([]byte, 1)
+				_, _ = f.ReadAt(one, blk*4096)
+				one[0] ^= 0x40
+				_, _ = f.WriteAt(one, blk*4096)
+				_ = f.Close()
+				if err := verify(m[1]); err == nil || !strings.Contains(err.Error(), "corrupted") && !strings.Contains(err.Error(), "Verification failed") {
+					t.Errorf("a flipped byte at block %d verified: %v", blk, err)
+				}
+			}()
 			stats := exec.Command("debugfs", "-R", "stats", raw)
 			stats.Env = append(os.Environ(), "TZ=UTC")
 			label, err := stats.CombinedOutput()
@@ -489,9 +539,36 @@ func TestCacheDiskImage(t *testing.T) {
 			}
 		}
 	}
-	if sums[0] != sums[1] {
-		t.Errorf("two builds of the same images differ: %s, %s", sums[0], sums[1])
+	if sums[0] != sums[1] || verities[0] != verities[1] {
+		t.Errorf("two builds of the same images differ: %s, %s (dm-verity %s, %s)", sums[0], sums[1], verities[0], verities[1])
 	}
+}
+
+// fsBlocks is the ext4 filesystem's block count (4 KiB blocks).
+func fsBlocks(t *testing.T, raw string) int64 {
+	t.Helper()
+	out, err := exec.Command("debugfs", "-R", "stats", raw).CombinedOutput()
+	m := regexp.MustCompile(`(?m)^Block count:\s+(\d+)$`).FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("debugfs stats: %v\n%s", err, out)
+	}
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return n
+}
+
+// fileBlock is the first data block of a file on the filesystem.
+func fileBlock(t *testing.T, raw, path string) int64 {
+	t.Helper()
+	out, err := exec.Command("debugfs", "-R", "bmap "+path+" 0", raw).CombinedOutput()
+	f := strings.Fields(string(out))
+	if err != nil || len(f) == 0 {
+		t.Fatalf("debugfs bmap %s: %v\n%s", path, err, out)
+	}
+	n, err := strconv.ParseInt(f[len(f)-1], 10, 64)
+	if err != nil || n <= 0 {
+		t.Fatalf("debugfs bmap %s: %s", path, out)
+	}
+	return n
 }
 
 func sha256Sum(b []byte) [32]byte { return sha256.Sum256(b) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"text/tabwriter"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -24,6 +25,10 @@ var buildUsage = cli.Usage{
 		"digest before it returns. Registry credentials come from the Docker config (~/.docker/config.json), as " +
 		"docker and crane read them."},
 }
+
+// VerityFileSuffix names the file beside -disk's that holds the disk's
+// GCP_CACHE_VERITY value.
+const VerityFileSuffix = ".verity"
 
 // Main is `gcp-t4 cache`: build, and initdata and check (initdata.go),
 // each with its own help.
@@ -84,12 +89,19 @@ func buildMain(ctx context.Context, args []string, stdout, stderr io.Writer, _ *
 		}
 	}
 	if *disk != "" {
-		size, err := Disk(ctx, *out, *disk)
+		size, v, err := Disk(ctx, *out, *disk)
 		if err != nil {
 			fmt.Fprintf(stderr, "gcp-t4 cache build: the disk image: %v\n", err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "GCE image file %s: a %d GiB disk, filesystem label %s (docs/cache.md)\n", *disk, size, FilesystemLabel)
+		// The value the admin gives the provider beside the image; the
+		// file beside the disk lets a script read it back.
+		if err := os.WriteFile(*disk+VerityFileSuffix, []byte(v.String()+"\n"), 0o644); err != nil {
+			fmt.Fprintf(stderr, "gcp-t4 cache build: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "GCE image file %s: a %d GiB disk, filesystem label %s, dm-verity root hash %s (docs/cache.md)\n", *disk, size, FilesystemLabel, v.RootHash)
+		fmt.Fprintf(stdout, "give the provider GCP_CACHE_VERITY=%s with this image (also in %s)\n", v, *disk+VerityFileSuffix)
 	}
 	return 0
 }

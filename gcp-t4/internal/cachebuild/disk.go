@@ -3,6 +3,7 @@ package cachebuild
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
@@ -32,17 +33,42 @@ const FilesystemLabel = gcpt4.CacheDeviceName
 // debugfs then stamps the superblock with the clock when it closes.
 var epoch = time.Unix(1, 0)
 
+// Verity is a cache disk's dm-verity: the podVM opens the disk only
+// through dm-verity with the root hash and the hash tree's offset (the
+// filesystem's size) the admin's configuration gives it
+// (GCP_CACHE_VERITY, the provider's caa-gcp-t4-cache-verity metadata).
+type Verity struct {
+	RootHash   string // sha256, hex
+	HashOffset int64  // bytes
+}
+
+// String is GCP_CACHE_VERITY's form, which the provider checks.
+func (v Verity) String() string {
+	return "root=" + v.RootHash + ",offset=" + strconv.FormatInt(v.HashOffset, 10)
+}
+
 // Disk makes the GCE image file of a layout: an ext4 filesystem holding
-// the layout at its root, in a raw disk whose size is a whole number of
-// GiB, packed as GCE imports images (a gzip'd tar, oldgnu format, sparse,
-// with the one file disk.raw: compute/docs/import/import-existing-image).
-// The filesystem's UUID and hash seed are derived from index.json and
-// every time is the epoch, so the file is reproducible. It runs mke2fs
-// (e2fsprogs) and tar, and leaves nothing behind on failure.
-func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error) {
+// the layout at its root, followed by its dm-verity hash tree, in a raw
+// disk whose size is a whole number of GiB, packed as GCE imports images
+// (a gzip'd tar, oldgnu format, sparse, with the one file disk.raw:
+// compute/docs/import/import-existing-image). The filesystem's UUID and
+// hash seed and the verity salt and UUID are derived from index.json and
+// every time is the epoch, so the file, and so its root hash, is
+// reproducible. It runs mke2fs (e2fsprogs), veritysetup (cryptsetup-bin)
+// and tar, and leaves nothing behind on failure.
+// hashRoom is the room left after a filesystem of fs bytes for its
+// dm-verity tree: 32 bytes of sha256 per 4 KiB block is 1/128 of the
+// data, the upper levels and the superblock under 1/128² more; rounded
+// up to whole MiB, with one MiB to spare.
+func hashRoom(fs int64) int64 {
+	const mib = 1 << 20
+	return (fs/127+mib-1)/mib*mib + mib
+}
+
+func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, v Verity, err error) {
 	index, err := os.ReadFile(filepath.Join(layoutDir, "index.json"))
 	if err != nil {
-		return 0, fmt.Errorf("%s is not a cache layout: %w", layoutDir, err)
+		return 0, v, fmt.Errorf("%s is not a cache layout: %w", layoutDir, err)
 	}
 	var bytes int64
 	// Every path on the disk but the root, for the time fix-up below.
@@ -81,40 +107,45 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error)
 		return os.Chtimes(path, epoch, epoch)
 	})
 	if err != nil {
-		return 0, err
+		return 0, v, err
 	}
 	// ext4's metadata (inode tables, journal) with room to spare: a tenth
-	// more and 256 MiB, rounded up to whole GiB as GCE sizes disks.
-	const gib = 1 << 30
-	sizeGiB = (bytes + bytes/10 + 256<<20 + gib - 1) / gib
+	// more and 256 MiB; then the hash tree; rounded up to whole GiB as GCE
+	// sizes disks. The filesystem takes what the tree leaves, in whole
+	// MiB (so in whole 4 KiB blocks, dm-verity's).
+	const gib, mib = 1 << 30, 1 << 20
+	fsMin := bytes + bytes/10 + 256<<20
+	sizeGiB = (fsMin + hashRoom(fsMin) + gib - 1) / gib
+	fsBytes := sizeGiB * gib
+	fsBytes = (fsBytes - hashRoom(fsBytes)) / mib * mib
 	work, err := os.MkdirTemp(filepath.Dir(out), ".cache-disk-")
 	if err != nil {
-		return 0, err
+		return 0, v, err
 	}
 	defer os.RemoveAll(work)
 	raw := filepath.Join(work, "disk.raw")
 	f, err := os.Create(raw)
 	if err != nil {
-		return 0, err
+		return 0, v, err
 	}
 	if err := f.Truncate(sizeGiB * gib); err != nil {
 		f.Close()
-		return 0, err
+		return 0, v, err
 	}
 	if err := f.Close(); err != nil {
-		return 0, err
+		return 0, v, err
 	}
 	// The tar records disk.raw's mode: the same whatever the umask.
 	if err := os.Chmod(raw, 0o644); err != nil {
-		return 0, err
+		return 0, v, err
 	}
 	sum := sha256.Sum256(index)
 	id, err := uuid.FromBytes(sum[:16])
 	if err != nil {
-		return 0, err
+		return 0, v, err
 	}
-	mkfs := exec.CommandContext(ctx, "mke2fs", "-q", "-F", "-t", "ext4", "-L", FilesystemLabel, "-U", id.String(),
-		"-E", "hash_seed="+id.String()+",root_owner=0:0", "-d", layoutDir, raw)
+	mkfs := exec.CommandContext(ctx, "mke2fs", "-q", "-F", "-t", "ext4", "-b", "4096", "-L", FilesystemLabel, "-U", id.String(),
+		"-E", "hash_seed="+id.String()+",root_owner=0:0", "-d", layoutDir, raw, strconv.FormatInt(fsBytes/4096, 10))
 	// mke2fs 1.47.1 and later take their times (the superblock's, each
 	// inode's ctime and crtime) from SOURCE_DATE_EPOCH; earlier ones from
 	// E2FSPROGS_FAKE_TIME. Without either, a build crossing a second
@@ -122,26 +153,59 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, err error)
 	timeEnv := append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch.Unix()), fmt.Sprintf("E2FSPROGS_FAKE_TIME=%d", epoch.Unix()))
 	mkfs.Env = timeEnv
 	if b, err := mkfs.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("mke2fs (e2fsprogs; apt-get install -y e2fsprogs): %v: %s", err, b)
+		return 0, v, fmt.Errorf("mke2fs (e2fsprogs; apt-get install -y e2fsprogs): %v: %s", err, b)
 	}
 	store, err := storeScript(layoutDir, raw)
 	if err != nil {
-		return 0, err
+		return 0, v, err
 	}
 	if err := pinTimes(ctx, raw, paths, store, timeEnv); err != nil {
-		return 0, err
+		return 0, v, err
+	}
+	// The hash tree last, over the finished filesystem.
+	if v, err = formatVerity(ctx, raw, fsBytes, sum); err != nil {
+		return 0, v, err
 	}
 	tmp := filepath.Join(work, "disk.tar.gz")
 	// GNU tar's gzip records no name or time with -n.
 	tarc := exec.CommandContext(ctx, "tar", "--format=oldgnu", "-S", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner",
 		"-C", work, "-I", "gzip -n", "-cf", tmp, "disk.raw")
 	if b, err := tarc.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("tar: %v: %s", err, b)
+		return 0, v, fmt.Errorf("tar: %v: %s", err, b)
 	}
 	if err := os.Rename(tmp, out); err != nil {
-		return 0, err
+		return 0, v, err
 	}
-	return sizeGiB, nil
+	return sizeGiB, v, nil
+}
+
+// formatVerity writes the dm-verity hash tree of raw's first fsBytes
+// after them, in the same file, with veritysetup format: sha256, 4 KiB
+// blocks, the superblock at the offset (as the podVM's
+// systemd-veritysetup reads it), a salt and UUID from sum (index.json's
+// digest) instead of random ones, so two builds match.
+func formatVerity(ctx context.Context, raw string, fsBytes int64, sum [32]byte) (Verity, error) {
+	salt := sha256.Sum256(append([]byte("caa-gcp-t4 cache verity salt\n"), sum[:]...))
+	id, err := uuid.FromBytes(salt[16:])
+	if err != nil {
+		return Verity{}, err
+	}
+	cmd := exec.CommandContext(ctx, "veritysetup", "format", "--hash=sha256", "--data-block-size=4096", "--hash-block-size=4096",
+		"--data-blocks="+strconv.FormatInt(fsBytes/4096, 10), "--hash-offset="+strconv.FormatInt(fsBytes, 10),
+		"--salt="+hex.EncodeToString(salt[:]), "--uuid="+id.String(), raw, raw)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		return Verity{}, fmt.Errorf("veritysetup format (cryptsetup-bin; apt-get install -y cryptsetup-bin): %v: %s", err, b)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, val, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "Root hash" {
+			root := strings.TrimSpace(val)
+			if len(root) == 64 && strings.Trim(root, "0123456789abcdef") == "" {
+				return Verity{RootHash: root, HashOffset: fsBytes}, nil
+			}
+		}
+	}
+	return Verity{}, fmt.Errorf("veritysetup format printed no root hash: %s", b)
 }
 
 // pinTimes sets every time the filesystem records to the epoch with

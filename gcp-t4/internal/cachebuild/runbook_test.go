@@ -236,6 +236,17 @@ func TestRunbookCachePath(t *testing.T) {
 		}
 	}
 
+	// The dm-verity value the install step gives the provider is the one
+	// the build printed, read back from the file it wrote beside the image.
+	built := ""
+	for k, out := range ran {
+		if strings.HasPrefix(k, "gcp-t4 cache build ") {
+			built += out
+		}
+	}
+	if printed := regexp.MustCompile(`GCP_CACHE_VERITY=(root=[0-9a-f]{64},offset=[0-9]+) `).FindStringSubmatch(built); printed == nil || vars["CACHE_VERITY"] != printed[1] {
+		t.Errorf("CACHE_VERITY=%q after the block; cache build printed %v", vars["CACHE_VERITY"], printed)
+	}
 	// The digest skopeo resolved is the tag's: the index's.
 	if vars["RAY_IMAGE"] != committed {
 		t.Errorf("RAY_IMAGE=%s; the example's pods name %s", vars["RAY_IMAGE"], committed)

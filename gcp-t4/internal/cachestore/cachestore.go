@@ -80,6 +80,9 @@ type Config struct {
 	// debugfs pass gave them; a store written by a builder that is not
 	// root has none.
 	Applied bool
+	// SysDevBlock is /sys/dev/block, where the device under Dir shows
+	// whether it is a dm-verity device (verityBacked).
+	SysDevBlock string
 }
 
 // Report is what the console line says.
@@ -91,7 +94,11 @@ type Report struct {
 	Images int             `json:"images,omitempty"`
 	Layers int             `json:"layers,omitempty"`
 	Bytes  int64           `json:"bytes,omitempty"`
-	// VerifiedMs is how long reading the whole store took.
+	// Integrity is how the store's bytes are checked: "dm-verity" (each
+	// block as it is read, against the admin's root hash: `open`) or
+	// "read" (the whole store read against its manifest first, on a disk
+	// that is not a verity device). VerifiedMs is how long that read took.
+	Integrity       string `json:"integrity,omitempty"`
 	VerifiedMs      int64  `json:"verified_ms,omitempty"`
 	MetaStore       string `json:"meta_store,omitempty"`
 	GuestComponents string `json:"guest_components,omitempty"`
@@ -110,12 +117,24 @@ func Load(ctx context.Context, cfg Config) (Report, error) {
 	if !r.Hit {
 		return unused(r.Miss, r.Detail), nil
 	}
-	start := time.Now()
-	if err := imagestore.Verify(ctx, cfg.Dir, cfg.Applied); err != nil {
-		if ctx.Err() != nil {
-			return unused(MissStopped, "stopped before the whole store was read: "+err.Error()), nil
+	// On a dm-verity device every block is checked against the admin's
+	// root hash as it is read, owners, modes and whiteouts too (they are
+	// the filesystem's blocks): the whole store need not be read first,
+	// and a changed block fails its read, in image-rs's mount too. Any
+	// other disk is read whole against the manifest before use.
+	integrity, start := "dm-verity", time.Now()
+	verity, err := verityBacked(cfg.Dir, cfg.SysDevBlock)
+	if err != nil {
+		return unused(MissPodVM, "whether the cache disk is a dm-verity device: "+err.Error()), err
+	}
+	if !verity {
+		integrity = "read"
+		if err := imagestore.Verify(ctx, cfg.Dir, cfg.Applied); err != nil {
+			if ctx.Err() != nil {
+				return unused(MissStopped, "stopped before the whole store was read: "+err.Error()), nil
+			}
+			return unused(imagestore.MissTampered, err.Error()), nil
 		}
-		return unused(imagestore.MissTampered, err.Error()), nil
 	}
 	verified := time.Since(start)
 	if ctx.Err() != nil {
@@ -128,7 +147,7 @@ func Load(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return unused(MissPodVM, err.Error()), err
 	}
-	return Report{State: "in-use", Images: c.Images, Layers: c.Layers, Bytes: c.Bytes, VerifiedMs: verified.Milliseconds(),
+	return Report{State: "in-use", Images: c.Images, Layers: c.Layers, Bytes: c.Bytes, Integrity: integrity, VerifiedMs: verified.Milliseconds(),
 		MetaStore: dst, GuestComponents: cfg.GuestComponents}, nil
 }
 
@@ -174,6 +193,30 @@ func install(workDir string, meta []byte) (dst string, inUse bool, err error) {
 	return dst, false, err
 }
 
+// verityBacked says whether dir's filesystem is on a dm-verity device:
+// its device's device-mapper UUID is libcryptsetup's for verity
+// ("CRYPT-VERITY-…", which systemd-veritysetup sets through it). A
+// device that is not device-mapper has no dm directory.
+func verityBacked(dir, sysDevBlock string) (bool, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return false, err
+	}
+	uuid, err := os.ReadFile(fmt.Sprintf("%s/%d:%d/dm/uuid", sysDevBlock, unixMajor(st.Dev), unixMinor(st.Dev)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return strings.HasPrefix(string(uuid), "CRYPT-VERITY-"), nil
+}
+
+// unixMajor and unixMinor split a Linux dev_t (glibc's gnu_dev_major and
+// gnu_dev_minor): the standard library exports no such helper.
+func unixMajor(dev uint64) uint64 { return (dev>>8)&0xfff | (dev>>32)&^0xfff }
+func unixMinor(dev uint64) uint64 { return dev&0xff | (dev>>12)&^0xff }
+
 // commitRE is a full git commit id, as the pins name guest-components.
 var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
@@ -186,9 +229,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	work := fl.String("work-dir", WorkDir, "image-rs's work_dir, where its meta_store.json goes")
 	gcFile := fl.String("guest-components-file", GuestComponentsFile, "file holding the guest-components commit of this podVM's confidential-data-hub (written by the image build from the pins)")
 	const about = "Runs in the podVM before confidential-data-hub: checks the cache disk's pre-unpacked image store\n" +
-		"(its manifest, guest-components version and every byte) and, only when it passes, writes its\n" +
-		"meta_store.json into image-rs's work_dir, so that a cached image is overlay-mounted from the disk\n" +
-		"instead of pulled (docs/cache.md). Prints one CAA-GCP-T4-STORE line."
+		"(its manifest, guest-components version, every layer there; every byte when the disk is not\n" +
+		"read through dm-verity) and, only when it passes, writes its meta_store.json into image-rs's\n" +
+		"work_dir, so that a cached image is overlay-mounted from the disk instead of pulled\n" +
+		"(docs/cache.md). Prints one CAA-GCP-T4-STORE line.\n\n" +
+		"podvm-cache-store open [flags]: opens the disk through dm-verity first (open -h)."
+	if len(args) > 0 && args[0] == "open" {
+		return OpenMain(ctx, args[1:], stdout, stderr)
+	}
 	if code, ok := stdflags.Parse(fl, args, about, stdout, stderr); !ok {
 		return code
 	}
@@ -203,7 +251,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "podvm-cache-store: -guest-components-file: %v\n", err)
 		return 1
 	}
-	rep, err := Load(ctx, Config{Dir: *dir, WorkDir: *work, GuestComponents: gc, Applied: true})
+	rep, err := Load(ctx, Config{Dir: *dir, WorkDir: *work, GuestComponents: gc, Applied: true, SysDevBlock: "/sys/dev/block"})
 	consoleLine(stdout, rep)
 	if err != nil {
 		fmt.Fprintf(stderr, "podvm-cache-store: %v\n", err)

@@ -2,6 +2,7 @@ package install
 
 import (
 	"bytes"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,7 +19,10 @@ const (
 	skipUpload    = "uploads the cache's image file to Cloud Storage, which the emulator does not model: the image import that reads it runs next"
 	skipBucketSed = "writes the bucket into the reader's copy of the example: test/kuberay's TestRunbookSetsTheBucket runs it as written on a copy"
 	skipCleanup   = "deletes the cache image and the bucket in Google Cloud; the emulator models neither deletion"
-	skipCachePlan = "plans with the layout the cache path wrote and the example it pinned, which this test skips: gcp-t4/internal/plan's TestRunbookStartupIsPlans runs it as written on a copy of the example pinned as step 4 pins it, with a layout naming that digest, and checks step 7's figures against it"
+	// The value is the file cache build wrote beside the image file, on
+	// the admin's machine; here the variable gets a value of its form.
+	skipCacheVerity = "reads the dm-verity value gcp-t4 cache build wrote beside its image file on the admin's machine: gcp-t4/internal/cachebuild's TestRunbookCachePath runs it as written and checks it is the value the build printed; here CACHE_VERITY takes a value of that form"
+	skipCachePlan   = "plans with the layout the cache path wrote and the example it pinned, which this test skips: gcp-t4/internal/plan's TestRunbookStartupIsPlans runs it as written on a copy of the example pinned as step 4 pins it, with a layout naming that digest, and checks step 7's figures against it"
 )
 
 // cacheRunbookRules go before runbookRules' own (the first match handles
@@ -28,6 +32,7 @@ var cacheRunbookRules = []runbookRule{
 	{re: regexp.MustCompile(`^export RAY_DIGEST=|^cd |^kustomize edit |^gcp-t4 cache `), skip: skipCachePath},
 	{re: regexp.MustCompile(`^gcloud storage cp ~/\.cache/caa-gcp-t4/ray-llm-cache\.tar\.gz `), skip: skipUpload},
 	{re: regexp.MustCompile(`^gcloud compute images create `), run: (*runbook).createCacheImage},
+	{re: regexp.MustCompile(`^export CACHE_VERITY=\$\(cat ~/\.cache/caa-gcp-t4/ray-llm-cache\.tar\.gz\.verity\)$`), run: (*runbook).cacheVerity, unexpanded: true},
 	{re: regexp.MustCompile(`^gcp-t4 install --(set|unset) GCP_CACHE_IMAGE`), run: (*runbook).setCacheImage},
 	{re: regexp.MustCompile(`^sed -i "s\|bucket_uri: `), skip: skipBucketSed},
 	{re: regexp.MustCompile(`^gcloud compute images delete |^gcloud storage rm `), skip: skipCleanup},
@@ -51,6 +56,18 @@ func (r *runbook) createCacheImage(t *testing.T, args []string) {
 	r.cacheImage = name
 }
 
+// standInVerity is of the form cache build prints: a root hash and the
+// filesystem's size in bytes.
+const standInVerity = "root=3f0c5b1e9a7d2c4b6e8f0a1c3e5d7b9f1a3c5e7d9b1f3a5c7e9d1b3f5a7c9e1d,offset=10737418240"
+
+// cacheVerity sets CACHE_VERITY as the runbook's export would from the
+// build's .verity file, which is on the admin's machine, not here.
+func (r *runbook) cacheVerity(_ *testing.T, text []string) {
+	r.mark("cacheVerity")
+	r.skipped = append(r.skipped, fmt.Sprintf("  %s: %s\n    %s", r.section, text[0], skipCacheVerity))
+	r.vars["CACHE_VERITY"] = standInVerity
+}
+
 // setCacheImage runs the install upgrade that names the cache image to the
 // provider (or drops it), as written; everything else install set before
 // must stay, and GCP_CACHE_IMAGE must be the image the import created.
@@ -71,11 +88,20 @@ func (r *runbook) setCacheImage(t *testing.T, args []string) {
 		if want == "" || after["GCP_CACHE_IMAGE"] != want {
 			t.Errorf("%s: GCP_CACHE_IMAGE=%q after %v; the import created %q", r.section, after["GCP_CACHE_IMAGE"], args, want)
 		}
-	} else if v, ok := after["GCP_CACHE_IMAGE"]; ok && v != "" {
-		t.Errorf("%s: GCP_CACHE_IMAGE=%q after %v", r.section, v, args)
+		// With the image, its dm-verity value: the podVM opens the disk
+		// with nothing else (install refuses one without the other).
+		if after["GCP_CACHE_VERITY"] != r.vars["CACHE_VERITY"] || r.vars["CACHE_VERITY"] == "" {
+			t.Errorf("%s: GCP_CACHE_VERITY=%q after %v; the build's value is %q", r.section, after["GCP_CACHE_VERITY"], args, r.vars["CACHE_VERITY"])
+		}
+	} else {
+		for _, k := range []string{"GCP_CACHE_IMAGE", "GCP_CACHE_VERITY"} {
+			if v, ok := after[k]; ok && v != "" {
+				t.Errorf("%s: %s=%q after %v", r.section, k, v, args)
+			}
+		}
 	}
 	for k, v := range before {
-		if k != "GCP_CACHE_IMAGE" && after[k] != v {
+		if k != "GCP_CACHE_IMAGE" && k != "GCP_CACHE_VERITY" && after[k] != v {
 			t.Errorf("%s: %v changed %s from %q to %q; an upgrade keeps what it does not name", r.section, args, k, v, after[k])
 		}
 	}

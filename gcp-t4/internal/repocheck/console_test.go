@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/cachestore"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 )
 
@@ -32,5 +33,14 @@ func TestConsoleLinesMatchThePodVM(t *testing.T) {
 		if !strings.Contains(string(data), `echo "$line" >/dev/console`) {
 			t.Errorf("%s does not write its line to the console", script)
 		}
+	}
+}
+
+// TestStoreLineMatchesTheProvider: the cache disk's line, which the
+// provider tells on the pod (PodVMCacheDisk), is printed by
+// podvm-cache-store with the prefix the provider reads.
+func TestStoreLineMatchesTheProvider(t *testing.T) {
+	if cachestore.ConsolePrefix != gcpt4.ConsoleStorePrefix {
+		t.Errorf("podvm-cache-store prints %q, the provider reads %q", cachestore.ConsolePrefix, gcpt4.ConsoleStorePrefix)
 	}
 }

@@ -4,6 +4,7 @@
 package gcpt4
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,6 +66,8 @@ type bootWatch struct {
 	// noConsole is set once reading the console was refused (the IAM
 	// permission is missing): said once, then only the pod is watched.
 	noConsole bool
+	// cacheTold: the cache disk's line was told on the pod (once a boot).
+	cacheTold bool
 }
 
 // watchBoot starts the watch of a podVM CreateInstance returns. Without a
@@ -224,6 +227,26 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 		ev.phase, ev.warning = PhaseFailed, true
 		ev.annotations = map[string]string{EventFailureAnnotation: FailureGPU}
 		ev.message = fmt.Sprintf("%s: gpu-init failed at %s: %s; %s", failureTitle(FailureGPU), l.gpu.Step, l.gpu.Reason, consoleFacts(w.console.lastLines()))
+	case l.store != nil && !w.cacheTold:
+		w.cacheTold = true
+		ev.phase = phaseCache
+		ev.annotations = map[string]string{eventCacheStateAnnotation: l.store.State}
+		switch {
+		case l.store.State == "in-use":
+			ev.message = fmt.Sprintf("podVM %s: its cache disk's pre-unpacked images are in use (%d, read through %s): a cached image starts without a pull", w.vm.name, l.store.Images, cmp.Or(l.store.Integrity, "the disk"))
+		case l.store.diskUnused():
+			// The disk is not the one the admin's root hash names, or
+			// the podVM has no hash: nothing on it is used.
+			ev.warning = true
+			ev.annotations[eventCacheMissAnnotation] = l.store.Miss
+			ev.message = fmt.Sprintf("podVM %s: its cache disk is not used (%s): %s; images come from their registries: check GCP_CACHE_VERITY (or the profile's cacheVerity) against the .verity file gcp-t4 cache build wrote for the cache image", w.vm.name, l.store.Miss, l.store.Reason)
+		default:
+			// A disk with a layout only (no-store) is a setting, not a
+			// fault: said, not warned.
+			ev.warning = l.store.Miss != "no-store"
+			ev.annotations[eventCacheMissAnnotation] = l.store.Miss
+			ev.message = fmt.Sprintf("podVM %s: its cache disk's pre-unpacked images are not used (%s): %s; images come through the podVM's cache mirror, else their registries", w.vm.name, l.store.Miss, l.store.Reason)
+		}
 	case l.failure != "":
 		w.failed = true
 		ev.phase, ev.warning = PhaseFailed, true

@@ -6,6 +6,9 @@ package gcpt4
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/proto"
@@ -29,19 +32,87 @@ const CacheDeviceName = "caa-gcp-t4-cache"
 // trusted. Only images the admin configured are used: a pod cannot name
 // one.
 
-// validateCacheImage checks GCP_CACHE_IMAGE's form. An instance template
-// names its own disks: the cache disk then belongs in the template.
-func (c *Config) validateCacheImage() error {
-	if c.CacheImage == "" {
+// The cache disk's integrity: gcp-t4 cache build -disk puts a dm-verity
+// hash tree after the disk's filesystem, and the podVM opens the disk only
+// through dm-verity, with the root hash and hash offset the admin's
+// configuration gives (GCP_CACHE_VERITY, a profile's cacheVerity, or the
+// template's own metadata), passed in the podVM's metadata under
+// CacheVerityMetadata. A pod sets none of them. So a changed byte anywhere
+// on the disk, or another disk, fails the read instead of reaching the
+// mirror or image-rs's store (whose hits image-rs does not check again).
+
+// CacheVerityMetadata is the podVM metadata key holding the cache disk's
+// dm-verity value, in GCP_CACHE_VERITY's form.
+const CacheVerityMetadata = "caa-gcp-t4-cache-verity"
+
+// cacheVerityForm is root=<sha256 root hash, hex>,offset=<bytes>.
+var cacheVerityForm = regexp.MustCompile(`^root=[0-9a-f]{64},offset=[0-9]{1,16}$`)
+
+// checkCacheVerity checks a cache image's dm-verity value: required with
+// the image, meaningless without it, and of the form cache build prints
+// with its hash tree after at least one 4 KiB block of filesystem.
+func checkCacheVerity(imageSetting, image, setting, value string) error {
+	switch {
+	case image == "" && value == "":
 		return nil
+	case image == "":
+		return fmt.Errorf("%s is set without %s: it is the dm-verity value of that cache image; set both or neither", setting, imageSetting)
+	case value == "":
+		return fmt.Errorf("%s is set without %s: the podVM opens a cache disk only through dm-verity; set %s to the value gcp-t4 cache build -disk printed for %s (root=…,offset=…, also in the .verity file beside the disk)", imageSetting, setting, setting, image)
 	}
-	if c.InstanceTemplate != "" {
-		return fmt.Errorf("GCP_CACHE_IMAGE is for profile podVMs, and GCP_INSTANCE_TEMPLATE is set: add the cache disk to the template instead (gcloud compute instance-templates create … --create-disk=image=%s,device-name=%s,auto-delete=yes) and unset GCP_CACHE_IMAGE", c.CacheImage, CacheDeviceName)
+	if !cacheVerityForm.MatchString(value) {
+		return fmt.Errorf("%s=%q is not root=<64 lowercase hex>,offset=<bytes>: set it to the value gcp-t4 cache build -disk printed for %s", setting, value, image)
 	}
-	if _, err := c.parseImageFor("GCP_CACHE_IMAGE", c.CacheImage); err != nil {
-		return err
+	off, _ := strconv.ParseInt(value[strings.LastIndexByte(value, '=')+1:], 10, 64)
+	if off < 4096 || off%4096 != 0 {
+		return fmt.Errorf("%s: offset=%d is not a whole number of 4096-byte blocks after the filesystem: set it to the value gcp-t4 cache build -disk printed for %s", setting, off, image)
 	}
 	return nil
+}
+
+// cacheVerityFor is the dm-verity value of a profile's cache disk.
+func (c *Config) cacheVerityFor(p Profile) string {
+	if p.CacheImage != "" {
+		return p.CacheVerity
+	}
+	return c.CacheVerity
+}
+
+// checkTemplateCache refuses a template whose cache disk has no valid
+// dm-verity value in its own metadata: the podVM would not open it. The
+// admin writes both into the template; the provider adds neither.
+func checkTemplateCache(props *computepb.InstanceProperties) error {
+	has := false
+	for _, d := range props.GetDisks() {
+		has = has || d.GetDeviceName() == CacheDeviceName
+	}
+	if !has {
+		return nil
+	}
+	for _, it := range props.GetMetadata().GetItems() {
+		if it.GetKey() == CacheVerityMetadata {
+			return checkCacheVerity("the template's "+CacheDeviceName+" disk", "template", "the template's "+CacheVerityMetadata+" metadata", it.GetValue())
+		}
+	}
+	return checkCacheVerity("the template's "+CacheDeviceName+" disk", "template", "the template's "+CacheVerityMetadata+" metadata", "")
+}
+
+// validateCacheImage checks GCP_CACHE_IMAGE's form and its dm-verity
+// value. An instance template names its own disks: the cache disk then
+// belongs in the template, with its value in the template's metadata.
+func (c *Config) validateCacheImage() error {
+	if c.InstanceTemplate != "" && c.CacheImage != "" {
+		return fmt.Errorf("GCP_CACHE_IMAGE is for profile podVMs, and GCP_INSTANCE_TEMPLATE is set: add the cache disk to the template instead (gcloud compute instance-templates create … --create-disk=image=%s,device-name=%s,auto-delete=yes --metadata=%s=<its dm-verity value>) and unset GCP_CACHE_IMAGE and GCP_CACHE_VERITY", c.CacheImage, CacheDeviceName, CacheVerityMetadata)
+	}
+	if c.InstanceTemplate != "" && c.CacheVerity != "" {
+		return fmt.Errorf("GCP_CACHE_VERITY is for GCP_CACHE_IMAGE, and GCP_INSTANCE_TEMPLATE is set: put the value in the template's %s metadata beside its cache disk, and unset GCP_CACHE_VERITY", CacheVerityMetadata)
+	}
+	if c.CacheImage != "" {
+		if _, err := c.parseImageFor("GCP_CACHE_IMAGE", c.CacheImage); err != nil {
+			return err
+		}
+	}
+	return checkCacheVerity("GCP_CACHE_IMAGE", c.CacheImage, "GCP_CACHE_VERITY", c.CacheVerity)
 }
 
 // cacheImageFor is a profile's cache image: its own, else

@@ -82,6 +82,11 @@ type Config struct {
 	// a second disk made from it (cache.go). A profile's cacheImage
 	// overrides it.
 	CacheImage string
+	// CacheVerity is GCP_CACHE_IMAGE's dm-verity root hash and hash
+	// offset, root=<hex>,offset=<bytes>, as gcp-t4 cache build -disk
+	// prints it: the podVM opens the cache disk only through dm-verity
+	// with these (cache.go).
+	CacheVerity string
 	// ClusterID, ClusterName and NodeName are labelled on every podVM
 	// (identity.go): whose cluster and node made it.
 	ClusterID, ClusterName, NodeName string

@@ -6,6 +6,7 @@ package gcpt4
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -25,6 +26,10 @@ const (
 	// ConsoleCDHFailedPrefix starts the line printed when the confidential
 	// data hub did not listen, so kata-agent was not started.
 	ConsoleCDHFailedPrefix = "CAA-GCP-T4-CDH-FAILED "
+	// ConsoleStorePrefix starts the cache disk's line (podvm-cache-store):
+	// whether the disk was opened through dm-verity and its pre-unpacked
+	// store handed to image-rs, or which miss kept it out (docs/cache.md).
+	ConsoleStorePrefix = "CAA-GCP-T4-STORE "
 )
 
 // consoleTailLines is how many of the console's last lines a failure keeps
@@ -44,10 +49,57 @@ type gpuReport struct {
 	Ms     int64  `json:"elapsed_ms"`
 }
 
+// storeReport is the part of the cache disk's line the provider reads.
+// The line is the podVM's word, written before any workload runs there,
+// yet it is read as input: each field is checked against what
+// podvm-cache-store prints, and the reason cleaned, redacted and cut.
+type storeReport struct {
+	State     string `json:"state"`
+	Miss      string `json:"miss"`
+	Reason    string `json:"reason"`
+	Images    int    `json:"images"`
+	Integrity string `json:"integrity"`
+}
+
+// storeMisses are the misses podvm-cache-store prints (imagestore's and
+// cachestore's); any other is reported as "other". no-verity and
+// verity-refused come before the mount: the disk is not used at all.
+var storeMisses = []string{"no-store", "half-written", "other-guest-components", "moved", "tampered",
+	"other-config-digest", "layer-missing", "work-dir-in-use", "stopped", "podvm", "no-verity", "verity-refused"}
+
+// check keeps what the provider may act on and print; false drops the
+// line (a state podvm-cache-store does not print).
+func (r *storeReport) check() bool {
+	switch r.State {
+	case "in-use":
+		r.Miss, r.Reason = "", ""
+	case "unused":
+		if !slices.Contains(storeMisses, r.Miss) {
+			r.Miss = "other"
+		}
+	default:
+		return false
+	}
+	if r.Integrity != "dm-verity" && r.Integrity != "read" {
+		r.Integrity = ""
+	}
+	r.Images = max(0, min(r.Images, 1<<20))
+	inPEM := false
+	r.Reason = redactConsoleLine(cleanConsoleLine(r.Reason), &inPEM)
+	return true
+}
+
+// diskUnused says whether the miss kept the whole disk out (the open
+// failed): then neither the mirror nor the store runs.
+func (r *storeReport) diskUnused() bool {
+	return r.Miss == "no-verity" || r.Miss == "verity-refused"
+}
+
 // consoleLine is one line of the console, classified.
 type consoleLine struct {
-	text string
-	gpu  *gpuReport
+	text  string
+	gpu   *gpuReport
+	store *storeReport
 	// failure is FailureBoot or FailureCDH for those lines.
 	failure string
 }
@@ -79,6 +131,11 @@ func parseConsoleLine(raw string) consoleLine {
 		out.failure = FailureBoot
 	case strings.HasPrefix(body, ConsoleCDHFailedPrefix):
 		out.failure = FailureCDH
+	case strings.HasPrefix(body, ConsoleStorePrefix):
+		var r storeReport
+		if json.Unmarshal([]byte(strings.TrimSpace(body[len(ConsoleStorePrefix):])), &r) == nil && r.check() {
+			out.store = &r
+		}
 	}
 	return out
 }

@@ -357,6 +357,9 @@ func (p *Provider) planTemplate(ctx context.Context, vm podVM, spec provider.Ins
 	if err := p.cfg.checkTemplateShape(p.catalog, props, spec); err != nil {
 		return createPlan{}, notAllowed(err)
 	}
+	if err := checkTemplateCache(props); err != nil {
+		return createPlan{}, notAllowed(err)
+	}
 	models, err := p.cfg.templateModels(props)
 	if err != nil {
 		return createPlan{}, notAllowed(err)

@@ -205,14 +205,18 @@ func (c *Config) buildInstance(vm podVM, p Profile, zone, model string, diskSize
 		boot.Interface = proto.String("NVME")
 	}
 	disks := []*computepb.AttachedDisk{boot}
+	meta := c.podMetadata(vm)
 	if cache := c.cacheDisk(p, zone, boot.Interface); cache != nil {
 		disks = append(disks, cache)
+		// With the disk, always its dm-verity value (checked with the
+		// configuration): the podVM opens the disk with nothing else.
+		meta = append(meta, &computepb.Items{Key: proto.String(CacheVerityMetadata), Value: proto.String(c.cacheVerityFor(p))})
 	}
 	inst := &computepb.Instance{
 		Name:              proto.String(vm.name),
 		MachineType:       proto.String(fmt.Sprintf("zones/%s/machineTypes/%s", zone, p.MachineType)),
 		Labels:            c.podLabels(vm, p.Name),
-		Metadata:          &computepb.Metadata{Items: c.podMetadata(vm)},
+		Metadata:          &computepb.Metadata{Items: meta},
 		Disks:             disks,
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
 		Scheduling:        scheduling(model, p.gpus > 0 || p.ConfidentialType != ""),

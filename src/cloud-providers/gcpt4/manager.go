@@ -62,6 +62,7 @@ func (m *Manager) register(reg *keyRegistrar) {
 	reg.BoolWithEnv(&c.SpotFallback, "spot-fallback", false, "GCP_SPOT_FALLBACK", "With SPOT, fall back to standard capacity when Spot capacity or quota is exhausted everywhere")
 	reg.Float64WithEnv(&c.MutationsPerSecond, "mutations-per-second", 10, "GCP_MUTATIONS_PER_SECOND", "Client-side limit on instance inserts and deletes per second; 0 for none")
 	reg.StringWithEnv(&c.ServiceAccount, "service-account", "", "GCP_SERVICE_ACCOUNT", "Service account email attached to podVMs; empty attaches none")
+	reg.StringWithEnv(&c.CacheVerity, "cache-verity", "", "GCP_CACHE_VERITY", "GCP_CACHE_IMAGE's dm-verity root hash and hash offset, root=<64 hex>,offset=<bytes>, as gcp-t4 cache build -disk prints it; required with GCP_CACHE_IMAGE: the podVM opens the cache disk only through dm-verity with it")
 	reg.CustomTypeWithEnv(&c.Labels, "labels", "", "GCP_LABELS", "Extra labels on podVMs: key1=value1,key2=value2")
 	reg.CustomTypeWithEnv(&c.NetworkTags, "network-tags", DefaultNetworkTag, "GCP_NETWORK_TAGS", "Network tags on every podVM, comma separated, for firewall rules that target podVMs only")
 	reg.CustomTypeWithEnv(&c.InstanceTypes, "machine-types", "", "GCP_INSTANCE_TYPES", "Shapes a pod may get, comma separated: profile names, machine types, and 'auto' for fit's automatic shapes; empty allows the profiles, their machine types by name, and automatic shapes within the per-pod limits")

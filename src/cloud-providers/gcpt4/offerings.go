@@ -465,6 +465,11 @@ func (c *Config) checkCatalog(catalog *Catalog) error {
 				return err
 			}
 		}
+		// Named by the profile's name: i counts the built-in profiles too.
+		if err := checkCacheVerity(fmt.Sprintf("profile %s's cacheImage", p.Name), p.CacheImage,
+			fmt.Sprintf("profile %s's cacheVerity", p.Name), p.CacheVerity); err != nil {
+			return err
+		}
 	}
 	return nil
 }

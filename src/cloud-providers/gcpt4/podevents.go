@@ -19,6 +19,7 @@ import (
 	"log"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +77,21 @@ const (
 	PhaseLost = "lost"
 )
 
+// phaseCache is not a start-up phase (the timeline orders nothing by it,
+// so it is not in Phases): the podVM's cache disk was opened through
+// dm-verity and its pre-unpacked images handed to image-rs, or which miss
+// kept them out (the CAA-GCP-T4-STORE console line). At most one per
+// podVM, like a phase.
+const (
+	phaseCache  = "cache"
+	reasonCache = "PodVMCacheDisk"
+	// eventCacheStateAnnotation is in-use or unused; the miss, when
+	// unused, is in eventCacheMissAnnotation (docs/cache.md's misses, or
+	// other).
+	eventCacheStateAnnotation = "caa-gcp-t4/cache-state"
+	eventCacheMissAnnotation  = "caa-gcp-t4/cache-miss"
+)
+
 // Phases lists the phases in order.
 var Phases = []string{PhaseRequested, PhaseStockout, PhaseQuota, PhaseCreated, PhaseBooted, PhaseReachable, PhaseFailed, PhaseLost}
 
@@ -96,6 +112,7 @@ func PhaseReason(phase string) string {
 	return map[string]string{
 		PhaseRequested: ReasonRequested, PhaseStockout: ReasonStockout, PhaseQuota: ReasonQuota,
 		PhaseCreated: ReasonCreated, PhaseBooted: ReasonBooted, PhaseReachable: ReasonReachable, PhaseFailed: ReasonFailed, PhaseLost: ReasonLost,
+		phaseCache: reasonCache,
 	}[phase]
 }
 
@@ -365,7 +382,7 @@ func (r *eventRecorder) run() {
 	for ev := range r.queue {
 		if ev.phase == "" {
 			// A podVM is gone: forget it.
-			for _, ph := range Phases {
+			for _, ph := range slices.Concat(Phases, []string{phaseCache}) {
 				delete(r.posted, ev.podVM+"/"+ph)
 			}
 			delete(r.uids, ev.podVM)

@@ -819,3 +819,81 @@ func TestGPUFailureReasonIsRedacted(t *testing.T) {
 		t.Errorf("a driver version is not kept: %+v", r)
 	}
 }
+
+// The cache disk's console line (podvm-cache-store, before CDH) is told on
+// the pod once: in use, not used at all (dm-verity refused the disk), or
+// its store missed. The line is input: a state it does not print drops
+// it, an unknown miss is "other", and its reason is redacted and cut.
+func TestCacheDiskLineToldOnThePod(t *testing.T) {
+	for _, tc := range []struct {
+		name, line  string
+		warn        bool
+		state, miss string
+		says, never []string
+	}{
+		{name: "in use", line: `CAA-GCP-T4-STORE {"state":"in-use","images":2,"layers":7,"integrity":"dm-verity","verified_ms":0}`,
+			state: "in-use", says: []string{"pre-unpacked images are in use (2, read through dm-verity)"}},
+		{name: "verity refused", line: `CAA-GCP-T4-STORE {"state":"unused","miss":"verity-refused","reason":"the cache disk does not match the configured root hash 0f3a5b7c9d1e… (another disk, or one changed since gcp-t4 cache build): reading /dev/mapper/caa-gcp-t4-cache: input/output error","fallback":"x"}`,
+			warn: true, state: "unused", miss: "verity-refused", says: []string{"cache disk is not used (verity-refused)", "does not match the configured root hash", "GCP_CACHE_VERITY", "come from their registries"}},
+		{name: "no verity", line: `[   12.5] CAA-GCP-T4-STORE {"state":"unused","miss":"no-verity","reason":"the podVM has a cache disk but its metadata has no caa-gcp-t4-cache-verity"}`,
+			warn: true, state: "unused", miss: "no-verity", says: []string{"(no-verity)"}},
+		{name: "layout only", line: `CAA-GCP-T4-STORE {"state":"unused","miss":"no-store","reason":"the disk holds no pre-unpacked store"}`,
+			state: "unused", miss: "no-store", says: []string{"are not used (no-store)", "cache mirror"}},
+		{name: "forged miss and secret", line: `CAA-GCP-T4-STORE {"state":"unused","miss":"\u001b[31mall-good","reason":"token=hunter2 \u202e` + strings.Repeat("x", 400) + `"}`,
+			warn: true, state: "unused", miss: "other", never: []string{"hunter2", "\u202e", "all-good", strings.Repeat("x", 301)}},
+		{name: "unknown state", line: `CAA-GCP-T4-STORE {"state":"great","images":9}`},
+		{name: "quoted, not at a line's start", line: `echo CAA-GCP-T4-STORE {"state":"in-use","images":1}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := gcefake.New()
+			t.Cleanup(fake.Close)
+			api := newEventAPI(t)
+			api.addPod("ml", "llm-0", "uid-1")
+			p := newEventProvider(t, fake, api, io.Discard, nil)
+			ctx := context.Background()
+			inst, err := p.CreateInstance(ctx, "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The line, then gpu-init's: the boot's Event shows the line
+			// was read; the same line again is not told twice.
+			fake.SetSerialOutput("us-central1-a", inst.Name, tc.line+"\n"+tc.line+"\n"+gpuReadyLine+"\n")
+			api.waitEvents(t, "booted", hasReason(ReasonBooted))
+			api.sandboxReady("ml", "llm-0")
+			api.waitEvents(t, "reachable", hasReason(ReasonReachable))
+			if err := p.Teardown(); err != nil {
+				t.Fatal(err)
+			}
+			var c []storedEvent
+			for _, e := range api.list() {
+				if e.Reason == reasonCache {
+					c = append(c, e)
+				}
+			}
+			if tc.state == "" {
+				if len(c) != 0 {
+					t.Fatalf("a line podvm-cache-store does not print was told: %+v", c)
+				}
+				return
+			}
+			if len(c) != 1 {
+				t.Fatalf("%d %s Events, want 1: %v", len(c), reasonCache, reasons(api.list()))
+			}
+			e := c[0]
+			if (e.Type == "Warning") != tc.warn || e.Annotations[eventCacheStateAnnotation] != tc.state || e.Annotations[eventCacheMissAnnotation] != tc.miss ||
+				e.Labels[EventPhaseLabel] != phaseCache || e.Labels[EventPodVMLabel] != inst.Name {
+				t.Errorf("Event %s %v %v, want warning %v, state %q, miss %q", e.Type, e.Labels, e.Annotations, tc.warn, tc.state, tc.miss)
+			}
+			for _, w := range tc.says {
+				if !strings.Contains(e.Message, w) {
+					t.Errorf("message %q lacks %q", e.Message, w)
+				}
+			}
+			for _, w := range tc.never {
+				if bytes.Contains(e.raw, []byte(w)) {
+					t.Errorf("Event carries %q: %s", w, e.raw)
+				}
+			}
+		})
+	}
+}

@@ -40,6 +40,9 @@ type Profile struct {
 	// CacheImage overrides GCP_CACHE_IMAGE for this profile's podVMs
 	// (same forms as PODVM_IMAGE_NAME).
 	CacheImage string `yaml:"cacheImage,omitempty"`
+	// CacheVerity is CacheImage's dm-verity value (GCP_CACHE_VERITY's
+	// form); required with CacheImage.
+	CacheVerity string `yaml:"cacheVerity,omitempty"`
 	// Explicit profiles are used only when a pod names them, never picked
 	// by fit: a 1-GPU pod must not land on an H100 by accident.
 	Explicit bool `yaml:"explicit,omitempty"`

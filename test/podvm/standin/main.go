@@ -496,7 +496,8 @@ var units = []string{
 	"agent-protocol-forwarder.path",
 	"agent-protocol-forwarder.service", "api-server-rest.service", "systemd-resolved.service",
 	"caa-gcp-t4-notice.socket", "caa-gcp-t4-notice.service",
-	"caa-gcp-t4-cache-mirror.service", `run-caa\x2dgcp\x2dt4-cache.mount`, "caa-gcp-t4-cache-store.service",
+	"caa-gcp-t4-cache-open.service", "caa-gcp-t4-cache-mirror.service", `run-caa\x2dgcp\x2dt4-cache.mount`,
+	"caa-gcp-t4-cache-store.service",
 }
 
 var props = "Id,ActiveState,SubState,Result,NRestarts,ConditionResult,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic,InactiveExitTimestampMonotonic"
@@ -558,7 +559,7 @@ func report(ctx context.Context) {
 	j, _ := exec.CommandContext(ctx, "journalctl", "--no-pager", "-o", "short-monotonic", "-b",
 		"-u", "process-user-data", "-u", "agent-protocol-forwarder", "-u", "kata-agent",
 		"-u", "confidential-data-hub", "-u", "attestation-agent", "-u", "api-server-rest",
-		"-u", "caa-gcp-t4-cache-mirror", "-u", "caa-gcp-t4-cache-store").CombinedOutput()
+		"-u", "caa-gcp-t4-cache-open", "-u", "caa-gcp-t4-cache-mirror", "-u", "caa-gcp-t4-cache-store").CombinedOutput()
 	writeFile(filepath.Join(recordDir, "journal.txt"), j)
 	b, _ := json.Marshal(rep)
 	writeFile(filepath.Join(recordDir, "report.json"), b)
