@@ -45,7 +45,7 @@ for p in nvidia-smi libcuda1 libnvidia-ml1 firmware-nvidia-gsp nvidia-kernel-sup
 done
 v=$(pkgver nvidia-persistenced)
 [ "$v" = "$persistenced" ] || fail "manifest: nvidia-persistenced is '${v:-absent}', want $persistenced"
-for p in nvidia-modprobe linux-image-cloud-amd64 systemd catatonit tpm2-tools dmsetup; do
+for p in nvidia-modprobe linux-image-cloud-amd64 systemd catatonit tpm2-tools dmsetup cryptsetup-bin; do
 	[ -n "$(pkgver "$p")" ] || fail "manifest: $p missing"
 done
 for p in dkms gcc make linux-headers-cloud-amd64 openssh-server systemd-boot; do
@@ -194,9 +194,10 @@ cat_root /usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules | grep -q 'ENV{ID_FS_LA
 # mount's device is the verity device the open unit attaches, never the
 # raw disk, and udev's rule never takes the verity device for the disk.
 ! grep -qxF caa-gcp-t4-cache-open.service <<<"$wants" || fail "root fs: caa-gcp-t4-cache-open.service is enabled; only the cache mount may pull it in"
-cat_root '/usr/lib/systemd/system/run-caa\x2dgcp\x2dt4-cache.mount' | grep -qx 'What=/dev/mapper/caa-gcp-t4-cache' ||
+# unsquashfs takes a name as a pattern: a backslash in it is written twice.
+cat_root '/usr/lib/systemd/system/run-caa\\x2dgcp\\x2dt4-cache.mount' | grep -qx 'What=/dev/mapper/caa-gcp-t4-cache' ||
 	fail "root fs: the cache mount does not read the dm-verity device /dev/mapper/caa-gcp-t4-cache"
-cat_root '/usr/lib/systemd/system/run-caa\x2dgcp\x2dt4-cache.mount' | grep -qx 'Requires=caa-gcp-t4-cache-open.service' ||
+cat_root '/usr/lib/systemd/system/run-caa\\x2dgcp\\x2dt4-cache.mount' | grep -qx 'Requires=caa-gcp-t4-cache-open.service' ||
 	fail "root fs: the cache mount does not require caa-gcp-t4-cache-open.service (dm-verity)"
 cat_root /usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules | grep -q 'KERNEL!="dm-\*", ENV{ID_FS_LABEL}=="caa-gcp-t4-cache", SYMLINK+="caa-gcp-t4-cache-raw"' ||
 	fail "root fs: the cache disk's udev rule does not link the raw disk (not dm-*) as /dev/caa-gcp-t4-cache-raw"

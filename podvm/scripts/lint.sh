@@ -24,7 +24,7 @@ trap 'rm -rf "$root"' EXIT
 cp -a podvm/mkosi.extra/. "$root/"
 for b in bin/mkdir usr/bin/ip usr/bin/gpu-init usr/bin/podvm-notice usr/bin/podvm-cache-mirror usr/bin/podvm-cache-store usr/local/bin/kata-agent usr/local/bin/agent-protocol-forwarder \
 	usr/local/bin/process-user-data usr/local/bin/attestation-agent usr/local/bin/confidential-data-hub usr/local/bin/api-server-rest \
-	usr/lib/systemd/systemd-veritysetup; do
+	usr/sbin/veritysetup; do
 	mkdir -p "$root/$(dirname "$b")"
 	printf '#!/bin/sh\n' >"$root/$b"
 	chmod +x "$root/$b"

@@ -182,7 +182,7 @@ func Disk(ctx context.Context, layoutDir, out string) (sizeGiB int64, v Verity, 
 // formatVerity writes the dm-verity hash tree of raw's first fsBytes
 // after them, in the same file, with veritysetup format: sha256, 4 KiB
 // blocks, the superblock at the offset (as the podVM's
-// systemd-veritysetup reads it), a salt and UUID from sum (index.json's
+// veritysetup open reads it), a salt and UUID from sum (index.json's
 // digest) instead of random ones, so two builds match.
 func formatVerity(ctx context.Context, raw string, fsBytes int64, sum [32]byte) (Verity, error) {
 	salt := sha256.Sum256(append([]byte("caa-gcp-t4 cache verity salt\n"), sum[:]...))

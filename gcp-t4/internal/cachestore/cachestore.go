@@ -195,7 +195,7 @@ func install(workDir string, meta []byte) (dst string, inUse bool, err error) {
 
 // verityBacked says whether dir's filesystem is on a dm-verity device:
 // its device's device-mapper UUID is libcryptsetup's for verity
-// ("CRYPT-VERITY-…", which systemd-veritysetup sets through it). A
+// ("CRYPT-VERITY-…", which veritysetup sets). A
 // device that is not device-mapper has no dm directory.
 func verityBacked(dir, sysDevBlock string) (bool, error) {
 	var st syscall.Stat_t

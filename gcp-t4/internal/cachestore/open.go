@@ -44,9 +44,11 @@ const (
 	// (gcpt4.CacheVerityMetadata; a test holds the two equal).
 	VerityMetadataURL = "http://169.254.169.254/computeMetadata/v1/instance/attributes/" + VerityMetadataKey
 	VerityMetadataKey = "caa-gcp-t4-cache-verity"
-	// Veritysetup is systemd's (systemd 252 in the podVM), which the
-	// root's verity uses too: no cryptsetup package in the image.
-	Veritysetup = "/usr/lib/systemd/systemd-veritysetup"
+	// Veritysetup is cryptsetup's (cryptsetup-bin in the podVM): systemd
+	// 252's systemd-veritysetup, which opens the root, takes no hash
+	// offset ("Encountered unknown option 'hash-offset=…'", seen in the
+	// boot test), and the tree is on the same disk after the filesystem.
+	Veritysetup = "/usr/sbin/veritysetup"
 )
 
 // Misses of the open.
@@ -164,9 +166,10 @@ func Open(ctx context.Context, cfg OpenConfig) (Report, error) {
 	if err != nil {
 		return refused(MissNoVerity, VerityMetadataKey+": "+err.Error())
 	}
-	// systemd-veritysetup attach VOLUME DATA HASH ROOTHASH OPTIONS: the
-	// hash tree is on the same disk, after the filesystem.
-	cmd := exec.CommandContext(ctx, cfg.Veritysetup, "attach", cfg.Name, cfg.Device, cfg.Device, v.Root, "hash-offset="+strconv.FormatInt(v.Offset, 10))
+	// veritysetup open DATA NAME HASH ROOTHASH: the hash tree is on the
+	// same disk, after the filesystem; its superblock there gives the salt
+	// and sizes, and the root hash, the admin's, checks them all.
+	cmd := exec.CommandContext(ctx, cfg.Veritysetup, "open", cfg.Device, cfg.Name, cfg.Device, v.Root, "--hash-offset="+strconv.FormatInt(v.Offset, 10))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return refused(MissVerityRefused, fmt.Sprintf("dm-verity could not open %s with root hash %s…: %v: %s", cfg.Device, v.Root[:12], err, bytes.TrimSpace(out)))
 	}
@@ -175,7 +178,7 @@ func Open(ctx context.Context, cfg OpenConfig) (Report, error) {
 	// this disk is the one the root hash names, before anything mounts it.
 	dev := cfg.MapperDir + "/" + cfg.Name
 	if err := readHead(dev); err != nil {
-		detach := exec.CommandContext(context.WithoutCancel(ctx), cfg.Veritysetup, "detach", cfg.Name)
+		detach := exec.CommandContext(context.WithoutCancel(ctx), cfg.Veritysetup, "close", cfg.Name)
 		_ = detach.Run()
 		return refused(MissVerityRefused, fmt.Sprintf("the cache disk does not match the configured root hash %s… (another disk, or one changed since gcp-t4 cache build): reading %s: %v", v.Root[:12], dev, err))
 	}
@@ -200,7 +203,7 @@ func OpenMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	dev := fl.String("device", Device, "the raw cache disk")
 	name := fl.String("name", VerityName, "the device-mapper name of the verity device (/dev/mapper/NAME)")
 	url := fl.String("metadata-url", VerityMetadataURL, "where the podVM's dm-verity value for the disk is read")
-	vs := fl.String("veritysetup", Veritysetup, "systemd's veritysetup helper")
+	vs := fl.String("veritysetup", Veritysetup, "cryptsetup's veritysetup")
 	const about = "Runs in the podVM before the cache disk is mounted: opens the disk through dm-verity with the root\n" +
 		"hash and hash offset in the podVM's caa-gcp-t4-cache-verity metadata (the admin's GCP_CACHE_VERITY),\n" +
 		"and checks that its first blocks verify. On any failure the disk is not used and one\n" +

@@ -76,12 +76,12 @@ func newOpenRig(t *testing.T, statuses []int, value string, head int, attachExit
 	script := fmt.Sprintf(`#!/bin/sh
 echo "$*" >>%q
 case $1 in
-attach) [ %d -eq 0 ] || { echo "device-mapper: reload ioctl failed" >&2; exit %d; }
-	head -c %d /dev/zero >%q/"$2" ;;
-detach) rm -f %q/"$2" ;;
+open) [ %d -eq 0 ] || { echo "device-mapper: reload ioctl failed" >&2; exit %d; }
+	head -c %d /dev/zero >%q/"$3" ;;
+close) rm -f %q/"$2" ;;
 esac
 `, r.log, attachExit, attachExit, head, mapper, mapper)
-	vs := filepath.Join(dir, "systemd-veritysetup")
+	vs := filepath.Join(dir, "veritysetup")
 	if err := os.WriteFile(vs, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestOpenAttachesWithTheConfiguredRoot(t *testing.T) {
 	if err != nil || rep.State != "open" {
 		t.Fatalf("Open = %+v, %v", rep, err)
 	}
-	want := "attach caa-gcp-t4-cache /dev/caa-gcp-t4-cache-raw /dev/caa-gcp-t4-cache-raw 0f3a5b7c9d1e2f4a6b8c0d2e4f6a8b0c2d4e6f8a0b2c4d6e8f0a2b4c6d8e0f1a hash-offset=10468982784"
+	want := "open /dev/caa-gcp-t4-cache-raw caa-gcp-t4-cache /dev/caa-gcp-t4-cache-raw 0f3a5b7c9d1e2f4a6b8c0d2e4f6a8b0c2d4e6f8a0b2c4d6e8f0a2b4c6d8e0f1a --hash-offset=10468982784"
 	if got := r.calledWith(t); len(got) != 1 || got[0] != want {
 		t.Errorf("veritysetup calls %q, want %q", got, want)
 	}
@@ -138,11 +138,11 @@ func TestOpenRefuses(t *testing.T) {
 		{name: "oversized", value: strings.Repeat("x", 5000), miss: string(MissNoVerity), says: "over 4096 bytes"},
 		{name: "metadata server down", statuses: []int{500, 500, 500, 500}, miss: string(MissNoVerity), says: "after 4 attempts: the metadata server answered 500"},
 		{name: "attach fails", value: goodVerity, head: 64 << 10, exit: 1, miss: string(MissVerityRefused), says: "dm-verity could not open /dev/caa-gcp-t4-cache-raw with root hash 0f3a5b7c9d1e…",
-			calls: []string{"attach"}},
+			calls: []string{"open"}},
 		// dm-verity fails the first read when the disk is not the one
 		// the root hash names: closed again.
 		{name: "another disk", value: goodVerity, head: 100, miss: string(MissVerityRefused), says: "does not match the configured root hash 0f3a5b7c9d1e…",
-			calls: []string{"attach", "detach caa-gcp-t4-cache"}},
+			calls: []string{"open", "close caa-gcp-t4-cache"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newOpenRig(t, c.statuses, c.value, c.head, c.exit)

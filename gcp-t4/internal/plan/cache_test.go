@@ -363,12 +363,16 @@ func TestPlanStartupOfTheExampleWithTheCache(t *testing.T) {
 	}
 }
 
+// testCacheVerity is of the form cache build prints for a cache image's
+// dm-verity tree, which the provider requires beside the image.
+const testCacheVerity = "root=0f3a5b7c9d1e2f4a6b8c0d2e4f6a8b0c2d4e6f8a0b2c4d6e8f0a2b4c6d8e0f1a,offset=10468982784"
+
 // Where the podVM and --cache disagree plan says so: a podVM with a cache
 // disk (GCP_CACHE_IMAGE) planned without --cache, and --cache for a podVM
 // that gets no cache disk.
 func TestPlanNotesTheCacheDisk(t *testing.T) {
 	pod := gpuPod(t, "rayproject/ray-llm@"+cachedDigest)
-	out, _, _ := runPlan(t, "-f", pod, "-cache-image", "ray-cache")
+	out, _, _ := runPlan(t, "-f", pod, "-cache-image", "ray-cache", "-cache-verity", testCacheVerity)
 	if !strings.Contains(out, "this podVM gets a cache disk (image ray-cache): give --cache DIR") {
 		t.Errorf("a cache disk without --cache is not noted:\n%s", out)
 	}
@@ -376,7 +380,7 @@ func TestPlanNotesTheCacheDisk(t *testing.T) {
 	if !strings.Contains(out, "--cache: this podVM gets no cache disk") {
 		t.Errorf("--cache without a cache disk is not noted:\n%s", out)
 	}
-	out, _, _ = runPlan(t, "-f", pod, "-cache-image", "ray-cache", "--cache", writeLayout(t, "rayproject/ray-llm@"+cachedDigest))
+	out, _, _ = runPlan(t, "-f", pod, "-cache-image", "ray-cache", "-cache-verity", testCacheVerity, "--cache", writeLayout(t, "rayproject/ray-llm@"+cachedDigest))
 	if strings.Contains(out, "cache disk (image") || strings.Contains(out, "gets no cache disk") {
 		t.Errorf("a cache disk modelled with --cache is noted as missing:\n%s", out)
 	}

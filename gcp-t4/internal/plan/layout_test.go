@@ -37,7 +37,7 @@ import (
 // Cloud NAT.
 func TestPlanReadsTheLayoutCacheBuildWrote(t *testing.T) {
 	for _, v := range []string{"GCP_PROJECT_ID", "GCP_ZONE", "GCP_ZONES", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_PROFILES",
-		"GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_ENDPOINT", "GCP_CREDENTIALS", "GCP_CACHE_IMAGE", "GCP_ALLOWED_IMAGES"} {
+		"GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_ENDPOINT", "GCP_CREDENTIALS", "GCP_CACHE_IMAGE", "GCP_CACHE_VERITY", "GCP_ALLOWED_IMAGES"} {
 		t.Setenv(v, "")
 	}
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
@@ -137,7 +137,7 @@ func TestPlanReadsTheLayoutCacheBuildWrote(t *testing.T) {
 // and plan says why.
 func TestPlanReadsThePreUnpackedStore(t *testing.T) {
 	for _, v := range []string{"GCP_PROJECT_ID", "GCP_ZONE", "GCP_ZONES", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_PROFILES",
-		"GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_ENDPOINT", "GCP_CREDENTIALS", "GCP_CACHE_IMAGE", "GCP_ALLOWED_IMAGES"} {
+		"GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_ENDPOINT", "GCP_CREDENTIALS", "GCP_CACHE_IMAGE", "GCP_CACHE_VERITY", "GCP_ALLOWED_IMAGES"} {
 		t.Setenv(v, "")
 	}
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))

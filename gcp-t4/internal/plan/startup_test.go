@@ -248,7 +248,18 @@ func TestRunbookStartupIsPlans(t *testing.T) {
 	// The layout is under the reader's home (the runbook keeps it out of
 	// the checkout): ~ is a new home here.
 	work, home := t.TempDir(), t.TempDir()
-	args, err := doccmd.Fields(ccmd[1], func(k string) (string, bool) { return home, k == "HOME" })
+	// CACHE_VERITY is step 4's export of the value cache build wrote
+	// beside its image file (gcp-t4/internal/cachebuild's
+	// TestRunbookCachePath checks it): here one of its form.
+	args, err := doccmd.Fields(ccmd[1], func(k string) (string, bool) {
+		switch k {
+		case "HOME":
+			return home, true
+		case "CACHE_VERITY":
+			return "root=" + strings.Repeat("ab", 32) + ",offset=10737418240", true
+		}
+		return "", false
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,10 @@ func TestRoleIsExactlyWhatTheProviderCalls(t *testing.T) {
 		{name: "service account", mutate: func(c *gcpt4.Config) { c.ServiceAccount = sa }},
 		{name: "zones auto", mutate: func(c *gcpt4.Config) { c.FallbackZones = []string{gcpt4.ZonesAuto} }},
 		{name: "no network tags", mutate: func(c *gcpt4.Config) { c.NetworkTags = nil }},
-		{name: "cache image family", mutate: func(c *gcpt4.Config) { c.CacheImage = "projects/demo-project/global/images/family/podvm-t4" }},
+		{name: "cache image family", mutate: func(c *gcpt4.Config) {
+			c.CacheImage = "projects/demo-project/global/images/family/podvm-t4"
+			c.CacheVerity = "root=" + strings.Repeat("0f", 32) + ",offset=10468982784"
+		}},
 		{name: "global template", tmpl: tmplProps(sa)},
 		{name: "regional template", tmpl: tmplProps(""), region: "us-central1"},
 	} {

@@ -63,6 +63,7 @@ func everyKey(t *testing.T) map[string]string {
 		"GCP_NIC_TYPE":                 "GVNIC",
 		"GCP_PROFILE_IMAGES":           "h100-cc=podvm-cc",
 		"GCP_CACHE_IMAGE":              "podvm-cache-llm",
+		"GCP_CACHE_VERITY":             "root=0f3a5b7c9d1e2f4a6b8c0d2e4f6a8b0c2d4e6f8a0b2c4d6e8f0a2b4c6d8e0f1a,offset=10468982784",
 		"GCP_CLUSTER_ID":               clusterUID,
 		"GCP_CLUSTER_NAME":             "gpu",
 		"NODE_NAME":                    "worker-1",
