@@ -82,19 +82,19 @@ func (c *Config) cacheVerityFor(p Profile) string {
 // dm-verity value in its own metadata: the podVM would not open it. The
 // admin writes both into the template; the provider adds neither.
 func checkTemplateCache(props *computepb.InstanceProperties) error {
-	has := false
+	disk := ""
 	for _, d := range props.GetDisks() {
-		has = has || d.GetDeviceName() == CacheDeviceName
-	}
-	if !has {
-		return nil
-	}
-	for _, it := range props.GetMetadata().GetItems() {
-		if it.GetKey() == CacheVerityMetadata {
-			return checkCacheVerity("the template's "+CacheDeviceName+" disk", "template", "the template's "+CacheVerityMetadata+" metadata", it.GetValue())
+		if d.GetDeviceName() == CacheDeviceName {
+			disk = "template"
 		}
 	}
-	return checkCacheVerity("the template's "+CacheDeviceName+" disk", "template", "the template's "+CacheVerityMetadata+" metadata", "")
+	value := ""
+	for _, it := range props.GetMetadata().GetItems() {
+		if it.GetKey() == CacheVerityMetadata {
+			value = it.GetValue()
+		}
+	}
+	return checkCacheVerity("the template's "+CacheDeviceName+" disk", disk, "the template's "+CacheVerityMetadata+" metadata", value)
 }
 
 // validateCacheImage checks GCP_CACHE_IMAGE's form and its dm-verity

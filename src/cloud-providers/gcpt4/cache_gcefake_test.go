@@ -242,6 +242,11 @@ func TestTemplateCacheDiskNeedsVerity(t *testing.T) {
 		{"with-verity", ""},
 	} {
 		p, _ := newTestProviderOn(t, fake, func(c *Config) { c.InstanceTemplate, c.ImageName = tc.template, "" })
+		// The start-up check says it first, as it says a template's
+		// other faults.
+		if err := p.ConfigVerifier(); (tc.want != "") != (err != nil && strings.Contains(err.Error(), tc.want)) || (tc.want == "" && err != nil && strings.Contains(err.Error(), CacheVerityMetadata)) {
+			t.Errorf("template %s: ConfigVerifier: %v, want %q", tc.template, err, tc.want)
+		}
 		name := fmt.Sprintf("cpu-%d", i)
 		inst, err := p.CreateInstance(context.Background(), name, strings.Repeat(fmt.Sprint(i), 64), cloudConfig(name), provider.InstanceTypeSpec{})
 		if tc.want != "" {

@@ -97,6 +97,10 @@ func (p *Provider) verifyAPI(ctx context.Context) error {
 		if _, err := p.cfg.templateModels(props); err != nil {
 			return &verifyError{err}
 		}
+		// At start, as at each create (the template may change between).
+		if err := checkTemplateCache(props); err != nil {
+			return &verifyError{err}
+		}
 		ref, _ := parseTemplateURL(p.cfg.InstanceTemplate, p.cfg.ProjectID)
 		zones, err := (createPlan{describe: "GCP_INSTANCE_TEMPLATE " + ref.url(), templateRegion: ref.region}).usableZones(p.cfg.Zones(), &attempts{})
 		if err != nil {
