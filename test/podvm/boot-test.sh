@@ -111,13 +111,11 @@ fail() {
 	if [ -f "${log:-}" ]; then
 		echo "---- last 40 console lines ----" >&2
 		tr -d '\r' <"$log" | sed 's/\x1b\[[0-9;]*m//g' | tail -n 40 >&2
-		# A guest starved of CPU under software emulation fails in ways
-		# that look like the image's (run 4 of docs/benchmarks.md: RCU
-		# stalls, soft lockups, DHCP past systemd-networkd-wait-online's
-		# 2 minutes, then process-user-data with no network). Say so,
-		# so that the reader looks at the machine's load first.
-		starved=$(tr -d '\r' <"$log" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g' | grep -Eo 'rcu: INFO: rcu_preempt detected stalls|watchdog: BUG: soft lockup|Failed to start systemd-ne(tworkd-wait-online|[^W]*Wait for Network)' | sed 's/Failed to start systemd-ne.*/systemd-networkd-wait-online failed/' | sort | uniq -c | tr -s ' ' | paste -sd';' -) || true
-		[ -z "$starved" ] || echo "boot-test: the guest was starved of CPU (console:$starved): under ${accel:-tcg} on a loaded machine its own timeouts fire; rerun on a less loaded machine or with PODVM_QEMU_ACCEL=kvm before suspecting the image" >&2
+		# A guest starved of CPU fails in ways that look like the image's
+		# (starved.sh): say so, so the reader looks at the load first.
+		if starved=$("$here/starved.sh" "$log"); then
+			echo "boot-test: the guest was starved of CPU (console: $starved): under ${accel:-tcg} on a loaded machine its own timeouts fire; rerun on a less loaded machine or with PODVM_QEMU_ACCEL=kvm before suspecting the image" >&2
+		fi
 	fi
 	exit 1
 }

@@ -19,6 +19,7 @@ test/podvm/podvm-binaries-test.sh
 test/podvm/refusal-test.sh
 test/podvm/build-caa-programs-test.sh
 test/podvm/docs-test.sh
+test/podvm/starved-test.sh
 test/podvm/measure-initdata-test.sh
 
 cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4}
