@@ -56,6 +56,9 @@ case_ persistenced-unpinned '(.packages[] | select(.name == "nvidia-persistenced
 case_ no-ctk-record 'del(."caa-gcp-t4".binaries[] | select(.name == "nvidia-ctk"))' "no caa-gcp-t4 binaries entry for nvidia-ctk"
 case_ ctk-version-unknown '(."caa-gcp-t4".binaries[] | select(.name == "nvidia-ctk") | .version) |= "unknown"' "nvidia-ctk has version 'unknown'"
 case_ unlisted-slot 'del(."caa-gcp-t4".binaries[] | select(.name == "kata-agent"))' "/usr/local/bin/kata-agent is not in the manifest"
+# The cache disk's dm-verity needs veritysetup and device-mapper's udev rules.
+case_ no-veritysetup 'del(.packages[] | select(.name == "cryptsetup-bin"))' "cryptsetup-bin missing"
+case_ no-dm-rules 'del(.packages[] | select(.name == "dmsetup"))' "dmsetup missing"
 case_ gpu-init-other-sha '(."caa-gcp-t4".binaries[] | select(.name == "gpu-init") | .sha256) |= ("0" * 64)' "/usr/bin/gpu-init has sha256"
 # An initrd that still carries a build-time log (the real disk, a made-up initrd).
 mkdir -p "$work/initrd/tree/var/log" "$work/initrd/out"
