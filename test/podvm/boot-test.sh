@@ -180,7 +180,12 @@ fresh_vars() {
 # The signature owner GUID of the enrolled entries (any GUID; this one is the
 # image's Seed= in podvm/mkosi.conf).
 sb_owner=5f1d3c2a-8b4e-4c6d-9e2f-7a1b0c3d4e5f
+# 4 GiB, and room for the cache disk's images once more: the stand-in's
+# pull through the mirror unpacks them onto the state partition.
 disk_bytes=$((4 * 1024 * 1024 * 1024))
+if [ -n "$cache" ]; then
+	disk_bytes=$((disk_bytes + $(stat -c %s "$cache/disk.raw")))
+fi
 qemu-img create -q -f qcow2 -b "$(realpath "$dir/podvm.raw")" -F raw "$work/disk.qcow2" "$disk_bytes"
 # CAA's GCP provider base64-encodes user-data; process-user-data decodes it.
 base64 -w0 "$user_data" >"$work/user-data.b64"
@@ -242,7 +247,12 @@ if [ -n "$cache" ]; then
 	printf '0.0.0.0:15000' >"$work/cdh-relay"
 	# The disk's dm-verity value, as the provider puts it in the metadata.
 	jq -j .verity "$cache/fixture.json" >"$work/cache-verity"
-	meta_extra="caa-gcp-t4-standin-cdh-relay=$work/cdh-relay caa-gcp-t4-cache-verity=$work/cache-verity"
+	# The fixture's images as the mirror serves them (repository@digest,
+	# the source registry's host dropped), for the stand-in's in-guest pull
+	# measurement: each timed from the request to a mounted rootfs, from
+	# the pre-unpacked store and through the mirror (standin/pull.go).
+	jq -c '{good: (.good | sub("^[^/]*/"; "")), tampered: (.tampered | sub("^[^/]*/"; ""))}' "$cache/fixture.json" >"$work/pull-spec"
+	meta_extra="caa-gcp-t4-standin-cdh-relay=$work/cdh-relay caa-gcp-t4-cache-verity=$work/cache-verity caa-gcp-t4-standin-pull=$work/pull-spec"
 fi
 start=$(date +%s)
 start_vm "$work/disk.qcow2" "$log"
@@ -377,8 +387,10 @@ if [ -n "$cache" ]; then
 	[ "$(jq -r .listen <<<"$cj")" = 127.0.0.1:5000 ] || fail "cache disk attached: the mirror listens on $(jq -r .listen <<<"$cj"), want 127.0.0.1:5000: $cache_line"
 	[ "$(jq -r .images <<<"$cj")" = 2 ] || fail "cache disk attached: the mirror serves $(jq -r .images <<<"$cj") images, want the fixture's 2: $cache_line"
 	# The pre-unpacked store: both fixture images are linux/amd64 and were
-	# stored by cache build; the flipped byte is in the layout's blob, not in
-	# the store, so podvm-cache-store hands the whole store to image-rs.
+	# stored by cache build; the flipped bytes (in the layout's blob and in
+	# the store's copy of one file) are read by no check at boot: dm-verity
+	# fails their reads later, so podvm-cache-store hands the whole store
+	# to image-rs.
 	store_line=$(grep -m1 -o 'CAA-GCP-T4-STORE {.*}' <<<"$text") || fail "cache disk attached: no CAA-GCP-T4-STORE line on the console (podvm-cache-store did not run)"
 	sj=${store_line#CAA-GCP-T4-STORE }
 	[ "$(jq -r .state <<<"$sj")" = in-use ] || fail "cache disk attached: the pre-unpacked store is not in use: $store_line"
@@ -388,6 +400,13 @@ if [ -n "$cache" ]; then
 	good=$(jq -r .good "$cache/fixture.json")
 	tampered=$(jq -r .tampered "$cache/fixture.json")
 	tlayer=$(jq -r .tampered_layer "$cache/fixture.json")
+	# The mirror's pull lines, from the stand-in's pulls in the guest (the
+	# provider tells each container's route from them): the good image's
+	# manifest and its layers were served, once each.
+	for served in manifest layers; do
+		[ "$(grep -c "CAA-GCP-T4-PULL {\"image\":\"${good#*@}\",\"served\":\"$served\"}" <<<"$text")" -eq 1 ] ||
+			fail "cache disk attached: want one CAA-GCP-T4-PULL line saying the mirror served $served of ${good#*@}: $(grep -o 'CAA-GCP-T4-PULL {[^}]*}' <<<"$text" | tr '\n' ' ')"
+	done
 	source=$(jq -r .source "$cache/fixture.json")
 	cat >"$work/registries.conf" <<EOF
 [[registry]]
@@ -414,7 +433,10 @@ EOF
 	# The disk is read through dm-verity: the changed block of layer
 	# $tlayer fails its read in the guest (EIO), and the kernel says so on
 	# the console, before any digest is compared.
-	vline=$(clean | grep -m1 -oE 'device-mapper: verity: [^ ]+: data block [0-9]+ is corrupted') ||
+	# (The console is read whole first: grep -m1 on a pipe would end it
+	# early, and pipefail then fails a match found in a long console.)
+	vtext=$(clean)
+	vline=$(grep -m1 -oE 'device-mapper: verity: [^ ]+: data block [0-9]+ is corrupted' <<<"$vtext") ||
 		{ cat "$work/pull-bad.out" >&2; fail "cache: the tampered image's pull failed, but the console has no dm-verity line for the disk's changed block (layer $tlayer)"; }
 	cache_pull="cache disk (unchanged by the boot): skopeo pulled ${good##*/} ($nlayers layers, $pulled bytes) through the podVM's mirror by digest in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s, its source registry gone; refused ${tampered##*/}: dm-verity failed the read of its changed layer ${tlayer:0:19}… ($vline)"
 	if [ -n "$results" ]; then mkdir -p "$results" && cp "$work/pull-bad.out" "$results/cache-tampered-pull.txt"; fi
@@ -456,7 +478,8 @@ if kill -0 "$qpid" 2>/dev/null; then
 fi
 wait "$qpid" || true
 qpid=""
-clean | grep -q 'reboot: Power down' || fail "no clean power-down on the console"
+ptext=$(clean)
+grep -q 'reboot: Power down' <<<"$ptext" || fail "no clean power-down on the console"
 # The guest mounted the cache disk read-only with no journal replay: not
 # one byte of it changed, although the disk itself was writable.
 if [ -n "$cache" ] && [ "$(sha256sum "$cache/disk.raw" | cut -c1-64)" != "$cache_sum" ]; then

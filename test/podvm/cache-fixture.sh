@@ -5,9 +5,14 @@
 # pushed with skopeo to a local CNCF distribution registry, the cache is
 # built from their digests, and the registry is stopped, so that whatever
 # the boot test pulls later can only have come from the podVM's mirror.
-# Then one byte of the second image's first layer is flipped on the disk:
-# a client must refuse that image by the layer's digest, and pull the first.
-#   cache-fixture.sh OUT
+# Then one byte of the second image's first layer is flipped on the disk,
+# in the layout's blob and in the pre-unpacked store's copy of its file:
+# a client must refuse that image, through the mirror and from the store,
+# and pull the first.
+#   cache-fixture.sh OUT [GOOD_MIB]
+# GOOD_MIB (default 24, in 3 layers) sizes the first image: the benchmark
+# of docs/benchmarks.md gives 1100 (8 layers of ~137 MiB); the second stays
+# 24 MiB.
 # Writes OUT/disk.raw (the ext4 image and its dm-verity hash tree as GCE
 # would import it, tampered), OUT/layout (the untampered layout), and
 # OUT/fixture.json: the good and the tampered references (registry host
@@ -15,6 +20,10 @@
 # Needs skopeo, docker-registry, e2fsprogs and python3 (apt-get on Debian).
 set -euo pipefail
 out=$1
+good_mib=${2:-24}
+[[ "$good_mib" =~ ^[1-9][0-9]*$ ]] || { echo "cache-fixture: GOOD_MIB '$good_mib' is not a whole number of MiB" >&2; exit 2; }
+good_layers=3
+[ "$good_mib" -lt 384 ] || good_layers=$((good_mib / 128))
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 die() { echo "cache-fixture: $*" >&2; exit 1; }
@@ -48,7 +57,9 @@ done
 printf '[[registry]]\nlocation = "127.0.0.1:%s"\ninsecure = true\n' "$port" >"$tmp/registries.conf"
 refs=()
 for name in good tampered; do
-	python3 "$root/test/startup/pull_bench.py" image "$tmp/$name" 24 3 >/dev/null
+	mib=24 layers=3
+	[ "$name" = tampered ] || mib=$good_mib layers=$good_layers
+	python3 "$root/test/startup/pull_bench.py" image "$tmp/$name" "$mib" "$layers" >/dev/null
 	skopeo --registries-conf "$tmp/registries.conf" copy -q --digestfile "$tmp/$name.digest" \
 		"oci:$tmp/$name:latest" "docker://127.0.0.1:$port/cachetest/$name:latest" >/dev/null
 	refs+=("127.0.0.1:$port/cachetest/$name@$(cat "$tmp/$name.digest")")
@@ -79,6 +90,23 @@ PY
 debugfs -R "dump /blobs/sha256/${layer#sha256:} $tmp/layer" "$out/disk.raw" 2>/dev/null
 [ -s "$tmp/layer" ] || die "debugfs could not read the layer ${layer} back from the disk"
 [ "sha256:$(sha256sum "$tmp/layer" | cut -c1-64)" != "$layer" ] || die "the flipped byte did not change the layer on the disk"
+# The same layer as the store holds it unpacked: its one file
+# (pull_bench.py writes bench/layerN.bin), found through meta_store.json's
+# entry for the image's config digest, gets a byte flipped too.
+cfg=$(jq -r '.config.digest' "$out/layout/blobs/sha256/${man#sha256:}")
+sp=$(debugfs -R "cat /image-rs/meta_store.json" "$out/disk.raw" 2>/dev/null | jq -r --arg c "$cfg" '.image_db[$c].layer_metas[0].store_path // ""')
+[[ "$sp" =~ /image-rs/layers/[0-9]+$ ]] || die "the store has no first layer for the tampered image's config $cfg: '$sp'"
+sfile=/image-rs/layers/${sp##*/}/bench/layer0.bin
+sblk=$(debugfs -R "bmap $sfile 1" "$out/disk.raw" 2>/dev/null | tail -n 1)
+[[ "$sblk" =~ ^[1-9][0-9]*$ ]] || die "debugfs found no block of $sfile on the disk: '$sblk'"
+python3 - "$out/disk.raw" "$((sblk * bsize + 17))" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(int(sys.argv[2]))
+    b = f.read(1)
+    f.seek(int(sys.argv[2]))
+    f.write(bytes([b[0] ^ 0xFF]))
+PY
 # The dm-verity value the provider would put in the podVM's metadata: the
 # flipped byte leaves the hash tree as built, so the disk opens and only
 # reads of the changed block fail (EIO), as on a disk changed after build.

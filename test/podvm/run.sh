@@ -63,7 +63,8 @@ bootlog=$(mktemp "$cache/podvm-boot.XXXXXX")
 cachedisk=$(mktemp -d "$cache/podvm-cache-disk.XXXXXX")
 trap 'rm -rf "$bins" "$bootlog" "$cachedisk"' EXIT
 # skopeo and docker-registry: test/cache/deps.sh (make podvm-test runs it).
-test/podvm/cache-fixture.sh "$cachedisk"
+# PODVM_BENCH_STORE_MIB sizes the first image (docs/benchmarks.md: 1100).
+test/podvm/cache-fixture.sh "$cachedisk" ${PODVM_BENCH_STORE_MIB:+"$PODVM_BENCH_STORE_MIB"}
 PODVM_BOOT_CACHE=$cachedisk PODVM_BOOT_STANDINS=$standin_slots test/podvm/boot-test.sh "$dir" "$dir.boot" >"$bootlog" 2>&1 &
 bootpid=$!
 trap 'kill "$bootpid" 2>/dev/null || true; rm -rf "$bins" "$bootlog" "$cachedisk"' EXIT

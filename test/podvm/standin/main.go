@@ -497,7 +497,7 @@ var units = []string{
 	"agent-protocol-forwarder.service", "api-server-rest.service", "systemd-resolved.service",
 	"caa-gcp-t4-notice.socket", "caa-gcp-t4-notice.service",
 	"caa-gcp-t4-cache-open.service", "caa-gcp-t4-cache-mirror.service", `run-caa\x2dgcp\x2dt4-cache.mount`,
-	"caa-gcp-t4-cache-store.service",
+	"caa-gcp-t4-cache-store.service", "caa-gcp-t4-layer-sweep.service",
 }
 
 var props = "Id,ActiveState,SubState,Result,NRestarts,ConditionResult,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic,InactiveExitTimestampMonotonic"
@@ -507,7 +507,7 @@ var props = "Id,ActiveState,SubState,Result,NRestarts,ConditionResult,ExecMainSt
 // and /run/peerpod, /run/netns and the /run/kata-containers mount.
 func report(ctx context.Context) {
 	rep := map[string]any{}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "systemctl", "is-system-running", "--wait").Output()
 	rep["system_state"] = strings.TrimSpace(string(out))
@@ -546,8 +546,11 @@ func report(ctx context.Context) {
 		}
 	}
 	trust(ctx, rep)
-	rep["store_mount"] = storeMount()
+	rep["store_mount"] = storeMount(goodConfig(ctx))
 	rep["overlay_flags"] = overlayFlags()
+	if pb := pullBench(ctx); pb != nil {
+		rep["pull_bench"] = pb
+	}
 	for k, args := range map[string][]string{
 		"podns_addresses": {"ip", "-n", "podns", "-br", "address"},
 		"podns_routes":    {"ip", "-n", "podns", "route"},
@@ -749,7 +752,22 @@ const workDir = "/run/kata-containers/image"
 // work_dir/overlay (image-rs/src/image.rs:526-538, snapshots/overlay.rs),
 // then reads every file through the mount. Nothing when there is no
 // meta_store.json.
-func storeMount() map[string]any {
+// goodConfig is the config digest of the boot test's untampered image
+// (caa-gcp-t4-standin-pull), which storeMount mounts and reads whole: the
+// other image's layer was changed on the disk and its read must fail.
+func goodConfig(ctx context.Context) string {
+	var s pullSpec
+	if json.Unmarshal([]byte(metadataAttribute(ctx, "caa-gcp-t4-standin-pull")), &s) != nil || s.Good == "" {
+		return ""
+	}
+	p, err := manifestAndConfig(ctx, s.Good)
+	if err != nil {
+		return ""
+	}
+	return p.config
+}
+
+func storeMount(prefer string) map[string]any {
 	out := map[string]any{}
 	b, err := os.ReadFile(filepath.Join(workDir, "meta_store.json"))
 	if err != nil {
@@ -777,6 +795,9 @@ func storeMount() map[string]any {
 	sort.Strings(ids)
 	if len(ids) == 0 {
 		return out
+	}
+	if _, ok := ms.ImageDB[prefer]; ok {
+		ids[0] = prefer
 	}
 	var lower []string
 	lm := ms.ImageDB[ids[0]].LayerMetas
