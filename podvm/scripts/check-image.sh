@@ -179,7 +179,7 @@ wants=$(ls_root /etc/systemd/system/multi-user.target.wants)
 for u in caa-gcp-t4-gpu-init.service caa-gcp-t4-slots.service 'netns@podns.service' 'run-kata\x2dcontainers.mount' \
 	process-user-data.service attestation-agent.service confidential-data-hub.service kata-agent.path \
 	caa-gcp-t4-cdh-check.service agent-protocol-forwarder.path api-server-rest.service \
-	caa-gcp-t4-notice.socket caa-gcp-t4-notice.service; do
+	caa-gcp-t4-notice.socket caa-gcp-t4-notice.service caa-gcp-t4-layer-sweep.service; do
 	grep -qxF "$u" <<<"$wants" || fail "root fs: $u not enabled"
 done
 # The cache mirror starts only where the cache disk is (udev wants it on the

@@ -233,9 +233,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"read through dm-verity) and, only when it passes, writes its meta_store.json into image-rs's\n" +
 		"work_dir, so that a cached image is overlay-mounted from the disk instead of pulled\n" +
 		"(docs/cache.md). Prints one CAA-GCP-T4-STORE line.\n\n" +
-		"podvm-cache-store open [flags]: opens the disk through dm-verity first (open -h)."
+		"podvm-cache-store open [flags]: opens the disk through dm-verity first (open -h).\n" +
+		"podvm-cache-store sweep [flags]: removes the layers failed pulls left in the work_dir (sweep -h)."
 	if len(args) > 0 && args[0] == "open" {
 		return OpenMain(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "sweep" {
+		return SweepMain(ctx, args[1:], stdout, stderr)
 	}
 	if code, ok := stdflags.Parse(fl, args, about, stdout, stderr); !ok {
 		return code
