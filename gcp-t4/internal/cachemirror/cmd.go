@@ -64,6 +64,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, log *slo
 		return ExitUnusable
 	}
 	defer m.Close()
+	m.TellPulls(ctx, stdout)
 	repos := m.Repositories()
 	sort.Strings(repos)
 	consoleLine(stdout, map[string]any{"state": "serving", "dir": *dir, "listen": l.Addr().String(), "images": m.Images(), "repositories": repos})

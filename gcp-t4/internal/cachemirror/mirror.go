@@ -41,6 +41,13 @@ type Mirror struct {
 	repos map[string]map[string]bool
 	// images counts the index's named images.
 	images int
+	// manifestOf and layerOf map a manifest's (or a nested index's) and a
+	// layer's digest to the index entries (top-level images) and the
+	// manifests that name them, for the pull lines.
+	manifestOf, layerOf map[string][]string
+	// pulls, when set, hears one PullPrefix line per image and what was
+	// served of it (TellPulls).
+	pulls *pullLog
 }
 
 var digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
@@ -129,7 +136,8 @@ func Open(dir string, log *slog.Logger) (*Mirror, error) {
 		l.Close()
 		return nil, err
 	}
-	m := &Mirror{layout: l, log: log, repos: map[string]map[string]bool{}, images: len(imgs)}
+	m := &Mirror{layout: l, log: log, repos: map[string]map[string]bool{}, images: len(imgs),
+		manifestOf: map[string][]string{}, layerOf: map[string][]string{}}
 	for _, i := range imgs {
 		served := m.repos[i.Path]
 		if served == nil {
@@ -137,13 +145,20 @@ func Open(dir string, log *slog.Logger) (*Mirror, error) {
 			m.repos[i.Path] = served
 		}
 		served[i.Digest] = true
+		addTop(m.manifestOf, i.Digest, i.Digest)
 		err := l.Walk(i.Descriptor(), func(man Manifest) error {
 			served[man.Digest] = true
+			// A pod may pin the index or one platform's manifest: the
+			// lines name both.
+			addTop(m.manifestOf, man.Digest, i.Digest)
+			addTop(m.manifestOf, man.Digest, man.Digest)
 			if man.Config.Digest != "" {
 				served[man.Config.Digest] = true
 			}
 			for _, b := range man.Layers {
 				served[b.Digest] = true
+				addTop(m.layerOf, b.Digest, i.Digest)
+				addTop(m.layerOf, b.Digest, man.Digest)
 			}
 			return nil
 		})
@@ -219,6 +234,9 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if kind == "" || m.repos[repo] == nil {
+		if kind == "manifests" {
+			m.pulls.tell(ref, ServedAbsent) // a tag is no digest: not told
+		}
 		apiError(w, http.StatusNotFound, "NAME_UNKNOWN", fmt.Sprintf("repository %q is not in the cache", repo))
 		return
 	}
@@ -234,6 +252,9 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !m.repos[repo][ref] {
+		if kind == "manifests" {
+			m.pulls.tell(ref, ServedAbsent)
+		}
 		// Every cached image is readable by any pod that names the
 		// mirror (docs/cache.md), but each under its own name only.
 		code := "BLOB_UNKNOWN"
@@ -242,6 +263,16 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		apiError(w, http.StatusNotFound, code, fmt.Sprintf("%s is not in the cache under %s", ref, repo))
 		return
+	}
+	switch {
+	case kind == "manifests":
+		for _, top := range m.manifestOf[ref] {
+			m.pulls.tell(top, ServedManifest)
+		}
+	case r.Method == http.MethodGet:
+		for _, top := range m.layerOf[ref] {
+			m.pulls.tell(top, ServedLayers)
+		}
 	}
 	m.serveBlob(w, r, kind, ref)
 }

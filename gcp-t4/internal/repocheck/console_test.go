@@ -1,11 +1,13 @@
 package repocheck
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachestore"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 )
@@ -42,5 +44,46 @@ func TestConsoleLinesMatchThePodVM(t *testing.T) {
 func TestStoreLineMatchesTheProvider(t *testing.T) {
 	if cachestore.ConsolePrefix != gcpt4.ConsoleStorePrefix {
 		t.Errorf("podvm-cache-store prints %q, the provider reads %q", cachestore.ConsolePrefix, gcpt4.ConsoleStorePrefix)
+	}
+}
+
+// TestLayersLineMatchesTheProvider: the sweep's line, which the provider
+// tells on the pod (PodVMImageLayers), is printed by podvm-cache-store
+// sweep with the prefix the provider reads, and its JSON carries the
+// fields the provider reads by name.
+func TestLayersLineMatchesTheProvider(t *testing.T) {
+	if cachestore.SweepPrefix != gcpt4.ConsoleLayersPrefix {
+		t.Errorf("podvm-cache-store sweep prints %q, the provider reads %q", cachestore.SweepPrefix, gcpt4.ConsoleLayersPrefix)
+	}
+	b, err := json.Marshal(cachestore.SweepReport{Removed: 1, RemovedBytes: 2, Pending: 3, PendingBytes: 4, FreeBytes: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"removed":1`, `"removed_bytes":2`, `"pending":3`, `"pending_bytes":4`, `"free_bytes":5`} {
+		if !strings.Contains(string(b), k) {
+			t.Errorf("the sweep's line %s lacks %s, which the provider reads", b, k)
+		}
+	}
+}
+
+// TestPullLineMatchesTheProvider: the cache mirror's pull lines, which
+// the provider turns into each container's PodVMImageSource Event, carry
+// the prefix and the words the provider reads.
+func TestPullLineMatchesTheProvider(t *testing.T) {
+	if cachemirror.PullPrefix != gcpt4.ConsolePullPrefix {
+		t.Errorf("the cache mirror prints %q, the provider reads %q", cachemirror.PullPrefix, gcpt4.ConsolePullPrefix)
+	}
+	b, err := json.Marshal(cachemirror.PullLine{Image: "sha256:x", Served: cachemirror.ServedLayers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `{"image":"sha256:x","served":"layers"}` {
+		t.Errorf("the pull line's JSON is %s, the provider reads {\"image\":…,\"served\":…}", b)
+	}
+	// The provider reads these words (its TestImageSourceToldPerContainer
+	// feeds it each): the mirror must print exactly them.
+	if cachemirror.ServedManifest != "manifest" || cachemirror.ServedLayers != "layers" || cachemirror.ServedAbsent != "absent" {
+		t.Errorf("the cache mirror says it served %q, %q, %q; the provider reads manifest, layers, absent",
+			cachemirror.ServedManifest, cachemirror.ServedLayers, cachemirror.ServedAbsent)
 	}
 }

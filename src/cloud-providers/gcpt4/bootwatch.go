@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,7 +32,10 @@ import (
 // So for each podVM it created, the provider reads the console while the
 // podVM starts (instances.getSerialPortOutput, from where it last read)
 // and tells the pod what it finds; it watches the pod for the sandbox to
-// become ready (CAA reached the agent), which ends the watch. And when CAA
+// become ready (CAA reached the agent), and then, while the agent pulls
+// the pod's images, until every container has started, which ends the
+// watch: a pull that fails part-way is only seen in the podVM (its
+// sweep's line, docs/cache.md "A failed pull"). And when CAA
 // deletes a podVM that never got that far, the provider reads the console
 // once more first and keeps its last lines (an Event and its log), so
 // nobody has to race the delete for them.
@@ -68,7 +72,22 @@ type bootWatch struct {
 	noConsole bool
 	// cacheTold: the cache disk's line was told on the pod (once a boot).
 	cacheTold bool
+	// layersTold counts the sweep's lines told on the pod (at most
+	// layersTellMax: the Event's count and message carry the rest).
+	layersTold int
+	// storeState is the cache disk's line's state: in-use, the miss, or
+	// "" before (or without) one; pulls what the mirror said it served of
+	// each image (imagesource.go); imageTold and imageWaits per container.
+	storeState string
+	pulls      map[string]string
+	imageTold  map[string]bool
+	imageWaits map[string]int
 }
+
+// layersTellMax bounds how often one podVM's sweep lines update its pod's
+// Event: a pull failing in a loop for the watch's whole life is told, but
+// not every 30 seconds for 45 minutes.
+const layersTellMax = 10
 
 // watchBoot starts the watch of a podVM CreateInstance returns. Without a
 // cluster API (no Events to post) there is nothing to watch for.
@@ -121,7 +140,13 @@ func (p *Provider) runWatch(ctx context.Context, w *bootWatch) {
 		if !w.isNoConsole() {
 			p.readConsole(ctx, w)
 		}
-		if w.isFinished() || p.checkSandbox(ctx, w) || time.Since(w.created) > bootWatchLimit {
+		if w.isFailed() || time.Since(w.created) > bootWatchLimit {
+			return
+		}
+		if !w.isReachable() && p.checkSandbox(ctx, w) && !w.isReachable() {
+			return // the pod is gone, or is another pod now
+		}
+		if w.isReachable() && (w.isNoConsole() || p.followContainers(ctx, w)) {
 			return
 		}
 		timer.Reset(interval)
@@ -141,10 +166,10 @@ func (w *bootWatch) isReachable() bool {
 	return w.reachable
 }
 
-func (w *bootWatch) isFinished() bool {
+func (w *bootWatch) isFailed() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.reachable || w.failed
+	return w.failed
 }
 
 // readConsole reads what the console printed since the last read and
@@ -227,8 +252,12 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 		ev.phase, ev.warning = PhaseFailed, true
 		ev.annotations = map[string]string{EventFailureAnnotation: FailureGPU}
 		ev.message = fmt.Sprintf("%s: gpu-init failed at %s: %s; %s", failureTitle(FailureGPU), l.gpu.Step, l.gpu.Reason, consoleFacts(w.console.lastLines()))
+	case l.pull != nil:
+		w.notePull(l.pull)
+		return
 	case l.store != nil && !w.cacheTold:
 		w.cacheTold = true
+		w.storeState = cmp.Or(l.store.Miss, l.store.State)
 		ev.phase = phaseCache
 		ev.annotations = map[string]string{eventCacheStateAnnotation: l.store.State}
 		switch {
@@ -246,6 +275,21 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 			ev.warning = l.store.Miss != "no-store"
 			ev.annotations[eventCacheMissAnnotation] = l.store.Miss
 			ev.message = fmt.Sprintf("podVM %s: its cache disk's pre-unpacked images are not used (%s): %s; images come through the podVM's cache mirror, else their registries", w.vm.name, l.store.Miss, l.store.Reason)
+		}
+	case l.layers != nil:
+		if !l.layers.tell() || w.layersTold >= layersTellMax {
+			return
+		}
+		w.layersTold++
+		ev.phase = phaseLayers
+		r := l.layers
+		if r.Removed > 0 {
+			ev.message = fmt.Sprintf("podVM %s: removed %d layer director%s (%s) that failed image pulls left unpacked (a pull that fails part-way starts from zero); %s left on its disk",
+				w.vm.name, r.Removed, plural(r.Removed, "y", "ies"), byteSize(r.RemovedBytes), byteSize(r.FreeBytes))
+		} else {
+			ev.warning = true
+			ev.message = fmt.Sprintf("podVM %s: its disk is filling: %d unpacked layer director%s of image pulls in flight or failed hold %s, more than the %s left; a pull that fails part-way starts from zero, and its layers are removed once a later pull succeeds (docs/cache.md)",
+				w.vm.name, r.Pending, plural(r.Pending, "y", "ies"), byteSize(r.PendingBytes), byteSize(r.FreeBytes))
 		}
 	case l.failure != "":
 		w.failed = true
@@ -302,6 +346,53 @@ func (p *Provider) checkSandbox(ctx context.Context, w *bootWatch) bool {
 	return true
 }
 
+// followContainers reads the pod and tells, for each container that has
+// started, where its image came from; true ends the watch: every
+// container has started and been told, or the pod is gone. Until then the
+// agent may be pulling, and the console is still read for the mirror's
+// and the sweep's lines.
+func (p *Provider) followContainers(ctx context.Context, w *bootWatch) bool {
+	pod, status, err := p.events.pod(ctx, w.vm.namespace, w.vm.podName)
+	if err != nil {
+		return false
+	}
+	if status == http.StatusNotFound {
+		return true
+	}
+	if status != http.StatusOK {
+		return false
+	}
+	started := map[string]bool{}
+	for _, c := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+		if c.started() {
+			started[c.Name] = true
+		}
+	}
+	specs := slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers)
+	all := len(specs) > 0
+	for i, c := range specs {
+		if !started[c.Name] || !p.tellImage(w, i, c.Name, c.Image) {
+			all = false
+		}
+	}
+	return all
+}
+
+// byteSize is n bytes for a person: MiB, or GiB from 10 GiB.
+func byteSize(n int64) string {
+	if n >= 10<<30 {
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // podState is the part of a pod the watch reads.
 type podState struct {
 	Metadata struct {
@@ -314,10 +405,24 @@ type podState struct {
 			Status             string `json:"status"`
 			LastTransitionTime string `json:"lastTransitionTime"`
 		} `json:"conditions"`
-		ContainerStatuses []struct {
-			State map[string]json.RawMessage `json:"state"`
-		} `json:"containerStatuses"`
+		ContainerStatuses     []containerStatus `json:"containerStatuses"`
+		InitContainerStatuses []containerStatus `json:"initContainerStatuses"`
 	} `json:"status"`
+	Spec struct {
+		Containers     []containerSpec `json:"containers"`
+		InitContainers []containerSpec `json:"initContainers"`
+	} `json:"spec"`
+}
+
+type containerStatus struct {
+	Name      string                     `json:"name"`
+	State     map[string]json.RawMessage `json:"state"`
+	LastState map[string]json.RawMessage `json:"lastState"`
+}
+
+type containerSpec struct {
+	Name  string `json:"name"`
+	Image string `json:"image"`
 }
 
 // sandboxReady: the kubelet sets PodReadyToStartContainers once the

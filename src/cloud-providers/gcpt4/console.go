@@ -30,6 +30,11 @@ const (
 	// whether the disk was opened through dm-verity and its pre-unpacked
 	// store handed to image-rs, or which miss kept it out (docs/cache.md).
 	ConsoleStorePrefix = "CAA-GCP-T4-STORE "
+	// ConsoleLayersPrefix starts the line of the podVM's sweep of the
+	// layer directories failed image pulls leave in image-rs's work_dir
+	// (podvm-cache-store sweep, docs/cache.md "A failed pull"): what it
+	// removed, what a pull may still be writing, and the space left.
+	ConsoleLayersPrefix = "CAA-GCP-T4-LAYERS "
 )
 
 // consoleTailLines is how many of the console's last lines a failure keeps
@@ -95,11 +100,40 @@ func (r *storeReport) diskUnused() bool {
 	return r.Miss == "no-verity" || r.Miss == "verity-refused"
 }
 
+// layersReport is the sweep's line. Printed while the pod's workload
+// runs in the podVM, it is read as input like every console line: counts
+// and sizes are bounded, anything else in it is ignored.
+type layersReport struct {
+	Removed      int64 `json:"removed"`
+	RemovedBytes int64 `json:"removed_bytes"`
+	Pending      int64 `json:"pending"`
+	PendingBytes int64 `json:"pending_bytes"`
+	FreeBytes    int64 `json:"free_bytes"`
+}
+
+// check bounds the report; false drops a line with nothing to tell.
+func (r *layersReport) check() bool {
+	for _, v := range []*int64{&r.Removed, &r.RemovedBytes, &r.Pending, &r.PendingBytes, &r.FreeBytes} {
+		*v = max(0, min(*v, 1<<50))
+	}
+	return r.Removed > 0 || r.Pending > 0
+}
+
+// tell says whether the pod hears of the line: layers were removed (a
+// pull failed part-way and its layers were reclaimed), or what pulls in
+// flight or failed hold is more than the disk has left. A pull that is
+// merely unpacking is not news.
+func (r *layersReport) tell() bool {
+	return r.Removed > 0 || r.PendingBytes > r.FreeBytes
+}
+
 // consoleLine is one line of the console, classified.
 type consoleLine struct {
-	text  string
-	gpu   *gpuReport
-	store *storeReport
+	text   string
+	gpu    *gpuReport
+	store  *storeReport
+	layers *layersReport
+	pull   *pullReport
 	// failure is FailureBoot or FailureCDH for those lines.
 	failure string
 }
@@ -135,6 +169,13 @@ func parseConsoleLine(raw string) consoleLine {
 		var r storeReport
 		if json.Unmarshal([]byte(strings.TrimSpace(body[len(ConsoleStorePrefix):])), &r) == nil && r.check() {
 			out.store = &r
+		}
+	case strings.HasPrefix(body, ConsolePullPrefix):
+		out.pull = parsePullLine(body[len(ConsolePullPrefix):])
+	case strings.HasPrefix(body, ConsoleLayersPrefix):
+		var r layersReport
+		if json.Unmarshal([]byte(strings.TrimSpace(body[len(ConsoleLayersPrefix):])), &r) == nil && r.check() {
+			out.layers = &r
 		}
 	}
 	return out

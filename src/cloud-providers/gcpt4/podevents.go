@@ -19,7 +19,6 @@ import (
 	"log"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -92,6 +91,20 @@ const (
 	eventCacheMissAnnotation  = "caa-gcp-t4/cache-miss"
 )
 
+// phaseLayers is not a start-up phase either: the podVM's sweep removed
+// the layer directories a failed image pull left, or pulls hold more than
+// its disk has left (the CAA-GCP-T4-LAYERS console line, docs/cache.md "A
+// failed pull"). One Event per podVM, its count and message updated each
+// time, like a repeated stockout.
+const (
+	phaseLayers  = "layers"
+	reasonLayers = "PodVMImageLayers"
+)
+
+// repeats says whether a phase's Event is updated when it happens again
+// (its count and message), rather than told once.
+func repeats(phase string) bool { return phase == PhaseStockout || phase == phaseLayers }
+
 // Phases lists the phases in order.
 var Phases = []string{PhaseRequested, PhaseStockout, PhaseQuota, PhaseCreated, PhaseBooted, PhaseReachable, PhaseFailed, PhaseLost}
 
@@ -112,7 +125,7 @@ func PhaseReason(phase string) string {
 	return map[string]string{
 		PhaseRequested: ReasonRequested, PhaseStockout: ReasonStockout, PhaseQuota: ReasonQuota,
 		PhaseCreated: ReasonCreated, PhaseBooted: ReasonBooted, PhaseReachable: ReasonReachable, PhaseFailed: ReasonFailed, PhaseLost: ReasonLost,
-		phaseCache: reasonCache,
+		phaseCache: reasonCache, phaseLayers: reasonLayers, phaseImage: reasonImage,
 	}[phase]
 }
 
@@ -241,10 +254,13 @@ const (
 type podEvent struct {
 	namespace, pod, podVM string
 	phase                 string
-	warning               bool
-	message               string
-	at                    time.Time
-	annotations           map[string]string
+	// part tells apart the Events of one phase of a podVM (the image
+	// phase's container): one Event per phase and part.
+	part        string
+	warning     bool
+	message     string
+	at          time.Time
+	annotations map[string]string
 	// zone is appended to EventZonesAnnotation for a repeated stockout.
 	zone string
 }
@@ -382,8 +398,10 @@ func (r *eventRecorder) run() {
 	for ev := range r.queue {
 		if ev.phase == "" {
 			// A podVM is gone: forget it.
-			for _, ph := range slices.Concat(Phases, []string{phaseCache}) {
-				delete(r.posted, ev.podVM+"/"+ph)
+			for k := range r.posted {
+				if strings.HasPrefix(k, ev.podVM+"/") {
+					delete(r.posted, k)
+				}
 			}
 			delete(r.uids, ev.podVM)
 			continue
@@ -453,11 +471,15 @@ type objectReference struct {
 // process or, found by its fixed name, an earlier one) an update of its
 // count, message and annotations when the phase repeats.
 func (r *eventRecorder) post(ctx context.Context, ev podEvent) error {
-	key := ev.podVM + "/" + ev.phase
-	name := EventName(ev.pod, ev.podVM, ev.phase)
+	phase := ev.phase
+	if ev.part != "" {
+		phase += "/" + ev.part
+	}
+	key := ev.podVM + "/" + phase
+	name := EventName(ev.pod, ev.podVM, phase)
 	prev := r.posted[key]
 	if prev != nil {
-		if ev.phase != PhaseStockout {
+		if !repeats(ev.phase) {
 			return nil
 		}
 		return r.repeat(ctx, ev, prev)
@@ -480,7 +502,7 @@ func (r *eventRecorder) post(ctx context.Context, ev podEvent) error {
 			return err
 		}
 		r.posted[key] = prev
-		if ev.phase != PhaseStockout {
+		if !repeats(ev.phase) {
 			return nil
 		}
 		return r.repeat(ctx, ev, prev)
@@ -510,6 +532,7 @@ func (r *eventRecorder) repeat(ctx context.Context, ev podEvent, prev *postedEve
 	patch := map[string]any{
 		"metadata":      map[string]any{"annotations": ann},
 		"message":       obj.Message,
+		"type":          obj.Type,
 		"count":         prev.count,
 		"lastTimestamp": ev.at.UTC().Format(time.RFC3339),
 	}

@@ -308,8 +308,11 @@ func TestStartupEventsInOrder(t *testing.T) {
 			t.Errorf("%s: uid %q labels %v annotations %v", e.Reason, e.UID, e.Labels, e.Annotations)
 		}
 	}
-	// A normal delete after the agent was reached reads no console and
-	// adds no Event.
+	// A normal delete after the agent was reached and the containers
+	// started (the watch over) reads no console and adds no Event.
+	api.containersRunning("ml", "llm-0")
+	waitWatchDone(t, p, inst.Name)
+	before := reasons(api.waitEvents(t, "image source", hasReason(reasonImage)))
 	reads := fake.CountCalls("instances.getSerialPortOutput")
 	if err := p.DeleteInstance(ctx, inst.ID); err != nil {
 		t.Fatal(err)
@@ -320,8 +323,8 @@ func TestStartupEventsInOrder(t *testing.T) {
 	if err := p.Teardown(); err != nil {
 		t.Fatal(err)
 	}
-	if got := reasons(api.list()); len(got) != len(want) {
-		t.Errorf("after delete: %v", got)
+	if got := reasons(api.list()); !slices.Equal(got, before) || len(got) != len(want)+1 {
+		t.Errorf("after delete: %v, want %v (the start-up Events and the container's image source)", got, before)
 	}
 }
 
