@@ -164,7 +164,7 @@ mods=$(ls_root "/usr/lib/modules/$kver/updates/dkms")
 for m in nvidia-current.ko nvidia-current-uvm.ko nvidia-current-modeset.ko; do
 	grep -qx "$m" <<<"$mods" || fail "root fs: /usr/lib/modules/$kver/updates/dkms/$m missing (have: $(echo "$mods" | tr '\n' ' '))"
 done
-cat_root "/usr/lib/modules/$kver/modules.dep" | grep -q '^updates/dkms/nvidia-current.ko' ||
+grep -q '^updates/dkms/nvidia-current.ko' <<<"$(cat_root "/usr/lib/modules/$kver/modules.dep")" ||
 	fail "root fs: nvidia-current.ko not in modules.dep (depmod not run after restoring the modules)"
 # The module loads GSP firmware from this path (modinfo firmware=); Turing is tu10x.
 fwver=${driver%%-*}
@@ -185,21 +185,23 @@ done
 # The cache mirror starts only where the cache disk is (udev wants it on the
 # disk's label); no boot waits for a disk it may not have.
 ! grep -qxF caa-gcp-t4-cache-mirror.service <<<"$wants" || fail "root fs: caa-gcp-t4-cache-mirror.service is enabled; only udev's rule on the cache disk's label may start it"
-cat_root /usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules | grep -q 'ENV{ID_FS_LABEL}=="caa-gcp-t4-cache", .*ENV{SYSTEMD_WANTS}+="caa-gcp-t4-cache-mirror.service"' ||
+grep -q 'ENV{ID_FS_LABEL}=="caa-gcp-t4-cache", .*ENV{SYSTEMD_WANTS}+="caa-gcp-t4-cache-mirror.service"' <<<"$(cat_root /usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules)" ||
 	fail "root fs: no udev rule starting the cache mirror on the cache disk's label (/usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules)"
 ! grep -qxF caa-gcp-t4-cache-store.service <<<"$wants" || fail "root fs: caa-gcp-t4-cache-store.service is enabled; only udev's rule on the cache disk's label may start it"
-cat_root /usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules | grep -q 'ENV{ID_FS_LABEL}=="caa-gcp-t4-cache", .*ENV{SYSTEMD_WANTS}+="caa-gcp-t4-cache-store.service"' ||
+grep -q 'ENV{ID_FS_LABEL}=="caa-gcp-t4-cache", .*ENV{SYSTEMD_WANTS}+="caa-gcp-t4-cache-store.service"' <<<"$(cat_root /usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules)" ||
 	fail "root fs: no udev rule starting caa-gcp-t4-cache-store.service on the cache disk's label"
 # The disk is read only through dm-verity with the admin's root hash: the
 # mount's device is the verity device the open unit attaches, never the
 # raw disk, and udev's rule never takes the verity device for the disk.
 ! grep -qxF caa-gcp-t4-cache-open.service <<<"$wants" || fail "root fs: caa-gcp-t4-cache-open.service is enabled; only the cache mount may pull it in"
+# (Each file is read whole before grep: grep -q on a pipe ends it at the
+# first match, and pipefail would then fail a check that matched.)
 # unsquashfs takes a name as a pattern: a backslash in it is written twice.
-cat_root '/usr/lib/systemd/system/run-caa\\x2dgcp\\x2dt4-cache.mount' | grep -qx 'What=/dev/mapper/caa-gcp-t4-cache' ||
+grep -qx 'What=/dev/mapper/caa-gcp-t4-cache' <<<"$(cat_root '/usr/lib/systemd/system/run-caa\\x2dgcp\\x2dt4-cache.mount')" ||
 	fail "root fs: the cache mount does not read the dm-verity device /dev/mapper/caa-gcp-t4-cache"
-cat_root '/usr/lib/systemd/system/run-caa\\x2dgcp\\x2dt4-cache.mount' | grep -qx 'Requires=caa-gcp-t4-cache-open.service' ||
+grep -qx 'Requires=caa-gcp-t4-cache-open.service' <<<"$(cat_root '/usr/lib/systemd/system/run-caa\\x2dgcp\\x2dt4-cache.mount')" ||
 	fail "root fs: the cache mount does not require caa-gcp-t4-cache-open.service (dm-verity)"
-cat_root /usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules | grep -q 'KERNEL!="dm-\*", ENV{ID_FS_LABEL}=="caa-gcp-t4-cache", SYMLINK+="caa-gcp-t4-cache-raw"' ||
+grep -q 'KERNEL!="dm-\*", ENV{ID_FS_LABEL}=="caa-gcp-t4-cache", SYMLINK+="caa-gcp-t4-cache-raw"' <<<"$(cat_root /usr/lib/udev/rules.d/70-caa-gcp-t4-cache.rules)" ||
 	fail "root fs: the cache disk's udev rule does not link the raw disk (not dm-*) as /dev/caa-gcp-t4-cache-raw"
 # The guest-components commit podvm-cache-store checks a store against is the
 # pinned CDH's (build.sh writes it from podvm/guest-artefacts.pins).
@@ -220,10 +222,10 @@ for u in getty@.service serial-getty@.service console-getty.service debug-shell.
 	[ "$(link_root "/etc/systemd/system/$u")" = /dev/null ] || fail "root fs: $u is not masked"
 done
 for u in emergency rescue; do
-	cat_root "/usr/lib/systemd/system/$u.service.d/caa-gcp-t4.conf" | grep -qx "ExecStart=/usr/lib/caa-gcp-t4/boot-failed $u" ||
+	grep -qx "ExecStart=/usr/lib/caa-gcp-t4/boot-failed $u" <<<"$(cat_root "/usr/lib/systemd/system/$u.service.d/caa-gcp-t4.conf")" ||
 		fail "root fs: $u.service still starts a shell (no caa-gcp-t4.conf drop-in running boot-failed)"
 done
-cat_root /usr/lib/systemd/system/process-user-data.service | grep -qx 'ExecStartPost=/usr/lib/caa-gcp-t4/measure-initdata' ||
+grep -qx 'ExecStartPost=/usr/lib/caa-gcp-t4/measure-initdata' <<<"$(cat_root /usr/lib/systemd/system/process-user-data.service)" ||
 	fail "root fs: process-user-data.service does not measure the initdata digest (ExecStartPost=/usr/lib/caa-gcp-t4/measure-initdata)"
 [ "$(type_root /usr/lib/caa-gcp-t4/measure-initdata)" = - ] || fail "root fs: /usr/lib/caa-gcp-t4/measure-initdata missing"
 # The fallback stub mkosi built the UKI from is not left in the root.
@@ -277,7 +279,7 @@ grep -qx allow-all.rego <<<"$(ls_root /etc/kata-opa)" || fail "root fs: /etc/kat
 
 # --- The state partition: ext4, seeded with /var, mounted on /var. -------------
 [ "$(od -An -j 1080 -N 2 -tx2 "$work/state.img" | tr -d ' ')" = ef53 ] || fail "state: the last partition is not ext4"
-debugfs -R "stat /lib/kata-containers" "$work/state.img" 2>/dev/null | grep -q 'Type: directory' ||
+grep -q 'Type: directory' <<<"$(debugfs -R "stat /lib/kata-containers" "$work/state.img" 2>/dev/null)" ||
 	fail "state: no /lib/kata-containers (/var/lib/kata-containers, the /run/kata-containers bind-mount source)"
 fstab=$(cat_root /etc/fstab)
 state_uuid=$(part $T_GENERIC uuid | tr '[:upper:]' '[:lower:]')
