@@ -22,7 +22,10 @@
 #     and powers the VM off, with no prompt and no multi-user.target.
 #   - with stand-ins for CDH and kata-agent, a third boot whose CDH never
 #     listens: kata-agent is never started, and the console carries one
-#     CAA-GCP-T4-CDH-FAILED line saying why.
+#     CAA-GCP-T4-CDH-FAILED line saying why. With PODVM_BOOT_CACHE it also
+#     has the cache disk, its metadata naming another root hash: the disk
+#     is not opened (CAA-GCP-T4-STORE unused, verity-refused), and neither
+#     the mirror nor the store runs.
 #   - with stand-ins for process-user-data and kata-agent, a fourth boot
 #     whose process-user-data writes no initdata digest, the TPM there:
 #     measure-initdata fails closed (state no-digest, "kata_agent":"not
@@ -208,10 +211,11 @@ start_vm() {
 	done
 	fresh_vars
 	local machine=q35 sbargs=() cacheargs=() cachefwd=""
-	# The cache disk, on the first boot only: a second disk, writable as
-	# GCE attaches it (READ_WRITE, auto-deleted), so that only the guest's
+	# The cache disk, on the first boot (and on the no-CDH boot, with the
+	# wrong root hash: attach_cache): a second disk, writable as GCE
+	# attaches it (READ_WRITE, auto-deleted), so that only the guest's
 	# read-only mount keeps it unchanged; the test compares its bytes after.
-	if [ -n "$cache" ] && [ "$2" = "$work/console.log" ]; then
+	if [ -n "$cache" ] && { [ "$2" = "$work/console.log" ] || [ -n "${attach_cache:-}" ]; }; then
 		# shellcheck disable=SC2054 # QEMU's option syntax, one argument
 		cacheargs=(-drive "if=none,id=cache,format=raw,file=$cache/disk.raw" -device scsi-hd,drive=cache)
 		cachefwd="hostfwd=tcp:127.0.0.1:$cache_port-:15000,"
@@ -585,11 +589,31 @@ cdh_line=""
 if grep -qw confidential-data-hub <<<"$standins" && grep -qw kata-agent <<<"$standins"; then
 	printf never-listen >"$work/cdh-mode"
 	meta_extra="caa-gcp-t4-standin-cdh=$work/cdh-mode"
-	cdh_failed() { grep -q 'CAA-GCP-T4-CDH-FAILED {' <<<"$1"; }
+	# With a cache fixture, this boot also has the disk, given a root hash
+	# that is not the disk's (one digit changed), as a provider configured
+	# for another cache image would: the disk must not be opened, and the
+	# console must say so; the mirror and the store must not run.
+	attach_cache=""
+	if [ -n "$cache" ]; then
+		attach_cache=1
+		jq -j '.verity | sub("^root=(?<a>.)"; "root=" + (if .a == "0" then "1" else "0" end))' "$cache/fixture.json" >"$work/wrong-verity"
+		meta_extra+=" caa-gcp-t4-cache-verity=$work/wrong-verity"
+		cdh_failed() { grep -q 'CAA-GCP-T4-CDH-FAILED {' <<<"$1" && grep -q 'CAA-GCP-T4-STORE {' <<<"$1"; }
+	else
+		cdh_failed() { grep -q 'CAA-GCP-T4-CDH-FAILED {' <<<"$1"; }
+	fi
 	boot_scenario nocdh "the CDH failure line (CAA-GCP-T4-CDH-FAILED)" cdh_failed
 	nocdh_s=$scenario_s
 	ntext=$scenario_text
 	meta_extra=""
+	attach_cache=""
+	if [ -n "$cache" ]; then
+		wrong_store=$(grep -m1 -o 'CAA-GCP-T4-STORE {.*}' <<<"$ntext")
+		jq -e '.state == "unused" and .miss == "verity-refused"' <<<"${wrong_store#CAA-GCP-T4-STORE }" >/dev/null ||
+			fail "no CDH, cache disk with another root hash: want the store unused (verity-refused), got: $wrong_store"
+		! grep -q 'CAA-GCP-T4-CACHE {"state":"serving"' <<<"$ntext" || fail "no CDH, cache disk with another root hash: the mirror served the disk"
+		! grep -q 'CAA-GCP-T4-PULL {' <<<"$ntext" || fail "no CDH, cache disk with another root hash: the mirror told a pull"
+	fi
 	grep -q 'CAA-GCP-T4-STANDIN {"name":"confidential-data-hub".*"mode":"never-listen"' <<<"$ntext" ||
 		fail "no CDH: the CDH stand-in did not run in never-listen mode (metadata attribute not served?)"
 	cdh_line=$(grep -m1 -o 'CAA-GCP-T4-CDH-FAILED {[^}]*}.*' <<<"$ntext")

@@ -270,7 +270,7 @@ if [ -n "${CHECK_GUEST_CACHE:-}" ]; then
 	# Mounted as image-rs mounts a stored image: its layers from the
 	# read-only disk as lowerdirs, every file read through the overlay.
 	sm=$(jq -c '.store_mount // {}' <<<"$report")
-	jq -e '.mount == "mounted" and .lowerdirs > 0 and .files > 0 and .bytes > 0 and (has("read") | not) and (has("unmount") | not)' <<<"$sm" >/dev/null ||
+	jq -e '.mount == "mounted" and .lowerdirs > 0 and .read_files > 0 and .read_bytes > 0 and .read == "ok" and (has("unmount") | not)' <<<"$sm" >/dev/null ||
 		fail "the stored image did not mount and read through an overlay of its layers on the disk: $sm"
 	# The disk's noexec and nosymfollow hold on the disk, and do not reach
 	# through an overlay that takes it as a lowerdir (checked on a tmpfs
@@ -293,7 +293,7 @@ if [ -n "${CHECK_GUEST_CACHE:-}" ]; then
 	jq -e '(.tampered_store.read // "" | test("^refused: .*input/output error")) and (.tampered_mirror.read // "" | startswith("refused: "))' <<<"$pb" >/dev/null ||
 		fail "the image changed on the disk was not refused on both paths: store $(jq -c .tampered_store <<<"$pb"), mirror $(jq -c .tampered_mirror <<<"$pb")"
 	cache_state+="; pull to mounted rootfs in the guest, $(jq -r '.store.layers' <<<"$pb") layers, $(jq -r '.store.read_bytes' <<<"$pb") bytes: store $(jq -r '.store.ms' <<<"$pb") ms (then read whole in $(jq -r '.store.read_ms' <<<"$pb") ms), mirror $(jq -r '.mirror.ms' <<<"$pb") ms (fetch, check, unpack; read in $(jq -r '.mirror.read_ms' <<<"$pb") ms), ratio $(jq -r '.ratio | . * 10 | round / 10' <<<"$pb"); changed image refused: store read $(jq -r '.tampered_store.read' <<<"$pb" | cut -c1-120), mirror $(jq -r '.tampered_mirror.read' <<<"$pb" | cut -c1-120)"
-	cache_state+="; store handed to image-rs before CDH (meta_store.json as on the disk, $(jq -r .images <<<"$sm") images; image $(jq -r '.image[7:19]' <<<"$sm") mounted from $(jq -r .lowerdirs <<<"$sm") layers on the disk in $(jq -r .mount_ms <<<"$sm") ms, $(jq -r .files <<<"$sm") files, $(jq -r .bytes <<<"$sm") bytes read); noexec/nosymfollow on the disk, not through the overlay"
+	cache_state+="; store handed to image-rs before CDH (meta_store.json as on the disk, $(jq -r .images <<<"$sm") images; image $(jq -r '.image[7:19]' <<<"$sm") mounted from $(jq -r .lowerdirs <<<"$sm") layers on the disk in $(jq -r .mount_ms <<<"$sm") ms, $(jq -r .read_files <<<"$sm") files, $(jq -r .read_bytes <<<"$sm") bytes read); noexec/nosymfollow on the disk, not through the overlay"
 else
 	[ "$(unit caa-gcp-t4-cache-store.service ActiveState)" != active ] || fail "no cache disk, yet caa-gcp-t4-cache-store.service is active"
 	[ "$(jq -r '.store_mount.meta_store // ""' <<<"$report")" != "" ] || fail "no cache disk, yet image-rs's work_dir holds a meta_store.json at boot"

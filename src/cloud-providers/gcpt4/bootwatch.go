@@ -310,15 +310,9 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 // checkSandbox reads the pod; true ends the watch: the sandbox is ready
 // (CAA reached the agent), or the pod is gone or is another pod now.
 func (p *Provider) checkSandbox(ctx context.Context, w *bootWatch) bool {
-	pod, status, err := p.events.pod(ctx, w.vm.namespace, w.vm.podName)
-	if err != nil {
-		return false
-	}
-	if status == http.StatusNotFound {
-		return true
-	}
-	if status != http.StatusOK {
-		return false
+	pod, gone, ok := p.watchedPod(ctx, w)
+	if gone || !ok {
+		return gone
 	}
 	at, ready := pod.sandboxReady()
 	if !ready {
@@ -352,15 +346,9 @@ func (p *Provider) checkSandbox(ctx context.Context, w *bootWatch) bool {
 // agent may be pulling, and the console is still read for the mirror's
 // and the sweep's lines.
 func (p *Provider) followContainers(ctx context.Context, w *bootWatch) bool {
-	pod, status, err := p.events.pod(ctx, w.vm.namespace, w.vm.podName)
-	if err != nil {
-		return false
-	}
-	if status == http.StatusNotFound {
-		return true
-	}
-	if status != http.StatusOK {
-		return false
+	pod, gone, ok := p.watchedPod(ctx, w)
+	if gone || !ok {
+		return gone
 	}
 	started := map[string]bool{}
 	for _, c := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
@@ -391,6 +379,16 @@ func plural(n int64, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// watchedPod reads the watch's pod: gone when the API server says it is
+// not there, ok when it was read.
+func (p *Provider) watchedPod(ctx context.Context, w *bootWatch) (pod podState, gone, ok bool) {
+	pod, status, err := p.events.pod(ctx, w.vm.namespace, w.vm.podName)
+	if err != nil {
+		return pod, false, false
+	}
+	return pod, status == http.StatusNotFound, status == http.StatusOK
 }
 
 // podState is the part of a pod the watch reads.

@@ -820,25 +820,7 @@ func storeMount(prefer string) map[string]any {
 	}
 	out["mount_ms"] = time.Since(start).Milliseconds()
 	out["mount"] = "mounted"
-	files, bytes := 0, int64(0)
-	werr := filepath.WalkDir(target, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		n, err := io.Copy(io.Discard, f)
-		f.Close()
-		files++
-		bytes += n
-		return err
-	})
-	out["files"], out["bytes"] = files, bytes
-	if werr != nil {
-		out["read"] = werr.Error()
-	}
+	readWhole(target, out)
 	if err := syscall.Unmount(target, 0); err != nil {
 		out["unmount"] = err.Error()
 	}
