@@ -4,12 +4,8 @@
 package gcpt4
 
 import (
-	"context"
-	"io"
 	"strings"
 	"testing"
-
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 )
 
 func digestOf(c byte) string { return "sha256:" + strings.Repeat(string(c), 64) }
@@ -113,16 +109,8 @@ func TestImageSourceToldPerContainer(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fake := gcefake.New()
-			t.Cleanup(fake.Close)
-			api := newEventAPI(t)
-			api.addPod("ml", "llm-0", "uid-1")
+			fake, api, p, inst := watchedPodVM(t)
 			api.withContainers("ml", "llm-0", init, containers)
-			p := newEventProvider(t, fake, api, io.Discard, nil)
-			inst, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
-			if err != nil {
-				t.Fatal(err)
-			}
 			console := gpuReadyLine + "\n"
 			if tc.store != "" {
 				console = tc.store + "\n" + console + pulls

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 )
 
@@ -42,6 +43,23 @@ func waitWatchDone(t *testing.T, p *Provider, name string) {
 	<-w.done
 }
 
+// watchedPodVM creates the podVM of pod ml/llm-0 with the provider's
+// watch on: the emulator, the API server's stand-in, the provider and the
+// instance.
+func watchedPodVM(t *testing.T) (*gcefake.Server, *eventAPI, *Provider, *provider.Instance) {
+	t.Helper()
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	p := newEventProvider(t, fake, api, io.Discard, nil)
+	inst, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake, api, p, inst
+}
+
 func layersEvents(api *eventAPI) []storedEvent {
 	var out []storedEvent
 	for _, e := range api.list() {
@@ -59,16 +77,7 @@ func layersEvents(api *eventAPI) []storedEvent {
 // is merely unpacking, a forged or quoted line, is not. Once every
 // container has started the watch ends, and a later line is not read.
 func TestLayersLineToldOnThePod(t *testing.T) {
-	fake := gcefake.New()
-	t.Cleanup(fake.Close)
-	api := newEventAPI(t)
-	api.addPod("ml", "llm-0", "uid-1")
-	p := newEventProvider(t, fake, api, io.Discard, nil)
-	ctx := context.Background()
-	inst, err := p.CreateInstance(ctx, "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fake, api, p, inst := watchedPodVM(t)
 	fake.SetSerialOutput("us-central1-a", inst.Name, gpuReadyLine+"\n")
 	api.waitEvents(t, "booted", hasReason(ReasonBooted))
 	api.sandboxReady("ml", "llm-0")
@@ -126,16 +135,7 @@ func TestLayersLineToldOnThePod(t *testing.T) {
 // A podVM whose sweep keeps reporting (a pull failing in a loop) updates
 // its pod's Event at most layersTellMax times.
 func TestLayersLinesBounded(t *testing.T) {
-	fake := gcefake.New()
-	t.Cleanup(fake.Close)
-	api := newEventAPI(t)
-	api.addPod("ml", "llm-0", "uid-1")
-	p := newEventProvider(t, fake, api, io.Discard, nil)
-	ctx := context.Background()
-	inst, err := p.CreateInstance(ctx, "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fake, api, p, inst := watchedPodVM(t)
 	var b strings.Builder
 	b.WriteString(gpuReadyLine + "\n")
 	for i := range 3 * layersTellMax {
