@@ -73,13 +73,15 @@ rpid=""
 tar -C "$out" -xzf "$tmp/cache.tar.gz"
 [ -f "$out/disk.raw" ] || die "the image file holds no disk.raw"
 
-# The tampered image's first layer, located on the disk with debugfs.
-man=$(cut -d@ -f2 <<<"${refs[1]}")
-layer=$(jq -r '.layers[0].digest' "$out/layout/blobs/sha256/${man#sha256:}")
-bsize=$(dumpe2fs -h "$out/disk.raw" 2>/dev/null | awk -F': *' '/^Block size/ {print $2}')
-blk=$(debugfs -R "bmap /blobs/sha256/${layer#sha256:} 1" "$out/disk.raw" 2>/dev/null | tail -n 1)
-[[ "$blk" =~ ^[1-9][0-9]*$ ]] || die "debugfs found no block for the layer ${layer}: '$blk'"
-python3 - "$out/disk.raw" "$((blk * bsize + 17))" <<'PY'
+# flip PATH: one byte of the second block of the file at PATH on the disk
+# image is changed in place (located with debugfs); the file read back
+# from the disk must then differ.
+flip() {
+	local path=$1 blk before
+	blk=$(debugfs -R "bmap $path 1" "$out/disk.raw" 2>/dev/null | tail -n 1)
+	[[ "$blk" =~ ^[1-9][0-9]*$ ]] || die "debugfs found no block of $path on the disk: '$blk'"
+	before=$(debugfs -R "cat $path" "$out/disk.raw" 2>/dev/null | sha256sum)
+	python3 - "$out/disk.raw" "$((blk * bsize + 17))" <<'PY'
 import sys
 with open(sys.argv[1], "r+b") as f:
     f.seek(int(sys.argv[2]))
@@ -87,26 +89,20 @@ with open(sys.argv[1], "r+b") as f:
     f.seek(int(sys.argv[2]))
     f.write(bytes([b[0] ^ 0xFF]))
 PY
-debugfs -R "dump /blobs/sha256/${layer#sha256:} $tmp/layer" "$out/disk.raw" 2>/dev/null
-[ -s "$tmp/layer" ] || die "debugfs could not read the layer ${layer} back from the disk"
-[ "sha256:$(sha256sum "$tmp/layer" | cut -c1-64)" != "$layer" ] || die "the flipped byte did not change the layer on the disk"
+	[ "$(debugfs -R "cat $path" "$out/disk.raw" 2>/dev/null | sha256sum)" != "$before" ] || die "the flipped byte did not change $path on the disk"
+}
+bsize=$(dumpe2fs -h "$out/disk.raw" 2>/dev/null | awk -F': *' '/^Block size/ {print $2}')
+# The tampered image's first layer in the layout.
+man=$(cut -d@ -f2 <<<"${refs[1]}")
+layer=$(jq -r '.layers[0].digest' "$out/layout/blobs/sha256/${man#sha256:}")
+flip "/blobs/sha256/${layer#sha256:}"
 # The same layer as the store holds it unpacked: its one file
 # (pull_bench.py writes bench/layerN.bin), found through meta_store.json's
-# entry for the image's config digest, gets a byte flipped too.
+# entry for the image's config digest.
 cfg=$(jq -r '.config.digest' "$out/layout/blobs/sha256/${man#sha256:}")
 sp=$(debugfs -R "cat /image-rs/meta_store.json" "$out/disk.raw" 2>/dev/null | jq -r --arg c "$cfg" '.image_db[$c].layer_metas[0].store_path // ""')
 [[ "$sp" =~ /image-rs/layers/[0-9]+$ ]] || die "the store has no first layer for the tampered image's config $cfg: '$sp'"
-sfile=/image-rs/layers/${sp##*/}/bench/layer0.bin
-sblk=$(debugfs -R "bmap $sfile 1" "$out/disk.raw" 2>/dev/null | tail -n 1)
-[[ "$sblk" =~ ^[1-9][0-9]*$ ]] || die "debugfs found no block of $sfile on the disk: '$sblk'"
-python3 - "$out/disk.raw" "$((sblk * bsize + 17))" <<'PY'
-import sys
-with open(sys.argv[1], "r+b") as f:
-    f.seek(int(sys.argv[2]))
-    b = f.read(1)
-    f.seek(int(sys.argv[2]))
-    f.write(bytes([b[0] ^ 0xFF]))
-PY
+flip "/image-rs/layers/${sp##*/}/bench/layer0.bin"
 # The dm-verity value the provider would put in the podVM's metadata: the
 # flipped byte leaves the hash tree as built, so the disk opens and only
 # reads of the changed block fail (EIO), as on a disk changed after build.
