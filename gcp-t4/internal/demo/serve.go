@@ -29,6 +29,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/shimclient"
 	"github.com/caa-gcp-t4/test/controlplane"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/consoleline"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 )
 
@@ -227,7 +228,7 @@ func SeedProject(fake *gcefake.Server) error {
 	// What the podVM image prints once gpu-init found its T4 (the
 	// provider's boot watch reads it: the booted phase).
 	fake.SetBootConsole(func(string, *computepb.Instance) string {
-		return gcpt4.ConsoleGPUPrefix + `{"state":"ready","gpus":1,"driver":"550.163.01","elapsed_ms":1800}` + "\n"
+		return consoleline.GPUPrefix + `{"state":"ready","gpus":1,"driver":"550.163.01","elapsed_ms":1800}` + "\n"
 	})
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/consoleline"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -33,8 +34,8 @@ import (
 func gpuReady(t *testing.T) string {
 	t.Helper()
 	line := gpuinit.Report{State: gpuinit.StateReady, GPUs: 1, PCI: []string{"0000:00:04.0"}, Driver: "550.163.01", CDI: "/var/run/cdi/nvidia.json", ElapsedMS: 2300}.Line()
-	if !strings.HasPrefix(line, gcpt4.ConsoleGPUPrefix) {
-		t.Fatalf("gpu-init's line %q does not start with the provider's prefix %q", line, gcpt4.ConsoleGPUPrefix)
+	if !strings.HasPrefix(line, consoleline.GPUPrefix) {
+		t.Fatalf("gpu-init's line %q does not start with the provider's prefix %q", line, consoleline.GPUPrefix)
 	}
 	return line
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachestore"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/consoleline"
 )
 
 // TestConsoleLinesMatchThePodVM: the provider finds a podVM's boot and
@@ -21,9 +21,9 @@ import (
 func TestConsoleLinesMatchThePodVM(t *testing.T) {
 	r := root(t)
 	for script, prefix := range map[string]string{
-		"podvm/mkosi.extra/usr/lib/caa-gcp-t4/boot-failed":        gcpt4.ConsoleBootFailedPrefix,
-		"podvm/initrd/mkosi.extra/usr/lib/caa-gcp-t4/boot-failed": gcpt4.ConsoleBootFailedPrefix,
-		"podvm/mkosi.extra/usr/lib/caa-gcp-t4/cdh-check":          gcpt4.ConsoleCDHFailedPrefix,
+		"podvm/mkosi.extra/usr/lib/caa-gcp-t4/boot-failed":        consoleline.BootFailedPrefix,
+		"podvm/initrd/mkosi.extra/usr/lib/caa-gcp-t4/boot-failed": consoleline.BootFailedPrefix,
+		"podvm/mkosi.extra/usr/lib/caa-gcp-t4/cdh-check":          consoleline.CDHFailedPrefix,
 	} {
 		data, err := os.ReadFile(filepath.Join(r, script))
 		if err != nil {
@@ -42,8 +42,8 @@ func TestConsoleLinesMatchThePodVM(t *testing.T) {
 // provider tells on the pod (PodVMCacheDisk), is printed by
 // podvm-cache-store with the prefix the provider reads.
 func TestStoreLineMatchesTheProvider(t *testing.T) {
-	if cachestore.ConsolePrefix != gcpt4.ConsoleStorePrefix {
-		t.Errorf("podvm-cache-store prints %q, the provider reads %q", cachestore.ConsolePrefix, gcpt4.ConsoleStorePrefix)
+	if cachestore.ConsolePrefix != consoleline.StorePrefix {
+		t.Errorf("podvm-cache-store prints %q, the provider reads %q", cachestore.ConsolePrefix, consoleline.StorePrefix)
 	}
 }
 
@@ -52,8 +52,8 @@ func TestStoreLineMatchesTheProvider(t *testing.T) {
 // sweep with the prefix the provider reads, and its JSON carries the
 // fields the provider reads by name.
 func TestLayersLineMatchesTheProvider(t *testing.T) {
-	if cachestore.SweepPrefix != gcpt4.ConsoleLayersPrefix {
-		t.Errorf("podvm-cache-store sweep prints %q, the provider reads %q", cachestore.SweepPrefix, gcpt4.ConsoleLayersPrefix)
+	if cachestore.SweepPrefix != consoleline.LayersPrefix {
+		t.Errorf("podvm-cache-store sweep prints %q, the provider reads %q", cachestore.SweepPrefix, consoleline.LayersPrefix)
 	}
 	b, err := json.Marshal(cachestore.SweepReport{Removed: 1, RemovedBytes: 2, Pending: 3, PendingBytes: 4, FreeBytes: 5})
 	if err != nil {
@@ -70,8 +70,8 @@ func TestLayersLineMatchesTheProvider(t *testing.T) {
 // the provider turns into each container's PodVMImageSource Event, carry
 // the prefix and the words the provider reads.
 func TestPullLineMatchesTheProvider(t *testing.T) {
-	if cachemirror.PullPrefix != gcpt4.ConsolePullPrefix {
-		t.Errorf("the cache mirror prints %q, the provider reads %q", cachemirror.PullPrefix, gcpt4.ConsolePullPrefix)
+	if cachemirror.PullPrefix != consoleline.PullPrefix {
+		t.Errorf("the cache mirror prints %q, the provider reads %q", cachemirror.PullPrefix, consoleline.PullPrefix)
 	}
 	b, err := json.Marshal(cachemirror.PullLine{Image: "sha256:x", Served: cachemirror.ServedLayers})
 	if err != nil {

@@ -8,34 +8,12 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/consoleline"
 )
 
-// What the podVM says on its serial console. The image's own services
-// write one line each, with a fixed prefix and a JSON body, so that a
-// reader finds them among kernel and systemd output (podvm/mkosi.extra:
-// gpu-init's readiness line, boot-failed, cdh-check). The prefixes are
-// repeated here because the provider may not import the gcp-t4 module;
-// gcp-t4's tests check that both sides spell them alike.
-const (
-	// ConsoleGPUPrefix starts gpu-init's readiness line (ready, no-gpu or
-	// failed, with the driver version and GPU count).
-	ConsoleGPUPrefix = "CAA-GCP-T4-GPU "
-	// ConsoleBootFailedPrefix starts the line the podVM prints instead of
-	// an emergency shell before it powers itself off.
-	ConsoleBootFailedPrefix = "CAA-GCP-T4-BOOT-FAILED "
-	// ConsoleCDHFailedPrefix starts the line printed when the confidential
-	// data hub did not listen, so kata-agent was not started.
-	ConsoleCDHFailedPrefix = "CAA-GCP-T4-CDH-FAILED "
-	// ConsoleStorePrefix starts the cache disk's line (podvm-cache-store):
-	// whether the disk was opened through dm-verity and its pre-unpacked
-	// store handed to image-rs, or which miss kept it out (docs/cache.md).
-	ConsoleStorePrefix = "CAA-GCP-T4-STORE "
-	// ConsoleLayersPrefix starts the line of the podVM's sweep of the
-	// layer directories failed image pulls leave in image-rs's work_dir
-	// (podvm-cache-store sweep, docs/cache.md "A failed pull"): what it
-	// removed, what a pull may still be writing, and the space left.
-	ConsoleLayersPrefix = "CAA-GCP-T4-LAYERS "
-)
+// What the podVM says on its serial console: the lines its own services
+// print, each a prefix (package consoleline) and a JSON body.
 
 // consoleTailLines is how many of the console's last lines a failure keeps
 // (in its Event and the adaptor's log), and consoleLineMax cuts each.
@@ -155,26 +133,26 @@ func parseConsoleLine(raw string) consoleLine {
 	out := consoleLine{text: line}
 	body := consoleBody(line)
 	switch {
-	case strings.HasPrefix(body, ConsoleGPUPrefix):
+	case strings.HasPrefix(body, consoleline.GPUPrefix):
 		var r gpuReport
-		if json.Unmarshal([]byte(strings.TrimSpace(body[len(ConsoleGPUPrefix):])), &r) == nil && r.State != "" {
+		if json.Unmarshal([]byte(strings.TrimSpace(body[len(consoleline.GPUPrefix):])), &r) == nil && r.State != "" {
 			r.redact()
 			out.gpu = &r
 		}
-	case strings.HasPrefix(body, ConsoleBootFailedPrefix):
+	case strings.HasPrefix(body, consoleline.BootFailedPrefix):
 		out.failure = FailureBoot
-	case strings.HasPrefix(body, ConsoleCDHFailedPrefix):
+	case strings.HasPrefix(body, consoleline.CDHFailedPrefix):
 		out.failure = FailureCDH
-	case strings.HasPrefix(body, ConsoleStorePrefix):
+	case strings.HasPrefix(body, consoleline.StorePrefix):
 		var r storeReport
-		if json.Unmarshal([]byte(strings.TrimSpace(body[len(ConsoleStorePrefix):])), &r) == nil && r.check() {
+		if json.Unmarshal([]byte(strings.TrimSpace(body[len(consoleline.StorePrefix):])), &r) == nil && r.check() {
 			out.store = &r
 		}
-	case strings.HasPrefix(body, ConsolePullPrefix):
-		out.pull = parsePullLine(body[len(ConsolePullPrefix):])
-	case strings.HasPrefix(body, ConsoleLayersPrefix):
+	case strings.HasPrefix(body, consoleline.PullPrefix):
+		out.pull = parsePullLine(body[len(consoleline.PullPrefix):])
+	case strings.HasPrefix(body, consoleline.LayersPrefix):
 		var r layersReport
-		if json.Unmarshal([]byte(strings.TrimSpace(body[len(ConsoleLayersPrefix):])), &r) == nil && r.check() {
+		if json.Unmarshal([]byte(strings.TrimSpace(body[len(consoleline.LayersPrefix):])), &r) == nil && r.check() {
 			out.layers = &r
 		}
 	}

@@ -27,9 +27,6 @@ import (
 // One Event per container start (reason PodVMImageSource, phase label
 // image), told once the container has started.
 
-// ConsolePullPrefix starts the cache mirror's pull line.
-const ConsolePullPrefix = "CAA-GCP-T4-PULL "
-
 const (
 	phaseImage  = "image"
 	reasonImage = "PodVMImageSource"

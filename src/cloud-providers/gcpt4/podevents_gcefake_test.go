@@ -23,6 +23,7 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/consoleline"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
@@ -670,7 +671,7 @@ func TestGPUFailureEventCarriesNoRawControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := `\u001b]52;c;ZXZpbA==\u0007\u001b[2J\u202e\u200b\u2060\u009b`
-	fake.SetSerialOutput("us-central1-a", inst.Name, ConsoleGPUPrefix+`{"state":"failed","step":"modprobe`+bad+`","reason":"no device`+bad+`","driver":"550`+bad+`"}`+"\n")
+	fake.SetSerialOutput("us-central1-a", inst.Name, consoleline.GPUPrefix+`{"state":"failed","step":"modprobe`+bad+`","reason":"no device`+bad+`","driver":"550`+bad+`"}`+"\n")
 	var f storedEvent
 	for _, e := range api.waitEvents(t, "failed", hasReason(ReasonFailed)) {
 		if e.Reason == ReasonFailed {
@@ -751,8 +752,8 @@ func TestRedactConsolePatterns(t *testing.T) {
 // when its prefix starts it, after the kernel's time at most; the prefix
 // further in (a program echoing one) decides nothing.
 func TestConsolePrefixOnlyAtLineStart(t *testing.T) {
-	boot := ConsoleBootFailedPrefix + `{"stage":"initrd"}`
-	gpu := ConsoleGPUPrefix + `{"state":"failed","step":"x","reason":"y"}`
+	boot := consoleline.BootFailedPrefix + `{"stage":"initrd"}`
+	gpu := consoleline.GPUPrefix + `{"state":"failed","step":"x","reason":"y"}`
 	for _, c := range []struct {
 		line    string
 		failure string
@@ -764,7 +765,7 @@ func TestConsolePrefixOnlyAtLineStart(t *testing.T) {
 		{"workload: echo " + boot, "", false},
 		{"[   12.3] sh[1]: " + boot, "", false},
 		{" " + boot, "", false},
-		{"tenant says " + ConsoleCDHFailedPrefix + "{}", "", false},
+		{"tenant says " + consoleline.CDHFailedPrefix + "{}", "", false},
 		{gpu, "", true},
 		{"[    3.100000] " + gpu, "", true},
 		{"log: " + gpu, "", false},
@@ -793,7 +794,7 @@ func TestGPUFailureReasonIsRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := "ghp_" + strings.Repeat("Q7w", 12)
-	line := ConsoleGPUPrefix + `{"state":"failed","step":"fetch --password hunter2","reason":"pull with ` + token + ` refused","driver":"550 ` + token + `"}`
+	line := consoleline.GPUPrefix + `{"state":"failed","step":"fetch --password hunter2","reason":"pull with ` + token + ` refused","driver":"550 ` + token + `"}`
 	fake.SetSerialOutput("us-central1-a", inst.Name, line+"\n")
 	var f storedEvent
 	for _, e := range api.waitEvents(t, "failed", hasReason(ReasonFailed)) {
