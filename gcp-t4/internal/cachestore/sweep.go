@@ -135,16 +135,7 @@ func referencedLayers(workDir, layersDir string) (map[int]bool, int, error) {
 	if err != nil {
 		return ref, -1, err
 	}
-	var ms struct {
-		LayerDB map[string]struct {
-			StorePath string `json:"store_path"`
-		} `json:"layer_db"`
-		ImageDB map[string]struct {
-			LayerMetas []struct {
-				StorePath string `json:"store_path"`
-			} `json:"layer_metas"`
-		} `json:"image_db"`
-	}
+	var ms imagestore.MetaStore
 	// image-rs rewrites the file in place: a read in the middle of a
 	// write does not parse, and then nothing is removed this time.
 	if err := json.Unmarshal(b, &ms); err != nil {
@@ -191,9 +182,12 @@ func dirBytes(dir string) int64 {
 }
 
 // changed says whether a report is worth a console line: something was
-// removed, or what is pending is not what the last line said.
+// removed, the number of directories pending changed, or the pending
+// bytes crossed the space left (what the provider warns of). The bytes of
+// a pull that is only unpacking grow at every look, and are not news.
 func (r SweepReport) changed(last SweepReport) bool {
-	return r.Removed > 0 || r.Pending != last.Pending || r.PendingBytes != last.PendingBytes || r.Error != last.Error
+	return r.Removed > 0 || r.Pending != last.Pending || r.Error != last.Error ||
+		(r.PendingBytes > r.FreeBytes) != (last.PendingBytes > last.FreeBytes)
 }
 
 // sweeper remembers the last report, so that a look that found the same

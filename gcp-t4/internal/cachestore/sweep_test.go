@@ -185,6 +185,32 @@ func TestSweepSaysOnlyChanges(t *testing.T) {
 	}
 }
 
+// A pull that is only unpacking (its directories' bytes growing, their
+// number the same, room left) is not news; its bytes passing the space
+// left is, and so is falling back under it.
+func TestSweepChangedIgnoresGrowthWithRoom(t *testing.T) {
+	const gib = 1 << 30
+	last := SweepReport{Pending: 2, PendingBytes: 1 * gib, FreeBytes: 10 * gib}
+	for _, tc := range []struct {
+		name string
+		r    SweepReport
+		want bool
+	}{
+		{"bytes grew, room left", SweepReport{Pending: 2, PendingBytes: 3 * gib, FreeBytes: 8 * gib}, false},
+		{"bytes passed the space left", SweepReport{Pending: 2, PendingBytes: 6 * gib, FreeBytes: 5 * gib}, true},
+		{"one more directory", SweepReport{Pending: 3, PendingBytes: 1 * gib, FreeBytes: 10 * gib}, true},
+		{"removed", SweepReport{Removed: 1, Pending: 2, PendingBytes: 1 * gib, FreeBytes: 10 * gib}, true},
+	} {
+		if got := tc.r.changed(last); got != tc.want {
+			t.Errorf("%s: changed %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	over := SweepReport{Pending: 2, PendingBytes: 6 * gib, FreeBytes: 5 * gib}
+	if !(SweepReport{Pending: 2, PendingBytes: 1 * gib, FreeBytes: 10 * gib}).changed(over) {
+		t.Error("back under the space left: want a line")
+	}
+}
+
 // signalWriter closes wrote at its first write.
 type signalWriter struct {
 	once  sync.Once
