@@ -56,11 +56,15 @@ help:
 tools:
 	@scripts/require-go.sh
 
-## build: the three binaries, one per place they run: gcp-t4 (operator CLI),
-## gcp-t4-node (node sidecar), gpu-init (podVM); static, as they ship
+## build: the binaries, one per place they run: gcp-t4 (operator CLI),
+## gcp-t4-node (node sidecar), gpu-init (podVM), modelcar (a model image's
+## process, which gcp-t4 cache model puts in the image); static, as they ship
 build: tools
-	@echo "build: $(BIN)/gcp-t4, $(BIN)/gcp-t4-node and $(BIN)/gpu-init, static, as they ship"
+	@echo "build: $(BIN)/gcp-t4, $(BIN)/gcp-t4-node, $(BIN)/gpu-init and $(BIN)/modelcar, static, as they ship"
 	cd gcp-t4 && CGO_ENABLED=0 ../$(PROGRESS) build "./cmd/gcp-t4 ./cmd/gcp-t4-node ./cmd/gpu-init" -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o ../$(BIN)/
+	@# For the podVM whatever this machine is, and with no version in it: the
+	@# model image's digest must depend on the model and this source only.
+	cd gcp-t4 && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 ../$(PROGRESS) build ./cmd/modelcar -trimpath -ldflags "-s -w" -o ../$(BIN)/
 
 ## demo: the main job on the embedded GCE emulator, no cloud account; first run about 5 min, then about 3 s
 ##   (the first build compiles the binaries' ~900 dependencies once: docs/benchmarks.md)

@@ -59,7 +59,7 @@ func TestNodeSidecarLinksNoCloudOrInstaller(t *testing.T) {
 }
 
 // gpu-init, podvm-notice, podvm-cache-mirror and podvm-cache-store run in
-// the podVM: the standard library, each its own packages, and
+// the podVM, and modelcar in a tenant's pod there: the standard library, each its own packages, and
 // internal/cli/stdflags (the common flag layout, itself held to the
 // standard library here) only. imagestore, which podvm-cache-store uses
 // and the operator CLI writes with, is held to the standard library too.
@@ -78,6 +78,7 @@ func TestPodVMBinariesLinkStandardLibraryOnly(t *testing.T) {
 	for bin, own := range map[string][]string{
 		"gpu-init":           {"github.com/caa-gcp-t4/gcp-t4/internal/gpuinit"},
 		"podvm-notice":       {"github.com/caa-gcp-t4/gcp-t4/internal/notice"},
+		"modelcar":           {"github.com/caa-gcp-t4/gcp-t4/internal/modelcar"},
 		"podvm-cache-mirror": {"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"},
 		"podvm-cache-store":  {"github.com/caa-gcp-t4/gcp-t4/internal/cachestore", imagestore},
 	} {

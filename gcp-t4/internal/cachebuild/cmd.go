@@ -41,6 +41,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 		Commands: map[string]cli.Command{
 			"build":    {Summary: "write the images, pinned by digest, into the cache disk's OCI layout (and -disk, its GCE image file)", Run: buildMain},
 			"initdata": {Summary: "print the initdata that sends a pod's image pulls to the podVM's cache mirror", Run: initdataMain},
+			"model":    {Summary: "make a model's files into an image (a modelcar) for the cache disk, and push it", Run: modelMain},
 			"check":    {Summary: "say, for each container of a workload, whether the cache serves its image, and why", Run: checkMain},
 		},
 	}.Run(ctx, args, stdout, stderr, logger)

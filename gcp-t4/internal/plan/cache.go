@@ -1,11 +1,16 @@
 package plan
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -13,6 +18,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
 	"github.com/caa-gcp-t4/gcp-t4/internal/imagestore"
 	"github.com/caa-gcp-t4/gcp-t4/internal/initdata"
+	"github.com/caa-gcp-t4/gcp-t4/internal/modelcar"
 )
 
 // cacheFix is what to give --cache, said in every error about it.
@@ -41,6 +47,9 @@ type cachedImage struct {
 	// Stored: the pre-unpacked store holds it, so the podVM's pull is a
 	// manifest fetch and an overlay mount (docs/cache.md).
 	Stored bool
+	// ModelBytes are the weights of a model image (gcp-t4 cache model's
+	// label); 0 for any other image.
+	ModelBytes int64
 }
 
 // readCache reads the layout at dir: its oci-layout marker and the images
@@ -74,12 +83,16 @@ func readCache(dir string) (*cacheLayout, error) {
 		if err != nil || dg.DigestStr() != i.Digest {
 			return nil, bad(fmt.Sprintf("index.json names %q for %s: cache build names each image by its reference pinned to that digest", i.Ref, i.Digest))
 		}
-		n, err := pullBytes(l, i.Descriptor())
+		n, cfg, err := pullBytes(l, i.Descriptor())
 		if err != nil {
 			// err names the descriptors from index.json down and the fix.
 			return nil, fmt.Errorf("--cache %s: image %q: %w", dir, i.Ref, err)
 		}
-		c.Images = append(c.Images, cachedImage{Ref: i.Ref, Repo: dg.Context().Name(), Digest: i.Digest, Bytes: n})
+		mb, err := modelBytes(l, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("--cache %s: image %q: %w", dir, i.Ref, err)
+		}
+		c.Images = append(c.Images, cachedImage{Ref: i.Ref, Repo: dg.Context().Name(), Digest: i.Digest, Bytes: n, ModelBytes: mb})
 	}
 	if len(c.Images) == 0 {
 		return nil, bad("index.json names no image (no " + cachemirror.RefNameAnnotation + " annotation)")
@@ -150,12 +163,14 @@ func (c *cacheLayout) lookup(image string) (string, cachedImage, []cachedImage) 
 // every descriptor's digest of sha256 form, every manifest's bytes
 // hashed against its digest and its size bounded, nesting bounded, so a
 // crafted layout can neither make plan read outside it nor loop.
-func pullBytes(l *cachemirror.Layout, d cachemirror.Descriptor) (int64, error) {
+func pullBytes(l *cachemirror.Layout, d cachemirror.Descriptor) (int64, cachemirror.Descriptor, error) {
 	var n int64
+	var cfg cachemirror.Descriptor
 	err := l.Walk(d, func(m cachemirror.Manifest) error {
 		if n > 0 || len(m.Layers) == 0 {
 			return nil
 		}
+		cfg = m.Config
 		sum := m.Config.Size
 		for _, b := range m.Layers {
 			if b.Size > math.MaxInt64-sum {
@@ -166,7 +181,50 @@ func pullBytes(l *cachemirror.Layout, d cachemirror.Descriptor) (int64, error) {
 		n = sum
 		return nil
 	})
-	return n, err
+	return n, cfg, err
+}
+
+// maxConfig bounds the image config plan reads from a layout: a config is
+// a few kilobytes; a layout is the admin's, but read as the mirror reads
+// it, bounded.
+const maxConfig = 1 << 20
+
+// modelBytes is the weights a model image holds, from its config's label
+// (modelcar.BytesLabel, which gcp-t4 cache model writes); 0 for an
+// image without it. The config is checked against its digest.
+func modelBytes(l *cachemirror.Layout, cfg cachemirror.Descriptor) (int64, error) {
+	if cfg.Digest == "" || cfg.Size > maxConfig {
+		return 0, nil
+	}
+	f, err := l.OpenBlob(cfg.Digest)
+	if err != nil {
+		return 0, nil // a pull would fail; pullBytes' size is what plan tells
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfig+1))
+	if err != nil {
+		return 0, err
+	}
+	if sum := sha256.Sum256(b); "sha256:"+hex.EncodeToString(sum[:]) != cfg.Digest {
+		return 0, fmt.Errorf("config %s does not match its digest: the layout is not as gcp-t4 cache build wrote it; build it again", cfg.Digest)
+	}
+	var c struct {
+		Config struct {
+			Labels map[string]string `json:"Labels"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return 0, fmt.Errorf("config %s: %w", cfg.Digest, err)
+	}
+	v, ok := c.Config.Labels[modelcar.BytesLabel]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("config %s: label %s=%q is not a size in bytes", cfg.Digest, modelcar.BytesLabel, v)
+	}
+	return n, nil
 }
 
 // mirrorNamed says why a pod's image, though in the cache, would not be

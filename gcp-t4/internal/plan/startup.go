@@ -146,6 +146,27 @@ type podImage struct {
 	known bool
 	route string // startup.RouteCache, or "": from its registry
 	from  SizeFrom
+	// modelBytes are the weights a model image holds (its label), from
+	// the cache layout; 0 for any other image.
+	modelBytes int64
+}
+
+// modelImage is a pod's model image as the weights' note tells it.
+type modelImage struct {
+	ref, how, route string
+	bytes           int64
+}
+
+// modelImageOf is the pod's model image (gcp-t4 cache model's, known by its
+// label in the cache layout), if it has one.
+func modelImageOf(images []podImage) (modelImage, bool) {
+	for _, im := range images {
+		if im.modelBytes > 0 {
+			how := "the cache layout's label"
+			return modelImage{ref: im.ref, how: how, route: im.route, bytes: im.modelBytes}, true
+		}
+	}
+	return modelImage{}, false
 }
 
 // startOf models one group's start from the catalogue, the manifest, the
@@ -217,14 +238,41 @@ func (sf *startupFlags) startOf(w Workload, g Group, e Entry) (GroupStart, error
 	weightsKnown := true
 	var weightsFrom []string
 	if podGPUs(g) > 0 {
-		gcs := len(w.Models) > 0
+		gcs, local := len(w.Models) > 0, len(w.Models) > 0
 		for _, m := range w.Models {
 			gcs = gcs && strings.HasPrefix(m, "gs://")
+			local = local && strings.HasPrefix(m, "/")
 		}
 		if gcs {
 			in.Routes["weights"] = startup.RouteGCS
 		}
+		if local {
+			// Read where they lie: nothing is downloaded, and the
+			// engine loads them from the disk that holds them.
+			in.Routes["weights"] = startup.RouteLocal
+			in.PhaseSizes["weights"] = 0
+			in.OffNAT["weights"] = true
+		}
 		for _, m := range w.Models {
+			if strings.HasPrefix(m, "/") {
+				note := fmt.Sprintf("model %s: a local path, read where it lies (a model image beside the serving container, docs/cache.md \"Weights\"): nothing downloaded", m)
+				if mi, ok := modelImageOf(images); ok {
+					weights += mi.bytes
+					weightsFrom = append(weightsFrom, mi.ref)
+					note += fmt.Sprintf("; %.1f GB of weights in model image %s (%s)", float64(mi.bytes)/1e9, mi.ref, mi.how)
+					if mi.route == startup.RouteStore {
+						in.Routes["engine"] = startup.RouteCache
+						note += ", read by the engine from the cache disk at the cache-disk rate (--cache-read-rate)"
+					}
+				} else {
+					weightsKnown = false
+					if _, ok := given["weights"]; !ok {
+						note += "; give its size with --weights-size (or --cache with the layout holding its model image)"
+					}
+				}
+				gs.Notes = append(gs.Notes, note)
+				continue
+			}
 			if strings.HasPrefix(m, "gs://") {
 				in.OffNAT["weights"] = true
 				note := fmt.Sprintf("model %s: from Cloud Storage through Private Google Access, not Cloud NAT, at the gcs rate (--gcs-rate)", m)
@@ -307,6 +355,7 @@ func (sf *startupFlags) imageOf(ref string, given map[string]int64, podAnnotatio
 		case inCache:
 			im.route = startup.RouteCache
 			im.bytes, im.known = ci.Bytes, ci.Bytes > 0
+			im.modelBytes = ci.ModelBytes
 			how = fmt.Sprintf("in the cache (%s): read from the cache disk, not through Cloud NAT", ci.Ref)
 			switch {
 			case ci.Stored:

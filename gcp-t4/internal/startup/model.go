@@ -35,6 +35,10 @@ type Inputs struct {
 	// that is not its own bytes (a phase modelling the longest of several
 	// pulls, some from the cache disk and some from their registries).
 	NATBytes map[string]int64
+	// PhaseSizes: a phase's size where it is not its size's (Sizes): the
+	// weights read where they lie (RouteLocal) are not downloaded, though
+	// the engine still loads all of them. By phase id.
+	PhaseSizes map[string]int64
 	// Kind is the workload's kind: deadlines that do not apply to it
 	// (Deadline.Kinds) are not checked. "": every deadline.
 	Kind string
@@ -44,7 +48,7 @@ type Inputs struct {
 func (in Inputs) Clone() Inputs {
 	return Inputs{Sizes: maps.Clone(in.Sizes), Rates: maps.Clone(in.Rates), Fixed: maps.Clone(in.Fixed),
 		Settings: maps.Clone(in.Settings), SetFrom: maps.Clone(in.SetFrom), OffNAT: maps.Clone(in.OffNAT),
-		Routes: maps.Clone(in.Routes), NATBytes: maps.Clone(in.NATBytes), Kind: in.Kind}
+		Routes: maps.Clone(in.Routes), NATBytes: maps.Clone(in.NATBytes), PhaseSizes: maps.Clone(in.PhaseSizes), Kind: in.Kind}
 }
 
 // Defaults are the catalogue's own figures and each deadline's value once
@@ -52,7 +56,7 @@ func (in Inputs) Clone() Inputs {
 func (c *Catalog) Defaults() Inputs {
 	in := Inputs{Sizes: map[string]int64{}, Rates: map[string]float64{}, Fixed: map[string]time.Duration{},
 		Settings: map[string]time.Duration{}, SetFrom: map[string]string{}, OffNAT: map[string]bool{},
-		Routes: map[string]string{}, NATBytes: map[string]int64{}}
+		Routes: map[string]string{}, NATBytes: map[string]int64{}, PhaseSizes: map[string]int64{}}
 	for _, r := range c.Rates {
 		in.Rates[r.ID] = r.Effective()
 	}
@@ -174,6 +178,9 @@ func phaseTime(p Phase, in Inputs) (time.Duration, PhaseTime, error) {
 	var parts []string
 	if p.Size != "" {
 		size, ok := in.Sizes[p.Size]
+		if ps, set := in.PhaseSizes[p.ID]; set {
+			size, ok = ps, true
+		}
 		if !ok {
 			// Counted as nothing, and said so: the caller's notes name the
 			// flag that gives it.
@@ -183,7 +190,8 @@ func phaseTime(p Phase, in Inputs) (time.Duration, PhaseTime, error) {
 		}
 		if size == 0 {
 			// A route may move nothing: an image the cache disk holds
-			// unpacked is mounted in place (RouteStore).
+			// unpacked is mounted in place (RouteStore), weights on a disk
+			// are read where they are (RouteLocal).
 			pt.Route = in.Routes[p.ID]
 			pt.Figure = "none (no " + p.Size + ")"
 			if pt.Route != "" {

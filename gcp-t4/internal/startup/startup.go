@@ -38,6 +38,10 @@ const (
 	// manifest fetch and an overlay mount (docs/cache.md, "pre-unpacked store").
 	RouteStore = "store"
 	RouteGCS   = "gcs" // weights from Cloud Storage, through Private Google Access
+	// RouteLocal is weights at a local path of the pod (a model image's,
+	// docs/cache.md "Weights"): nothing is downloaded; the engine reads
+	// them from the disk that holds them.
+	RouteLocal = "local"
 )
 
 // Who sets a deadline.
