@@ -39,7 +39,7 @@ func TestHelpWalk(t *testing.T) {
 	// passes its flags to the adaptor it starts after its emulator, so
 	// only its -h is walked, which starts nothing.
 	walked := clitest.Walk(t, "gcp-t4", run, []string{"version"}, []string{"cache build", "cache initdata", "status"}, []string{"demo"})
-	want := []string{"", "adaptor", "cache", "cache build", "cache check", "cache initdata", "demo", "emulator", "gc", "install", "plan", "plan serve", "preflight", "reaper", "status", "uninstall"}
+	want := []string{"", "adaptor", "cache", "cache build", "cache check", "cache initdata", "cache model", "demo", "emulator", "gc", "install", "plan", "plan serve", "preflight", "reaper", "status", "uninstall"}
 	if slices.Sort(walked); !slices.Equal(walked, want) {
 		t.Errorf("walked %q, want %q", walked, want)
 	}
@@ -76,10 +76,10 @@ func TestHelpRegressions(t *testing.T) {
 		return code, out.String(), errb.String()
 	}
 	// cache -h printed only cache build's help.
-	if _, out, _ := help("cache", "-h"); !slices.Equal(clitest.Commands(out), []string{"build", "check", "initdata"}) || strings.Contains(out, "usage: gcp-t4 cache build") {
+	if _, out, _ := help("cache", "-h"); !slices.Equal(clitest.Commands(out), []string{"build", "check", "initdata", "model"}) || strings.Contains(out, "usage: gcp-t4 cache build") {
 		t.Errorf("gcp-t4 cache -h does not list its commands alone:\n%s", out)
 	}
-	for _, sub := range []string{"build", "initdata", "check"} {
+	for _, sub := range []string{"build", "initdata", "check", "model"} {
 		if _, out, _ := help("cache", sub, "-h"); !strings.HasPrefix(out, "usage: gcp-t4 cache "+sub+" ") {
 			t.Errorf("gcp-t4 cache %s -h is not its own usage:\n%s", sub, out)
 		}
