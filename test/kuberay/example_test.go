@@ -132,12 +132,12 @@ var planned = engineKwargs{
 }
 
 const (
-	// modelSourceID is the checkpoint served; modelBucketURI is the
-	// bucket it is loaded from as committed, BUCKET standing for the one
-	// runbook step 5 creates and writes in (its copy of that checkpoint).
-	modelSourceID  = "mistralai/Mistral-Nemo-Instruct-2407"
-	modelBucketURI = "gs://BUCKET/mistral-nemo-instruct-2407"
-	image          = "rayproject/ray-llm:2.52.0-py311-cu128"
+	// modelSourceID is the checkpoint served; modelImage the image of it
+	// the pods name as committed (a name that never resolves, RFC 6761),
+	// which runbook step 4 makes with gcp-t4 cache model and pins.
+	modelSourceID = "mistralai/Mistral-Nemo-Instruct-2407"
+	modelImage    = "models.invalid/mistral-nemo-instruct-2407"
+	image         = "rayproject/ray-llm:2.52.0-py311-cu128"
 )
 
 func TestServeConfig(t *testing.T) {
@@ -146,13 +146,13 @@ func TestServeConfig(t *testing.T) {
 	if !reflect.DeepEqual(llm.EngineKwargs, planned) {
 		t.Errorf("engine_kwargs %+v, want the planned %+v", llm.EngineKwargs, planned)
 	}
-	// The weights come from the bucket in the region, never from Hugging
-	// Face per podVM; the bucket's prefix names the checkpoint it copies.
-	if src := llm.ModelLoadingConfig.ModelSource; src.ID != "" || src.Mirror == nil || src.Mirror.BucketURI != modelBucketURI || len(src.Mirror.ExtraFiles) != 0 {
-		t.Errorf("model_source %+v, want the bucket %q", src, modelBucketURI)
+	// The weights are the model image's, read where they lie, never
+	// downloaded; the image's name is the checkpoint's it holds.
+	if src := llm.ModelLoadingConfig.ModelSource; src.ID != modelPath || src.Mirror != nil {
+		t.Errorf("model_source %+v, want the model image's files at %s", src, modelPath)
 	}
-	if want := strings.ToLower(modelSourceID[strings.Index(modelSourceID, "/")+1:]); !strings.HasSuffix(modelBucketURI, "/"+want) {
-		t.Errorf("bucket %s does not hold %s under its name (%s)", modelBucketURI, modelSourceID, want)
+	if want := strings.ToLower(modelSourceID[strings.Index(modelSourceID, "/")+1:]); !strings.HasSuffix(modelImage, "/"+want) {
+		t.Errorf("model image %s does not name %s (%s)", modelImage, modelSourceID, want)
 	}
 	if n := llm.DeploymentConfig.NumReplicas; n == nil || *n != 1 {
 		t.Errorf("num_replicas %v, want 1: one engine over both GPUs", n)
@@ -253,8 +253,8 @@ func envMap(t *testing.T, group string, c corev1.Container) map[string]string {
 	return m
 }
 
-// NCCL and Gloo settings for the tunnel, the model token from a Secret,
-// the same on every node; /dev/shm sized in memory.
+// NCCL and Gloo settings for the tunnel, the Hub switched off (the weights
+// are the model image's), the same on every node; /dev/shm sized in memory.
 func TestNetworkEnvAndSharedMemory(t *testing.T) {
 	rs := only[*rayv1.RayService](t, example(t))
 	want := map[string]string{
@@ -267,7 +267,7 @@ func TestNetworkEnvAndSharedMemory(t *testing.T) {
 		"VLLM_ATTENTION_BACKEND": "FLEX_ATTENTION",
 		"RAY_CGRAPH_get_timeout": "1800",
 		"VLLM_HOST_IP":           "field:status.podIP",
-		"HF_TOKEN":               "secret:hf-token/token",
+		"HF_HUB_OFFLINE":         "1",
 	}
 	minShm := resource.MustParse("1Gi")
 	for _, p := range rayPods(t, rs) {
@@ -386,7 +386,11 @@ func TestCompiledGraphTimeoutCoversTheFirstRequest(t *testing.T) {
 // every one of them names that digest, and nothing else changes.
 func TestImageComponentPinsEveryRayPod(t *testing.T) {
 	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	fsys := mutatedTree(t, "image/kustomization.yaml", "  newTag: 2.52.0-py311-cu128\n", "  digest: "+digest+"\n")
+	const modelDigest = "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+	const modelRepo = "us-central1-docker.pkg.dev/example-project/models/mistral-nemo-instruct-2407"
+	// Both pins, as step 4's two kustomize edit set image write them.
+	fsys := mutatedTree(t, "image/kustomization.yaml", "  newTag: 2.52.0-py311-cu128\n",
+		"  digest: "+digest+"\n- name: "+modelImage+"\n  newName: "+modelRepo+"\n  digest: "+modelDigest+"\n")
 	containers := 0
 	for _, dir := range []string{"/example", "/example/nccl-check", "/example/single-podvm"} {
 		objs, err := decodeAll(fsys, dir)
@@ -406,15 +410,20 @@ func TestImageComponentPinsEveryRayPod(t *testing.T) {
 			for _, s := range specs {
 				for _, c := range append(slices.Clone(s.InitContainers), s.Containers...) {
 					containers++
-					if c.Image != "rayproject/ray-llm@"+digest {
-						t.Errorf("%s %s %s: image %s, want the pinned rayproject/ray-llm@%s", dir, o.name, c.Name, c.Image, digest)
+					want := "rayproject/ray-llm@" + digest
+					if c.Name == "model" {
+						want = modelRepo + "@" + modelDigest
+					}
+					if c.Image != want {
+						t.Errorf("%s %s %s: image %s, want the pinned %s", dir, o.name, c.Name, c.Image, want)
 					}
 				}
 			}
 		}
 	}
-	// Head, worker and its sidecar; two check pods; the one-podVM head.
-	if containers != 6 {
-		t.Errorf("%d containers; want 6", containers)
+	// Head, worker and its drain sidecar, a model sidecar each; two check
+	// pods; the one-podVM head and its model sidecar.
+	if containers != 9 {
+		t.Errorf("%d containers; want 9", containers)
 	}
 }

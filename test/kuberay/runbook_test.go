@@ -2,7 +2,6 @@ package kuberay
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 const (
@@ -54,7 +52,7 @@ func flagValue(fields []string, flag string) string {
 }
 
 // The runbook's commands name the example's files, namespace, resources,
-// Secret, labels, model and settings as they are.
+// labels, model, model image and settings as they are.
 func TestRunbookCommandsMatchTheExample(t *testing.T) {
 	objs := example(t)
 	check := ncclCheck(t)
@@ -63,15 +61,6 @@ func TestRunbookCommandsMatchTheExample(t *testing.T) {
 	llm := theLLM(t, rs)
 	ns := rs.Namespace
 	head := rs.Spec.RayClusterSpec.HeadGroupSpec.Template
-	var token *corev1.SecretKeySelector
-	for _, e := range head.Spec.Containers[0].Env {
-		if e.Name == "HF_TOKEN" {
-			token = e.ValueFrom.SecretKeyRef
-		}
-	}
-	if token == nil {
-		t.Fatal("head has no HF_TOKEN from a Secret")
-	}
 	names := map[string]bool{} // kind/name
 	single := singlePodVM(t)
 	singleSvc := only[*corev1.Service](t, single)
@@ -80,6 +69,7 @@ func TestRunbookCommandsMatchTheExample(t *testing.T) {
 	}
 	applied := map[string]bool{}
 	var planned bool
+	var downloaded, packed, pinned string // hf download's --local-dir, cache model's -dir, the model pin
 
 	pathRe := regexp.MustCompile(`\binstall/[A-Za-z0-9_./-]+`)
 	refRe := regexp.MustCompile(`\b(svc|service|pod|rayservice)/([a-z0-9-]+)`)
@@ -103,6 +93,21 @@ func TestRunbookCommandsMatchTheExample(t *testing.T) {
 			continue
 		}
 		switch fields[0] {
+		case "hf":
+			// The checkpoint served, its shards only, into the directory
+			// cache model reads.
+			if fields[1] != "download" || fields[2] != modelSourceID || flagValue(fields, "--exclude") != "consolidated.safetensors" {
+				t.Errorf("%q: want hf download %s --exclude consolidated.safetensors", c, modelSourceID)
+			}
+			downloaded = flagValue(fields, "--local-dir")
+		case "export":
+			if strings.Contains(c, "gcp-t4 cache model ") {
+				packed = flagValue(fields, "-dir")
+			}
+		case "kustomize":
+			if strings.Contains(c, modelImage+"=") {
+				pinned = c
+			}
 		case "kubectl":
 			if n := flagValue(fields, "-n"); n != "" && n != ns && !strings.Contains(c, "kuberay-operator") {
 				t.Errorf("%q: namespace %s, the example's is %s", c, n, ns)
@@ -113,10 +118,8 @@ func TestRunbookCommandsMatchTheExample(t *testing.T) {
 			if i := slices.Index(fields, "namespace"); i > 0 && fields[i-1] == "create" && fields[i+1] != ns {
 				t.Errorf("%q: creates namespace %s, the example's is %s", c, fields[i+1], ns)
 			}
-			if i := slices.Index(fields, "generic"); i > 0 {
-				if fields[i+1] != token.Name || !strings.Contains(c, "--from-literal="+token.Key+"=") {
-					t.Errorf("%q: the pods read Secret %s key %s", c, token.Name, token.Key)
-				}
+			if slices.Contains(fields, "secret") {
+				t.Errorf("%q: the example reads no Secret (the weights are the model image's)", c)
 			}
 			if i := slices.Index(fields, "rayservice"); i > 0 && i+1 < len(fields) && fields[i+1] != rs.Name {
 				t.Errorf("%q: the RayService is %s", c, rs.Name)
@@ -179,6 +182,12 @@ func TestRunbookCommandsMatchTheExample(t *testing.T) {
 	if !planned {
 		t.Error("the runbook does not show the gcp-t4 plan serve command behind the settings")
 	}
+	if downloaded == "" || packed != downloaded {
+		t.Errorf("cache model packs %q, hf download wrote %q: want the download made into the model image", packed, downloaded)
+	}
+	if pinned == "" {
+		t.Errorf("no kustomize edit set image pins %s, the pods' model image", modelImage)
+	}
 }
 
 // The prose states the model, its size and the image the manifests use.
@@ -207,20 +216,15 @@ func TestRunbookReflectsEverySetting(t *testing.T) {
 	ek := llm.EngineKwargs
 	pods := rayPods(t, rs)
 	env := envMap(t, "head", pods[0].tpl.Spec.Containers[0])
-	var hfLimit string
-	for _, v := range pods[0].tpl.Spec.Volumes {
-		if v.Name == "hf-cache" && v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil {
-			hfLimit = v.EmptyDir.SizeLimit.String()
-		}
-	}
 	want := []string{
-		// Only the Hugging Face shards download.
-		"load_format: " + ek.LoadFormat, "consolidated.safetensors", "original/**/*", "sizeLimit " + hfLimit,
-		// Where the image and the emptyDirs live, and the check.
-		"/run/kata-containers/image/", "rootfs/local/", "df -h / /home/ray/.cache/huggingface /dev/shm",
-		// The optional GCS mirror through Private Google Access, and the one-time copy.
-		"bucket_uri: gs://BUCKET/mistral-nemo-instruct-2407", "Private Google Access",
-		`gcloud storage rsync --recursive --exclude='^\.cache/' ~/.cache/caa-gcp-t4/mistral-nemo-instruct-2407 "gs://$BUCKET/mistral-nemo-instruct-2407"`,
+		// Only the Hugging Face shards go into the model image.
+		"consolidated.safetensors", "--exclude consolidated.safetensors",
+		// Where the images and the emptyDirs live, and the check.
+		"/run/kata-containers/image/", "rootfs/local/", "df -h / " + modelPath + "/ /dev/shm",
+		// The model image: made once, its sidecar, its link, its user,
+		// what each rank reads, and its registry through Private Google Access.
+		"gcp-t4 cache model", "model_source: " + modelPath, "`shareProcessNamespace: true`", "uid 1000 and gid 100",
+		"`/modelcar -check`", "`HF_HUB_OFFLINE=1`", "`sharded_state`", "Private Google Access",
 		// Ray's object store, Serve's admission limit, the metrics port and scrape config.
 		`object-store-memory: "` + pods[0].rayStartParams["object-store-memory"] + `"`,
 		"max_ongoing_requests: " + strconv.Itoa(*llm.DeploymentConfig.MaxOngoingRequests),
@@ -246,11 +250,11 @@ func TestRunbookReflectsEverySetting(t *testing.T) {
 		"cuda_compat=minor-version", "step=versions", "step=mtu", "don't fragment",
 		// The one-podVM layout.
 		"install/examples/mistral-tp2/single-podvm", "`t4-2`", "via P2P/", "via SHM/",
-		// The weights from the bucket, never Hugging Face per podVM.
-		"no pod asks Hugging Face", "a new podVM never goes to Hugging Face",
+		// The weights from the model image, never Hugging Face per podVM.
+		"no pod asks Hugging Face or Cloud Storage for anything",
 		// The image cache: the pin, the check's verdict, the initdata, a
 		// restarted podVM, the fallback, and the figures with the cache and the gap to the goal.
-		"<!-- cache-path -->", "install/examples/mistral-tp2/image", "3 containers, 3 from the cache, 0 of a cached repository not served from it",
+		"<!-- cache-path -->", "install/examples/mistral-tp2/image", "5 containers, 5 from the cache, 0 of a cached repository not served from it",
 		"`gcp-t4 cache initdata -annotation", "io.katacontainers.config.hypervisor.cc_init_data", "`offline_fs_kbc`",
 		"**A restarted podVM.**", "new disk made from the same image in its own zone", "**The fallback.**", "answers by digest only",
 		"**The 3-minute goal is not met, and why.**", "<!-- startup-cache -->", "`CAA-GCP-T4-CACHE`", "`CAA-GCP-T4-INITDATA`",
@@ -260,52 +264,6 @@ func TestRunbookReflectsEverySetting(t *testing.T) {
 	for _, w := range want {
 		if !strings.Contains(doc, w) && !strings.Contains(flat, w) {
 			t.Errorf("the runbook does not say %q", w)
-		}
-	}
-}
-
-// Runbook step 5 puts the bucket the reader created into both RayServices
-// with one sed command. Run as written (bash, the system's sed) from the
-// root of a copy of the repository's example, with BUCKET as step 5
-// exports it: every model_source then names that bucket, and the
-// committed placeholder is gone from both.
-func TestRunbookSetsTheBucket(t *testing.T) {
-	var sed, export string
-	for _, c := range commands(t) {
-		switch {
-		case strings.HasPrefix(c, "sed -i ") && strings.Contains(c, "bucket_uri"):
-			sed = c
-		case strings.HasPrefix(c, "export BUCKET="):
-			export = c
-		}
-	}
-	if sed == "" || export == "" {
-		t.Fatalf("the runbook has no `export BUCKET=` (%q) and bucket `sed -i` (%q) in step 5", export, sed)
-	}
-	root := t.TempDir()
-	dst := filepath.Join(root, "install/examples/mistral-tp2")
-	if err := os.CopyFS(dst, os.DirFS(exampleDir)); err != nil {
-		t.Fatal(err)
-	}
-	// Step 2's PROJECT; step 5's export names the bucket after it.
-	cmd := exec.Command("bash", "-euc", export+"\n"+sed)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "PROJECT=runbook-test")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s\n%s: %v\n%s", export, sed, err, out)
-	}
-	const want = "gs://runbook-test-models/mistral-nemo-instruct-2407"
-	for _, dir := range []string{dst, filepath.Join(dst, "single-podvm")} {
-		objs, err := decodeAll(filesys.MakeFsOnDisk(), dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs := only[*rayv1.RayService](t, objs)
-		if src := theLLM(t, rs).ModelLoadingConfig.ModelSource; src.Mirror == nil || src.Mirror.BucketURI != want {
-			t.Errorf("%s: model_source %+v after step 5, want the bucket %s", rs.Name, src, want)
-		}
-		if strings.Contains(rs.Spec.ServeConfigV2, "gs://BUCKET/") {
-			t.Errorf("%s: the placeholder bucket is still there", rs.Name)
 		}
 	}
 }

@@ -68,38 +68,70 @@ func TestModelDownloadsOnlyTheShards(t *testing.T) {
 	}
 }
 
-// The Hugging Face cache holds one copy of the shards with room for the
-// tokenizer and partial downloads, not two copies; it is a disk emptyDir
-// (in the podVM: the kata agent's local storage on the boot disk) where
-// Ray's GCS downloader and huggingface_hub both write.
-func TestHFCacheSizedForTheShards(t *testing.T) {
-	m := servedModel(t)
-	shards := m.Parameters * 2 // bf16 shards
-	for _, p := range rayPods(t, only[*rayv1.RayService](t, example(t))) {
-		c := p.tpl.Spec.Containers[0]
-		mount := ""
-		for _, vm := range c.VolumeMounts {
-			if vm.MountPath == "/home/ray/.cache/huggingface" {
-				mount = vm.Name
+// modelPath is where the model sidecar links the model image's files in
+// every Ray pod (gcp-t4/internal/modelcar's Link), and the model_source.
+const modelPath = "/mnt/model/weights"
+
+// Every Ray pod of both layouts reads the weights from the model image
+// (docs/cache.md, "Weights"): one process namespace; a model sidecar
+// that starts before the Ray container, runs as Ray's user (1000:100,
+// which reading /proc/PID/root needs), asks for no CPU, and is started
+// only once its probe finds the link; the link's volume mounted in the
+// sidecar and, read-only, in the Ray container; no download cache and no
+// Hub token left, and the Hub switched off.
+func TestModelSidecar(t *testing.T) {
+	for _, dir := range []string{exampleDir, singleDir} {
+		for _, p := range rayPods(t, only[*rayv1.RayService](t, fromDisk(t, dir))) {
+			spec := p.tpl.Spec
+			where := dir + " " + p.group
+			if spec.ShareProcessNamespace == nil || !*spec.ShareProcessNamespace {
+				t.Errorf("%s: shareProcessNamespace is not true", where)
 			}
-		}
-		if mount == "" {
-			t.Errorf("%s: nothing mounted at /home/ray/.cache/huggingface (huggingface_hub's and Ray's cache)", p.group)
-			continue
-		}
-		for _, e := range c.Env {
-			if e.Name == "HF_HOME" || e.Name == "HF_HUB_CACHE" || e.Name == "TRANSFORMERS_CACHE" {
-				t.Errorf("%s: %s moves the cache away from the mounted volume", p.group, e.Name)
+			if len(spec.InitContainers) != 1 {
+				t.Fatalf("%s: %d init containers, want the model sidecar", where, len(spec.InitContainers))
 			}
-		}
-		i := slices.IndexFunc(p.tpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == mount })
-		ed := p.tpl.Spec.Volumes[i].EmptyDir
-		if ed == nil || ed.Medium != corev1.StorageMediumDefault || ed.SizeLimit == nil {
-			t.Errorf("%s: hf-cache %+v, want a disk emptyDir with a sizeLimit", p.group, ed)
-			continue
-		}
-		if lim := ed.SizeLimit.Value(); lim < shards*11/10 || lim >= 2*shards {
-			t.Errorf("%s: hf-cache sizeLimit %s; want at least the shards %d B + 10 %% and below two copies", p.group, ed.SizeLimit, shards)
+			m := spec.InitContainers[0]
+			sc := m.SecurityContext
+			switch {
+			case m.Name != "model" || m.Image != modelImage:
+				t.Errorf("%s: init container %s %s, want model %s", where, m.Name, m.Image, modelImage)
+			case m.RestartPolicy == nil || *m.RestartPolicy != corev1.ContainerRestartPolicyAlways:
+				t.Errorf("%s: the model container is not a sidecar (restartPolicy: Always)", where)
+			case sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 1000 || sc.RunAsGroup == nil || *sc.RunAsGroup != 100:
+				t.Errorf("%s: the model sidecar does not run as Ray's 1000:100: %+v", where, sc)
+			case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+				t.Errorf("%s: the model sidecar may escalate or write its root: %+v", where, sc)
+			case m.StartupProbe == nil || m.StartupProbe.Exec == nil || strings.Join(m.StartupProbe.Exec.Command, " ") != "/modelcar -check":
+				t.Errorf("%s: the model sidecar's startup probe %+v, want /modelcar -check", where, m.StartupProbe)
+			case !m.Resources.Requests.Cpu().IsZero() || !m.Resources.Limits.Cpu().IsZero():
+				t.Errorf("%s: the model sidecar asks for CPU (%v), which would size the podVM up", where, m.Resources)
+			}
+			mounted := func(c corev1.Container, readOnly bool) string {
+				for _, vm := range c.VolumeMounts {
+					if vm.MountPath == filepath.Dir(modelPath) && vm.ReadOnly == readOnly {
+						return vm.Name
+					}
+				}
+				return ""
+			}
+			vol := mounted(m, false)
+			ray := spec.Containers[0]
+			if vol == "" || mounted(ray, true) != vol {
+				t.Errorf("%s: the sidecar (%q) and the Ray container (%q, read-only) do not share %s", where, vol, mounted(ray, true), filepath.Dir(modelPath))
+			}
+			i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol })
+			if i < 0 || spec.Volumes[i].EmptyDir == nil || spec.Volumes[i].EmptyDir.Medium != corev1.StorageMediumDefault {
+				t.Errorf("%s: volume %q is not an emptyDir", where, vol)
+			}
+			for _, v := range spec.Volumes {
+				if v.Name == "hf-cache" {
+					t.Errorf("%s: a download cache is left (%s)", where, v.Name)
+				}
+			}
+			env := envMap(t, where, ray)
+			if _, ok := env["HF_TOKEN"]; ok || env["HF_HUB_OFFLINE"] != "1" {
+				t.Errorf("%s: HF_TOKEN %q, HF_HUB_OFFLINE %q: want no token and the Hub off", where, env["HF_TOKEN"], env["HF_HUB_OFFLINE"])
+			}
 		}
 	}
 }
@@ -175,6 +207,18 @@ func TestKubeRayBuildsThePodsAsIntended(t *testing.T) {
 		return []corev1.Pod{hp, wp}
 	}
 	for _, pod := range build(false) {
+		// KubeRay keeps the shared process namespace and the model
+		// sidecar first among the init containers, so it starts before
+		// anything of KubeRay's (the worker's wait-gcs-ready) and the Ray
+		// container.
+		if sp := pod.Spec.ShareProcessNamespace; sp == nil || !*sp || len(pod.Spec.InitContainers) == 0 || pod.Spec.InitContainers[0].Name != "model" ||
+			pod.Spec.InitContainers[0].RestartPolicy == nil {
+			var names []string
+			for _, ic := range pod.Spec.InitContainers {
+				names = append(names, ic.Name)
+			}
+			t.Errorf("%s: shareProcessNamespace %v, init containers %v: want the model sidecar kept first", pod.Spec.Containers[0].Name, sp, names)
+		}
 		c := pod.Spec.Containers[0]
 		cmd := strings.Join(append(slices.Clone(c.Command), c.Args...), " ")
 		for _, want := range []string{"--object-store-memory=2147483648", "--metrics-export-port=8080", "--num-gpus=1"} {
@@ -299,12 +343,13 @@ func TestAttentionBackendRunsOnT4(t *testing.T) {
 	}
 }
 
-// The weights' bucket, as committed, decodes as Ray Serve LLM's
-// CloudMirrorConfig; a wrong scheme or key does not; and the Hugging Face
-// form the manifest's comment gives instead decodes as a model id.
-func TestGCSModelSource(t *testing.T) {
-	mirror := "                model_source:\n                  bucket_uri: " + modelBucketURI + "\n"
+// The weights' local path, as committed, decodes as Ray Serve LLM's
+// model_source string; so do the Hugging Face form the manifest's comment
+// gives instead and a CloudMirrorConfig; a wrong scheme or key does not.
+func TestModelSource(t *testing.T) {
+	local := "                model_source: " + modelPath + "\n"
 	hf := "                model_source: " + modelSourceID + "\n"
+	mirror := "                model_source:\n                  bucket_uri: gs://BUCKET/mistral-nemo-instruct-2407\n"
 	for _, dir := range []string{exampleDir, singleDir} {
 		b, err := os.ReadFile(filepath.Join(dir, "rayservice.yaml"))
 		if err != nil {
@@ -317,13 +362,14 @@ func TestGCSModelSource(t *testing.T) {
 	for _, tc := range []struct {
 		name, new, want string
 	}{
-		{"bucket", mirror, ""},
+		{"local path", local, ""},
 		{"hugging face", hf, ""},
+		{"bucket", mirror, ""},
 		{"not a bucket URI", strings.Replace(mirror, "gs://", "https://storage.googleapis.com/", 1), "gs:// or s3://"},
 		{"misspelt key", strings.Replace(mirror, "bucket_uri", "bucket", 1), `unknown field "bucket"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs, err := mutated(t, "rayservice.yaml", mirror, tc.new)
+			objs, err := mutated(t, "rayservice.yaml", local, tc.new)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -334,14 +380,17 @@ func TestGCSModelSource(t *testing.T) {
 				t.Fatal(err)
 			case tc.want == "":
 				src := sc.Applications[0].Args.LLMConfigs[0].ModelLoadingConfig.ModelSource
+				if tc.new == local && (src.ID != modelPath || src.Mirror != nil) {
+					t.Errorf("model_source %+v, want %s", src, modelPath)
+				}
 				if tc.new == hf && (src.ID != modelSourceID || src.Mirror != nil) {
 					t.Errorf("model_source %+v, want %s", src, modelSourceID)
 				}
-				if tc.new == mirror && (src.Mirror == nil || src.Mirror.BucketURI != modelBucketURI || src.ID != "") {
-					t.Errorf("model_source %+v", src)
+				if tc.new == mirror && (src.Mirror == nil || src.ID != "") {
+					t.Errorf("model_source %+v, want the bucket", src)
 				}
 			case err == nil || !strings.Contains(err.Error(), tc.want):
-				t.Errorf("error %v, want one containing %q", err, tc.want)
+				t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 			}
 		})
 	}

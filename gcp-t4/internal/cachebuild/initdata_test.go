@@ -261,7 +261,8 @@ func TestPullOrderFollowsImageRS(t *testing.T) {
 type redirect struct{ to *url.URL }
 
 func (r redirect) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Host == "index.docker.io" || req.URL.Host == "registry-1.docker.io" {
+	// Docker Hub's hosts, and Artifact Registry's (REGION-docker.pkg.dev).
+	if req.URL.Host == "index.docker.io" || req.URL.Host == "registry-1.docker.io" || strings.HasSuffix(req.URL.Host, "-docker.pkg.dev") {
 		req = req.Clone(req.Context())
 		req.URL.Scheme, req.URL.Host, req.Host = r.to.Scheme, r.to.Host, r.to.Host
 	}

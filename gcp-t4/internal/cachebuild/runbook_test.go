@@ -28,6 +28,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/cachemirror"
+	"github.com/caa-gcp-t4/gcp-t4/internal/imagestore"
 	"github.com/caa-gcp-t4/gcp-t4/internal/initdata"
 	"github.com/caa-gcp-t4/test/controlplane/doccmd"
 )
@@ -42,6 +43,8 @@ const (
 const (
 	skipOnEmulator = "runs against Google Cloud: gcp-t4/internal/install's TestAgainstAPIServer/RunbookMistralTP2 runs it on the GCE emulator and a real API server"
 	skipUpload     = "uploads to Cloud Storage, which no test here models: the file it uploads is checked here, and the image import that reads it runs on the GCE emulator (gcp-t4/internal/install)"
+	skipRegistry   = "sets up Artifact Registry, which a stand-in registry plays here, needing neither a repository made nor credentials"
+	skipHub        = "downloads from the Hugging Face Hub: a stand-in download (two shards, the configuration, the tokenizer and the download's own .cache/) is put where it would write"
 )
 
 // TestRunbookCachePath runs docs/runbook-mistral-tp2.md's image cache
@@ -137,11 +140,12 @@ func TestRunbookCachePath(t *testing.T) {
 	// The admin's home, new: the block writes the layout and its image
 	// file there, outside the checkout.
 	home := t.TempDir()
-	// PROJECT and UPLOAD come from the runbook's earlier steps, which this
-	// block follows in the same shell (the podVM image's upload exports
-	// UPLOAD, a bucket's name); the test holds the runbook to exporting them.
-	vars := map[string]string{"HOME": home, "PROJECT": "example-project", "UPLOAD": "example-project-podvm"}
-	for _, want := range []string{"export PROJECT=", "export UPLOAD=$PROJECT-podvm"} {
+	// PROJECT, REGION and UPLOAD come from the runbook's earlier steps,
+	// which this block follows in the same shell (the podVM image's upload
+	// exports UPLOAD, a bucket's name); the test holds the runbook to
+	// exporting them.
+	vars := map[string]string{"HOME": home, "PROJECT": "example-project", "REGION": "us-central1", "UPLOAD": "example-project-podvm"}
+	for _, want := range []string{"export PROJECT=", " REGION=", "export UPLOAD=$PROJECT-podvm"} {
 		if !bytes.Contains(doc, []byte(want)) {
 			t.Fatalf("docs/runbook-mistral-tp2.md no longer says %q, which the cache block relies on", want)
 		}
@@ -166,12 +170,45 @@ func TestRunbookCachePath(t *testing.T) {
 		return string(out)
 	}
 
+	// The modelcar binary, where make build puts it: beside gcp-t4 (here,
+	// this test's binary), for cache model to find as the admin's does.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	beside := filepath.Join(filepath.Dir(exe), "modelcar")
+	hb, err := os.ReadFile(holder(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, beside, string(hb), 0o755)
+	t.Cleanup(func() { os.Remove(beside) })
 	cwd, prev := root, root
 	ran := map[string]string{} // what ran -> its output
-	var layout, disk string    // where cache build wrote them
+	gcpT4 := func(line int, text string) string {
+		t.Helper()
+		args, err := doccmd.Fields(text, func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
+		if err != nil {
+			t.Fatalf("line %d: %v", line, err)
+		}
+		t.Chdir(cwd)
+		var out, errb bytes.Buffer
+		if code := Main(context.Background(), args[2:], &out, &errb, nil); code != 0 {
+			t.Fatalf("line %d: %s: exit %d\n%s%s", line, text, code, out.String(), errb.String())
+		}
+		return out.String()
+	}
+	var layout, disk string // where cache build wrote them
 	exportRE := regexp.MustCompile(`(?:^export | )([A-Z_][A-Z0-9_]*)=`)
 	for _, c := range block.Commands {
 		switch text := c.Text; {
+		case regexp.MustCompile(`^export [A-Z_]+=\$\(gcp-t4 [^()]*\)$`).MatchString(text):
+			// The shell sets it from what gcp-t4 prints: gcp-t4 runs here.
+			name, inner, _ := strings.Cut(strings.TrimPrefix(text, "export "), "=$(")
+			inner = strings.TrimSuffix(inner, ")")
+			out := gcpT4(c.Line, inner)
+			vars[name] = strings.TrimSpace(out)
+			ran[inner[:strings.Index(inner+" -", " -")]] = out
 		case strings.HasPrefix(text, "export "):
 			// The shell sets them; read back what it set.
 			names := exportRE.FindAllStringSubmatch(text, -1)
@@ -193,7 +230,34 @@ func TestRunbookCachePath(t *testing.T) {
 			}
 			cwd, prev = dir, cwd
 		case strings.HasPrefix(text, "kustomize edit "):
-			ran["kustomize"] = bash(cwd, text)
+			ran["kustomize"] += bash(cwd, text)
+		case strings.HasPrefix(text, "sed -i "):
+			ran["sed"] = bash(cwd, text)
+		case strings.HasPrefix(text, "hf download "):
+			args, err := doccmd.Fields(text, func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
+			if err != nil {
+				t.Fatalf("line %d: %v", c.Line, err)
+			}
+			dir := ""
+			for i, a := range args {
+				if a == "--local-dir" && i+1 < len(args) {
+					dir = args[i+1]
+				}
+			}
+			if !strings.HasPrefix(dir, home+string(filepath.Separator)) {
+				t.Fatalf("line %d: hf download writes to %q, not under the admin's home", c.Line, dir)
+			}
+			for name, body := range map[string]string{"config.json": "{}", "tokenizer.json": "{}", "model-00001-of-00002.safetensors": "shard one",
+				"model-00002-of-00002.safetensors": "shard two", ".cache/huggingface/download/x.metadata": "etag"} {
+				p := filepath.Join(dir, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, p, body, 0o644)
+			}
+			t.Logf("line %d: not run here: %s\n    %s", c.Line, text, skipHub)
+		case strings.HasPrefix(text, "gcloud artifacts repositories create "), strings.HasPrefix(text, "gcloud auth configure-docker "):
+			t.Logf("line %d: not run here: %s\n    %s", c.Line, text, skipRegistry)
 		case strings.HasPrefix(text, "gcp-t4 cache "):
 			args, err := doccmd.Fields(text, func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
 			if err != nil {
@@ -254,8 +318,16 @@ func TestRunbookCachePath(t *testing.T) {
 	if vars["RAY_DIGEST"] != indexDigest.String() {
 		t.Fatalf("RAY_DIGEST=%q; the tag names %s", vars["RAY_DIGEST"], indexDigest)
 	}
-	// The pin reached every pod of the example, through the one component.
+	// The pins reached every pod of the example, through the one
+	// component: the Ray image in every Ray container, the model image
+	// (cache model's, pushed to the stand-in Artifact Registry under the
+	// project's repository) in every model sidecar.
 	pinned := repo + "@" + indexDigest.String()
+	modelRepo := "us-central1-docker.pkg.dev/example-project/models/mistral-nemo-instruct-2407"
+	if !regexp.MustCompile(`^` + regexp.QuoteMeta(modelRepo) + `@sha256:[0-9a-f]{64}$`).MatchString(vars["MODEL_IMAGE"]) {
+		t.Fatalf("MODEL_IMAGE=%q; want cache model's image by digest in %s", vars["MODEL_IMAGE"], modelRepo)
+	}
+	sidecars := 0
 	for _, dir := range []string{"", "nccl-check", "single-podvm"} {
 		for _, w := range renderExample(t, filepath.Join(example, dir)) {
 			for _, g := range w.Groups {
@@ -264,8 +336,17 @@ func TestRunbookCachePath(t *testing.T) {
 						t.Errorf("%s %s %s: image %s after the pin, want %s", dir, w.Name, c.Name, c.Image, pinned)
 					}
 				}
+				for _, c := range g.Spec.InitContainers {
+					sidecars++
+					if c.Image != vars["MODEL_IMAGE"] {
+						t.Errorf("%s %s %s: image %s after the pin, want %s", dir, w.Name, c.Name, c.Image, vars["MODEL_IMAGE"])
+					}
+				}
 			}
 		}
+	}
+	if sidecars != 3 {
+		t.Errorf("%d model sidecars; want the RayService's head and worker and the one-podVM head", sidecars)
 	}
 	// The layout and its image file, about 20 GB for the real image, are
 	// outside the checkout (a `git add -A` there takes neither): the
@@ -300,7 +381,7 @@ func TestRunbookCachePath(t *testing.T) {
 	// which the block does not check, is served too.
 	flat := strings.Join(strings.Fields(string(doc)), " ")
 	for dir, summary := range map[string]string{
-		"install/examples/mistral-tp2":            "3 containers, 3 from the cache, 0 of a cached repository not served from it",
+		"install/examples/mistral-tp2":            "5 containers, 5 from the cache, 0 of a cached repository not served from it",
 		"install/examples/mistral-tp2/nccl-check": "2 containers, 2 from the cache, 0 of a cached repository not served from it",
 	} {
 		out, ok := ran["gcp-t4 cache check "+dir]
@@ -308,11 +389,11 @@ func TestRunbookCachePath(t *testing.T) {
 			t.Errorf("the block does not check %s", dir)
 			continue
 		}
-		if !strings.HasSuffix(out, summary+"\n") || strings.Count(out, "the cache (127.0.0.1:5000/"+repo+")") != strings.Count(out, "\n")-2 {
+		if !strings.HasSuffix(out, summary+"\n") || strings.Count(out, "the cache (127.0.0.1:5000/") != strings.Count(out, "\n")-2 {
 			t.Errorf("check %s:\n%s\nwant every container from the cache and %q", dir, out, summary)
 		}
 	}
-	if !strings.Contains(flat, "`3 containers, 3 from the cache, 0 of a cached repository not served from it`") {
+	if !strings.Contains(flat, "`5 containers, 5 from the cache, 0 of a cached repository not served from it`") {
 		t.Error("the runbook does not quote check's summary for the example as it prints it")
 	}
 	var out, errb bytes.Buffer
@@ -320,7 +401,7 @@ func TestRunbookCachePath(t *testing.T) {
 		t.Errorf("the one-podVM layout is not served from the cache:\n%s%s", out.String(), errb.String())
 	}
 	// The digest the podVM prints for the pods' initdata.
-	digestOut, ok := ran["gcp-t4 cache initdata rayproject/ray-llm"]
+	digestOut, ok := ran["gcp-t4 cache initdata "+layout]
 	if !ok {
 		t.Fatal("the block does not print the initdata's digest")
 	}
@@ -329,7 +410,33 @@ func TestRunbookCachePath(t *testing.T) {
 	if err != nil || strings.TrimSpace(digestOut) != initdataDigest(text) {
 		t.Errorf("initdata -digest printed %q; the pods' initdata has %s (%v)", digestOut, initdataDigest(text), err)
 	}
-	for _, want := range []string{"export", "kustomize", "gcp-t4 cache build docker.io/" + repo + "@" + indexDigest.String()} {
+	// Both images are in the layout and the model's files in its
+	// pre-unpacked store, where a podVM mounts them.
+	imgs, err := cachemirror.Images(layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	for _, i := range imgs {
+		refs = append(refs, i.Ref)
+	}
+	if !slices.Contains(refs, "docker.io/"+repo+"@"+indexDigest.String()) || !slices.Contains(refs, vars["MODEL_IMAGE"]) {
+		t.Errorf("the layout holds %v; want the Ray image and %s", refs, vars["MODEL_IMAGE"])
+	}
+	man, entries, err := imagestore.Entries(layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored []string
+	for _, l := range man.Layers {
+		for _, e := range entries[l.Index] {
+			stored = append(stored, e.Path)
+		}
+	}
+	if !slices.Contains(stored, "models/model-00002-of-00002.safetensors") || slices.ContainsFunc(stored, func(p string) bool { return strings.Contains(p, ".cache") }) {
+		t.Errorf("the store holds %v; want the model's shards and not the download's .cache", stored)
+	}
+	for _, want := range []string{"export", "kustomize", "sed", "gcp-t4 cache model", "gcp-t4 cache initdata", "gcp-t4 cache build " + vars["MODEL_IMAGE"]} {
 		if _, ok := ran[want]; !ok {
 			t.Errorf("no command of the block did %q (ran %v)", want, slices.Collect(maps.Keys(ran)))
 		}

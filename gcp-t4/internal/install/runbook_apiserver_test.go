@@ -48,7 +48,6 @@ const (
 	skipKubeRayCRDs  = "needs KubeRay's CRDs (RayService), which the skipped KubeRay install brings"
 	skipRunningPods  = "needs pods running in GPU podVMs on Google Cloud: there is no kubelet, podVM or GPU here"
 	skipOperator     = "waits for the KubeRay operator's pod, which the skipped install brings and no kubelet here would run"
-	skipModelMirror  = "copies the model into Cloud Storage: needs a Google Cloud account and a Hugging Face token"
 	skipManagedProm  = "needs Google Cloud Managed Service for Prometheus's CRD (PodMonitoring), which GKE installs"
 )
 
@@ -86,8 +85,6 @@ var runbookRules = []runbookRule{
 	{re: regexp.MustCompile(`^kubectl apply --server-side -k "?github\.com/`), skip: skipGitHub},
 	{re: regexp.MustCompile(`^kubectl -n default rollout status deployment/kuberay-operator`), skip: skipOperator},
 	{re: regexp.MustCompile(`^kubectl create namespace `), run: (*runbook).createNamespace},
-	{re: regexp.MustCompile(`^kubectl -n \S+ create secret generic `), run: (*runbook).createSecret},
-	{re: regexp.MustCompile(`^gcloud storage |^hf download `), skip: skipModelMirror},
 	{re: regexp.MustCompile(`^kubectl (apply --server-side|delete) -k install/examples/mistral-tp2/nccl-check$`), run: (*runbook).kustomize},
 	{re: regexp.MustCompile(`^kubectl (apply --server-side|delete) -k install/examples/mistral-tp2(/single-podvm)?$`), skip: skipKubeRayCRDs},
 	{re: regexp.MustCompile(`^kubectl apply --server-side -k install/examples/mistral-tp2/monitoring$`), skip: skipManagedProm},
@@ -141,9 +138,8 @@ func (e *env) testRunbook(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &runbook{walk: &walk{e: e, fake: fake, home: home, workdir: t.TempDir(), out: map[string]string{}, roles: map[string][]string{}, granted: map[string][]string{},
-		// The project is the emulator's; HF_TOKEN is the reader's own
-		// token, which the runbook asks for and never sets.
-		vars: map[string]string{"PROJECT": fake.Project(), "HF_TOKEN": "hf_runbooktest",
+		// The project is the emulator's.
+		vars: map[string]string{"PROJECT": fake.Project(),
 			// The runbook runs from the checkout's root; PATH is the
 			// reader's own.
 			"PWD": root, "PATH": os.Getenv("PATH")}}, ran: map[string]bool{}}
@@ -160,13 +156,13 @@ func (e *env) testRunbook(t *testing.T) {
 	t.Logf("not run here (%d):\n%s", len(r.skipped), strings.Join(r.skipped, "\n"))
 
 	// The runbook's own path through §4 ran, in full.
-	for _, h := range []string{"build", "binOnPath", "createNetwork", "createSubnet", "createRouter", "createNAT", "createCluster", "getCredentials", "pack", "install", "preflight", "planServe", "planFile", "createNamespace", "createSecret", "kustomize", "createCacheImage", "cacheVerity", "setCacheImage"} {
+	for _, h := range []string{"build", "binOnPath", "createNetwork", "createSubnet", "createRouter", "createNAT", "createCluster", "getCredentials", "pack", "install", "preflight", "planServe", "planFile", "createNamespace", "kustomize", "createCacheImage", "cacheVerity", "setCacheImage"} {
 		if !r.ran[h] {
 			t.Errorf("no runbook command reached %s: the runbook lost a step, or the test its rule", h)
 		}
 	}
-	if _, err := e.cs.CoreV1().Secrets("mistral-tp2").Get(ctx, "hf-token", metav1.GetOptions{}); err != nil {
-		t.Errorf("§7 needs the token Secret, after §6's clean-up: %v", err)
+	if _, err := e.cs.CoreV1().Namespaces().Get(ctx, "mistral-tp2", metav1.GetOptions{}); err != nil {
+		t.Errorf("§7 needs the namespace, after §6's clean-up: %v", err)
 	}
 }
 
@@ -570,22 +566,6 @@ func (r *runbook) createNamespace(t *testing.T, args []string) {
 	// for a pod.
 	if _, err := r.e.cs.CoreV1().ServiceAccounts(args[3]).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func (r *runbook) createSecret(t *testing.T, args []string) {
-	r.mark("createSecret")
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: args[6], Namespace: args[2]}, StringData: map[string]string{}}
-	for _, a := range args[7:] {
-		kv, ok := strings.CutPrefix(a, "--from-literal=")
-		k, v, _ := strings.Cut(kv, "=")
-		if !ok || v == "" {
-			t.Fatalf("%s: kubectl create secret: %q: the test knows --from-literal=KEY=VALUE", r.section, a)
-		}
-		s.StringData[k] = v
-	}
-	if _, err := r.e.cs.CoreV1().Secrets(args[2]).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("%s: %v", r.section, err)
 	}
 }
 

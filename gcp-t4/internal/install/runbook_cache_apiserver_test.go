@@ -11,31 +11,29 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The runbook's image cache (its step 4, <!-- cache-path -->) and the
-// weights' bucket (step 5): what runs here, on the emulator and the API
-// server, and what runs elsewhere and why.
+// The runbook's image cache (its step 4, <!-- cache-path -->, the model
+// image with it): what runs here, on the emulator and the API server, and
+// what runs elsewhere and why.
 const (
-	skipCachePath = "runs on the admin's machine against a registry (skopeo, the kustomize CLI, gcp-t4 cache): gcp-t4/internal/cachebuild's TestRunbookCachePath runs it as written on a copy of the example, against a stand-in Docker Hub"
+	skipCachePath = "runs on the admin's machine against registries (the Hugging Face CLI, skopeo, the kustomize CLI, gcp-t4 cache, sed): gcp-t4/internal/cachebuild's TestRunbookCachePath runs it as written on a copy of the example, against a stand-in Docker Hub and Artifact Registry"
 	skipUpload    = "uploads the cache's image file to Cloud Storage, which the emulator does not model: the image import that reads it runs next"
-	skipBucketSed = "writes the bucket into the reader's copy of the example: test/kuberay's TestRunbookSetsTheBucket runs it as written on a copy"
-	skipCleanup   = "deletes the cache image and the bucket in Google Cloud; the emulator models neither deletion"
+	skipCleanup   = "deletes the cache image and the model image's Artifact Registry repository in Google Cloud; the emulator models neither deletion"
 	// The value is the file cache build wrote beside the image file, on
 	// the admin's machine; here the variable gets a value of its form.
 	skipCacheVerity = "reads the dm-verity value gcp-t4 cache build wrote beside its image file on the admin's machine: gcp-t4/internal/cachebuild's TestRunbookCachePath runs it as written and checks it is the value the build printed; here CACHE_VERITY takes a value of that form"
-	skipCachePlan   = "plans with the layout the cache path wrote and the example it pinned, which this test skips: gcp-t4/internal/plan's TestRunbookStartupIsPlans runs it as written on a copy of the example pinned as step 4 pins it, with a layout naming that digest, and checks step 7's figures against it"
+	skipCachePlan   = "plans with the layout the cache path wrote and the example it pinned, which this test skips: gcp-t4/internal/plan's TestRunbookStartupWithTheCacheIsPlans runs it as written on a copy of the example pinned as step 4 pins it, with a layout cache build wrote for those digests, and checks step 7's figures against it"
 )
 
 // cacheRunbookRules go before runbookRules' own (the first match handles
 // a command): the cache path's `export RAY_DIGEST=$(…)` before the
 // generic export, the upload before the model mirror's gcloud storage.
 var cacheRunbookRules = []runbookRule{
-	{re: regexp.MustCompile(`^export RAY_DIGEST=|^cd |^kustomize edit |^gcp-t4 cache `), skip: skipCachePath},
+	{re: regexp.MustCompile(`^export (RAY_DIGEST|MODEL_IMAGE|INITDATA)=|^cd |^kustomize edit |^gcp-t4 cache |^hf download |^gcloud artifacts repositories create |^gcloud auth configure-docker |^sed -i "s\|cc_init_data: `), skip: skipCachePath},
 	{re: regexp.MustCompile(`^gcloud storage cp ~/\.cache/caa-gcp-t4/ray-llm-cache\.tar\.gz `), skip: skipUpload},
 	{re: regexp.MustCompile(`^gcloud compute images create `), run: (*runbook).createCacheImage},
 	{re: regexp.MustCompile(`^export CACHE_VERITY=\$\(cat ~/\.cache/caa-gcp-t4/ray-llm-cache\.tar\.gz\.verity\)$`), run: (*runbook).cacheVerity, unexpanded: true},
 	{re: regexp.MustCompile(`^gcp-t4 install --(set|unset) GCP_CACHE_IMAGE`), run: (*runbook).setCacheImage},
-	{re: regexp.MustCompile(`^sed -i "s\|bucket_uri: `), skip: skipBucketSed},
-	{re: regexp.MustCompile(`^gcloud compute images delete |^gcloud storage rm `), skip: skipCleanup},
+	{re: regexp.MustCompile(`^gcloud compute images delete |^gcloud artifacts repositories delete `), skip: skipCleanup},
 	{re: regexp.MustCompile(`^gcp-t4 plan -k \S+ --cache `), skip: skipCachePlan},
 }
 

@@ -149,6 +149,10 @@ type podImage struct {
 	// modelBytes are the weights a model image holds (its label), from
 	// the cache layout; 0 for any other image.
 	modelBytes int64
+	// pulled is what a pull of an image the store holds would move from
+	// its registry (the layout's manifests; 0 when not there), for the
+	// start without the cache.
+	pulled int64
 }
 
 // modelImage is a pod's model image as the weights' note tells it.
@@ -259,7 +263,11 @@ func (sf *startupFlags) startOf(w Workload, g Group, e Entry) (GroupStart, error
 				if mi, ok := modelImageOf(images); ok {
 					weights += mi.bytes
 					weightsFrom = append(weightsFrom, mi.ref)
-					note += fmt.Sprintf("; %.1f GB of weights in model image %s (%s)", float64(mi.bytes)/1e9, mi.ref, mi.how)
+					if _, ok := given["weights"]; ok {
+						note += "; its weights in model image " + mi.ref + " (their size: --weights-size)"
+					} else {
+						note += fmt.Sprintf("; %.1f GB of weights in model image %s (%s)", float64(mi.bytes)/1e9, mi.ref, mi.how)
+					}
 					if mi.route == startup.RouteStore {
 						in.Routes["engine"] = startup.RouteCache
 						note += ", read by the engine from the cache disk at the cache-disk rate (--cache-read-rate)"
@@ -362,7 +370,7 @@ func (sf *startupFlags) imageOf(ref string, given map[string]int64, podAnnotatio
 				// image-rs finds it by config digest and mounts its layers
 				// in place (image-rs/src/image.rs:391-401 at dcd55ea1):
 				// nothing is read or unpacked at the pull.
-				im.route, im.bytes, im.known = startup.RouteStore, 0, true
+				im.route, im.bytes, im.known, im.pulled = startup.RouteStore, 0, true, ci.Bytes
 				how = fmt.Sprintf("in the cache's pre-unpacked store (%s): the pull is a manifest fetch and an overlay mount of the layers on the cache disk, nothing unpacked; the layers are read from the disk as the container uses them", ci.Ref)
 			case sf.cache.StoreMiss != "":
 				how += ", and unpacked in the podVM: the pre-unpacked store is not used (" + sf.cache.StoreMiss + ")"
@@ -469,12 +477,25 @@ func (sf *startupFlags) cacheStart(in startup.Inputs, images []podImage, with st
 	delete(without.Routes, "image")
 	delete(without.Sizes, "image")
 	delete(without.NATBytes, "image")
+	// Without the cache the weights of a model image are on the podVM's
+	// own disk, pulled with the image.
+	if without.Routes["engine"] == startup.RouteCache {
+		delete(without.Routes, "engine")
+	}
 	registry := make([]podImage, len(images))
 	for i, im := range images {
-		if im.route == startup.RouteCache {
+		switch im.route {
+		case startup.RouteCache, startup.RouteStore:
 			cs.Cached = append(cs.Cached, im.ref)
-		} else {
+		default:
 			cs.FromRegistry = append(cs.FromRegistry, im.ref)
+		}
+		if im.route == startup.RouteStore {
+			// Its registry's bytes: the layout's, else the catalogue's.
+			im.bytes, im.known = im.pulled, im.pulled > 0
+			if ci, ok := sf.cat.LookupImage(im.ref); !im.known && ok {
+				im.bytes, im.known = int64(ci.MB*1e6), true
+			}
 		}
 		im.route = ""
 		registry[i] = im
