@@ -254,8 +254,9 @@ if [ -n "$cache" ]; then
 	# The fixture's images as the mirror serves them (repository@digest,
 	# the source registry's host dropped), for the stand-in's in-guest pull
 	# measurement: each timed from the request to a mounted rootfs, from
-	# the pre-unpacked store and through the mirror (standin/pull.go).
-	jq -c '{good: (.good | sub("^[^/]*/"; "")), tampered: (.tampered | sub("^[^/]*/"; ""))}' "$cache/fixture.json" >"$work/pull-spec"
+	# the pre-unpacked store and through the mirror (standin/pull.go); and
+	# the model image, from the store, its shards read and hashed.
+	jq -c '{good: (.good | sub("^[^/]*/"; "")), tampered: (.tampered | sub("^[^/]*/"; "")), model: (.model | sub("^[^/]*/"; ""))}' "$cache/fixture.json" >"$work/pull-spec"
 	meta_extra="caa-gcp-t4-standin-cdh-relay=$work/cdh-relay caa-gcp-t4-cache-verity=$work/cache-verity caa-gcp-t4-standin-pull=$work/pull-spec"
 fi
 start=$(date +%s)
@@ -398,7 +399,7 @@ if [ -n "$cache" ]; then
 	store_line=$(grep -m1 -o 'CAA-GCP-T4-STORE {.*}' <<<"$text") || fail "cache disk attached: no CAA-GCP-T4-STORE line on the console (podvm-cache-store did not run)"
 	sj=${store_line#CAA-GCP-T4-STORE }
 	[ "$(jq -r .state <<<"$sj")" = in-use ] || fail "cache disk attached: the pre-unpacked store is not in use: $store_line"
-	[ "$(jq -r .images <<<"$sj")" = 2 ] || fail "cache disk attached: the store holds $(jq -r .images <<<"$sj") images, want the fixture's 2: $store_line"
+	[ "$(jq -r .images <<<"$sj")" = 3 ] || fail "cache disk attached: the store holds $(jq -r .images <<<"$sj") images, want the fixture's 3: $store_line"
 	[ "$(jq -r .meta_store <<<"$sj")" = /run/kata-containers/image/meta_store.json ] || fail "cache disk attached: meta_store.json went to $(jq -r .meta_store <<<"$sj"), not image-rs's work_dir: $store_line"
 	[ "$(grep -c 'CAA-GCP-T4-STORE {' <<<"$text")" -eq 1 ] || fail "cache disk attached: more than one CAA-GCP-T4-STORE line"
 	good=$(jq -r .good "$cache/fixture.json")
@@ -411,6 +412,13 @@ if [ -n "$cache" ]; then
 		[ "$(grep -c "CAA-GCP-T4-PULL {\"image\":\"${good#*@}\",\"served\":\"$served\"}" <<<"$text")" -eq 1 ] ||
 			fail "cache disk attached: want one CAA-GCP-T4-PULL line saying the mirror served $served of ${good#*@}: $(grep -o 'CAA-GCP-T4-PULL {[^}]*}' <<<"$text" | tr '\n' ' ')"
 	done
+	# The model image came from the store alone: its manifest was served,
+	# no layer of it (0 bytes of weights moved, from anywhere).
+	model=$(jq -r .model "$cache/fixture.json")
+	if [ "$(grep -c "CAA-GCP-T4-PULL {\"image\":\"${model#*@}\",\"served\":\"manifest\"}" <<<"$text")" -ne 1 ] ||
+		[ "$(grep -c "CAA-GCP-T4-PULL {\"image\":\"${model#*@}\",\"served\":\"layers\"}" <<<"$text")" -ne 0 ]; then
+		fail "cache disk attached: want the model image's manifest served once and none of its layers: $(grep -o 'CAA-GCP-T4-PULL {[^}]*}' <<<"$text" | tr '\n' ' ')"
+	fi
 	source=$(jq -r .source "$cache/fixture.json")
 	cat >"$work/registries.conf" <<EOF
 [[registry]]

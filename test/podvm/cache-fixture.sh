@@ -5,6 +5,10 @@
 # pushed with skopeo to a local CNCF distribution registry, the cache is
 # built from their digests, and the registry is stopped, so that whatever
 # the boot test pulls later can only have come from the podVM's mirror.
+# Beside them, a model image made by `gcp-t4 cache model` (docs/cache.md,
+# "Weights") from a stand-in model: its configuration and two shards of
+# random bytes, one large enough for a layer of its own; the podVM mounts
+# it from the store and reads the shards, which must be these bytes.
 # Then one byte of the second image's first layer is flipped on the disk,
 # in the layout's blob and in the pre-unpacked store's copy of its file:
 # a client must refuse that image, through the mirror and from the store,
@@ -15,8 +19,9 @@
 # 24 MiB.
 # Writes OUT/disk.raw (the ext4 image and its dm-verity hash tree as GCE
 # would import it, tampered), OUT/layout (the untampered layout), and
-# OUT/fixture.json: the good and the tampered references (registry host
-# gone), the tampered layer, the disk's GCP_CACHE_VERITY value.
+# OUT/fixture.json: the good, the tampered and the model references, the
+# model's files and their sha256, the tampered layer, the disk's
+# GCP_CACHE_VERITY value.
 # Needs skopeo, docker-registry, e2fsprogs and python3 (apt-get on Debian).
 set -euo pipefail
 out=$1
@@ -64,7 +69,22 @@ for name in good tampered; do
 		"oci:$tmp/$name:latest" "docker://127.0.0.1:$port/cachetest/$name:latest" >/dev/null
 	refs+=("127.0.0.1:$port/cachetest/$name@$(cat "$tmp/$name.digest")")
 done
-(cd "$root/gcp-t4" && go build -o "$tmp/gcp-t4" ./cmd/gcp-t4)
+# gcp-t4, and the modelcar binary beside it where cache model looks for
+# it, as make build lays them out.
+(cd "$root/gcp-t4" && go build -o "$tmp/gcp-t4" ./cmd/gcp-t4 &&
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o "$tmp/modelcar" ./cmd/modelcar)
+mdir="$tmp/model/tiny-model"
+mkdir -p "$mdir/.cache"
+printf '{"architectures":["MistralForCausalLM"]}\n' >"$mdir/config.json"
+head -c $((40 << 20)) /dev/urandom >"$mdir/model-00001-of-00002.safetensors"
+head -c $((3 << 20)) /dev/urandom >"$mdir/model-00002-of-00002.safetensors"
+echo "a download's own file" >"$mdir/.cache/left-out"
+model=$("$tmp/gcp-t4" cache model -dir "$mdir" -push "127.0.0.1:$port/cachetest/model:latest" 2>"$tmp/model.err") ||
+	{ cat "$tmp/model.err" >&2; die "gcp-t4 cache model failed"; }
+refs+=("$model")
+# The files the image holds, under /models, with their sha256.
+model_files=$(cd "$mdir" && find . -path ./.cache -prune -o -type f -printf '%P\n' | sort |
+	while read -r f; do jq -n --arg f "models/$f" --arg s "$(sha256sum "$f" | cut -c1-64)" '{($f): $s}'; done | jq -s -c add)
 "$tmp/gcp-t4" cache build -o "$out/layout" -disk "$tmp/cache.tar.gz" "${refs[@]}" >"$tmp/build.out" ||
 	{ cat "$tmp/build.out" >&2; die "gcp-t4 cache build failed"; }
 kill "$rpid"
@@ -108,6 +128,7 @@ flip "/image-rs/layers/${sp##*/}/bench/layer0.bin"
 # reads of the changed block fail (EIO), as on a disk changed after build.
 verity=$(cat "$tmp/cache.tar.gz.verity")
 [[ "$verity" =~ ^root=[0-9a-f]{64},offset=[0-9]+$ ]] || die "gcp-t4 cache build wrote no dm-verity value beside the image: '$verity'"
-jq -n --arg good "${refs[0]}" --arg tampered "${refs[1]}" --arg layer "$layer" --arg source "127.0.0.1:$port" --arg verity "$verity" \
-	'{good: $good, tampered: $tampered, tampered_layer: $layer, source: $source, verity: $verity}' >"$out/fixture.json"
+jq -n --arg good "${refs[0]}" --arg tampered "${refs[1]}" --arg model "${refs[2]}" --argjson files "$model_files" --arg layer "$layer" \
+	--arg source "127.0.0.1:$port" --arg verity "$verity" \
+	'{good: $good, tampered: $tampered, model: $model, model_files: $files, tampered_layer: $layer, source: $source, verity: $verity}' >"$out/fixture.json"
 echo "cache-fixture: $(tail -n 2 "$tmp/build.out" | tr '\n' ' ')" >&2

@@ -292,6 +292,13 @@ if [ -n "${CHECK_GUEST_CACHE:-}" ]; then
 		fail "the stand-in's pull through the mirror did not unpack the same image the store holds: mirror $(jq -c .mirror <<<"$pb"), store read $(jq -c .store.read_bytes <<<"$pb") bytes"
 	jq -e '(.tampered_store.read // "" | test("^refused: .*input/output error")) and (.tampered_mirror.read // "" | startswith("refused: "))' <<<"$pb" >/dev/null ||
 		fail "the image changed on the disk was not refused on both paths: store $(jq -c .tampered_store <<<"$pb"), mirror $(jq -c .tampered_mirror <<<"$pb")"
+	# The model image (gcp-t4 cache model's) from the store: mounted, its
+	# /modelcar there, and every file under /models read back with the
+	# sha256 of the stand-in model it was made from.
+	want_files=$(jq -c '.model_files' "$CHECK_GUEST_CACHE/fixture.json")
+	jq -e --argjson w "$want_files" '.model.route == "store" and .model.read == "ok" and .model.files == $w' <<<"$pb" >/dev/null ||
+		fail "the model image from the store did not read back as made: $(jq -c '.model | del(.files)' <<<"$pb"), files $(jq -c '.model.files' <<<"$pb"), want $want_files"
+	cache_state+="; model image from the store: mounted in $(jq -r '.model.ms' <<<"$pb") ms, $(jq -r '.model.files | length' <<<"$pb") files, $(jq -r '.model.read_bytes' <<<"$pb") bytes read back as made in $(jq -r '.model.read_ms' <<<"$pb") ms, no layer served"
 	cache_state+="; pull to mounted rootfs in the guest, $(jq -r '.store.layers' <<<"$pb") layers, $(jq -r '.store.read_bytes' <<<"$pb") bytes: store $(jq -r '.store.ms' <<<"$pb") ms (then read whole in $(jq -r '.store.read_ms' <<<"$pb") ms), mirror $(jq -r '.mirror.ms' <<<"$pb") ms (fetch, check, unpack; read in $(jq -r '.mirror.read_ms' <<<"$pb") ms), ratio $(jq -r '.ratio | . * 10 | round / 10' <<<"$pb"); changed image refused: store read $(jq -r '.tampered_store.read' <<<"$pb" | cut -c1-120), mirror $(jq -r '.tampered_mirror.read' <<<"$pb" | cut -c1-120)"
 	cache_state+="; store handed to image-rs before CDH (meta_store.json as on the disk, $(jq -r .images <<<"$sm") images; image $(jq -r '.image[7:19]' <<<"$sm") mounted from $(jq -r .lowerdirs <<<"$sm") layers on the disk in $(jq -r .mount_ms <<<"$sm") ms, $(jq -r .read_files <<<"$sm") files, $(jq -r .read_bytes <<<"$sm") bytes read); noexec/nosymfollow on the disk, not through the overlay"
 else

@@ -52,6 +52,10 @@ import (
 type pullSpec struct {
 	Good     string `json:"good"`
 	Tampered string `json:"tampered"`
+	// Model is a model image (gcp-t4 cache model's), pulled from the store
+	// only, as a pod's model sidecar is: its files are read and hashed,
+	// as the engine reads the weights through the sidecar's link.
+	Model string `json:"model,omitempty"`
 }
 
 // maxConcurrentLayers is image-rs's DEFAULT_MAX_CONCURRENT_DOWNLOAD.
@@ -85,7 +89,47 @@ func pullBench(ctx context.Context) map[string]any {
 	}
 	out["tampered_store"] = pullStore(ctx, s.Tampered, "tampered")
 	out["tampered_mirror"] = pullMirror(ctx, s.Tampered, "tampered")
+	if s.Model != "" {
+		out["model"] = pullStoreRead(ctx, s.Model, "model", readModel)
+	}
 	return out
+}
+
+// readModel reads the model image's /models whole, as vLLM's loader reads
+// every shard on each rank, timing the read (the engine's, from the cache
+// disk through dm-verity) and hashing each file.
+func readModel(root string, out map[string]any) {
+	start := time.Now()
+	files := map[string]string{}
+	var n int64
+	models := filepath.Join(root, "models")
+	err := filepath.WalkDir(models, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		h := sha256.New()
+		c, err := io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", strings.TrimPrefix(p, root), err)
+		}
+		n += c
+		files[strings.TrimPrefix(p, root+"/")] = hex.EncodeToString(h.Sum(nil))
+		return nil
+	})
+	out["read_ms"], out["read_bytes"], out["files"] = time.Since(start).Milliseconds(), n, files
+	if _, err2 := os.Stat(filepath.Join(root, "modelcar")); err == nil && err2 != nil {
+		err = fmt.Errorf("the image holds no /modelcar: %w", err2)
+	}
+	if err != nil {
+		out["read"] = "refused: " + err.Error()
+		return
+	}
+	out["read"] = "ok"
 }
 
 type ociDesc struct {
@@ -187,6 +231,11 @@ func hexSum(b []byte) string {
 
 // pullStore is a hit in image-rs's store: no layer moves.
 func pullStore(ctx context.Context, ref, name string) map[string]any {
+	return pullStoreRead(ctx, ref, name, readWhole)
+}
+
+// pullStoreRead is pullStore with read run on the mounted rootfs.
+func pullStoreRead(ctx context.Context, ref, name string, read func(root string, out map[string]any)) map[string]any {
 	out := map[string]any{"route": "store"}
 	ms, err := os.ReadFile(filepath.Join(workDir, "meta_store.json"))
 	if err != nil {
@@ -227,7 +276,7 @@ func pullStore(ctx context.Context, ref, name string) map[string]any {
 	defer unmount()
 	out["ms"] = time.Since(start).Milliseconds()
 	out["layers"], out["compressed_bytes"] = len(lower), p.compSize
-	readWhole(root, out)
+	read(root, out)
 	return out
 }
 
