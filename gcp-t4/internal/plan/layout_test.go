@@ -36,10 +36,7 @@ import (
 // image's config and layers, what a pull moves), and nothing crosses
 // Cloud NAT.
 func TestPlanReadsTheLayoutCacheBuildWrote(t *testing.T) {
-	for _, v := range []string{"GCP_PROJECT_ID", "GCP_ZONE", "GCP_ZONES", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_PROFILES",
-		"GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_ENDPOINT", "GCP_CREDENTIALS", "GCP_CACHE_IMAGE", "GCP_CACHE_VERITY", "GCP_ALLOWED_IMAGES"} {
-		t.Setenv(v, "")
-	}
+	clearProviderEnv(t)
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
@@ -136,10 +133,7 @@ func TestPlanReadsTheLayoutCacheBuildWrote(t *testing.T) {
 // (its config names no OS) is still read from the cache and unpacked,
 // and plan says why.
 func TestPlanReadsThePreUnpackedStore(t *testing.T) {
-	for _, v := range []string{"GCP_PROJECT_ID", "GCP_ZONE", "GCP_ZONES", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_PROFILES",
-		"GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_ENDPOINT", "GCP_CREDENTIALS", "GCP_CACHE_IMAGE", "GCP_CACHE_VERITY", "GCP_ALLOWED_IMAGES"} {
-		t.Setenv(v, "")
-	}
+	clearProviderEnv(t)
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -49,10 +48,7 @@ func (r toStandIn) RoundTrip(req *http.Request) (*http.Response, error) {
 // size does not enter the start, and --weights-size gives the model's.
 // What the runbook quotes with the cache is what plan prints.
 func TestRunbookStartupWithTheCacheIsPlans(t *testing.T) {
-	for _, v := range []string{"GCP_PROJECT_ID", "GCP_ZONE", "GCP_ZONES", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_PROFILES",
-		"GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_ENDPOINT", "GCP_CREDENTIALS", "GCP_CACHE_IMAGE", "GCP_CACHE_VERITY", "GCP_ALLOWED_IMAGES"} {
-		t.Setenv(v, "")
-	}
+	clearProviderEnv(t)
 	root, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
@@ -120,12 +116,7 @@ func TestRunbookStartupWithTheCacheIsPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	rayDigest, _ := ray.Digest()
-	holder := filepath.Join(t.TempDir(), "modelcar")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", holder, "../../cmd/modelcar")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build modelcar: %v\n%s", err, out)
-	}
+	holder := modelcarHolder(t)
 	model := filepath.Join(t.TempDir(), "mistral-nemo-instruct-2407")
 	if err := os.MkdirAll(model, 0o755); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -110,16 +109,8 @@ func weightsPlan(t *testing.T, args ...string) []weightsStart {
 // an overlay mount, and has the engine read the weights from the cache
 // disk; without the layout it asks for --weights-size.
 func TestPlanReadsWeightsInPlace(t *testing.T) {
-	for _, v := range []string{"GCP_PROJECT_ID", "GCP_ZONE", "GCP_ZONES", "PODVM_IMAGE_NAME", "GCP_NETWORK", "GCP_PROFILES",
-		"GCP_PROFILES_FILE", "GCP_INSTANCE_TEMPLATE", "GCP_ENDPOINT", "GCP_CREDENTIALS", "GCP_CACHE_IMAGE", "GCP_CACHE_VERITY", "GCP_ALLOWED_IMAGES"} {
-		t.Setenv(v, "")
-	}
-	holder := filepath.Join(t.TempDir(), "modelcar")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", holder, "../../cmd/modelcar")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build modelcar: %v\n%s", err, out)
-	}
+	clearProviderEnv(t)
+	holder := modelcarHolder(t)
 	dir := filepath.Join(t.TempDir(), "tiny")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -97,39 +97,15 @@ func pullBench(ctx context.Context) map[string]any {
 
 // readModel reads the model image's /models whole, as vLLM's loader reads
 // every shard on each rank, timing the read (the engine's, from the cache
-// disk through dm-verity) and hashing each file.
+// disk through dm-verity) and hashing each file; the image's /modelcar
+// must be there.
 func readModel(root string, out map[string]any) {
-	start := time.Now()
 	files := map[string]string{}
-	var n int64
-	models := filepath.Join(root, "models")
-	err := filepath.WalkDir(models, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		h := sha256.New()
-		c, err := io.Copy(h, f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", strings.TrimPrefix(p, root), err)
-		}
-		n += c
-		files[strings.TrimPrefix(p, root+"/")] = hex.EncodeToString(h.Sum(nil))
-		return nil
-	})
-	out["read_ms"], out["read_bytes"], out["files"] = time.Since(start).Milliseconds(), n, files
-	if _, err2 := os.Stat(filepath.Join(root, "modelcar")); err == nil && err2 != nil {
-		err = fmt.Errorf("the image holds no /modelcar: %w", err2)
+	readFiles(root, "models", files, out)
+	if _, err := os.Stat(filepath.Join(root, "modelcar")); err != nil && out["read"] == "ok" {
+		out["read"] = "refused: the image holds no /modelcar: " + err.Error()
 	}
-	if err != nil {
-		out["read"] = "refused: " + err.Error()
-		return
-	}
-	out["read"] = "ok"
+	out["files"] = files
 }
 
 type ociDesc struct {
@@ -455,10 +431,15 @@ func overlayMount(lower []string, name string) (string, func(), error) {
 
 // readWhole reads every regular file under root and says how long it
 // took and whether it was refused (dm-verity fails a changed block's read).
-func readWhole(root string, out map[string]any) {
+func readWhole(root string, out map[string]any) { readFiles(root, "", nil, out) }
+
+// readFiles reads every regular file under root/dir, timed, into out's
+// read_ms, read_files, read_bytes and read ("ok" or why refused); with
+// sums, each file's sha256 by its path under root.
+func readFiles(root, dir string, sums map[string]string, out map[string]any) {
 	start := time.Now()
 	files, bytes := 0, int64(0)
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
@@ -466,12 +447,23 @@ func readWhole(root string, out map[string]any) {
 		if err != nil {
 			return err
 		}
-		n, err := io.Copy(io.Discard, f)
+		// Hashed only when asked: the plain read is the one timed
+		// against the mirror's.
+		var h hash.Hash
+		w := io.Discard
+		if sums != nil {
+			h = sha256.New()
+			w = h
+		}
+		n, err := io.Copy(w, f)
 		f.Close()
 		files++
 		bytes += n
 		if err != nil {
 			return fmt.Errorf("%s: %w", strings.TrimPrefix(p, root), err)
+		}
+		if h != nil {
+			sums[strings.TrimPrefix(p, root+"/")] = hex.EncodeToString(h.Sum(nil))
 		}
 		return nil
 	})
