@@ -390,8 +390,8 @@ if [ -n "$cache" ]; then
 	cj=${cache_line#CAA-GCP-T4-CACHE }
 	[ "$(jq -r .state <<<"$cj")" = serving ] || fail "cache disk attached: the mirror is not serving: $cache_line"
 	[ "$(jq -r .listen <<<"$cj")" = 127.0.0.1:5000 ] || fail "cache disk attached: the mirror listens on $(jq -r .listen <<<"$cj"), want 127.0.0.1:5000: $cache_line"
-	[ "$(jq -r .images <<<"$cj")" = 2 ] || fail "cache disk attached: the mirror serves $(jq -r .images <<<"$cj") images, want the fixture's 2: $cache_line"
-	# The pre-unpacked store: both fixture images are linux/amd64 and were
+	[ "$(jq -r .images <<<"$cj")" = 3 ] || fail "cache disk attached: the mirror serves $(jq -r .images <<<"$cj") images, want the fixture's 3: $cache_line"
+	# The pre-unpacked store: the fixture's images are linux/amd64 and were
 	# stored by cache build; the flipped bytes (in the layout's blob and in
 	# the store's copy of one file) are read by no check at boot: dm-verity
 	# fails their reads later, so podvm-cache-store hands the whole store
