@@ -31,6 +31,8 @@ const (
 	EnvGCE        = "NODE_GCE_EMULATOR" // gcp-t4/internal/demo/gceonly: the seeded emulator alone
 	EnvGcpT4      = "NODE_GCP_T4"       // the gcp-t4 command: install renders and applies our manifests
 	EnvEntrypoint = "NODE_CAA_ENTRYPOINT"
+	EnvForwarder  = "NODE_FORWARDER" // agent-protocol-forwarder from UPSTREAM (the podVM's side of CAA)
+	EnvAgent      = "NODE_AGENT"     // the stand-in kata-agent (test/node/_agent) built against KATA
 
 	// KataMakeCommand builds them and runs the kata test.
 	KataMakeCommand = "make node-e2e UPSTREAM=<CAA checkout> KATA=<kata-containers checkout>"
@@ -53,6 +55,11 @@ var ErrNoKata = errors.New("the kata stage's binaries are not given")
 // Kata are the executables and files of the kata stage.
 type Kata struct {
 	Shim, Config, CAA, GCE, GcpT4, Entrypoint string
+	// Forwarder and Agent run in each podVM (podvm.go).
+	Forwarder, Agent string
+	// AgentPull is the stand-in agent's modelled in-guest pull time per
+	// image (test/node/_agent/pull.go); a test sets it.
+	AgentPull time.Duration
 }
 
 // KataFromEnv reads the kata stage's variables. None set: ErrNoKata.
@@ -60,12 +67,14 @@ type Kata struct {
 // them all.
 func KataFromEnv() (Kata, error) {
 	k := Kata{Shim: os.Getenv(EnvKataShim), Config: os.Getenv(EnvKataConfig), CAA: os.Getenv(EnvCAA),
-		GCE: os.Getenv(EnvGCE), GcpT4: os.Getenv(EnvGcpT4), Entrypoint: os.Getenv(EnvEntrypoint)}
+		GCE: os.Getenv(EnvGCE), GcpT4: os.Getenv(EnvGcpT4), Entrypoint: os.Getenv(EnvEntrypoint),
+		Forwarder: os.Getenv(EnvForwarder), Agent: os.Getenv(EnvAgent)}
 	vars := []struct {
 		name, val string
 		exec      bool
 	}{{EnvKataShim, k.Shim, true}, {EnvKataConfig, k.Config, false}, {EnvCAA, k.CAA, true},
-		{EnvGCE, k.GCE, true}, {EnvGcpT4, k.GcpT4, true}, {EnvEntrypoint, k.Entrypoint, true}}
+		{EnvGCE, k.GCE, true}, {EnvGcpT4, k.GcpT4, true}, {EnvEntrypoint, k.Entrypoint, true},
+		{EnvForwarder, k.Forwarder, true}, {EnvAgent, k.Agent, true}}
 	set := 0
 	var problems []string
 	for _, v := range vars {
@@ -206,6 +215,11 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 		return nil, err
 	}
 	n.logger.Info("GCE emulator up", "endpoint", pp.GCE, "project", pp.Project)
+	// Each instance CAA creates is booted as a podVM: its forwarder and
+	// agent (podvm.go).
+	if err := n.startPodVMs(k, pp.GCE, pp.Project); err != nil {
+		return nil, err
+	}
 
 	// The demo's install (gcp-t4/internal/demo serve.go), on this node.
 	args := []string{"install", "--kubeconfig", n.cp.Kubeconfig, "--project", pp.Project, "--zone", "us-central1-a",

@@ -142,6 +142,9 @@ type Node struct {
 	// syslog is the /dev/log this node serves for kata's shim, if it
 	// made it (kata.go serveSyslog).
 	syslog *net.UnixConn
+	// podVMs boots the emulator's instances (podvm.go), when the kata
+	// stage runs.
+	podVMs *podVMHost
 }
 
 // ControlPlaneFlags are the kube-apiserver flags a node needs beyond

@@ -59,6 +59,13 @@ func (n *Node) Stop() error {
 			waitGone(pid, 5*time.Second)
 		}
 	}
+	// The podVMs' forwarders and agents, namespaces, links and routes
+	// (the watcher stops first, so it boots nothing more).
+	if n.podVMs != nil {
+		if err := n.podVMs.stop(); err != nil {
+			note("podVMs: %v", err)
+		}
+	}
 	// Then CAA (its podVMs' pods are gone or going) and the GCE emulator,
 	// newest first.
 	for i := len(n.procs) - 1; i >= 0; i-- {
@@ -180,6 +187,9 @@ func (n *Node) Residue() []string {
 	}
 	if _, err := os.Stat(n.Dir); err == nil {
 		left = append(left, "directory "+n.Dir)
+	}
+	if n.podVMs != nil {
+		left = append(left, n.podVMs.residue()...)
 	}
 	if n.madeCAADir {
 		if _, err := os.Stat(n.caaDir()); err == nil {
