@@ -60,6 +60,9 @@ type Kata struct {
 	// AgentPull is the stand-in agent's modelled in-guest pull time per
 	// image (test/node/_agent/pull.go); a test sets it.
 	AgentPull time.Duration
+	// NoTimeoutDropIn leaves out the remediation sidecar's
+	// create_container_timeout drop-in: kata's own default (60 s) holds.
+	NoTimeoutDropIn bool
 }
 
 // KataFromEnv reads the kata stage's variables. None set: ErrNoKata.
@@ -104,6 +107,34 @@ func (n *Node) kataConfigPath() string {
 	return n.path("opt-kata/share/defaults/kata-containers/runtimes/remote/configuration-remote.toml")
 }
 
+// shimRunDirs are the directories kata's shim makes under /run on the
+// node (its sandbox state, its shared directory's parent).
+var shimRunDirs = []string{"/run/vc", "/run/kata-containers"}
+
+// removeEmptyTree removes dir if it holds directories only.
+func removeEmptyTree(dir string) (bool, error) {
+	files := 0
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			files++
+		}
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("node: %w", err)
+	}
+	if files > 0 {
+		return false, fmt.Errorf("node: %s holds %d files after the shims are gone; left for a look", dir, files)
+	}
+	return true, os.RemoveAll(dir)
+}
+
 // caaDir is CAA's directory on this node, /run/peerpod's stand-in (the
 // DaemonSet's hostPath): short, because CAA listens on
 // <pods-dir>/<64-hex sandbox id>/agent.ttrpc and a unix socket path has
@@ -136,12 +167,23 @@ func (n *Node) writeKataConfig(k *Kata) error {
 	}
 	n.mu.Lock()
 	n.madeCAADir = true
+	// kata's shim makes these on the node and leaves them, empty, after
+	// its sandboxes are gone; Stop removes the ones that were not there
+	// before.
+	for _, d := range shimRunDirs {
+		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
+			n.shimDirs = append(n.shimDirs, d)
+		}
+	}
 	n.mu.Unlock()
 	if err := os.Mkdir(n.caaDir(), 0o700); err != nil {
 		return fmt.Errorf("node: CAA's directory: %w", err)
 	}
 	if err := os.WriteFile(cfg, base, 0o644); err != nil {
 		return fmt.Errorf("node: %w", err)
+	}
+	if k.NoTimeoutDropIn {
+		return nil
 	}
 	// gcp-t4/internal/remediate/katatimeout.go kataDropIn.
 	dropIn := fmt.Sprintf("# Written by gcp-t4-node remediate (caa-gcp-t4).\n# kata-remote's create_container_timeout: the agent's CreateContainer, guest pull\n# included. Set with gcp-t4 install --create-container-timeout; removed on uninstall.\n[runtime]\ncreate_container_timeout = %d\n", kataTimeout)

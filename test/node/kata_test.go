@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -84,68 +86,13 @@ func TestKataRemotePodThroughCAA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ph := &phases{t: t, last: time.Now()}
-	sleeper := buildSleeper(t)
 	// A short modelled pull: this scenario is about the chain, not
 	// kubelet's bound on CreateContainer.
 	k.AgentPull = 5 * time.Second
-	cp, n := StartForTest(t, Options{ImageBinary: sleeper, Kata: &k})
-	ph.done("control plane + node Ready")
-
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
-	defer cancel()
-	pp, err := n.StartPeerPods(ctx, &k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ph.done("emulator + install + CAA up")
-	cs, err := kubernetes.NewForConfig(cp.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A GPU node as the device plugin would make it: the extended resource
-	// on the Node's capacity (status is the kubelet's to write, so the
-	// admin patches it as the plugin's registration would).
-	gpuPatch := []byte(`{"status":{"capacity":{"nvidia.com/gpu":"1"}}}`)
-	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, gpuPatch, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatal(err)
-	}
-	if err := poll(ctx, "nvidia.com/gpu allocatable", func() (bool, string) {
-		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		q := node.Status.Allocatable["nvidia.com/gpu"]
-		return q.Value() == 1, "allocatable " + q.String()
-	}); err != nil {
-		t.Fatal(err)
-	}
-
-	const ns, name = "gpu", "vllm"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rc := KataHandler
-	automount := false
-	grace := int64(10)
-	gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{
-			NodeName:                      n.Name,
-			RuntimeClassName:              &rc,
-			AutomountServiceAccountToken:  &automount,
-			TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{
-				Name: "vllm", Image: Image, ImagePullPolicy: corev1.PullNever,
-				Args:      []string{"serving"},
-				Resources: corev1.ResourceRequirements{Limits: gpu, Requests: gpu},
-			}},
-		},
-	}
+	ks := startKata(t, &k)
+	ph, ctx, cs, n, pp := ks.ph, ks.ctx, ks.cs, ks.n, ks.pp
+	const ns, name = gpuNamespace, "vllm"
+	pod := gpuPod(n.Name, name)
 	created := time.Now()
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -288,6 +235,16 @@ func TestKataRemotePodThroughCAA(t *testing.T) {
 		}
 		ph.done("→ log through the chain")
 	}
+	// The pod's network: a connection from the node to the pod's IP goes
+	// through CAA's VXLAN end in the pod's namespace on the node, to the
+	// forwarder's end in the podVM, to a listener in the guest's pod
+	// namespace (the test's, standing in for the container's server).
+	if !running.IsZero() {
+		if err := checkPodNetwork(ctx, t, cs, ns, name, boot.PodNS); err != nil {
+			t.Error(err)
+		}
+		ph.done("→ node to pod IP through the VXLAN tunnel")
+	}
 	record("at Running")
 	recorded = true
 
@@ -333,22 +290,7 @@ func TestKataRemotePodThroughCAA(t *testing.T) {
 	}
 	record("after the delete")
 
-	pids := n.PIDs()
-	if err := n.Stop(); err != nil {
-		t.Errorf("stop node: %v", err)
-	}
-	ph.done("node teardown")
-	for _, f := range n.Forced() {
-		t.Logf("teardown removed: %s", f)
-	}
-	if left := n.Residue(); len(left) > 0 {
-		t.Errorf("after teardown, left on the machine:\n  %s", strings.Join(left, "\n  "))
-	}
-	for pname, pid := range pids {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-			t.Errorf("%s (pid %d) still runs after teardown", pname, pid)
-		}
-	}
+	stopAndCheck(t, n, ph)
 }
 
 func logEvents(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string) {
@@ -369,4 +311,147 @@ func clip(s string) string {
 		return s[:600] + "…"
 	}
 	return s
+}
+
+// checkPodNetwork serves one line in the podVM's pod namespace and reads
+// it from the node at the pod's IP.
+func checkPodNetwork(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, podNS string) error {
+	t.Helper()
+	p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	l, err := ListenInNetns(podNS, ":8080")
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	const line = "hello from the podVM's pod namespace\n"
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte(line))
+	}()
+	d := net.Dialer{Timeout: 10 * time.Second}
+	start := time.Now()
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(p.Status.PodIP, "8080"))
+	if err != nil {
+		return fmt.Errorf("node → pod IP %s:8080: %w", p.Status.PodIP, err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != line {
+		return fmt.Errorf("node → pod IP %s:8080: read %q, %v; want %q", p.Status.PodIP, got, err, line)
+	}
+	t.Logf("node → pod IP %s:8080 answered from the podVM's pod namespace in %s: %q", p.Status.PodIP, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(got)))
+	return nil
+}
+
+// kataRun is a node with the kata stage up and a namespace for the GPU
+// pod, as each kata scenario starts.
+type kataRun struct {
+	ph  *phases
+	ctx context.Context
+	cs  kubernetes.Interface
+	n   *Node
+	pp  *PeerPods
+}
+
+const gpuNamespace = "gpu"
+
+// startKata starts the control plane, the node with kata-remote, the
+// emulator, our manifests, CAA and the podVM watcher; makes the node a
+// GPU node as the device plugin would; and makes the pod's namespace.
+func startKata(t *testing.T, k *Kata) *kataRun {
+	t.Helper()
+	ph := &phases{t: t, last: time.Now()}
+	sleeper := buildSleeper(t)
+	cp, n := StartForTest(t, Options{ImageBinary: sleeper, Kata: k})
+	ph.done("control plane + node Ready")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Minute)
+	t.Cleanup(cancel)
+	pp, err := n.StartPeerPods(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph.done("emulator + install + CAA up")
+	cs, err := kubernetes.NewForConfig(cp.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A GPU node as the device plugin would make it: the extended resource
+	// on the Node's capacity (status is the kubelet's to write, so the
+	// admin patches it as the plugin's registration would).
+	gpuPatch := []byte(`{"status":{"capacity":{"nvidia.com/gpu":"1"}}}`)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, gpuPatch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, "nvidia.com/gpu allocatable", func() (bool, string) {
+		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		q := node.Status.Allocatable["nvidia.com/gpu"]
+		return q.Value() == 1, "allocatable " + q.String()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gpuNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(gpuNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &kataRun{ph: ph, ctx: ctx, cs: cs, n: n, pp: pp}
+}
+
+// gpuPod is the scenarios' pod: kata-remote, one nvidia.com/gpu, bound to
+// the node (no scheduler runs), the harness's image, "serving" its
+// argument.
+func gpuPod(node, name string) *corev1.Pod {
+	rc := KataHandler
+	automount := false
+	grace := int64(10)
+	gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: gpuNamespace},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			RuntimeClassName:              &rc,
+			AutomountServiceAccountToken:  &automount,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "vllm", Image: Image, ImagePullPolicy: corev1.PullNever,
+				Args:      []string{"serving"},
+				Resources: corev1.ResourceRequirements{Limits: gpu, Requests: gpu},
+			}},
+		},
+	}
+}
+
+// stopAndCheck tears the node down and fails the test for anything of it
+// left on the machine.
+func stopAndCheck(t *testing.T, n *Node, ph *phases) {
+	t.Helper()
+	pids := n.PIDs()
+	if err := n.Stop(); err != nil {
+		t.Errorf("stop node: %v", err)
+	}
+	ph.done("node teardown")
+	for _, f := range n.Forced() {
+		t.Logf("teardown removed: %s", f)
+	}
+	if left := n.Residue(); len(left) > 0 {
+		t.Errorf("after teardown, left on the machine:\n  %s", strings.Join(left, "\n  "))
+	}
+	for pname, pid := range pids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			t.Errorf("%s (pid %d) still runs after teardown", pname, pid)
+		}
+	}
 }

@@ -139,6 +139,9 @@ type Node struct {
 	madeSecrets bool
 	// madeCAADir: CAA's directory under /run was made; Stop removes it.
 	madeCAADir bool
+	// shimDirs: kata's shim's directories under /run that were not there
+	// when the node started (kata.go shimRunDirs); Stop removes them.
+	shimDirs []string
 	// syslog is the /dev/log this node serves for kata's shim, if it
 	// made it (kata.go serveSyslog).
 	syslog *net.UnixConn

@@ -7,16 +7,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 )
 
@@ -118,6 +121,9 @@ type PodVMEvent struct {
 	Name string // the instance
 	IP   string
 	What string // "booted", "boot failed: …", "shut down"
+	// PodNS names (under /run/netns) the namespace that is the guest's
+	// /run/netns/podns, where the forwarder put the pod's VXLAN end.
+	PodNS string
 }
 
 type podVM struct {
@@ -178,9 +184,9 @@ func (n *Node) PodVMEvents() []PodVMEvent {
 	return slices.Clone(h.events)
 }
 
-func (h *podVMHost) note(name, ip, what string) {
+func (h *podVMHost) note(name, ip, podNS, what string) {
 	h.mu.Lock()
-	h.events = append(h.events, PodVMEvent{At: time.Now(), Name: name, IP: ip, What: what})
+	h.events = append(h.events, PodVMEvent{At: time.Now(), Name: name, IP: ip, What: what, PodNS: podNS})
 	h.mu.Unlock()
 	h.n.logger.Info("podVM "+what, "instance", name, "ip", ip)
 }
@@ -221,7 +227,7 @@ func (h *podVMHost) reconcile(ctx context.Context, vms []gceVM) {
 			h.mu.Lock()
 			h.failed[v.Name] = true
 			h.mu.Unlock()
-			h.note(v.Name, v.NetworkInterfaces[0].NetworkIP, "boot failed: "+err.Error())
+			h.note(v.Name, v.NetworkInterfaces[0].NetworkIP, "", "boot failed: "+err.Error())
 		}
 	}
 	h.mu.Lock()
@@ -239,7 +245,7 @@ func (h *podVMHost) reconcile(ctx context.Context, vms []gceVM) {
 		if err != nil {
 			what += " (" + err.Error() + ")"
 		}
-		h.note(vm.name, vm.ip, what)
+		h.note(vm.name, vm.ip, vm.podNS, what)
 	}
 }
 
@@ -402,7 +408,7 @@ func (h *podVMHost) boot(ctx context.Context, v *gceVM) (err error) {
 	h.mu.Lock()
 	h.vms[vm.name] = vm
 	h.mu.Unlock()
-	h.note(vm.name, vm.ip, "booted")
+	h.note(vm.name, vm.ip, vm.podNS, "booted")
 	return nil
 }
 
@@ -490,4 +496,49 @@ func (n *Node) PodVMLogs() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.everLogs)
+}
+
+// ListenInNetns listens on TCP addr inside the network namespace named
+// name (under /run/netns): a test's stand-in for a server in the pod,
+// reached through the pod's network as a client on the node reaches it.
+// The socket keeps its namespace after the thread returns to the test's.
+func ListenInNetns(name, addr string) (net.Listener, error) {
+	target, err := os.Open(filepath.Join(netnsDir, name))
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	defer target.Close()
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread enters the namespace and leaves it; were the way
+		// back to fail, the thread stays locked and ends with the
+		// goroutine, so no other goroutine runs in the wrong namespace.
+		runtime.LockOSThread()
+		self, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			ch <- result{err: fmt.Errorf("node: %w", err)}
+			return
+		}
+		defer self.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("node: setns %s: %w", name, err)}
+			return
+		}
+		l, lerr := net.Listen("tcp", addr)
+		if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
+			if l != nil {
+				l.Close()
+			}
+			ch <- result{err: fmt.Errorf("node: setns back: %w", err)}
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- result{l, lerr}
+	}()
+	r := <-ch
+	return r.l, r.err
 }

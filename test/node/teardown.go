@@ -79,6 +79,15 @@ func (n *Node) Stop() error {
 			errs = append(errs, fmt.Errorf("node: remove %s (CAA's directory): %w", n.caaDir(), err))
 		}
 	}
+	for _, d := range n.shimDirs {
+		removed, err := removeEmptyTree(d)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if removed {
+			note("removed %s (kata's shim leaves it, empty)", d)
+		}
+	}
 	if n.madeSecrets {
 		if err := os.RemoveAll("/run/secrets"); err != nil {
 			errs = append(errs, fmt.Errorf("node: remove /run/secrets (CAA's token): %w", err))
@@ -199,6 +208,11 @@ func (n *Node) Residue() []string {
 	if n.syslog != nil {
 		if _, err := os.Lstat(devLog); err == nil {
 			left = append(left, devLog+" (kata's shim's syslog)")
+		}
+	}
+	for _, d := range n.shimDirs {
+		if _, err := os.Lstat(d); err == nil {
+			left = append(left, d+" (kata's shim's directory)")
 		}
 	}
 	if n.madeSecrets {
