@@ -59,5 +59,4 @@ GOWORK=off "$root/scripts/go-progress.sh" deps ./...
 # skips, saying why, unless the kata variables are set), and the pin checks
 # (which run this script with UPSTREAM and KATA set against made
 # checkouts, so stop before here).
-# NODE_E2E_RUN narrows them (go test -run), for a scenario run by hand.
-GOWORK=off ${GO:-go} test -count=1 -v -timeout 40m ${NODE_E2E_RUN:+-run "$NODE_E2E_RUN"} .
+GOWORK=off ${GO:-go} test -count=1 -v -timeout 40m .

@@ -111,10 +111,12 @@ func (n *Node) kataConfigPath() string {
 // node (its sandbox state, its shared directory's parent).
 var shimRunDirs = []string{"/run/vc", "/run/kata-containers"}
 
-// removeEmptyTree removes dir if it holds directories only.
-func removeEmptyTree(dir string) (bool, error) {
-	files := 0
-	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+// removeShimTree removes dir, which this run's shims made (it was absent
+// when the node started), and says how many files were in it: none after
+// a clean run (the shim leaves only empty directories); a killed
+// sandbox's state (persist.json, its monitor socket) after an interrupt.
+func removeShimTree(dir string) (removed bool, files int, err error) {
+	err = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -124,15 +126,15 @@ func removeEmptyTree(dir string) (bool, error) {
 		return nil
 	})
 	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+		return false, 0, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("node: %w", err)
+		return false, files, fmt.Errorf("node: %w", err)
 	}
-	if files > 0 {
-		return false, fmt.Errorf("node: %s holds %d files after the shims are gone; left for a look", dir, files)
+	if err := os.RemoveAll(dir); err != nil {
+		return false, files, fmt.Errorf("node: %w", err)
 	}
-	return true, os.RemoveAll(dir)
+	return true, files, nil
 }
 
 // caaDir is CAA's directory on this node, /run/peerpod's stand-in (the
@@ -168,8 +170,8 @@ func (n *Node) writeKataConfig(k *Kata) error {
 	n.mu.Lock()
 	n.madeCAADir = true
 	// kata's shim makes these on the node and leaves them, empty, after
-	// its sandboxes are gone; Stop removes the ones that were not there
-	// before.
+	// its sandboxes are gone (and with a sandbox's state in them when the
+	// shim was killed); Stop removes the ones that were not there before.
 	for _, d := range shimRunDirs {
 		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
 			n.shimDirs = append(n.shimDirs, d)

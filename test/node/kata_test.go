@@ -207,7 +207,7 @@ func TestKataRemotePodThroughCAA(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		if p.Status.Phase == corev1.PodRunning {
+		if containersRunning(p) {
 			running = time.Now()
 			return true, ""
 		}
@@ -454,4 +454,20 @@ func stopAndCheck(t *testing.T, n *Node, ph *phases) {
 			t.Errorf("%s (pid %d) still runs after teardown", pname, pid)
 		}
 	}
+}
+
+// containersRunning: the pod is Running and so is each of its containers.
+// The phase alone is not enough: a container whose start failed and
+// waits to be retried (RunContainerError) counts as restarting, and the
+// pod's phase is Running while nothing runs.
+func containersRunning(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Running == nil {
+			return false
+		}
+	}
+	return true
 }

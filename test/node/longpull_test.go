@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -97,7 +96,7 @@ func longPullRun(t *testing.T, k *Kata) {
 				}
 			}
 		}
-		if p.Status.Phase == corev1.PodRunning {
+		if containersRunning(p) {
 			running = time.Now()
 			return true, ""
 		}

@@ -80,12 +80,12 @@ func (n *Node) Stop() error {
 		}
 	}
 	for _, d := range n.shimDirs {
-		removed, err := removeEmptyTree(d)
+		removed, files, err := removeShimTree(d)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		if removed {
-			note("removed %s (kata's shim leaves it, empty)", d)
+			note("removed %s (kata's shim leaves it; %d files in it, a killed sandbox's state)", d, files)
 		}
 	}
 	if n.madeSecrets {
