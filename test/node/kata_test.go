@@ -407,6 +407,7 @@ func startKata(t *testing.T, k *Kata) *kataRun {
 	if _, err := cs.CoreV1().ServiceAccounts(gpuNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	ph.done("nvidia.com/gpu allocatable (kubelet's next status update), namespace")
 	return &kataRun{ph: ph, ctx: ctx, cs: cs, n: n, pp: pp}
 }
 

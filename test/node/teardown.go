@@ -85,7 +85,11 @@ func (n *Node) Stop() error {
 			errs = append(errs, err)
 		}
 		if removed {
-			note("removed %s (kata's shim leaves it; %d files in it, a killed sandbox's state)", d, files)
+			what := "empty"
+			if files > 0 {
+				what = fmt.Sprintf("%d files in it: a killed sandbox's state", files)
+			}
+			note("removed %s (kata's shim leaves it; %s)", d, what)
 		}
 	}
 	if n.madeSecrets {
