@@ -5,7 +5,8 @@
 # test/node reads (NAME=path, one a line) on stdout:
 #   - kata's containerd-shim-kata-v2 and configuration-remote.toml, from
 #     KATA: `make pkg/katautils/config-settings.go config/configuration-remote.toml`
-#     in src/runtime, then go build of cmd/containerd-shim-kata-v2;
+#     in src/runtime, then go build of cmd/containerd-shim-kata-v2 (and,
+#     with NODE_KATA_RACE=1, a -race build of it, which the tests then run);
 #   - cloud-api-adaptor (and the podVM's agent-protocol-forwarder) from UPSTREAM with our series applied
 #     (scripts/upstream-patch/patch.sh) and -tags gcp_t4. The module proxy
 #     refuses the kata module CAA requires (and, at v0.22.0,
@@ -41,6 +42,23 @@ if [[ ! -x $kcache/containerd-shim-kata-v2 || ! -f $kcache/configuration-remote.
 	cp "$work/kata/src/runtime/config/configuration-remote.toml" "$kcache.tmp/"
 	rm -rf "$kcache"
 	mv "$kcache.tmp" "$kcache"
+fi
+
+# NODE_KATA_RACE=1: the shim built with -race as well (issue 54 asks for
+# one run with it), cached beside the plain one; the tests then run it.
+shim=$kcache/containerd-shim-kata-v2
+if [[ -n ${NODE_KATA_RACE:-} ]]; then
+	rcache=$cacheroot/node-kata-race-$kcommit
+	if [[ ! -x $rcache/containerd-shim-kata-v2 ]]; then
+		say "building kata's containerd-shim-kata-v2 at $kcommit with -race (once)"
+		[[ -d $work/kata ]] || { git clone -q --shared "$kata" "$work/kata" && git -C "$work/kata" checkout -q "$kcommit"; }
+		make -s -C "$work/kata/src/runtime" pkg/katautils/config-settings.go >&2
+		mkdir -p "$rcache.tmp"
+		(cd "$work/kata/src/runtime" && CGO_ENABLED=1 go build -race -o "$rcache.tmp/containerd-shim-kata-v2" ./cmd/containerd-shim-kata-v2) >&2
+		rm -rf "$rcache"
+		mv "$rcache.tmp" "$rcache"
+	fi
+	shim=$rcache/containerd-shim-kata-v2
 fi
 
 # The stand-in kata-agent (test/node/_agent): it imports kata's agent
@@ -113,7 +131,7 @@ mkdir -p "$ocache"
 # In the repository's workspace (go.work), as make build does.
 (cd "$root/gcp-t4" && unset GOWORK && go build -o "$ocache/gceonly" ./internal/demo/gceonly && go build -o "$ocache/gcp-t4" ./cmd/gcp-t4) >&2
 
-echo "NODE_KATA_SHIM=$kcache/containerd-shim-kata-v2"
+echo "NODE_KATA_SHIM=$shim"
 echo "NODE_KATA_CONFIG=$kcache/configuration-remote.toml"
 echo "NODE_CAA=$ccache/cloud-api-adaptor"
 echo "NODE_FORWARDER=$ccache/agent-protocol-forwarder"

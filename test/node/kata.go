@@ -456,3 +456,16 @@ func (n *Node) LogLines(name string, subs ...string) []string {
 	}
 	return out
 }
+
+// RaceReports returns the data race reports a shim built with -race
+// wrote (NODE_KATA_RACE=1), each file's text; none for a plain shim.
+func (n *Node) RaceReports() []string {
+	files, _ := filepath.Glob(n.path("race/shim*"))
+	var out []string
+	for _, f := range files {
+		if data, err := os.ReadFile(f); err == nil && len(data) > 0 {
+			out = append(out, string(data))
+		}
+	}
+	return out
+}

@@ -160,6 +160,13 @@ func longPullRun(t *testing.T, k *Kata) {
 	t.Logf("kubelet: %d Failed (x count) Events; the sandbox's shim pids %v at the start, %v at Running (%s)", failed, shimAtStart, shimAtRunning,
 		map[bool]string{true: "survived", false: "changed"}[len(shimAtStart) > 0 && slices.Contains(shimAtRunning, shimAtStart[0])])
 	t.Logf("podVMs booted: %d", len(n.PodVMLogs()))
+	// With NODE_KATA_RACE=1 the shim runs built with -race: what it
+	// found is recorded (kata's code, not ours to fail on).
+	races := n.RaceReports()
+	t.Logf("shim data race reports: %d", len(races))
+	for _, r := range races {
+		t.Logf("shim race report:\n%s", r[:min(len(r), 4000)])
+	}
 
 	if err := cs.CoreV1().Pods(gpuNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

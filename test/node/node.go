@@ -336,6 +336,15 @@ state = %[2]q
 	}
 	// The shim is found on PATH, beside containerd.
 	env := append(os.Environ(), "PATH="+filepath.Dir(n.bin.Containerd)+":"+os.Getenv("PATH"))
+	if n.kata != nil {
+		// The shims inherit containerd's environment: a shim built with
+		// -race writes its reports here (one file per process), where the
+		// kata tests read them; other binaries ignore the variable.
+		env = append(env, "GORACE=log_path="+n.path("race/shim"))
+		if err := os.MkdirAll(n.path("race"), 0o700); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
 	p, err := n.start("containerd", env, n.bin.Containerd, "--config", cfg, "--log-level", "info")
 	if err != nil {
 		return err
