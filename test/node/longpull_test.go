@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -65,12 +66,23 @@ func longPullRun(t *testing.T, k *Kata) {
 		t.Fatal(err)
 	}
 
-	// The sandbox's shim: kata runs one per sandbox; its pid at the first
-	// sight and at Running say whether it lived through the give-ups.
+	// The sandbox's shim: kata runs one per sandbox. Its pid is taken
+	// once the app container's first create reached the agent (the
+	// sandbox is up; containerd's short-lived `start` and `delete`
+	// invocations of the shim binary, which name the same socket, are
+	// not it) and again at Running: the same pid, it lived through the
+	// give-ups.
 	var shimAtStart []int
-	if err := poll(ctx, "the sandbox's shim", func() (bool, string) {
-		shimAtStart = processesNaming(n.Socket)
-		return len(shimAtStart) > 0, "no shim yet"
+	if err := poll(ctx, "the app container's first CreateContainer in the agent", func() (bool, string) {
+		for i := range n.PodVMLogs() {
+			for _, l := range n.LogLines(fmt.Sprintf("podvm-%d", i+1), "sandbox container: false") {
+				if agentCreate.MatchString(l) {
+					shimAtStart = shimDaemons(n)
+					return true, ""
+				}
+			}
+		}
+		return false, "not yet"
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +116,7 @@ func longPullRun(t *testing.T, k *Kata) {
 	}); err != nil {
 		t.Error(err)
 	}
-	shimAtRunning := processesNaming(n.Socket)
+	shimAtRunning := shimDaemons(n)
 	ph.done("pod created → Running (or the bound)")
 
 	// The record.
@@ -163,7 +175,7 @@ func longPullRun(t *testing.T, k *Kata) {
 	// With NODE_KATA_RACE=1 the shim runs built with -race: what it
 	// found is recorded (kata's code, not ours to fail on).
 	races := n.RaceReports()
-	t.Logf("shim data race reports: %d", len(races))
+	t.Logf("shim data race report files: %d, %d races in them", len(races), strings.Count(strings.Join(races, ""), "WARNING: DATA RACE"))
 	for _, r := range races {
 		t.Logf("shim race report:\n%s", r[:min(len(r), 4000)])
 	}
@@ -191,4 +203,21 @@ func longPullRun(t *testing.T, k *Kata) {
 		t.Logf("podVM event %s: %s %s %s", e.At.Format("15:04:05.000"), e.Name, e.IP, e.What)
 	}
 	stopAndCheck(t, n, ph)
+}
+
+// shimDaemons are the node's running shims, without containerd's
+// short-lived `start` and `delete` invocations of the shim binary.
+func shimDaemons(n *Node) []int {
+	var out []int
+	for _, pid := range processesNaming(n.Socket) {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		if last := args[len(args)-1]; last != "start" && last != "delete" {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
