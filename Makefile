@@ -128,7 +128,7 @@ controlplane: tools
 	@echo "export $(CONTROLPLANE_ENV)"
 
 ## node-e2e: a real kubelet and containerd as a node of the test API server; a pod run, its log read, removed (docs/node-harness.md)
-##   make node-e2e [UPSTREAM=/path/to/cloud-api-adaptor KATA=/path/to/kata-containers: also builds kata's shim and CAA + our series from them and drives a GPU peer pod to the emulator's podVM (no agent yet)]
+##   make node-e2e [UPSTREAM=/path/to/cloud-api-adaptor KATA=/path/to/kata-containers: also builds kata's shim and CAA + our series from them and drives a GPU peer pod to Running through the real agent-protocol-forwarder and a stand-in agent in each emulated podVM]
 # kubelet is built from the same k8s.io/kubernetes as kube-apiserver; the
 # containerd is one of CONTAINERD2; CAA_PIN is the CAA release the series
 # targets (UPSTREAM_RELEASE), whose versions.yaml names kata's commit.

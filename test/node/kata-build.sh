@@ -5,13 +5,16 @@
 # test/node reads (NAME=path, one a line) on stdout:
 #   - kata's containerd-shim-kata-v2 and configuration-remote.toml, from
 #     KATA: `make pkg/katautils/config-settings.go config/configuration-remote.toml`
-#     in src/runtime, then go build of cmd/containerd-shim-kata-v2;
-#   - cloud-api-adaptor from UPSTREAM with our series applied
+#     in src/runtime, then go build of cmd/containerd-shim-kata-v2 (and,
+#     with NODE_KATA_RACE=1, a -race build of it, which the tests then run);
+#   - cloud-api-adaptor (and the podVM's agent-protocol-forwarder) from UPSTREAM with our series applied
 #     (scripts/upstream-patch/patch.sh) and -tags gcp_t4. The module proxy
 #     refuses the kata module CAA requires (and, at v0.22.0,
 #     github.com/IBM/platform-services-go-sdk, which only upstream's IBM
 #     providers import), so the build replaces the kata runtime module
 #     with KATA's src/runtime and that one with an empty module;
+#   - the stand-in kata-agent (test/node/_agent), against KATA's agent
+#     protocol package;
 #   - gceonly (the seeded GCE emulator alone) and gcp-t4, from this
 #     repository.
 # Each checkout is cloned into a temporary directory; neither is modified.
@@ -41,11 +44,54 @@ if [[ ! -x $kcache/containerd-shim-kata-v2 || ! -f $kcache/configuration-remote.
 	mv "$kcache.tmp" "$kcache"
 fi
 
+# NODE_KATA_RACE=1: the shim built with -race as well (issue 54 asks for
+# one run with it), cached beside the plain one; the tests then run it.
+shim=$kcache/containerd-shim-kata-v2
+if [[ -n ${NODE_KATA_RACE:-} ]]; then
+	rcache=$cacheroot/node-kata-race-$kcommit
+	if [[ ! -x $rcache/containerd-shim-kata-v2 ]]; then
+		say "building kata's containerd-shim-kata-v2 at $kcommit with -race (once)"
+		[[ -d $work/kata ]] || { git clone -q --shared "$kata" "$work/kata" && git -C "$work/kata" checkout -q "$kcommit"; }
+		make -s -C "$work/kata/src/runtime" pkg/katautils/config-settings.go >&2
+		mkdir -p "$rcache.tmp"
+		(cd "$work/kata/src/runtime" && CGO_ENABLED=1 go build -race -o "$rcache.tmp/containerd-shim-kata-v2" ./cmd/containerd-shim-kata-v2) >&2
+		rm -rf "$rcache"
+		mv "$rcache.tmp" "$rcache"
+	fi
+	shim=$rcache/containerd-shim-kata-v2
+fi
+
+# The stand-in kata-agent (test/node/_agent): it imports kata's agent
+# protocol package, which the module proxy does not serve, so it is built
+# here, in a scratch module whose go.mod replaces kata's runtime module
+# with KATA's src/runtime, and never by make test. Keyed by kata's commit
+# and the stand-in's sources.
+asum=$(cat "$here"/_agent/*.go | sha256sum | cut -c1-16)
+acache=$cacheroot/node-agent-$kcommit-$asum
+if [[ ! -x $acache/kata-agent-standin ]]; then
+	say "building the stand-in kata-agent against kata $kcommit (once)"
+	[[ -d $work/kata ]] || { git clone -q --shared "$kata" "$work/kata" && git -C "$work/kata" checkout -q "$kcommit"; }
+	mkdir -p "$work/agent" "$acache.tmp"
+	cp "$here"/_agent/*.go "$work/agent/"
+	(
+		cd "$work/agent"
+		go mod init github.com/caa-gcp-t4/test/node/agent 2>/dev/null
+		# Required before tidy, so that the protocol's own dependencies
+		# (ttrpc, grpc, protobuf) come at the versions kata's go.mod names.
+		go mod edit -require "github.com/kata-containers/kata-containers/src/runtime@v0.0.0-00010101000000-000000000000" \
+			-replace "github.com/kata-containers/kata-containers/src/runtime=$work/kata/src/runtime"
+		go mod tidy
+		CGO_ENABLED=0 go build -o "$acache.tmp/kata-agent-standin" .
+	) >&2
+	rm -rf "$acache"
+	mv "$acache.tmp" "$acache"
+fi
+
 # CAA: keyed by its commit, the kata commit it is built against, and our
 # series' sources (the provider and the patch scripts).
 series=$(cd "$root" && find src/cloud-providers scripts/upstream-patch -type f ! -path '*/testdata/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 ccache=$cacheroot/node-caa-$ucommit-$series
-if [[ ! -x $ccache/cloud-api-adaptor ]]; then
+if [[ ! -x $ccache/cloud-api-adaptor || ! -x $ccache/agent-protocol-forwarder ]]; then
 	say "building cloud-api-adaptor at $ucommit with our series ($series) and -tags gcp_t4 (once)"
 	[[ -d $work/kata ]] || { git clone -q --shared "$kata" "$work/kata" && git -C "$work/kata" checkout -q "$kcommit"; }
 	# -n: gcpt4's tests are make test's; -e: the proxy lacks modules the
@@ -70,6 +116,9 @@ if [[ ! -x $ccache/cloud-api-adaptor ]]; then
 	done
 	mkdir -p "$ccache.tmp"
 	CGO_ENABLED=0 go build -mod=mod -tags gcp_t4 -o "$ccache.tmp/cloud-api-adaptor" ./cmd/cloud-api-adaptor >&2
+	# The podVM's side, built from the same tree as the podVM image's
+	# Makefile does (no provider tags: it runs in the guest).
+	CGO_ENABLED=0 go build -mod=mod -o "$ccache.tmp/agent-protocol-forwarder" ./cmd/agent-protocol-forwarder >&2
 	rm -rf "$ccache"
 	mv "$ccache.tmp" "$ccache"
 	cd "$root"
@@ -82,9 +131,11 @@ mkdir -p "$ocache"
 # In the repository's workspace (go.work), as make build does.
 (cd "$root/gcp-t4" && unset GOWORK && go build -o "$ocache/gceonly" ./internal/demo/gceonly && go build -o "$ocache/gcp-t4" ./cmd/gcp-t4) >&2
 
-echo "NODE_KATA_SHIM=$kcache/containerd-shim-kata-v2"
+echo "NODE_KATA_SHIM=$shim"
 echo "NODE_KATA_CONFIG=$kcache/configuration-remote.toml"
 echo "NODE_CAA=$ccache/cloud-api-adaptor"
+echo "NODE_FORWARDER=$ccache/agent-protocol-forwarder"
+echo "NODE_AGENT=$acache/kata-agent-standin"
 echo "NODE_GCE_EMULATOR=$ocache/gceonly"
 echo "NODE_GCP_T4=$ocache/gcp-t4"
 echo "NODE_CAA_ENTRYPOINT=$root/scripts/image/entrypoint.sh"

@@ -31,6 +31,8 @@ const (
 	EnvGCE        = "NODE_GCE_EMULATOR" // gcp-t4/internal/demo/gceonly: the seeded emulator alone
 	EnvGcpT4      = "NODE_GCP_T4"       // the gcp-t4 command: install renders and applies our manifests
 	EnvEntrypoint = "NODE_CAA_ENTRYPOINT"
+	EnvForwarder  = "NODE_FORWARDER" // agent-protocol-forwarder from UPSTREAM (the podVM's side of CAA)
+	EnvAgent      = "NODE_AGENT"     // the stand-in kata-agent (test/node/_agent) built against KATA
 
 	// KataMakeCommand builds them and runs the kata test.
 	KataMakeCommand = "make node-e2e UPSTREAM=<CAA checkout> KATA=<kata-containers checkout>"
@@ -53,6 +55,14 @@ var ErrNoKata = errors.New("the kata stage's binaries are not given")
 // Kata are the executables and files of the kata stage.
 type Kata struct {
 	Shim, Config, CAA, GCE, GcpT4, Entrypoint string
+	// Forwarder and Agent run in each podVM (podvm.go).
+	Forwarder, Agent string
+	// AgentPull is the stand-in agent's modelled in-guest pull time per
+	// image (test/node/_agent/pull.go); a test sets it.
+	AgentPull time.Duration
+	// NoTimeoutDropIn leaves out the remediation sidecar's
+	// create_container_timeout drop-in: kata's own default (60 s) holds.
+	NoTimeoutDropIn bool
 }
 
 // KataFromEnv reads the kata stage's variables. None set: ErrNoKata.
@@ -60,12 +70,14 @@ type Kata struct {
 // them all.
 func KataFromEnv() (Kata, error) {
 	k := Kata{Shim: os.Getenv(EnvKataShim), Config: os.Getenv(EnvKataConfig), CAA: os.Getenv(EnvCAA),
-		GCE: os.Getenv(EnvGCE), GcpT4: os.Getenv(EnvGcpT4), Entrypoint: os.Getenv(EnvEntrypoint)}
+		GCE: os.Getenv(EnvGCE), GcpT4: os.Getenv(EnvGcpT4), Entrypoint: os.Getenv(EnvEntrypoint),
+		Forwarder: os.Getenv(EnvForwarder), Agent: os.Getenv(EnvAgent)}
 	vars := []struct {
 		name, val string
 		exec      bool
 	}{{EnvKataShim, k.Shim, true}, {EnvKataConfig, k.Config, false}, {EnvCAA, k.CAA, true},
-		{EnvGCE, k.GCE, true}, {EnvGcpT4, k.GcpT4, true}, {EnvEntrypoint, k.Entrypoint, true}}
+		{EnvGCE, k.GCE, true}, {EnvGcpT4, k.GcpT4, true}, {EnvEntrypoint, k.Entrypoint, true},
+		{EnvForwarder, k.Forwarder, true}, {EnvAgent, k.Agent, true}}
 	set := 0
 	var problems []string
 	for _, v := range vars {
@@ -93,6 +105,36 @@ func KataFromEnv() (Kata, error) {
 // remote shim's own copy, with config.d beside it.
 func (n *Node) kataConfigPath() string {
 	return n.path("opt-kata/share/defaults/kata-containers/runtimes/remote/configuration-remote.toml")
+}
+
+// shimRunDirs are the directories kata's shim makes under /run on the
+// node (its sandbox state, its shared directory's parent).
+var shimRunDirs = []string{"/run/vc", "/run/kata-containers"}
+
+// removeShimTree removes dir, which this run's shims made (it was absent
+// when the node started), and says how many files were in it: none after
+// a clean run (the shim leaves only empty directories); a killed
+// sandbox's state (persist.json, its monitor socket) after an interrupt.
+func removeShimTree(dir string) (removed bool, files int, err error) {
+	err = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			files++
+		}
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return false, 0, nil
+	}
+	if err != nil {
+		return false, files, fmt.Errorf("node: %w", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return false, files, fmt.Errorf("node: %w", err)
+	}
+	return true, files, nil
 }
 
 // caaDir is CAA's directory on this node, /run/peerpod's stand-in (the
@@ -127,12 +169,23 @@ func (n *Node) writeKataConfig(k *Kata) error {
 	}
 	n.mu.Lock()
 	n.madeCAADir = true
+	// kata's shim makes these on the node and leaves them, empty, after
+	// its sandboxes are gone (and with a sandbox's state in them when the
+	// shim was killed); Stop removes the ones that were not there before.
+	for _, d := range shimRunDirs {
+		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
+			n.shimDirs = append(n.shimDirs, d)
+		}
+	}
 	n.mu.Unlock()
 	if err := os.Mkdir(n.caaDir(), 0o700); err != nil {
 		return fmt.Errorf("node: CAA's directory: %w", err)
 	}
 	if err := os.WriteFile(cfg, base, 0o644); err != nil {
 		return fmt.Errorf("node: %w", err)
+	}
+	if k.NoTimeoutDropIn {
+		return nil
 	}
 	// gcp-t4/internal/remediate/katatimeout.go kataDropIn.
 	dropIn := fmt.Sprintf("# Written by gcp-t4-node remediate (caa-gcp-t4).\n# kata-remote's create_container_timeout: the agent's CreateContainer, guest pull\n# included. Set with gcp-t4 install --create-container-timeout; removed on uninstall.\n[runtime]\ncreate_container_timeout = %d\n", kataTimeout)
@@ -206,6 +259,11 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 		return nil, err
 	}
 	n.logger.Info("GCE emulator up", "endpoint", pp.GCE, "project", pp.Project)
+	// Each instance CAA creates is booted as a podVM: its forwarder and
+	// agent (podvm.go).
+	if err := n.startPodVMs(k, pp.GCE, pp.Project); err != nil {
+		return nil, err
+	}
 
 	// The demo's install (gcp-t4/internal/demo serve.go), on this node.
 	args := []string{"install", "--kubeconfig", n.cp.Kubeconfig, "--project", pp.Project, "--zone", "us-central1-a",
@@ -394,6 +452,19 @@ func (n *Node) LogLines(name string, subs ...string) []string {
 				out = append(out, sc.Text())
 				break
 			}
+		}
+	}
+	return out
+}
+
+// RaceReports returns the data race reports a shim built with -race
+// wrote (NODE_KATA_RACE=1), each file's text; none for a plain shim.
+func (n *Node) RaceReports() []string {
+	files, _ := filepath.Glob(n.path("race/shim*"))
+	var out []string
+	for _, f := range files {
+		if data, err := os.ReadFile(f); err == nil && len(data) > 0 {
+			out = append(out, string(data))
 		}
 	}
 	return out

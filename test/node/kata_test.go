@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -65,15 +67,16 @@ func gceInstances(ctx context.Context, pp *PeerPods) ([]instance, error) {
 }
 
 // TestKataRemotePodThroughCAA drives a GPU peer pod through the real
-// chain as far as it goes today: kubelet → containerd → kata's remote
-// shim → CAA v0.22.0 with our series (a host process, identity and
-// settings as our manifests give its DaemonSet) → the gcp-t4 provider →
-// the GCE emulator. It asserts on what runs: the provider's PodVMRequested
-// and PodVMCreated Events on the pod, one instance in the emulator, and
-// after the pod is deleted no instance left and nothing of the node on the
-// machine. No agent answers in the podVM yet, so the pod cannot go
-// Running: the test records where and how the chain stops (kubelet's
-// Events, the shim's and CAA's log lines) rather than asserting on it.
+// chain: kubelet → containerd → kata's remote shim → CAA v0.22.0 with our
+// series (a host process, identity and settings as our manifests give its
+// DaemonSet) → the gcp-t4 provider → the GCE emulator's instance, booted
+// by the harness as a podVM (podvm.go: the real agent-protocol-forwarder
+// at the instance's address, the stand-in kata-agent behind it). It
+// asserts the provider's PodVMRequested and PodVMCreated Events, the
+// podVM's boot, the pod Running and its log line back through the chain,
+// and after the pod is deleted no instance, no podVM and nothing of the
+// node left on the machine. kubelet's, containerd's, the shim's, CAA's
+// and the podVM's lines go to the test's log with each phase's time.
 // It skips unless `make node-e2e UPSTREAM=… KATA=…` built the binaries.
 func TestKataRemotePodThroughCAA(t *testing.T) {
 	k, err := KataFromEnv()
@@ -83,65 +86,13 @@ func TestKataRemotePodThroughCAA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ph := &phases{t: t, last: time.Now()}
-	sleeper := buildSleeper(t)
-	cp, n := StartForTest(t, Options{ImageBinary: sleeper, Kata: &k})
-	ph.done("control plane + node Ready")
-
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
-	defer cancel()
-	pp, err := n.StartPeerPods(ctx, &k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ph.done("emulator + install + CAA up")
-	cs, err := kubernetes.NewForConfig(cp.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A GPU node as the device plugin would make it: the extended resource
-	// on the Node's capacity (status is the kubelet's to write, so the
-	// admin patches it as the plugin's registration would).
-	gpuPatch := []byte(`{"status":{"capacity":{"nvidia.com/gpu":"1"}}}`)
-	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, gpuPatch, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatal(err)
-	}
-	if err := poll(ctx, "nvidia.com/gpu allocatable", func() (bool, string) {
-		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		q := node.Status.Allocatable["nvidia.com/gpu"]
-		return q.Value() == 1, "allocatable " + q.String()
-	}); err != nil {
-		t.Fatal(err)
-	}
-
-	const ns, name = "gpu", "vllm"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rc := KataHandler
-	automount := false
-	grace := int64(10)
-	gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{
-			NodeName:                      n.Name,
-			RuntimeClassName:              &rc,
-			AutomountServiceAccountToken:  &automount,
-			TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{
-				Name: "vllm", Image: Image, ImagePullPolicy: corev1.PullNever,
-				Args:      []string{"serving"},
-				Resources: corev1.ResourceRequirements{Limits: gpu, Requests: gpu},
-			}},
-		},
-	}
+	// A short modelled pull: this scenario is about the chain, not
+	// kubelet's bound on CreateContainer.
+	k.AgentPull = 5 * time.Second
+	ks := startKata(t, &k)
+	ph, ctx, cs, n, pp := ks.ph, ks.ctx, ks.cs, ks.n, ks.pp
+	const ns, name = gpuNamespace, "vllm"
+	pod := gpuPod(n.Name, name)
 	created := time.Now()
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -176,6 +127,10 @@ func TestKataRemotePodThroughCAA(t *testing.T) {
 		// the machine has none).
 		logNew("kata-shim", "kata shim", "level=error", "level=warn", "remote", "hypervisor", "Shutdown", "StopVM")
 		logNew("cloud-api-adaptor", "CAA", "")
+		logNew("kubelet", "kubelet", "kata-remote", "RunPodSandbox", "CreateContainer", "StartContainer", "Error", "error")
+		for i := range n.PodVMLogs() {
+			logNew(fmt.Sprintf("podvm-%d", i+1), fmt.Sprintf("podVM %d", i+1), "")
+		}
 	}
 	recorded := false
 	defer func() {
@@ -222,39 +177,75 @@ func TestKataRemotePodThroughCAA(t *testing.T) {
 	}
 	ph.done("→ PodVMRequested, PodVMCreated")
 
-	// Where the chain stops: no agent answers at the podVM's address, so
-	// the sandbox never starts. The first kubelet Event that says so, or
-	// Running if it ever were (recorded, not expected).
-	var stop string
-	err = poll(ctx, "kubelet's verdict on the sandbox", func() (bool, string) {
+	// The podVM boots (podvm.go): the real forwarder in the VM's network
+	// namespace at the instance's address, the stand-in agent behind it.
+	var boot PodVMEvent
+	if err := poll(ctx, "the podVM booted", func() (bool, string) {
+		for _, e := range n.PodVMEvents() {
+			if e.What == "booted" {
+				boot = e
+				return true, ""
+			}
+			if strings.HasPrefix(e.What, "boot failed") {
+				return false, e.Name + ": " + e.What
+			}
+		}
+		return false, "no boot yet"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("podVM %s booted at %s, %.1fs after the pod was created", boot.Name, boot.IP, boot.At.Sub(created).Seconds())
+	ph.done("→ podVM booted (forwarder listening)")
+
+	// Running: kubelet → containerd → kata's shim → CAA → the forwarder →
+	// the stand-in agent, and back. kubelet's Warnings on the way are
+	// recorded (MissingClusterDNS: no cluster DNS runs here; kubelet falls
+	// back to the node's resolv.conf and goes on).
+	var running time.Time
+	if err := poll(ctx, "pod Running", func() (bool, string) {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		if p.Status.Phase == corev1.PodRunning {
-			stop = "pod Running"
+		if containersRunning(p) {
+			running = time.Now()
 			return true, ""
 		}
-		evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, e := range evs.Items {
-			// MissingClusterDNS: no cluster DNS runs here; kubelet falls
-			// back to the node's resolv.conf and goes on.
-			if e.Source.Component == "kubelet" && e.Type == corev1.EventTypeWarning && e.Reason != "MissingClusterDNS" {
-				stop = e.Reason + ": " + e.Message
-				return true, ""
-			}
-		}
 		return false, string(p.Status.Phase) + " " + containerState(p)
-	})
-	if err != nil {
+	}); err != nil {
 		t.Error(err)
+	} else {
+		t.Logf("pod Running %.1fs after it was created", running.Sub(created).Seconds())
 	}
-	t.Logf("the chain stopped %.1fs after the pod was created: %s", time.Since(created).Seconds(), stop)
-	ph.done("→ kubelet's verdict")
-	record("at kubelet's verdict")
+	ph.done("→ pod Running")
+
+	// Its log line comes back through the chain: the stand-in prints the
+	// container's arguments as the sleeper image does, the shim reads it
+	// with ReadStdout through CAA and the forwarder, containerd writes it
+	// to the pod's log, kubelet serves it.
+	if !running.IsZero() {
+		if err := poll(ctx, "pod log", func() (bool, string) {
+			out, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			return strings.Contains(string(out), "serving"), fmt.Sprintf("%q", out)
+		}); err != nil {
+			t.Error(err)
+		}
+		ph.done("→ log through the chain")
+	}
+	// The pod's network: a connection from the node to the pod's IP goes
+	// through CAA's VXLAN end in the pod's namespace on the node, to the
+	// forwarder's end in the podVM, to a listener in the guest's pod
+	// namespace (the test's, standing in for the container's server).
+	if !running.IsZero() {
+		if err := checkPodNetwork(ctx, t, cs, ns, name, boot.PodNS); err != nil {
+			t.Error(err)
+		}
+		ph.done("→ node to pod IP through the VXLAN tunnel")
+	}
+	record("at Running")
 	recorded = true
 
 	if err := cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
@@ -283,24 +274,23 @@ func TestKataRemotePodThroughCAA(t *testing.T) {
 		t.Error(err)
 	}
 	ph.done("→ 0 VMs left")
+	if err := poll(ctx, "the podVM shut down", func() (bool, string) {
+		for _, e := range n.PodVMEvents() {
+			if e.Name == boot.Name && strings.HasPrefix(e.What, "shut down") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", n.PodVMEvents())
+	}); err != nil {
+		t.Error(err)
+	}
+	ph.done("→ podVM shut down")
+	for _, e := range n.PodVMEvents() {
+		t.Logf("podVM event %s: %s %s %s", e.At.Format("15:04:05.000"), e.Name, e.IP, e.What)
+	}
 	record("after the delete")
 
-	pids := n.PIDs()
-	if err := n.Stop(); err != nil {
-		t.Errorf("stop node: %v", err)
-	}
-	ph.done("node teardown")
-	for _, f := range n.Forced() {
-		t.Logf("teardown removed: %s", f)
-	}
-	if left := n.Residue(); len(left) > 0 {
-		t.Errorf("after teardown, left on the machine:\n  %s", strings.Join(left, "\n  "))
-	}
-	for pname, pid := range pids {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-			t.Errorf("%s (pid %d) still runs after teardown", pname, pid)
-		}
-	}
+	stopAndCheck(t, n, ph)
 }
 
 func logEvents(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string) {
@@ -321,4 +311,164 @@ func clip(s string) string {
 		return s[:600] + "…"
 	}
 	return s
+}
+
+// checkPodNetwork serves one line in the podVM's pod namespace and reads
+// it from the node at the pod's IP.
+func checkPodNetwork(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, podNS string) error {
+	t.Helper()
+	p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	l, err := ListenInNetns(podNS, ":8080")
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	const line = "hello from the podVM's pod namespace\n"
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte(line))
+	}()
+	d := net.Dialer{Timeout: 10 * time.Second}
+	start := time.Now()
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(p.Status.PodIP, "8080"))
+	if err != nil {
+		return fmt.Errorf("node → pod IP %s:8080: %w", p.Status.PodIP, err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != line {
+		return fmt.Errorf("node → pod IP %s:8080: read %q, %v; want %q", p.Status.PodIP, got, err, line)
+	}
+	t.Logf("node → pod IP %s:8080 answered from the podVM's pod namespace in %s: %q", p.Status.PodIP, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(got)))
+	return nil
+}
+
+// kataRun is a node with the kata stage up and a namespace for the GPU
+// pod, as each kata scenario starts.
+type kataRun struct {
+	ph  *phases
+	ctx context.Context
+	cs  kubernetes.Interface
+	n   *Node
+	pp  *PeerPods
+}
+
+const gpuNamespace = "gpu"
+
+// startKata starts the control plane, the node with kata-remote, the
+// emulator, our manifests, CAA and the podVM watcher; makes the node a
+// GPU node as the device plugin would; and makes the pod's namespace.
+func startKata(t *testing.T, k *Kata) *kataRun {
+	t.Helper()
+	ph := &phases{t: t, last: time.Now()}
+	sleeper := buildSleeper(t)
+	cp, n := StartForTest(t, Options{ImageBinary: sleeper, Kata: k})
+	ph.done("control plane + node Ready")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Minute)
+	t.Cleanup(cancel)
+	pp, err := n.StartPeerPods(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph.done("emulator + install + CAA up")
+	cs, err := kubernetes.NewForConfig(cp.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A GPU node as the device plugin would make it: the extended resource
+	// on the Node's capacity (status is the kubelet's to write, so the
+	// admin patches it as the plugin's registration would).
+	gpuPatch := []byte(`{"status":{"capacity":{"nvidia.com/gpu":"1"}}}`)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, gpuPatch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, "nvidia.com/gpu allocatable", func() (bool, string) {
+		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		q := node.Status.Allocatable["nvidia.com/gpu"]
+		return q.Value() == 1, "allocatable " + q.String()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gpuNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(gpuNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ph.done("nvidia.com/gpu allocatable (kubelet's next status update), namespace")
+	return &kataRun{ph: ph, ctx: ctx, cs: cs, n: n, pp: pp}
+}
+
+// gpuPod is the scenarios' pod: kata-remote, one nvidia.com/gpu, bound to
+// the node (no scheduler runs), the harness's image, "serving" its
+// argument.
+func gpuPod(node, name string) *corev1.Pod {
+	rc := KataHandler
+	automount := false
+	grace := int64(10)
+	gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: gpuNamespace},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			RuntimeClassName:              &rc,
+			AutomountServiceAccountToken:  &automount,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "vllm", Image: Image, ImagePullPolicy: corev1.PullNever,
+				Args:      []string{"serving"},
+				Resources: corev1.ResourceRequirements{Limits: gpu, Requests: gpu},
+			}},
+		},
+	}
+}
+
+// stopAndCheck tears the node down and fails the test for anything of it
+// left on the machine.
+func stopAndCheck(t *testing.T, n *Node, ph *phases) {
+	t.Helper()
+	pids := n.PIDs()
+	if err := n.Stop(); err != nil {
+		t.Errorf("stop node: %v", err)
+	}
+	ph.done("node teardown")
+	for _, f := range n.Forced() {
+		t.Logf("teardown removed: %s", f)
+	}
+	if left := n.Residue(); len(left) > 0 {
+		t.Errorf("after teardown, left on the machine:\n  %s", strings.Join(left, "\n  "))
+	}
+	for pname, pid := range pids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			t.Errorf("%s (pid %d) still runs after teardown", pname, pid)
+		}
+	}
+}
+
+// containersRunning: the pod is Running and so is each of its containers.
+// The phase alone is not enough: a container whose start failed and
+// waits to be retried (RunContainerError) counts as restarting, and the
+// pod's phase is Running while nothing runs.
+func containersRunning(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Running == nil {
+			return false
+		}
+	}
+	return true
 }

@@ -139,9 +139,15 @@ type Node struct {
 	madeSecrets bool
 	// madeCAADir: CAA's directory under /run was made; Stop removes it.
 	madeCAADir bool
+	// shimDirs: kata's shim's directories under /run that were not there
+	// when the node started (kata.go shimRunDirs); Stop removes them.
+	shimDirs []string
 	// syslog is the /dev/log this node serves for kata's shim, if it
 	// made it (kata.go serveSyslog).
 	syslog *net.UnixConn
+	// podVMs boots the emulator's instances (podvm.go), when the kata
+	// stage runs.
+	podVMs *podVMHost
 }
 
 // ControlPlaneFlags are the kube-apiserver flags a node needs beyond
@@ -330,6 +336,15 @@ state = %[2]q
 	}
 	// The shim is found on PATH, beside containerd.
 	env := append(os.Environ(), "PATH="+filepath.Dir(n.bin.Containerd)+":"+os.Getenv("PATH"))
+	if n.kata != nil {
+		// The shims inherit containerd's environment: a shim built with
+		// -race writes its reports here (one file per process), where the
+		// kata tests read them; other binaries ignore the variable.
+		env = append(env, "GORACE=log_path="+n.path("race/shim"))
+		if err := os.MkdirAll(n.path("race"), 0o700); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
 	p, err := n.start("containerd", env, n.bin.Containerd, "--config", cfg, "--log-level", "info")
 	if err != nil {
 		return err

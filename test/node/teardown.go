@@ -59,6 +59,13 @@ func (n *Node) Stop() error {
 			waitGone(pid, 5*time.Second)
 		}
 	}
+	// The podVMs' forwarders and agents, namespaces, links and routes
+	// (the watcher stops first, so it boots nothing more).
+	if n.podVMs != nil {
+		if err := n.podVMs.stop(); err != nil {
+			note("podVMs: %v", err)
+		}
+	}
 	// Then CAA (its podVMs' pods are gone or going) and the GCE emulator,
 	// newest first.
 	for i := len(n.procs) - 1; i >= 0; i-- {
@@ -70,6 +77,19 @@ func (n *Node) Stop() error {
 	if n.madeCAADir {
 		if err := os.RemoveAll(n.caaDir()); err != nil {
 			errs = append(errs, fmt.Errorf("node: remove %s (CAA's directory): %w", n.caaDir(), err))
+		}
+	}
+	for _, d := range n.shimDirs {
+		removed, files, err := removeShimTree(d)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if removed {
+			what := "empty"
+			if files > 0 {
+				what = fmt.Sprintf("%d files in it: a killed sandbox's state", files)
+			}
+			note("removed %s (kata's shim leaves it; %s)", d, what)
 		}
 	}
 	if n.madeSecrets {
@@ -181,6 +201,9 @@ func (n *Node) Residue() []string {
 	if _, err := os.Stat(n.Dir); err == nil {
 		left = append(left, "directory "+n.Dir)
 	}
+	if n.podVMs != nil {
+		left = append(left, n.podVMs.residue()...)
+	}
 	if n.madeCAADir {
 		if _, err := os.Stat(n.caaDir()); err == nil {
 			left = append(left, n.caaDir()+" (CAA's directory)")
@@ -189,6 +212,11 @@ func (n *Node) Residue() []string {
 	if n.syslog != nil {
 		if _, err := os.Lstat(devLog); err == nil {
 			left = append(left, devLog+" (kata's shim's syslog)")
+		}
+	}
+	for _, d := range n.shimDirs {
+		if _, err := os.Lstat(d); err == nil {
+			left = append(left, d+" (kata's shim's directory)")
 		}
 	}
 	if n.madeSecrets {
