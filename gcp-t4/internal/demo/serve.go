@@ -225,10 +225,14 @@ func SeedProject(fake *gcefake.Server) error {
 	if err := fake.SetReadyForCAA(); err != nil {
 		return fmt.Errorf("seeding the emulator's Cloud NAT: %w", err)
 	}
-	// What the podVM image prints once gpu-init found its T4 (the
-	// provider's boot watch reads it: the booted phase).
-	fake.SetBootConsole(func(string, *computepb.Instance) string {
-		return consoleline.GPUPrefix + `{"state":"ready","gpus":1,"driver":"550.163.01","elapsed_ms":1800}` + "\n"
+	// What the podVM image prints once gpu-init has looked for the VM's
+	// GPUs (the provider's boot watch reads it: the booted phase): the
+	// GPUs the instance has, or none.
+	fake.SetBootConsole(func(_ string, inst *computepb.Instance) string {
+		if n := gcefake.InstanceGPUs(inst); n > 0 {
+			return consoleline.GPUPrefix + fmt.Sprintf(`{"state":"ready","gpus":%d,"driver":"550.163.01","elapsed_ms":1800}`, n) + "\n"
+		}
+		return consoleline.GPUPrefix + `{"state":"no-gpu","gpus":0,"elapsed_ms":300}` + "\n"
 	})
 	return nil
 }

@@ -54,7 +54,10 @@ const (
 
 // bootWatch is one podVM's watch.
 type bootWatch struct {
-	vm      podVM
+	vm podVM
+	// gpus is what the VM was created with (its shape's GPUs), which
+	// gpu-init's count must match.
+	gpus    int64
 	zone    string
 	ip      string
 	created time.Time
@@ -91,12 +94,12 @@ const layersTellMax = 10
 
 // watchBoot starts the watch of a podVM CreateInstance returns. Without a
 // cluster API (no Events to post) there is nothing to watch for.
-func (p *Provider) watchBoot(vm podVM, inst *provider.Instance) {
+func (p *Provider) watchBoot(vm podVM, inst *provider.Instance, gpus int64) {
 	if p.events == nil || inst == nil {
 		return
 	}
 	zone, name := parseInstanceID(inst.ID)
-	w := &bootWatch{vm: vm, zone: zone, created: time.Now(), done: make(chan struct{})}
+	w := &bootWatch{vm: vm, gpus: gpus, zone: zone, created: time.Now(), done: make(chan struct{})}
 	if len(inst.IPs) > 0 {
 		w.ip = inst.IPs[0].String()
 	}
@@ -227,6 +230,12 @@ func (p *Provider) consoleGone(ctx context.Context, w *bootWatch) {
 		annotations: map[string]string{EventFailureAnnotation: FailureStopped, EventZoneAnnotation: w.zone}, message: msg})
 }
 
+// gpuMismatch says that the guest found other GPUs than the VM was created
+// with: the pod gets what the guest has, not what it was granted.
+func gpuMismatch(found int, created int64) string {
+	return fmt.Sprintf("; but the podVM was created with %d GPU(s): the pod sees %d, not what it asked for (a GPU that did not come up, or a podVM image that misreports them)", created, found)
+}
+
 // consoleLineSeen records the phase a console line tells, once.
 func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 	w.mu.Lock()
@@ -242,11 +251,19 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 		ev.phase = PhaseBooted
 		ev.annotations = map[string]string{EventDriverAnnotation: l.gpu.Driver, EventGPUCountAnnotation: strconv.Itoa(l.gpu.GPUs), EventZoneAnnotation: w.zone}
 		ev.message = fmt.Sprintf("podVM %s booted, GPU ready: %d GPU(s), NVIDIA driver %s (gpu-init took %s), %s after it was created", w.vm.name, l.gpu.GPUs, l.gpu.Driver, (time.Duration(l.gpu.Ms) * time.Millisecond).Round(100*time.Millisecond), now.Sub(w.created).Round(time.Second))
+		if int64(l.gpu.GPUs) != w.gpus {
+			ev.warning = true
+			ev.message += gpuMismatch(l.gpu.GPUs, w.gpus)
+		}
 	case l.gpu != nil && l.gpu.State == "no-gpu" && !w.booted:
 		w.booted, w.bootedAt = true, now
 		ev.phase = PhaseBooted
 		ev.annotations = map[string]string{EventGPUCountAnnotation: "0", EventZoneAnnotation: w.zone}
 		ev.message = fmt.Sprintf("podVM %s booted without a GPU, %s after it was created", w.vm.name, now.Sub(w.created).Round(time.Second))
+		if w.gpus != 0 {
+			ev.warning = true
+			ev.message += gpuMismatch(0, w.gpus)
+		}
 	case l.gpu != nil && l.gpu.State == "failed":
 		w.failed = true
 		ev.phase, ev.warning = PhaseFailed, true

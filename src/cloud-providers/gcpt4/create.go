@@ -135,7 +135,7 @@ func (p *Provider) CreateInstance(ctx context.Context, podName, sandboxID string
 		inst, done, err := p.tryZones(ctx, vlog, vm, plan, st, zones, &tried, quotaRegions[st.model])
 		if done {
 			if err == nil {
-				p.watchBoot(vm, inst)
+				p.watchBoot(vm, inst, st.count)
 			}
 			return inst, err
 		}

@@ -901,3 +901,36 @@ func TestCacheDiskLineToldOnThePod(t *testing.T) {
 		})
 	}
 }
+
+// The GPUs gpu-init finds are held to those the VM was created with: the
+// same count boots Normal; another count, or none, boots with a Warning
+// that says the pod does not get what it asked for.
+func TestBootedGPUsMatchTheShape(t *testing.T) {
+	for _, tc := range []struct {
+		name, line, typ, want string
+	}{
+		{"same", gpuReadyLine, "Normal", "GPU ready: 1 GPU(s)"},
+		{"more", strings.Replace(gpuReadyLine, `"gpus":1`, `"gpus":2`, 1), "Warning", "GPU ready: 2 GPU(s), NVIDIA driver 550.163.01 (gpu-init took 2.3s), "},
+		{"none", `CAA-GCP-T4-GPU {"state":"no-gpu","gpus":0,"elapsed_ms":300}`, "Warning", "booted without a GPU, "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := gcefake.New()
+			t.Cleanup(fake.Close)
+			api := newEventAPI(t)
+			api.addPod("ml", "llm-0", "uid-1")
+			p := newEventProvider(t, fake, api, io.Discard, nil)
+			inst, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Teardown() })
+			fake.SetSerialOutput("us-central1-a", inst.Name, tc.line+"\n")
+			evs := api.waitEvents(t, "booted", hasReason(ReasonBooted))
+			b := evs[len(evs)-1]
+			mismatch := strings.Contains(b.Message, "but the podVM was created with 1 GPU(s)")
+			if b.Type != tc.typ || !strings.Contains(b.Message, tc.want) || mismatch != (tc.typ == "Warning") {
+				t.Errorf("booted: %s %q, want %s with %q", b.Type, b.Message, tc.typ, tc.want)
+			}
+		})
+	}
+}

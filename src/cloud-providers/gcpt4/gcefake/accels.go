@@ -3,7 +3,12 @@
 
 package gcefake
 
-import "slices"
+import (
+	"slices"
+	"strings"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+)
 
 // The emulator's accelerators: one row per GPU family, with what GCE
 // documents about it and where the default world offers it. The
@@ -172,4 +177,29 @@ func (a *accelSpec) limit(gpus int32, zone string) (attachLimit, bool) {
 		}
 	}
 	return found, ok
+}
+
+// InstanceGPUs is how many GPUs an instance has, as gpu-init in its guest
+// would count them: the accelerators attached to it, else those its
+// machine type comes with (A2, A3, G2), from the rows above. It reads
+// nothing of a Server, so a boot console (SetBootConsole) may call it
+// while the Server's lock is held.
+func InstanceGPUs(inst *computepb.Instance) int32 {
+	var n int32
+	for _, a := range inst.GetGuestAccelerators() {
+		n += a.GetAcceleratorCount()
+	}
+	if n > 0 {
+		return n
+	}
+	mt := inst.GetMachineType()
+	mt = mt[strings.LastIndex(mt, "/")+1:]
+	for _, a := range accelTable() {
+		for _, b := range a.bundled {
+			if b.name == mt {
+				return b.gpus
+			}
+		}
+	}
+	return 0
 }

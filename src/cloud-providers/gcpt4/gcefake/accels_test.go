@@ -208,3 +208,23 @@ func expectInvalidIn(t *testing.T, s *Server, zone string, inst *computepb.Insta
 		t.Errorf("%s in %s: message %q, want %q", inst.GetName(), zone, gerr.Message, contain)
 	}
 }
+
+// A boot console counts an instance's GPUs as its guest would: attached,
+// bundled with its machine type, or none.
+func TestInstanceGPUs(t *testing.T) {
+	t4 := "zones/us-central1-a/acceleratorTypes/nvidia-tesla-t4"
+	for _, tc := range []struct {
+		inst *computepb.Instance
+		want int32
+	}{
+		{&computepb.Instance{MachineType: proto.String("zones/us-central1-a/machineTypes/n1-standard-8"),
+			GuestAccelerators: []*computepb.AcceleratorConfig{{AcceleratorType: &t4, AcceleratorCount: proto.Int32(2)}}}, 2},
+		{&computepb.Instance{MachineType: proto.String("zones/us-central1-a/machineTypes/a3-highgpu-1g")}, 1},
+		{&computepb.Instance{MachineType: proto.String("zones/us-central1-a/machineTypes/g2-standard-96")}, 8},
+		{&computepb.Instance{MachineType: proto.String("zones/us-central1-a/machineTypes/e2-medium")}, 0},
+	} {
+		if got := InstanceGPUs(tc.inst); got != tc.want {
+			t.Errorf("%s: %d GPUs, want %d", tc.inst.GetMachineType(), got, tc.want)
+		}
+	}
+}
