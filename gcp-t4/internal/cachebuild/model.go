@@ -374,12 +374,22 @@ func modelMain(ctx context.Context, args []string, stdout, stderr io.Writer, _ *
 		}
 		*holder = filepath.Join(filepath.Dir(exe), "modelcar")
 	}
+	// Hashing tens of GB takes minutes: say what is going on.
+	fmt.Fprintf(stderr, "gcp-t4 cache model: hashing the files of %s into layers\n", *dir)
 	img, sum, err := ModelImage(*dir, ModelOptions{Holder: *holder, Exclude: exclude})
 	if err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 cache model: %v\n", err)
 		return 1
 	}
-	if err := remote.Write(ref, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+	updates := make(chan v1.Update, 16)
+	shown := make(chan struct{})
+	go func() {
+		defer close(shown)
+		showPush(updates, stderr)
+	}()
+	err = remote.Write(ref, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain), remote.WithProgress(updates))
+	<-shown
+	if err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 cache model: pushing to %s: %v\n", ref, err)
 		return 1
 	}
@@ -390,6 +400,19 @@ func modelMain(ctx context.Context, args []string, stdout, stderr io.Writer, _ *
 		sum.Name, sum.Files, float64(sum.Bytes)/1e9, sum.Layers, ref)
 	fmt.Fprintln(stdout, ref.Context().Name()+"@"+sum.Manifest.String())
 	return 0
+}
+
+// showPush prints the push's progress, a line each tenth of the bytes, until
+// go-containerregistry closes updates.
+func showPush(updates <-chan v1.Update, w io.Writer) {
+	next := int64(0)
+	for u := range updates {
+		if u.Error != nil || u.Total <= 0 || u.Complete < next {
+			continue
+		}
+		fmt.Fprintf(w, "gcp-t4 cache model: pushed %.1f of %.1f GB\n", float64(u.Complete)/1e9, float64(u.Total)/1e9)
+		next = u.Complete + u.Total/10
+	}
 }
 
 // patterns is a repeatable flag.

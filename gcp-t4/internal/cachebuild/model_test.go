@@ -256,7 +256,7 @@ func TestCacheModelThroughCacheBuild(t *testing.T) {
 	if !strings.HasPrefix(ref, host+"/models/tiny-model@sha256:") {
 		t.Fatalf("printed %q, want the pushed repository by digest", ref)
 	}
-	for _, want := range []string{"left out: .cache", "model tiny-model: 4 files, 0.0 GB, in 2 layers"} {
+	for _, want := range []string{"hashing the files of", "gcp-t4 cache model: pushed ", "left out: .cache", "model tiny-model: 4 files, 0.0 GB, in 2 layers"} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 		}
