@@ -44,11 +44,14 @@ func TestKataRemotePodVMLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, how := range []string{"delete", "stop"} {
-		t.Run(how, func(t *testing.T) {
+	for _, v := range []struct {
+		name, how string
+		hard      bool
+	}{{"delete", "delete", false}, {"stop", "stop", false}, {"stop-no-guest-shutdown", "stop", true}} {
+		t.Run(v.name, func(t *testing.T) {
 			vk := k
 			vk.AgentPull = 5 * time.Second
-			lostRun(t, &vk, how)
+			lostRun(t, &vk, v.how, v.hard)
 		})
 	}
 }
@@ -76,7 +79,11 @@ func gceCall(ctx context.Context, pp *PeerPods, zone, name, how string) error {
 	return nil
 }
 
-func lostRun(t *testing.T, k *Kata, how string) {
+// lostRun is one variant: how is the GCE call; hard makes the podVM die
+// without a guest shutdown (Node.HardOff), so nothing closes the chain's
+// connections and only kata's agent check (every 5 s, a 30 s bound at
+// cf82bb35) can tell the shim.
+func lostRun(t *testing.T, k *Kata, how string, hard bool) {
 	ks := startKata(t, k)
 	ph, ctx, cs, n, pp := ks.ph, ks.ctx, ks.cs, ks.n, ks.pp
 	const name = "vllm"
@@ -140,6 +147,9 @@ func lostRun(t *testing.T, k *Kata, how string) {
 		}
 	}
 
+	if hard {
+		n.HardOff(first.Name)
+	}
 	lostAt := time.Now()
 	if err := gceCall(ctx, pp, zone, first.Name, how); err != nil {
 		t.Fatal(err)
@@ -199,7 +209,7 @@ func lostRun(t *testing.T, k *Kata, how string) {
 			}
 			seenEvents[key] = true
 			mark(fmt.Sprintf("podVM %s %s (harness, at %.1fs)", e.Name, e.What, e.At.Sub(lostAt).Seconds()))
-			if e.Name == first.Name && strings.HasPrefix(e.What, "shut down") {
+			if e.Name == first.Name && (strings.HasPrefix(e.What, "shut down") || strings.HasPrefix(e.What, "powered off hard")) {
 				shutDown = true
 			}
 			if e.Name != first.Name && e.What == "booted" {
@@ -243,6 +253,17 @@ func lostRun(t *testing.T, k *Kata, how string) {
 		t.Logf("timeline %s", s)
 	}
 	logEvents(ctx, t, cs, gpuNamespace, name)
+	// A start-up failure told on a pod whose podVM had started (its agent
+	// reached, the pod Running) misleads: recorded as a finding
+	// (docs/node-harness.md), not failed on, the provider not being this
+	// harness's to change.
+	if evs, err := cs.CoreV1().Events(gpuNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name}); err == nil {
+		for _, e := range evs.Items {
+			if e.Reason == "PodVMFailed" && strings.Contains(e.Message, first.Name) {
+				t.Logf("finding: PodVMFailed on the pod for podVM %s, which had started and run it: %s", first.Name, clip(e.Message))
+			}
+		}
+	}
 	if lostEvent == nil {
 		t.Errorf("no %s Event on the pod after its podVM's instances.%s", reasonLost, how)
 	} else {
