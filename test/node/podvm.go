@@ -450,16 +450,6 @@ func (h *podVMHost) shutdown(vm *podVM) error {
 			errs = append(errs, err)
 		}
 	}
-	// A namespace outlives its name while a socket holds it: after a hard
-	// off, the killed processes' TCP sockets, retransmitting into the
-	// dropped link, keep the VM's namespace, and its veth with it, until
-	// the kernel gives them up (minutes). The link goes now; the nameless
-	// namespace, empty, goes with those sockets.
-	if _, err := os.Stat(filepath.Join("/sys/class/net", vm.veth)); err == nil {
-		if err := ipCmd("link", "del", vm.veth); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	return errors.Join(errs...)
 }
 
@@ -525,6 +515,16 @@ func (h *podVMHost) stop() error {
 	for _, vm := range dead {
 		vm.cmd = nil // killed already
 		errs = append(errs, h.shutdown(vm))
+		// A namespace outlives its name while a socket holds it: a socket
+		// left after the hard off (ss -K is best effort) keeps the VM's
+		// namespace, and its veth with it, until the kernel gives it up
+		// (minutes). The link goes now (unless the namespace's teardown,
+		// which the kernel finishes in the background, took it first).
+		if _, err := os.Stat(filepath.Join("/sys/class/net", vm.veth)); err == nil {
+			if out, err := exec.Command("ip", "link", "del", vm.veth).CombinedOutput(); err != nil && !bytes.Contains(out, []byte("Cannot find device")) {
+				errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", vm.veth, err, bytes.TrimSpace(out)))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
