@@ -33,6 +33,7 @@ const (
 type instance struct {
 	Name   string            `json:"name"`
 	Status string            `json:"status"`
+	Zone   string            `json:"zone"` // its URL; path.Base is the zone's name
 	Labels map[string]string `json:"labels"`
 }
 

@@ -149,6 +149,8 @@ type podVMHost struct {
 	seq                 int
 	events              []PodVMEvent
 	failed              map[string]bool
+	hardOff             map[string]bool
+	dead                []*podVM // hard off: namespaces kept, dropping, until stop
 	stopped             bool
 	everIPs, everNetns  []string
 	everVeths, everLogs []string
@@ -163,7 +165,7 @@ func (n *Node) startPodVMs(k *Kata, endpoint, project string) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &podVMHost{n: n, agent: k.Agent, forwarder: k.Forwarder, pull: k.AgentPull, endpoint: endpoint, project: project,
-		cancel: cancel, done: make(chan struct{}), vms: map[string]*podVM{}, failed: map[string]bool{}}
+		cancel: cancel, done: make(chan struct{}), vms: map[string]*podVM{}, failed: map[string]bool{}, hardOff: map[string]bool{}}
 	n.mu.Lock()
 	n.podVMs = h
 	n.mu.Unlock()
@@ -240,6 +242,17 @@ func (h *podVMHost) reconcile(ctx context.Context, vms []gceVM) {
 	}
 	h.mu.Unlock()
 	for _, vm := range gone {
+		h.mu.Lock()
+		hard := h.hardOff[vm.name]
+		h.mu.Unlock()
+		if hard {
+			what := "powered off hard"
+			if err := h.powerOff(vm); err != nil {
+				what += " (" + err.Error() + ")"
+			}
+			h.note(vm.name, vm.ip, vm.podNS, what)
+			continue
+		}
 		err := h.shutdown(vm)
 		what := "shut down"
 		if err != nil {
@@ -440,6 +453,48 @@ func (h *podVMHost) shutdown(vm *podVM) error {
 	return errors.Join(errs...)
 }
 
+// HardOff makes the next end of instance's podVM a death without a
+// shutdown, as a host failure or a power-off past the guest's grace ends
+// a VM: nothing in the guest closes its connections. Its namespace stays,
+// dropping every packet in and out (a dead host's address answers
+// nothing: no FIN, no RST, no ICMP), its processes are killed, and only
+// Node.Stop removes it.
+func (n *Node) HardOff(instance string) {
+	n.mu.Lock()
+	h := n.podVMs
+	n.mu.Unlock()
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.hardOff[instance] = true
+	h.mu.Unlock()
+}
+
+// powerOff drops the VM's traffic, then kills its processes (whose
+// closing packets are dropped too); the namespaces, link and route stay
+// until stop.
+func (h *podVMHost) powerOff(vm *podVM) error {
+	var errs []error
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		if out, err := exec.Command("ip", "netns", "exec", vm.vmNS, "iptables", "-I", chain, "-j", "DROP").CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("iptables %s DROP in %s: %w: %s", chain, vm.vmNS, err, bytes.TrimSpace(out)))
+		}
+	}
+	if vm.cmd != nil {
+		_ = syscall.Kill(-vm.cmd.Process.Pid, syscall.SIGKILL)
+		<-vm.done
+	}
+	// The killed processes' sockets, orphaned, would hold the namespace
+	// for minutes; destroying them sends nothing (their resets are
+	// dropped). Best effort: ss -K needs the kernel's socket destroy.
+	_ = exec.Command("ip", "netns", "exec", vm.vmNS, "ss", "-K", "-t").Run()
+	h.mu.Lock()
+	h.dead = append(h.dead, vm)
+	h.mu.Unlock()
+	return errors.Join(errs...)
+}
+
 // stop ends the watcher and shuts every podVM down.
 func (h *podVMHost) stop() error {
 	h.mu.Lock()
@@ -450,10 +505,26 @@ func (h *podVMHost) stop() error {
 	h.mu.Lock()
 	vms := h.vms
 	h.vms = map[string]*podVM{}
+	dead := h.dead
+	h.dead = nil
 	h.mu.Unlock()
 	var errs []error
 	for _, vm := range vms {
 		errs = append(errs, h.shutdown(vm))
+	}
+	for _, vm := range dead {
+		vm.cmd = nil // killed already
+		errs = append(errs, h.shutdown(vm))
+		// A namespace outlives its name while a socket holds it: a socket
+		// left after the hard off (ss -K is best effort) keeps the VM's
+		// namespace, and its veth with it, until the kernel gives it up
+		// (minutes). The link goes now (unless the namespace's teardown,
+		// which the kernel finishes in the background, took it first).
+		if _, err := os.Stat(filepath.Join("/sys/class/net", vm.veth)); err == nil {
+			if out, err := exec.Command("ip", "link", "del", vm.veth).CombinedOutput(); err != nil && !bytes.Contains(out, []byte("Cannot find device")) {
+				errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", vm.veth, err, bytes.TrimSpace(out)))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
