@@ -71,7 +71,9 @@ type bootWatch struct {
 	reachable bool
 	failed    bool
 	// noConsole is set once reading the console was refused (the IAM
-	// permission is missing): said once, then only the pod is watched.
+	// permission is missing): said once, then only the pod is watched; and
+	// when a VM past its agent stopped (consoleGone), whose loss the pod's
+	// side tells.
 	noConsole bool
 	// cacheTold: the cache disk's line was told on the pod (once a boot).
 	cacheTold bool
@@ -213,6 +215,16 @@ func (p *Provider) readConsole(ctx context.Context, w *bootWatch) {
 // boot failed: podvm's boot-failed) or was preempted (Spot); either way
 // what the console said so far is all there will be.
 func (p *Provider) consoleGone(ctx context.Context, w *bootWatch) {
+	// Past the agent, the watch reads the console only to follow the
+	// containers: a VM that stopped now is a lost podVM, which the pod's
+	// side tells (tellIfLost), not a boot that failed. Read no more of it.
+	w.mu.Lock()
+	if w.reachable {
+		w.noConsole = true
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
 	inst, err := p.getInstance(ctx, w.zone, w.vm.name)
 	if err != nil || inst.GetStatus() == "RUNNING" || inst.GetStatus() == "PROVISIONING" || inst.GetStatus() == "STAGING" {
 		return

@@ -934,3 +934,41 @@ func TestBootedGPUsMatchTheShape(t *testing.T) {
 		})
 	}
 }
+
+// A podVM that stops after its agent was reached is lost, not failed: the
+// pod was running, and the watch that follows its containers must not
+// read GCE's "no console of a stopped VM" as a boot that powered itself
+// off (the node harness saw PodVMFailed 2 s after such a stop, before
+// the right PodVMLost). The watch stops reading the console instead.
+func TestStoppedAfterReachIsNotAFailedBoot(t *testing.T) {
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	p := newEventProvider(t, fake, api, io.Discard, nil)
+	ctx := context.Background()
+	inst, err := p.CreateInstance(ctx, "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.SetSerialOutput("us-central1-a", inst.Name, gpuReadyLine+"\n")
+	api.waitEvents(t, "booted", hasReason(ReasonBooted))
+	api.sandboxReady("ml", "llm-0")
+	api.waitEvents(t, "reachable", hasReason(ReasonReachable))
+	p.mu.Lock()
+	w := p.watches[inst.Name]
+	p.mu.Unlock()
+	fake.PowerOff("us-central1-a", inst.Name)
+	// What the watch's next console read does: GCE answers
+	// resourceNotReady for a stopped VM.
+	p.consoleGone(ctx, w)
+	if !w.isNoConsole() || w.isFailed() {
+		t.Errorf("after a stop past the agent: noConsole %v, failed %v; want the console left, no failure", w.isNoConsole(), w.isFailed())
+	}
+	_ = p.Teardown()
+	for _, e := range api.list() {
+		if e.Reason == ReasonFailed {
+			t.Errorf("a podVM stopped after its agent was reached is told failed: %q", e.Message)
+		}
+	}
+}
