@@ -173,11 +173,16 @@ func (n *Node) startPodVMs(k *Kata, endpoint, project string) error {
 	return nil
 }
 
+// podVMHost is the node's podVM host, nil before the kata stage starts it.
+func (n *Node) podVMHost() *podVMHost {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.podVMs
+}
+
 // PodVMEvents are the boots and shutdowns so far.
 func (n *Node) PodVMEvents() []PodVMEvent {
-	n.mu.Lock()
-	h := n.podVMs
-	n.mu.Unlock()
+	h := n.podVMHost()
 	if h == nil {
 		return nil
 	}
@@ -460,9 +465,7 @@ func (h *podVMHost) shutdown(vm *podVM) error {
 // nothing: no FIN, no RST, no ICMP), its processes are killed, and only
 // Node.Stop removes it.
 func (n *Node) HardOff(instance string) {
-	n.mu.Lock()
-	h := n.podVMs
-	n.mu.Unlock()
+	h := n.podVMHost()
 	if h == nil {
 		return
 	}
@@ -558,9 +561,7 @@ func (h *podVMHost) residue() []string {
 // PodVMLogs are the podVMs' logs (forwarder and stand-in agent), in boot
 // order.
 func (n *Node) PodVMLogs() []string {
-	n.mu.Lock()
-	h := n.podVMs
-	n.mu.Unlock()
+	h := n.podVMHost()
 	if h == nil {
 		return nil
 	}

@@ -157,8 +157,8 @@ type podImage struct {
 
 // modelImage is a pod's model image as the weights' note tells it.
 type modelImage struct {
-	ref, how, route string
-	bytes           int64
+	ref, route string
+	bytes      int64
 }
 
 // modelImageOf is the pod's model image (gcp-t4 cache model's, known by its
@@ -166,8 +166,7 @@ type modelImage struct {
 func modelImageOf(images []podImage) (modelImage, bool) {
 	for _, im := range images {
 		if im.modelBytes > 0 {
-			how := "the cache layout's label"
-			return modelImage{ref: im.ref, how: how, route: im.route, bytes: im.modelBytes}, true
+			return modelImage{ref: im.ref, route: im.route, bytes: im.modelBytes}, true
 		}
 	}
 	return modelImage{}, false
@@ -266,7 +265,7 @@ func (sf *startupFlags) startOf(w Workload, g Group, e Entry) (GroupStart, error
 					if _, ok := given["weights"]; ok {
 						note += "; its weights in model image " + mi.ref + " (their size: --weights-size)"
 					} else {
-						note += fmt.Sprintf("; %.1f GB of weights in model image %s (%s)", float64(mi.bytes)/1e9, mi.ref, mi.how)
+						note += fmt.Sprintf("; %.1f GB of weights in model image %s (the cache layout's label)", float64(mi.bytes)/1e9, mi.ref)
 					}
 					if mi.route == startup.RouteStore {
 						in.Routes["engine"] = startup.RouteCache

@@ -23,6 +23,7 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/consoleline"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
@@ -265,6 +266,22 @@ func newEventProvider(t *testing.T, fake *gcefake.Server, api *eventAPI, logs io
 		return nil, errors.New("connect: connection refused")
 	}
 	return p
+}
+
+// oneT4Pod is a pod ml/llm-0 whose one-T4 podVM the event provider has just
+// created on a new emulator.
+func oneT4Pod(t *testing.T) (*gcefake.Server, *eventAPI, *Provider, *provider.Instance) {
+	t.Helper()
+	fake := gcefake.New()
+	t.Cleanup(fake.Close)
+	api := newEventAPI(t)
+	api.addPod("ml", "llm-0", "uid-1")
+	p := newEventProvider(t, fake, api, io.Discard, nil)
+	inst, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake, api, p, inst
 }
 
 const gpuReadyLine = `CAA-GCP-T4-GPU {"state":"ready","gpus":1,"pci":["0000:00:04.0"],"driver":"550.163.01","cdi":"/var/run/cdi/nvidia.json","elapsed_ms":2300}`
@@ -849,16 +866,7 @@ func TestCacheDiskLineToldOnThePod(t *testing.T) {
 		{name: "quoted, not at a line's start", line: `echo CAA-GCP-T4-STORE {"state":"in-use","images":1}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fake := gcefake.New()
-			t.Cleanup(fake.Close)
-			api := newEventAPI(t)
-			api.addPod("ml", "llm-0", "uid-1")
-			p := newEventProvider(t, fake, api, io.Discard, nil)
-			ctx := context.Background()
-			inst, err := p.CreateInstance(ctx, "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
-			if err != nil {
-				t.Fatal(err)
-			}
+			fake, api, p, inst := oneT4Pod(t)
 			// The line, then gpu-init's: the boot's Event shows the line
 			// was read; the same line again is not told twice.
 			fake.SetSerialOutput("us-central1-a", inst.Name, tc.line+"\n"+tc.line+"\n"+gpuReadyLine+"\n")
@@ -914,15 +922,7 @@ func TestBootedGPUsMatchTheShape(t *testing.T) {
 		{"none", `CAA-GCP-T4-GPU {"state":"no-gpu","gpus":0,"elapsed_ms":300}`, "Warning", "booted without a GPU, "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fake := gcefake.New()
-			t.Cleanup(fake.Close)
-			api := newEventAPI(t)
-			api.addPod("ml", "llm-0", "uid-1")
-			p := newEventProvider(t, fake, api, io.Discard, nil)
-			inst, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
-			if err != nil {
-				t.Fatal(err)
-			}
+			fake, api, p, inst := oneT4Pod(t)
 			t.Cleanup(func() { _ = p.Teardown() })
 			fake.SetSerialOutput("us-central1-a", inst.Name, tc.line+"\n")
 			evs := api.waitEvents(t, "booted", hasReason(ReasonBooted))
@@ -941,16 +941,8 @@ func TestBootedGPUsMatchTheShape(t *testing.T) {
 // off (the node harness saw PodVMFailed 2 s after such a stop, before
 // the right PodVMLost). The watch stops reading the console instead.
 func TestStoppedAfterReachIsNotAFailedBoot(t *testing.T) {
-	fake := gcefake.New()
-	t.Cleanup(fake.Close)
-	api := newEventAPI(t)
-	api.addPod("ml", "llm-0", "uid-1")
-	p := newEventProvider(t, fake, api, io.Discard, nil)
+	fake, api, p, inst := oneT4Pod(t)
 	ctx := context.Background()
-	inst, err := p.CreateInstance(ctx, "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4)
-	if err != nil {
-		t.Fatal(err)
-	}
 	fake.SetSerialOutput("us-central1-a", inst.Name, gpuReadyLine+"\n")
 	api.waitEvents(t, "booted", hasReason(ReasonBooted))
 	api.sandboxReady("ml", "llm-0")
