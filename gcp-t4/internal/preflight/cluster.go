@@ -175,8 +175,14 @@ func (c *Cluster) checkEventRBAC(ctx context.Context) (Result, bool) {
 // is not installed yet): where kata-remote pods run.
 func (c *Cluster) peerPodNodes(ctx context.Context) ([]corev1.Node, error) {
 	sel := labels.Everything().String()
-	if ds, err := c.Client.AppsV1().DaemonSets(c.Namespace).Get(ctx, c.DaemonSet, metav1.GetOptions{}); err == nil && len(ds.Spec.Template.Spec.NodeSelector) > 0 {
+	ds, err := c.Client.AppsV1().DaemonSets(c.Namespace).Get(ctx, c.DaemonSet, metav1.GetOptions{})
+	switch {
+	case err == nil && len(ds.Spec.Template.Spec.NodeSelector) > 0:
 		sel = labels.SelectorFromSet(ds.Spec.Template.Spec.NodeSelector).String()
+	case err != nil && !apierrors.IsNotFound(err):
+		// Not "every node": a DaemonSet that could not be read is no
+		// reason to judge nodes outside its selector as kata nodes.
+		return nil, fmt.Errorf("reading DaemonSet %s/%s for its node selector: %w", c.Namespace, c.DaemonSet, err)
 	}
 	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
