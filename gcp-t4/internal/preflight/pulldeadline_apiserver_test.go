@@ -150,6 +150,13 @@ func TestImagePullDeadlinesOnARealAPIServer(t *testing.T) {
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "preflight-reader"},
 			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "alice"}}}, metav1.CreateOptions{})
 		must(err)
+		// RBAC reads bindings from an informer cache: without this wait the
+		// first DaemonSet read can be refused (the e65fbd1 and 9f213d7 CI
+		// runs' failures).
+		must(cp.WaitForAccess(c, "alice",
+			authzv1.ResourceAttributes{Group: "apps", Resource: "daemonsets", Verb: "get", Namespace: "confidential-containers-system"},
+			authzv1.ResourceAttributes{Resource: "nodes", Verb: "list"},
+			authzv1.ResourceAttributes{Resource: "pods", Verb: "list"}))
 		cfg := cp.Config()
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: "alice"}
 		alice := kubernetes.NewForConfigOrDie(cfg)
