@@ -394,8 +394,44 @@ func TestCacheBuildCommand(t *testing.T) {
 // -disk packs the layout as GCE imports an image: a gzip'd oldgnu tar
 // holding disk.raw, a whole number of GiB, with an ext4 filesystem labelled
 // for the podVM holding the layout at its root (read back with debugfs,
-// no mount needed). Two builds of the same images are the same bytes.
+// no mount needed). Two builds of the same images are the same bytes, with
+// the installed e2fsprogs and with Debian 12's own (1.47.0: a fresh machine
+// of the kind CI runs on has it, while the podVM build host's set-up
+// installs bookworm-backports' 1.47.2, so the installed one alone would
+// hide a disk that is reproducible only with the newer release).
 func TestCacheDiskImage(t *testing.T) {
+	t.Run("installed", cacheDiskImage)
+	if testing.Short() {
+		t.Log("Debian 12's own e2fsprogs: left to make test, which fetches it with apt-get download")
+		return
+	}
+	out, err := exec.Command(filepath.Join(repoRoot, "test/cache/e2fsprogs-release.sh")).Output()
+	if err != nil {
+		t.Fatalf("test/cache/e2fsprogs-release.sh (Debian 12's own e2fsprogs, unpacked into a cache): %v: %s", err, errText(err))
+	}
+	root := strings.TrimSpace(string(out))
+	t.Run("debian12-"+strings.TrimPrefix(filepath.Base(root), "e2fsprogs-"), func(t *testing.T) {
+		t.Setenv("PATH", filepath.Join(root, "sbin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+		t.Setenv("LD_LIBRARY_PATH", filepath.Join(root, "lib/x86_64-linux-gnu"))
+		// The directory is named by the Debian version (1.47.0-2+b2);
+		// mke2fs names the upstream one it runs as.
+		upstream, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(root), "e2fsprogs-"), "-")
+		v, err := exec.Command("mke2fs", "-V").CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(v), "mke2fs "+upstream+" ") {
+			t.Fatalf("mke2fs -V with %s first on PATH, want %s: %v: %s", root, upstream, err, v)
+		}
+		cacheDiskImage(t)
+	})
+}
+
+func errText(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+func cacheDiskImage(t *testing.T) {
 	for _, tool := range []string{"mke2fs", "debugfs", "tar", "gzip", "veritysetup"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is missing: apt-get install -y e2fsprogs tar gzip cryptsetup-bin", tool)
