@@ -131,7 +131,7 @@ func TestTestRunsFastChecksFirst(t *testing.T) {
 			main.WriteString(line + "\n")
 		}
 	}
-	order := []string{"gofmt -l", "go vet", "go test -count=1 -skip", "scripts/lint/setup.sh"}
+	order := []string{"gofmt -l", "go vet", "go test -count=1 -timeout 30m -skip", "scripts/lint/setup.sh"}
 	last, prev := -1, ""
 	for _, step := range order {
 		i := strings.Index(main.String(), step)
