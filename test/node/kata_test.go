@@ -23,7 +23,7 @@ import (
 )
 
 // The gcp-t4 provider's start-up Event reasons
-// (src/cloud-providers/gcpt4/podevents.go).
+// (src/cloud-providers/gcpt4/podevent).
 const (
 	reasonRequested = "PodVMRequested"
 	reasonCreated   = "PodVMCreated"

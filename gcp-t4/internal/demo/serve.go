@@ -31,6 +31,7 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/consoleline"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // emulatorUsage is `gcp-t4 emulator -h`, in the layout every command prints.
@@ -375,13 +376,13 @@ func (k *apiServer) podRunning(ctx context.Context, ns, name string) error {
 func (k *apiServer) awaitReachable(ctx context.Context, pods []pod) error {
 	for _, p := range pods {
 		ns, name := p.sandbox.Namespace, p.sandbox.Name
-		err := poll(ctx, 2*time.Minute, "pod "+ns+"/"+name+"'s "+gcpt4.ReasonReachable+" Event", func() (bool, error) {
-			list, err := k.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{LabelSelector: gcpt4.EventPhaseLabel, FieldSelector: "involvedObject.name=" + name})
+		err := poll(ctx, 2*time.Minute, "pod "+ns+"/"+name+"'s "+podevent.ReasonReachable+" Event", func() (bool, error) {
+			list, err := k.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{LabelSelector: podevent.PhaseLabel, FieldSelector: "involvedObject.name=" + name})
 			if err != nil {
 				return false, err
 			}
 			for _, e := range list.Items {
-				if e.Reason == gcpt4.ReasonReachable {
+				if e.Reason == podevent.ReasonReachable {
 					return true, nil
 				}
 			}

@@ -23,6 +23,7 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // startNodeWith is startNode with more adaptor flags (a provisioning
@@ -41,7 +42,7 @@ func (k *kube) startNodeWith(t *testing.T, fake *gcefake.Server, extra ...string
 func (k *kube) lostEvents(t *testing.T, ns, pod string) []corev1.Event {
 	t.Helper()
 	list, err := k.cs.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{
-		LabelSelector: gcpt4.EventPhaseLabel + "=" + gcpt4.PhaseLost,
+		LabelSelector: podevent.PhaseLabel + "=" + podevent.PhaseLost,
 		FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + pod,
 	})
 	if err != nil {
@@ -103,17 +104,17 @@ func TestLostPodVMOnARealAPIServer(t *testing.T) {
 		words   string
 		deleted bool // the reaper deleted what was left
 	}{
-		{name: "DeletedOutOfBand", cause: gcpt4.CauseDeleted, words: "a service account deleted it",
+		{name: "DeletedOutOfBand", cause: podevent.CauseDeleted, words: "a service account deleted it",
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) { admin(t, fake, "delete", vm) }},
-		{name: "StoppedByAnAdmin", cause: gcpt4.CauseStopped, words: "a service account stopped it", deleted: true,
+		{name: "StoppedByAnAdmin", cause: podevent.CauseStopped, words: "a service account stopped it", deleted: true,
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) { admin(t, fake, "stop", vm) }},
-		{name: "StoppedByHostMaintenance", cause: gcpt4.CauseHostMaintenance, words: "host maintenance stopped it", deleted: true,
+		{name: "StoppedByHostMaintenance", cause: podevent.CauseHostMaintenance, words: "host maintenance stopped it", deleted: true,
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) {
 				if err := fake.Interrupt(zone, vm, gcefake.HostMaintenance); err != nil {
 					t.Fatal(err)
 				}
 			}},
-		{name: "SpotPreempted", flags: []string{"-provisioning-model", gcpt4.ProvisioningSpot}, cause: gcpt4.CausePreempted, words: "GCE preempted it",
+		{name: "SpotPreempted", flags: []string{"-provisioning-model", gcpt4.ProvisioningSpot}, cause: podevent.CausePreempted, words: "GCE preempted it",
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) {
 				if err := fake.Interrupt(zone, vm, gcefake.Preemption); err != nil {
 					t.Fatal(err)
@@ -184,8 +185,8 @@ func TestLostPodVMOnARealAPIServer(t *testing.T) {
 				t.Fatalf("victim-0 has %d lost Events, want 1", len(evs))
 			}
 			ev := evs[0]
-			if ev.Reason != gcpt4.ReasonLost || ev.Type != corev1.EventTypeWarning || ev.Annotations[gcpt4.EventCauseAnnotation] != sc.cause ||
-				ev.Labels[gcpt4.EventPodVMLabel] != victimName || !strings.Contains(ev.Message, words) ||
+			if ev.Reason != podevent.ReasonLost || ev.Type != corev1.EventTypeWarning || ev.Annotations[podevent.CauseAnnotation] != sc.cause ||
+				ev.Labels[podevent.PodVMLabel] != victimName || !strings.Contains(ev.Message, words) ||
 				strings.Contains(ev.Message, "the reaper deleted it") != sc.deleted || strings.Contains(ev.Message, "@") {
 				t.Errorf("victim-0's Event: %s %s %v: %s", ev.Reason, ev.Type, ev.Annotations, ev.Message)
 			}
@@ -204,7 +205,7 @@ func TestLostPodVMOnARealAPIServer(t *testing.T) {
 				t.Errorf("after a second pass: %d lost Events, %d VMs, gone %v; want 1, 1 and the victim's", len(evs), len(fake.Instances()), p2.Gone)
 			}
 			t.Logf("lost podVM %q: %d victim VMs left, %d live VMs wrongly deleted, pod told %q (deleted %d, gone %d in the first pass)",
-				sc.name, left, wronglyDeleted, ev.Annotations[gcpt4.EventCauseAnnotation], p.Count(Deleted), len(p.Gone))
+				sc.name, left, wronglyDeleted, ev.Annotations[podevent.CauseAnnotation], p.Count(Deleted), len(p.Gone))
 		})
 	}
 }
@@ -237,7 +238,7 @@ func TestLostPodVMToldByTheAdaptorOnARealAPIServer(t *testing.T) {
 		}
 		ids[pod] = inst
 		k.sandboxReady(t, ns, pod)
-		k.waitStartup(t, ns, pod, gcpt4.ReasonReachable)
+		k.waitStartup(t, ns, pod, podevent.ReasonReachable)
 	}
 	victim, sibling := ids["victim-0"], ids["sibling-0"]
 	if err := fake.Interrupt(zone, victim.Name, gcefake.HostMaintenance); err != nil {
@@ -247,14 +248,14 @@ func TestLostPodVMToldByTheAdaptorOnARealAPIServer(t *testing.T) {
 	if err := caa.DeleteInstance(t.Context(), victim.ID); err != nil {
 		t.Fatal(err)
 	}
-	k.waitStartup(t, ns, "victim-0", gcpt4.ReasonLost)
+	k.waitStartup(t, ns, "victim-0", podevent.ReasonLost)
 	evs := k.lostEvents(t, ns, "victim-0")
 	if len(evs) != 1 {
 		t.Fatalf("victim-0 has %d lost Events, want 1", len(evs))
 	}
 	ev := evs[0]
-	if ev.Type != corev1.EventTypeWarning || ev.Source.Component != gcpt4.EventComponent || ev.Annotations[gcpt4.EventCauseAnnotation] != gcpt4.CauseHostMaintenance ||
-		ev.Labels[gcpt4.EventPodVMLabel] != victim.Name || !strings.Contains(ev.Message, "host maintenance stopped it") || !strings.Contains(ev.Message, "new podVM") {
+	if ev.Type != corev1.EventTypeWarning || ev.Source.Component != podevent.Component || ev.Annotations[podevent.CauseAnnotation] != podevent.CauseHostMaintenance ||
+		ev.Labels[podevent.PodVMLabel] != victim.Name || !strings.Contains(ev.Message, "host maintenance stopped it") || !strings.Contains(ev.Message, "new podVM") {
 		t.Errorf("victim-0's Event: %s %s %+v %v: %s", ev.Reason, ev.Type, ev.Source, ev.Annotations, ev.Message)
 	}
 	left, wronglyDeleted := 0, 1

@@ -19,6 +19,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 func withStatus(vm gcpt4.ManagedVM, status string) gcpt4.ManagedVM {
@@ -174,7 +175,7 @@ func TestLostPodVMIsDeletedAndExplained(t *testing.T) {
 	}
 	at := t0.Add(40 * time.Minute)
 	vms := &interruptingVMs{recordingVMs: recordingVMs{vms: []gcpt4.ManagedVM{vmV, vmS}},
-		causes: map[string]gcpt4.Interruption{vmV.ID: {Cause: gcpt4.CauseHostMaintenance, Operation: "compute.instances.terminateOnHostMaintenance", By: "system", At: at}}}
+		causes: map[string]gcpt4.Interruption{vmV.ID: {Cause: podevent.CauseHostMaintenance, Operation: "compute.instances.terminateOnHostMaintenance", By: "system", At: at}}}
 	metrics := NewMetrics()
 	c := &Collector{VMs: vms, Cluster: m, Policy: DefaultPolicy(), Delete: true, Now: func() time.Time { return t0.Add(time.Hour) }, Log: quiet(),
 		Observer: Report{Metrics: metrics, Now: func() time.Time { return t0.Add(time.Hour) }}}
@@ -191,7 +192,7 @@ func TestLostPodVMIsDeletedAndExplained(t *testing.T) {
 			f = x
 		}
 	}
-	if f.Verdict != Deleted || !f.Lost || f.Interruption == nil || f.Interruption.Cause != gcpt4.CauseHostMaintenance ||
+	if f.Verdict != Deleted || !f.Lost || f.Interruption == nil || f.Interruption.Cause != podevent.CauseHostMaintenance ||
 		!strings.Contains(f.Reason, "host maintenance stopped it at "+at.Format(time.RFC3339)) {
 		t.Fatalf("victim's finding %+v", f)
 	}
@@ -200,14 +201,14 @@ func TestLostPodVMIsDeletedAndExplained(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(p.Gone) != 1 || p.Gone[0].ID != vmV.ID || p.Gone[0].Interruption == nil || p.Gone[0].Interruption.Cause != gcpt4.CauseHostMaintenance {
+		if len(p.Gone) != 1 || p.Gone[0].ID != vmV.ID || p.Gone[0].Interruption == nil || p.Gone[0].Interruption.Cause != podevent.CauseHostMaintenance {
 			t.Fatalf("pass %d: gone %+v, want the victim's VM, with its cause", i+2, p.Gone)
 		}
 	}
 	if vms.lookups != 1 || len(vms.deleted) != 1 {
 		t.Errorf("%d lookups, %d deletes; want 1 each", vms.lookups, len(vms.deleted))
 	}
-	if got := testutil.ToFloat64(metrics.lost.WithLabelValues(gcpt4.CauseHostMaintenance)); got != 1 {
+	if got := testutil.ToFloat64(metrics.lost.WithLabelValues(podevent.CauseHostMaintenance)); got != 1 {
 		t.Errorf("lost{host-maintenance} = %v, want 1", got)
 	}
 }
@@ -257,7 +258,7 @@ func TestLostIsToldOnItsPodOnce(t *testing.T) {
 	gone := vmAt("ml", "failed", "bbbb0000", t0)
 	forgerVM := vmAt("ml", "forger", "cccc0000", t0)
 	at := t0.Add(40 * time.Minute)
-	preempted := &gcpt4.Interruption{Cause: gcpt4.CausePreempted, Operation: "compute.instances.preempted", By: "system", At: at}
+	preempted := &gcpt4.Interruption{Cause: podevent.CausePreempted, Operation: "compute.instances.preempted", By: "system", At: at}
 	lostPass := Pass{Findings: []Finding{{VM: vm, Verdict: Deleted, Lost: true, Pod: &victim, Interruption: preempted, Reason: "lost"}}}
 	gonePass := Pass{Gone: []GoneVM{{ID: vm.ID, Pod: victim, Interruption: preempted}, {ID: gone.ID, Pod: failedPod}, {ID: forgerVM.ID, Pod: forger}}}
 	// The provider told failedPod its podVM's start-up failed (signed); a
@@ -267,7 +268,7 @@ func TestLostIsToldOnItsPodOnce(t *testing.T) {
 		signed  bool
 	}{{"failed", gone.Name, true}, {"forger", forgerVM.Name, false}} {
 		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ml",
-			Name: gcpt4.EventName(p.pod, p.vm, gcpt4.PhaseFailed), Labels: map[string]string{gcpt4.EventPhaseLabel: gcpt4.PhaseFailed}}}
+			Name: podevent.Name(p.pod, p.vm, podevent.PhaseFailed), Labels: map[string]string{podevent.PhaseLabel: podevent.PhaseFailed}}}
 		if p.signed {
 			startupevents.Sign(timelinetest.Key(), ev)
 		}
@@ -279,7 +280,7 @@ func TestLostIsToldOnItsPodOnce(t *testing.T) {
 	first.Emit(context.Background(), lostPass)
 	first.Emit(context.Background(), gonePass)
 	events().Emit(context.Background(), gonePass) // a restarted reaper
-	list, err := cs.CoreV1().Events("ml").List(context.Background(), metav1.ListOptions{LabelSelector: gcpt4.EventPhaseLabel + "=" + gcpt4.PhaseLost})
+	list, err := cs.CoreV1().Events("ml").List(context.Background(), metav1.ListOptions{LabelSelector: podevent.PhaseLabel + "=" + podevent.PhaseLost})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,10 +296,10 @@ func TestLostIsToldOnItsPodOnce(t *testing.T) {
 	if ev.InvolvedObject.Name != "victim" {
 		ev = list.Items[1]
 	}
-	if ev.Name != gcpt4.EventName("victim", vm.Name, gcpt4.PhaseLost) || ev.Reason != gcpt4.ReasonLost || ev.Type != corev1.EventTypeWarning ||
-		ev.InvolvedObject.UID != "uid-v" || ev.Labels[gcpt4.EventPodVMLabel] != vm.Name ||
-		ev.Annotations[gcpt4.EventCauseAnnotation] != gcpt4.CausePreempted || ev.Annotations[gcpt4.EventZoneAnnotation] != "us-central1-a" ||
-		ev.Annotations[gcpt4.EventAtAnnotation] != at.Format(time.RFC3339Nano) ||
+	if ev.Name != podevent.Name("victim", vm.Name, podevent.PhaseLost) || ev.Reason != podevent.ReasonLost || ev.Type != corev1.EventTypeWarning ||
+		ev.InvolvedObject.UID != "uid-v" || ev.Labels[podevent.PodVMLabel] != vm.Name ||
+		ev.Annotations[podevent.CauseAnnotation] != podevent.CausePreempted || ev.Annotations[podevent.ZoneAnnotation] != "us-central1-a" ||
+		ev.Annotations[podevent.AtAnnotation] != at.Format(time.RFC3339Nano) ||
 		!strings.Contains(ev.Message, "GCE preempted it") || !strings.Contains(ev.Message, "the reaper deleted it") {
 		t.Errorf("lost Event %+v", ev)
 	}
@@ -309,7 +310,7 @@ func TestLostIsToldOnItsPodOnce(t *testing.T) {
 	e.Emit(context.Background(), Pass{Gone: []GoneVM{{ID: vm.ID, Pod: victim}}})
 	list, err = cs2.CoreV1().Events("ml").List(context.Background(), metav1.ListOptions{})
 	if err != nil || len(list.Items) != 1 || !strings.Contains(list.Items[0].Message, "no longer exists on GCE") ||
-		list.Items[0].Annotations[gcpt4.EventCauseAnnotation] != gcpt4.CauseUnknown {
+		list.Items[0].Annotations[podevent.CauseAnnotation] != podevent.CauseUnknown {
 		t.Fatalf("gone Event: %v %+v", err, list)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // Metrics are the reaper's Prometheus metrics (docs/reaper.md
@@ -53,8 +54,8 @@ type Metrics struct {
 }
 
 // lostCauses are the label values of the lost counter.
-var lostCauses = []string{gcpt4.CausePreempted, gcpt4.CauseHostMaintenance, gcpt4.CauseHostError, gcpt4.CauseGuestShutdown,
-	gcpt4.CauseStopped, gcpt4.CauseDeleted, gcpt4.CauseUnknown}
+var lostCauses = []string{podevent.CausePreempted, podevent.CauseHostMaintenance, podevent.CauseHostError, podevent.CauseGuestShutdown,
+	podevent.CauseStopped, podevent.CauseDeleted, podevent.CauseUnknown}
 
 // NewMetrics registers the reaper's metrics on a registry of their own.
 func NewMetrics() *Metrics {
@@ -175,7 +176,7 @@ func (m *Metrics) recordLost(p Pass) {
 			return
 		}
 		m.lostSeen[id] = true
-		cause := gcpt4.CauseUnknown
+		cause := podevent.CauseUnknown
 		if in != nil && in.Cause != "" {
 			cause = in.Cause
 		}
@@ -266,7 +267,7 @@ func LostPodMessage(podVM, zone string, in *gcpt4.Interruption, deleted bool) st
 }
 
 // tellLost records a lost or gone podVM on its pod, once per podVM: with
-// the provider's start-up Event schema (phase lost, podevents.go) under
+// the provider's start-up Event schema (phase lost, gcpt4/podevent) under
 // the phase's fixed name, so that a restarted reaper finds it already
 // told. A gone VM whose start-up the provider reported failed is not
 // told: the adaptor deleted it itself, after that failure, and the pod's
@@ -295,20 +296,20 @@ func (e *Events) tellLost(ctx context.Context, pod Pod, instanceID string, in *g
 	if in != nil && !in.At.IsZero() {
 		at = in.At
 	}
-	cause := gcpt4.CauseUnknown
+	cause := podevent.CauseUnknown
 	if in != nil && in.Cause != "" {
 		cause = in.Cause
 	}
 	now := metav1.NewTime(e.Now())
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: gcpt4.EventName(pod.Name, podVM, gcpt4.PhaseLost), Namespace: pod.Namespace,
-			Labels: map[string]string{gcpt4.EventPhaseLabel: gcpt4.PhaseLost, gcpt4.EventPodVMLabel: gcpt4.LabelValue(podVM)},
-			Annotations: map[string]string{gcpt4.EventAtAnnotation: at.UTC().Format(time.RFC3339Nano), gcpt4.EventZoneAnnotation: zone,
-				gcpt4.EventCauseAnnotation: cause},
+			Name: podevent.Name(pod.Name, podVM, podevent.PhaseLost), Namespace: pod.Namespace,
+			Labels: map[string]string{podevent.PhaseLabel: podevent.PhaseLost, podevent.PodVMLabel: gcpt4.LabelValue(podVM)},
+			Annotations: map[string]string{podevent.AtAnnotation: at.UTC().Format(time.RFC3339Nano), podevent.ZoneAnnotation: zone,
+				podevent.CauseAnnotation: cause},
 		},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		Reason:         gcpt4.ReasonLost,
+		Reason:         podevent.ReasonLost,
 		Message:        LostPodMessage(podVM, zone, in, deleted),
 		Type:           corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: "gcp-t4-reaper"},
@@ -341,7 +342,7 @@ func (e *Events) markTold(key string) {
 // Events but not get them).
 func (e *Events) startupFailed(ctx context.Context, pod Pod, podVM string) (bool, error) {
 	list, err := e.Client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: "metadata.name=" + gcpt4.EventName(pod.Name, podVM, gcpt4.PhaseFailed),
+		FieldSelector: "metadata.name=" + podevent.Name(pod.Name, podVM, podevent.PhaseFailed),
 	})
 	if err != nil {
 		return false, fmt.Errorf("listing pod %s/%s's Events: %w", pod.Namespace, pod.Name, err)

@@ -21,9 +21,9 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/gpuinit"
 	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/consoleline"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -45,7 +45,7 @@ func gpuReady(t *testing.T) string {
 func (k *kube) startupEvents(t *testing.T, ns, pod string) []corev1.Event {
 	t.Helper()
 	list, err := k.cs.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{
-		LabelSelector: gcpt4.EventPhaseLabel,
+		LabelSelector: podevent.PhaseLabel,
 		FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + pod,
 	})
 	if err != nil {
@@ -53,7 +53,7 @@ func (k *kube) startupEvents(t *testing.T, ns, pod string) []corev1.Event {
 	}
 	out := list.Items
 	sort.SliceStable(out, func(i, j int) bool {
-		return out[i].Annotations[gcpt4.EventAtAnnotation] < out[j].Annotations[gcpt4.EventAtAnnotation]
+		return out[i].Annotations[podevent.AtAnnotation] < out[j].Annotations[podevent.AtAnnotation]
 	})
 	return out
 }
@@ -139,10 +139,10 @@ func TestScenarioStartupVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.waitStartup(t, "ml", "llm-0", gcpt4.ReasonBooted)
+	k.waitStartup(t, "ml", "llm-0", podevent.ReasonBooted)
 	k.sandboxReady(t, "ml", "llm-0")
-	evs := k.waitStartup(t, "ml", "llm-0", gcpt4.ReasonReachable)
-	want := []string{gcpt4.ReasonRequested, gcpt4.ReasonStockout, gcpt4.ReasonCreated, gcpt4.ReasonBooted, gcpt4.ReasonReachable}
+	evs := k.waitStartup(t, "ml", "llm-0", podevent.ReasonReachable)
+	want := []string{podevent.ReasonRequested, podevent.ReasonStockout, podevent.ReasonCreated, podevent.ReasonBooted, podevent.ReasonReachable}
 	if got := eventReasons(evs); !slices.Equal(got, want) {
 		t.Fatalf("llm-0's Events %v, want %v", got, want)
 	}
@@ -152,7 +152,7 @@ func TestScenarioStartupVisible(t *testing.T) {
 	}
 	for _, e := range evs {
 		t.Logf("%-20s %s", e.Reason, e.Message)
-		if e.InvolvedObject.UID != pod.UID || e.Labels[gcpt4.EventPodVMLabel] != inst.Name || e.Source.Component != gcpt4.EventComponent {
+		if e.InvolvedObject.UID != pod.UID || e.Labels[podevent.PodVMLabel] != inst.Name || e.Source.Component != podevent.Component {
 			t.Errorf("%s: involvedObject %+v labels %v source %+v", e.Reason, e.InvolvedObject, e.Labels, e.Source)
 		}
 	}
@@ -160,11 +160,11 @@ func TestScenarioStartupVisible(t *testing.T) {
 	if stock.Type != corev1.EventTypeWarning || !strings.Contains(stock.Message, "us-central1-a has no capacity") || !strings.Contains(stock.Message, "trying us-central1-b") {
 		t.Errorf("stockout: %q", stock.Message)
 	}
-	price := created.Annotations[gcpt4.EventPriceAnnotation]
-	if created.Annotations[gcpt4.EventZoneAnnotation] != "us-central1-b" || price == "" || !strings.Contains(created.Message, "$") || !strings.Contains(created.Message, inst.IPs[0].String()) {
+	price := created.Annotations[podevent.PriceAnnotation]
+	if created.Annotations[podevent.ZoneAnnotation] != "us-central1-b" || price == "" || !strings.Contains(created.Message, "$") || !strings.Contains(created.Message, inst.IPs[0].String()) {
 		t.Errorf("created: %v %q", created.Annotations, created.Message)
 	}
-	if booted.Annotations[gcpt4.EventDriverAnnotation] != "550.163.01" || !strings.Contains(booted.Message, "1 GPU(s)") {
+	if booted.Annotations[podevent.DriverAnnotation] != "550.163.01" || !strings.Contains(booted.Message, "1 GPU(s)") {
 		t.Errorf("booted: %v %q", booted.Annotations, booted.Message)
 	}
 
@@ -203,7 +203,7 @@ func TestScenarioStartupVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.waitStartup(t, "ml", "broken-0", gcpt4.ReasonFailed)
+	k.waitStartup(t, "ml", "broken-0", podevent.ReasonFailed)
 	if err := caa.DeleteInstance(t.Context(), bad.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -213,8 +213,8 @@ func TestScenarioStartupVisible(t *testing.T) {
 	evs = k.startupEvents(t, "ml", "broken-0")
 	failed := evs[len(evs)-1]
 	t.Logf("%-20s %s", failed.Reason, failed.Message)
-	if n := strings.Count(strings.Join(eventReasons(evs), " "), gcpt4.ReasonFailed); n != 1 || failed.Reason != gcpt4.ReasonFailed ||
-		failed.Annotations[gcpt4.EventFailureAnnotation] != gcpt4.FailureBoot || !strings.Contains(failed.Message, bootFailed) || !strings.Contains(failed.Message, "data block 7 is corrupted") {
+	if n := strings.Count(strings.Join(eventReasons(evs), " "), podevent.ReasonFailed); n != 1 || failed.Reason != podevent.ReasonFailed ||
+		failed.Annotations[podevent.FailureAnnotation] != podevent.FailureBoot || !strings.Contains(failed.Message, bootFailed) || !strings.Contains(failed.Message, "data block 7 is corrupted") {
 		t.Errorf("broken-0's Events %v; last %v %q", eventReasons(evs), failed.Annotations, failed.Message)
 	}
 
@@ -225,7 +225,7 @@ func TestScenarioStartupVisible(t *testing.T) {
 	if got := testutil.ToFloat64(m.stockouts.WithLabelValues("us-central1-a", "nvidia-tesla-t4")); got != 1 {
 		t.Errorf("stockouts in us-central1-a = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.failures.WithLabelValues(gcpt4.FailureBoot)); got != 1 {
+	if got := testutil.ToFloat64(m.failures.WithLabelValues(podevent.FailureBoot)); got != 1 {
 		t.Errorf("boot failures = %v, want 1", got)
 	}
 	if n := testutil.CollectAndCount(m.startup); n != 4 {
@@ -233,7 +233,7 @@ func TestScenarioStartupVisible(t *testing.T) {
 	}
 
 	// Nothing of the cloud-config reaches an Event.
-	all, err := k.cs.CoreV1().Events("").List(context.Background(), metav1.ListOptions{LabelSelector: gcpt4.EventPhaseLabel})
+	all, err := k.cs.CoreV1().Events("").List(context.Background(), metav1.ListOptions{LabelSelector: podevent.PhaseLabel})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // StartupListTimeout bounds one listing of the start-up Events: the
@@ -40,8 +40,8 @@ var startupBuckets = []float64{1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 24
 
 // failureClasses are the failure label's values: the provider's classes,
 // "unknown" for a failure without one, and otherLabel.
-var failureClasses = []string{gcpt4.FailureNotAllowed, gcpt4.FailureNoCapacity, gcpt4.FailureQuota, gcpt4.FailureCreate, gcpt4.FailureBoot,
-	gcpt4.FailureGPU, gcpt4.FailureCDH, gcpt4.FailureAgentUnreachable, gcpt4.FailureAdaptor, gcpt4.FailureStopped, gcpt4.FailureNotReady, "unknown", otherLabel}
+var failureClasses = []string{podevent.FailureNotAllowed, podevent.FailureNoCapacity, podevent.FailureQuota, podevent.FailureCreate, podevent.FailureBoot,
+	podevent.FailureGPU, podevent.FailureCDH, podevent.FailureAgentUnreachable, podevent.FailureAdaptor, podevent.FailureStopped, podevent.FailureNotReady, "unknown", otherLabel}
 
 // otherLabel is the value a label takes when the fact is outside its set
 // or the set is full.
@@ -94,7 +94,7 @@ func (l *labelSet) value(v string) string {
 
 // Startup turns the start-up Events the provider records on pods into
 // the reaper's start-up metrics: each pass lists them (label
-// gcpt4.EventPhaseLabel, every namespace, through startupevents: only
+// podevent.PhaseLabel, every namespace, through startupevents: only
 // Events signed with the adaptor's key count), builds each podVM's
 // timeline and observes what is new since the last pass, once per podVM:
 // a span when both its phases are known, each zone of a stockout, a quota
@@ -223,10 +223,10 @@ func (s *Startup) observe(tl timeline.Timeline, seen *seenPodVM, now time.Time) 
 		e, ok := tl.Entry(phase)
 		return ok && !e.At.Before(s.Since) && !e.At.Before(now.Add(-startupRetention)) && !e.At.After(now.Add(clockSkew))
 	}
-	ends := map[string]string{timeline.Create: gcpt4.PhaseCreated, timeline.Boot: gcpt4.PhaseBooted, timeline.Agent: gcpt4.PhaseReachable,
-		timeline.Total: gcpt4.PhaseReachable}
+	ends := map[string]string{timeline.Create: podevent.PhaseCreated, timeline.Boot: podevent.PhaseBooted, timeline.Agent: podevent.PhaseReachable,
+		timeline.Total: podevent.PhaseReachable}
 	if tl.State == timeline.StateFailed {
-		ends[timeline.Total] = gcpt4.PhaseFailed
+		ends[timeline.Total] = podevent.PhaseFailed
 	}
 	for _, span := range timeline.Spans {
 		d, ok := tl.Durations[span]
@@ -243,19 +243,19 @@ func (s *Startup) observe(tl timeline.Timeline, seen *seenPodVM, now time.Time) 
 			continue
 		}
 		seen.zones[zone] = true
-		if fresh(gcpt4.PhaseStockout) {
+		if fresh(podevent.PhaseStockout) {
 			s.Metrics.stockouts.WithLabelValues(s.capped("stockouts", s.zones.value(zone), s.gpuLabel(stockoutGPU(tl)))...).Inc()
 		}
 	}
 	if tl.Quota != nil && !seen.quota {
 		seen.quota = true
-		if fresh(gcpt4.PhaseQuota) {
+		if fresh(podevent.PhaseQuota) {
 			s.Metrics.quotaRefusals.WithLabelValues(s.capped("quota", s.regions.value(tl.Quota.Region), s.metrics.value(tl.Quota.Metric))...).Inc()
 		}
 	}
 	if tl.State == timeline.StateFailed && !seen.failure {
 		seen.failure = true
-		if fresh(gcpt4.PhaseFailed) {
+		if fresh(podevent.PhaseFailed) {
 			s.Metrics.failures.WithLabelValues(failureLabel(tl.Failure)).Inc()
 		}
 	}
@@ -304,8 +304,8 @@ func failureLabel(f string) string {
 // stockoutGPU is the accelerator a stockout was for: the stockout
 // phase's own, else the shape's ("" for a podVM without a GPU).
 func stockoutGPU(tl timeline.Timeline) string {
-	if e, ok := tl.Entry(gcpt4.PhaseStockout); ok {
-		if g := e.Facts[gcpt4.EventGPUAnnotation]; g != "" {
+	if e, ok := tl.Entry(podevent.PhaseStockout); ok {
+		if g := e.Facts[podevent.GPUAnnotation]; g != "" {
 			return g
 		}
 	}

@@ -18,8 +18,8 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // TestStartupMetricsOnARealAPIServer: the reaper, as its own
@@ -48,18 +48,18 @@ func TestStartupMetricsOnARealAPIServer(t *testing.T) {
 		}
 	}
 	record(
-		cuda.Phase(gcpt4.PhaseRequested, 0, nil),
-		cuda.Phase(gcpt4.PhaseStockout, 3*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-a"}),
-		cuda.Phase(gcpt4.PhaseStockout, 9*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-b"}),
-		cuda.Phase(gcpt4.PhaseCreated, 41*time.Second, map[string]string{gcpt4.EventZoneAnnotation: "us-central1-f"}),
-		cuda.Phase(gcpt4.PhaseBooted, 104*time.Second, nil),
-		cuda.Phase(gcpt4.PhaseReachable, 110*time.Second, nil),
-		train.Phase(gcpt4.PhaseRequested, 0, nil),
-		train.Phase(gcpt4.PhaseQuota, 2*time.Second, map[string]string{gcpt4.EventRegionAnnotation: "us-central1", gcpt4.EventQuotaMetricAnnotation: "NVIDIA_T4_GPUS"}),
-		train.Phase(gcpt4.PhaseFailed, 3*time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureNoCapacity}),
-		cpu.Phase(gcpt4.PhaseRequested, 0, nil),
-		cpu.Phase(gcpt4.PhaseStockout, time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-east1-c"}),
-		cpu.Phase(gcpt4.PhaseCreated, 20*time.Second, map[string]string{gcpt4.EventZoneAnnotation: "us-east1-d"}),
+		cuda.Phase(podevent.PhaseRequested, 0, nil),
+		cuda.Phase(podevent.PhaseStockout, 3*time.Second, map[string]string{podevent.ZonesAnnotation: "us-central1-a"}),
+		cuda.Phase(podevent.PhaseStockout, 9*time.Second, map[string]string{podevent.ZonesAnnotation: "us-central1-b"}),
+		cuda.Phase(podevent.PhaseCreated, 41*time.Second, map[string]string{podevent.ZoneAnnotation: "us-central1-f"}),
+		cuda.Phase(podevent.PhaseBooted, 104*time.Second, nil),
+		cuda.Phase(podevent.PhaseReachable, 110*time.Second, nil),
+		train.Phase(podevent.PhaseRequested, 0, nil),
+		train.Phase(podevent.PhaseQuota, 2*time.Second, map[string]string{podevent.RegionAnnotation: "us-central1", podevent.QuotaMetricAnnotation: "NVIDIA_T4_GPUS"}),
+		train.Phase(podevent.PhaseFailed, 3*time.Second, map[string]string{podevent.FailureAnnotation: podevent.FailureNoCapacity}),
+		cpu.Phase(podevent.PhaseRequested, 0, nil),
+		cpu.Phase(podevent.PhaseStockout, time.Second, map[string]string{podevent.ZonesAnnotation: "us-east1-c"}),
+		cpu.Phase(podevent.PhaseCreated, 20*time.Second, map[string]string{podevent.ZoneAnnotation: "us-east1-d"}),
 	)
 	if err := timelinetest.InstallKey(t.Context(), k.cs, caaNamespace); err != nil {
 		t.Fatal(err)
@@ -73,9 +73,9 @@ func TestStartupMetricsOnARealAPIServer(t *testing.T) {
 		f := forged
 		f.Pod, f.PodVM = fmt.Sprintf("evil-%d", i), fmt.Sprintf("podvm-evil-%d-eeee0000", i)
 		for _, e := range []timelinetest.Event{
-			f.Phase(gcpt4.PhaseRequested, 0, nil),
-			f.Phase(gcpt4.PhaseStockout, time.Second, map[string]string{gcpt4.EventZonesAnnotation: "\x1b]52;c;aGk=\x07"}),
-			f.Phase(gcpt4.PhaseFailed, 2*time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureGPU, gcpt4.EventAtAnnotation: start.Add(24 * time.Hour).Format(time.RFC3339Nano)}),
+			f.Phase(podevent.PhaseRequested, 0, nil),
+			f.Phase(podevent.PhaseStockout, time.Second, map[string]string{podevent.ZonesAnnotation: "\x1b]52;c;aGk=\x07"}),
+			f.Phase(podevent.PhaseFailed, 2*time.Second, map[string]string{podevent.FailureAnnotation: podevent.FailureGPU, podevent.AtAnnotation: start.Add(24 * time.Hour).Format(time.RFC3339Nano)}),
 		} {
 			obj := e.Object()
 			delete(obj.Annotations, eventsig.SignatureAnnotation)
@@ -84,11 +84,11 @@ func TestStartupMetricsOnARealAPIServer(t *testing.T) {
 			}
 		}
 	}
-	edited, err := k.cs.CoreV1().Events("ml").Get(t.Context(), gcpt4.EventName("cuda-0", "podvm-cuda-0-aaaa0000", gcpt4.PhaseReachable), metav1.GetOptions{})
+	edited, err := k.cs.CoreV1().Events("ml").Get(t.Context(), podevent.Name("cuda-0", "podvm-cuda-0-aaaa0000", podevent.PhaseReachable), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	edited.Annotations[gcpt4.EventAtAnnotation] = start.Add(time.Second).Format(time.RFC3339Nano)
+	edited.Annotations[podevent.AtAnnotation] = start.Add(time.Second).Format(time.RFC3339Nano)
 	if _, err := k.cs.CoreV1().Events("ml").Update(t.Context(), edited, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 func startupOf(ns, pod, podVM string, start time.Time) timelinetest.Startup {
@@ -73,16 +74,16 @@ func TestStartupObservedOnce(t *testing.T) {
 	old := startupOf("ml", "old-0", "podvm-old-0-cccc0000", t0.Add(-10*time.Minute))
 
 	first := []timelinetest.Event{
-		a.Phase(gcpt4.PhaseRequested, 0, nil),
-		a.Phase(gcpt4.PhaseStockout, 2*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-a"}),
-		a.Phase(gcpt4.PhaseCreated, 40*time.Second, nil),
-		b.Phase(gcpt4.PhaseRequested, 0, nil),
-		b.Phase(gcpt4.PhaseQuota, time.Second, map[string]string{gcpt4.EventRegionAnnotation: "us-central1", gcpt4.EventQuotaMetricAnnotation: "NVIDIA_T4_GPUS"}),
-		b.Phase(gcpt4.PhaseFailed, 3*time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureNoCapacity}),
+		a.Phase(podevent.PhaseRequested, 0, nil),
+		a.Phase(podevent.PhaseStockout, 2*time.Second, map[string]string{podevent.ZonesAnnotation: "us-central1-a"}),
+		a.Phase(podevent.PhaseCreated, 40*time.Second, nil),
+		b.Phase(podevent.PhaseRequested, 0, nil),
+		b.Phase(podevent.PhaseQuota, time.Second, map[string]string{podevent.RegionAnnotation: "us-central1", podevent.QuotaMetricAnnotation: "NVIDIA_T4_GPUS"}),
+		b.Phase(podevent.PhaseFailed, 3*time.Second, map[string]string{podevent.FailureAnnotation: podevent.FailureNoCapacity}),
 		// Reached before this reaper started: its predecessor counted it.
-		old.Phase(gcpt4.PhaseRequested, 0, nil),
-		old.Phase(gcpt4.PhaseStockout, time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-east1-c"}),
-		old.Phase(gcpt4.PhaseCreated, 30*time.Second, nil),
+		old.Phase(podevent.PhaseRequested, 0, nil),
+		old.Phase(podevent.PhaseStockout, time.Second, map[string]string{podevent.ZonesAnnotation: "us-east1-c"}),
+		old.Phase(podevent.PhaseCreated, 30*time.Second, nil),
 	}
 	for range 3 {
 		s.Observe(build(first...))
@@ -102,17 +103,17 @@ func TestStartupObservedOnce(t *testing.T) {
 	if got := testutil.ToFloat64(m.quotaRefusals.WithLabelValues("us-central1", "NVIDIA_T4_GPUS")); got != 1 {
 		t.Errorf("quota refusals = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.failures.WithLabelValues(gcpt4.FailureNoCapacity)); got != 1 {
+	if got := testutil.ToFloat64(m.failures.WithLabelValues(podevent.FailureNoCapacity)); got != 1 {
 		t.Errorf("failures no-capacity = %v, want 1", got)
 	}
 
 	// cuda-0 goes on: a second zone out (the stockout Event updated, both
 	// zones listed), booted, reachable; old-0 boots after the start.
-	stock := a.Phase(gcpt4.PhaseStockout, 9*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-a,us-central1-b"})
+	stock := a.Phase(podevent.PhaseStockout, 9*time.Second, map[string]string{podevent.ZonesAnnotation: "us-central1-a,us-central1-b"})
 	stock.Count = 2
 	second := append(first[:1:1], stock, first[2],
-		a.Phase(gcpt4.PhaseBooted, 100*time.Second, nil), a.Phase(gcpt4.PhaseReachable, 106*time.Second, nil),
-		old.Phase(gcpt4.PhaseRequested, 0, nil), old.Phase(gcpt4.PhaseCreated, 30*time.Second, nil), old.Phase(gcpt4.PhaseBooted, 20*time.Minute, nil))
+		a.Phase(podevent.PhaseBooted, 100*time.Second, nil), a.Phase(podevent.PhaseReachable, 106*time.Second, nil),
+		old.Phase(podevent.PhaseRequested, 0, nil), old.Phase(podevent.PhaseCreated, 30*time.Second, nil), old.Phase(podevent.PhaseBooted, 20*time.Minute, nil))
 	s.Observe(build(second...))
 	s.Observe(build(second...))
 	if got := testutil.ToFloat64(m.stockouts.WithLabelValues("us-central1-a", "nvidia-tesla-t4")) + testutil.ToFloat64(m.stockouts.WithLabelValues("us-central1-b", "nvidia-tesla-t4")); got != 2 {
@@ -129,8 +130,8 @@ func TestStartupObservedOnce(t *testing.T) {
 		t.Errorf("remembers %d podVMs, want cuda-0, old-0 and train-0", len(s.seen))
 	}
 	s.Observe(build(first...))
-	if n, _ := histCount(t, m, timeline.Total); n != 2 || testutil.ToFloat64(m.failures.WithLabelValues(gcpt4.FailureNoCapacity)) != 1 {
-		t.Errorf("Events made again were counted again: total %d samples, %v failures", n, testutil.ToFloat64(m.failures.WithLabelValues(gcpt4.FailureNoCapacity)))
+	if n, _ := histCount(t, m, timeline.Total); n != 2 || testutil.ToFloat64(m.failures.WithLabelValues(podevent.FailureNoCapacity)) != 1 {
+		t.Errorf("Events made again were counted again: total %d samples, %v failures", n, testutil.ToFloat64(m.failures.WithLabelValues(podevent.FailureNoCapacity)))
 	}
 	// Past the retention after every last phase: all forgotten, and the
 	// same Events, now older than the retention, still count nothing.
@@ -160,12 +161,12 @@ func TestStartupLabelsBounded(t *testing.T) {
 		if i == 0 {
 			zone = "\x1b]52;c;aGk=\x07"
 		}
-		evs = append(evs, st.Phase(gcpt4.PhaseRequested, 0, nil),
-			st.Phase(gcpt4.PhaseStockout, time.Second, map[string]string{gcpt4.EventZonesAnnotation: zone, gcpt4.EventGPUAnnotation: fmt.Sprintf("nvidia-x%d", i)}),
-			st.Phase(gcpt4.PhaseFailed, 2*time.Second, map[string]string{gcpt4.EventFailureAnnotation: fmt.Sprintf("made-up-%d", i)}))
+		evs = append(evs, st.Phase(podevent.PhaseRequested, 0, nil),
+			st.Phase(podevent.PhaseStockout, time.Second, map[string]string{podevent.ZonesAnnotation: zone, podevent.GPUAnnotation: fmt.Sprintf("nvidia-x%d", i)}),
+			st.Phase(podevent.PhaseFailed, 2*time.Second, map[string]string{podevent.FailureAnnotation: fmt.Sprintf("made-up-%d", i)}))
 	}
 	future := startupOf("ml", "f", "podvm-f-00000000", clock.Add(time.Hour))
-	evs = append(evs, future.Phase(gcpt4.PhaseRequested, 0, nil), future.Phase(gcpt4.PhaseFailed, time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureGPU}))
+	evs = append(evs, future.Phase(podevent.PhaseRequested, 0, nil), future.Phase(podevent.PhaseFailed, time.Second, map[string]string{podevent.FailureAnnotation: podevent.FailureGPU}))
 	s.Observe(build(evs...))
 	series := func(name string) map[string]float64 {
 		out := map[string]float64{}
@@ -194,7 +195,7 @@ func TestStartupLabelsBounded(t *testing.T) {
 		}
 	}
 	fail := series("gcp_t4_reaper_podvm_failures_total")
-	if fail[otherLabel] != maxSeries+20 || len(fail) != len(failureClasses) || fail[gcpt4.FailureGPU] != 0 {
+	if fail[otherLabel] != maxSeries+20 || len(fail) != len(failureClasses) || fail[podevent.FailureGPU] != 0 {
 		t.Errorf("failures %v: want every made-up class as other, the classes alone, none from the future", fail)
 	}
 }
@@ -226,8 +227,8 @@ func TestStartupListFailureLeavesThePassAlone(t *testing.T) {
 	for _, a := range cs.Actions() {
 		if a.GetVerb() == "list" && a.GetResource().Resource == "events" {
 			lists++
-			if sel := a.(k8stesting.ListAction).GetListRestrictions().Labels.String(); sel != gcpt4.EventPhaseLabel || a.GetNamespace() != "" {
-				t.Errorf("listed events in %q with selector %q, want every namespace by %s", a.GetNamespace(), sel, gcpt4.EventPhaseLabel)
+			if sel := a.(k8stesting.ListAction).GetListRestrictions().Labels.String(); sel != podevent.PhaseLabel || a.GetNamespace() != "" {
+				t.Errorf("listed events in %q with selector %q, want every namespace by %s", a.GetNamespace(), sel, podevent.PhaseLabel)
 			}
 		}
 	}

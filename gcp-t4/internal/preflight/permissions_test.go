@@ -23,6 +23,7 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -160,7 +161,7 @@ func TestRoleIsExactlyWhatTheProviderCalls(t *testing.T) {
 			}
 			// Both sandboxes ran; then GCE stops the first podVM (a host
 			// error), so its delete reads what ended it for its pod.
-			await(gcpt4.ReasonReachable, len(ids))
+			await(podevent.ReasonReachable, len(ids))
 			parts := strings.Split(ids[0], "/") // zones/Z/instances/N
 			if err := fake.Interrupt(parts[1], parts[3], gcefake.HostError); err != nil {
 				t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
 	"github.com/caa-gcp-t4/test/controlplane"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // forgedLoad writes n tenant Events of about 1 MB each (a 200 kB
@@ -29,7 +29,7 @@ func forgedLoad(tb testing.TB, cs kubernetes.Interface, n int) {
 	start := time.Now().Add(-time.Minute)
 	real := timelinetest.Startup{Namespace: "ml", Pod: "llm-0", PodVM: "podvm-llm-0-00000000", Start: start, Zone: "us-central1-a"}
 	var evs []timelinetest.Event
-	for i, ph := range []string{gcpt4.PhaseRequested, gcpt4.PhaseCreated, gcpt4.PhaseBooted, gcpt4.PhaseReachable} {
+	for i, ph := range []string{podevent.PhaseRequested, podevent.PhaseCreated, podevent.PhaseBooted, podevent.PhaseReachable} {
 		evs = append(evs, real.Phase(ph, time.Duration(i)*time.Second, nil))
 	}
 	if err := timelinetest.Record(ctx, cs, evs...); err != nil {
@@ -39,10 +39,10 @@ func forgedLoad(tb testing.TB, cs kubernetes.Interface, n int) {
 	for i := range n {
 		ev := &corev1.Event{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("forged-%d", i), Namespace: "ml",
-				Labels:      map[string]string{gcpt4.EventPhaseLabel: gcpt4.PhaseFailed, gcpt4.EventPodVMLabel: fmt.Sprintf("podvm-f-%d", i)},
-				Annotations: map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureGPU, "pad": pad}},
+				Labels:      map[string]string{podevent.PhaseLabel: podevent.PhaseFailed, podevent.PodVMLabel: fmt.Sprintf("podvm-f-%d", i)},
+				Annotations: map[string]string{podevent.FailureAnnotation: podevent.FailureGPU, "pad": pad}},
 			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ml", Name: fmt.Sprintf("f-%d", i)},
-			Reason:         gcpt4.ReasonFailed, Message: msg, Type: corev1.EventTypeWarning,
+			Reason:         podevent.ReasonFailed, Message: msg, Type: corev1.EventTypeWarning,
 		}
 		if _, err := cs.CoreV1().Events("ml").Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 			tb.Fatal(err)
@@ -74,7 +74,7 @@ func BenchmarkListForged(b *testing.B) {
 	}{
 		{"before", func() (int, any) {
 			var out []corev1.Event
-			opts := metav1.ListOptions{LabelSelector: gcpt4.EventPhaseLabel, Limit: 500}
+			opts := metav1.ListOptions{LabelSelector: podevent.PhaseLabel, Limit: 500}
 			for {
 				l, err := cs.CoreV1().Events("").List(b.Context(), opts)
 				if err != nil {

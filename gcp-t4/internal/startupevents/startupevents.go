@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // Bounds of one listing.
@@ -131,13 +131,13 @@ type Result struct {
 // verified ones, page by page.
 func List(ctx context.Context, cs kubernetes.Interface, namespace string, opts metav1.ListOptions, key []byte) (Result, error) {
 	var res Result
-	opts.LabelSelector = gcpt4.EventPhaseLabel
+	opts.LabelSelector = podevent.PhaseLabel
 	opts.Limit = PageSize
 	seen := 0
 	for {
 		list, err := cs.CoreV1().Events(namespace).List(ctx, opts)
 		if err != nil {
-			return res, fmt.Errorf("listing start-up Events (label %s) in %s (needs RBAC list on events): %w", gcpt4.EventPhaseLabel, where(namespace), err)
+			return res, fmt.Errorf("listing start-up Events (label %s) in %s (needs RBAC list on events): %w", podevent.PhaseLabel, where(namespace), err)
 		}
 		for i := range list.Items {
 			ev := &list.Items[i]

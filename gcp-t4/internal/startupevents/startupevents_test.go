@@ -10,8 +10,8 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // List keeps the signed Events, trimmed to the schema, and counts and
@@ -19,12 +19,12 @@ import (
 func TestListKeepsOnlySigned(t *testing.T) {
 	cs := kubefake.NewClientset()
 	s := timelinetest.Startup{Namespace: "ml", Pod: "llm-0", PodVM: "podvm-llm-0-00000000", Start: time.Now()}
-	good := s.Phase(gcpt4.PhaseCreated, time.Second, nil).Object()
+	good := s.Phase(podevent.PhaseCreated, time.Second, nil).Object()
 	good.Annotations["example.com/big"] = strings.Repeat("x", 1000)
 	good.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "caa"}}
 	// Annotations outside the schema are not signed: re-sign as CAA would.
 	Sign(timelinetest.Key(), good)
-	forged := s.Phase(gcpt4.PhaseFailed, 2*time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureGPU}).Object()
+	forged := s.Phase(podevent.PhaseFailed, 2*time.Second, map[string]string{podevent.FailureAnnotation: podevent.FailureGPU}).Object()
 	forged.Name = "forged"
 	delete(forged.Annotations, eventsig.SignatureAnnotation)
 	for _, ev := range []*corev1.Event{good, forged} {
@@ -40,7 +40,7 @@ func TestListKeepsOnlySigned(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	kept := res.Events[0]
-	if kept.ManagedFields != nil || kept.Annotations["example.com/big"] != "" || kept.Annotations[gcpt4.EventAtAnnotation] == "" {
+	if kept.ManagedFields != nil || kept.Annotations["example.com/big"] != "" || kept.Annotations[podevent.AtAnnotation] == "" {
 		t.Errorf("kept Event not trimmed to the schema: %+v", kept.ObjectMeta)
 	}
 	res, err = List(t.Context(), cs, "", metav1.ListOptions{}, nil)

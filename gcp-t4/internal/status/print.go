@@ -11,7 +11,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // maxDetail bounds a failure's message in the table: the first line of
@@ -124,7 +124,7 @@ func header(p podVM, gceAsked bool) string {
 	}
 	f = append(f, "pod "+p.PodPhase)
 	if gceAsked && p.VM != nil {
-		_, created := p.Entry(gcpt4.PhaseCreated)
+		_, created := p.Entry(podevent.PhaseCreated)
 		switch {
 		case p.VM.Exists:
 			f = append(f, "GCE "+p.VM.Status)
@@ -165,13 +165,13 @@ func gpus(count int, gpu string) string {
 func span(t timeline.Timeline, phase string) string {
 	var names []string
 	switch phase {
-	case gcpt4.PhaseCreated:
+	case podevent.PhaseCreated:
 		names = []string{timeline.Create}
-	case gcpt4.PhaseBooted:
+	case podevent.PhaseBooted:
 		names = []string{timeline.Boot}
-	case gcpt4.PhaseReachable:
+	case podevent.PhaseReachable:
 		names = []string{timeline.Agent, timeline.Total}
-	case gcpt4.PhaseFailed:
+	case podevent.PhaseFailed:
 		names = []string{timeline.Total}
 	}
 	var out []string
@@ -199,49 +199,49 @@ func details(e timeline.Entry) string {
 	// Facts as timeline checked them: a price or count it did not
 	// believe is not among them.
 	price := func() string {
-		p, ok := timeline.ParsePrice(f[gcpt4.EventPriceAnnotation])
+		p, ok := timeline.ParsePrice(f[podevent.PriceAnnotation])
 		if !ok {
 			return ""
 		}
 		return fmt.Sprintf("$%.4f/h", p)
 	}
 	count := func() int {
-		n, _ := timeline.ParseGPUCount(f[gcpt4.EventGPUCountAnnotation])
+		n, _ := timeline.ParseGPUCount(f[podevent.GPUCountAnnotation])
 		return n
 	}
 	switch e.Phase {
-	case gcpt4.PhaseRequested:
-		add(f[gcpt4.EventZoneAnnotation], f[gcpt4.EventMachineTypeAnnotation], gpus(count(), f[gcpt4.EventGPUAnnotation]), f[gcpt4.EventProvisioningModelAnnotation], price())
-	case gcpt4.PhaseStockout:
-		add(strings.ReplaceAll(f[gcpt4.EventZonesAnnotation], ",", ", "))
+	case podevent.PhaseRequested:
+		add(f[podevent.ZoneAnnotation], f[podevent.MachineTypeAnnotation], gpus(count(), f[podevent.GPUAnnotation]), f[podevent.ProvisioningModelAnnotation], price())
+	case podevent.PhaseStockout:
+		add(strings.ReplaceAll(f[podevent.ZonesAnnotation], ",", ", "))
 		if e.Count > 1 {
 			add(fmt.Sprintf("(%d stockouts, the last at %s)", e.Count, after(e.Offset)))
 		}
-	case gcpt4.PhaseQuota:
-		add(f[gcpt4.EventQuotaMetricAnnotation])
-		if r := f[gcpt4.EventRegionAnnotation]; r != "" {
+	case podevent.PhaseQuota:
+		add(f[podevent.QuotaMetricAnnotation])
+		if r := f[podevent.RegionAnnotation]; r != "" {
 			add("in " + r)
 		}
-		if z := f[gcpt4.EventZoneAnnotation]; z != "" {
+		if z := f[podevent.ZoneAnnotation]; z != "" {
 			add("(" + z + ")")
 		}
-	case gcpt4.PhaseCreated:
-		add(f[gcpt4.EventIPAnnotation])
-		if z := f[gcpt4.EventZoneAnnotation]; z != "" {
+	case podevent.PhaseCreated:
+		add(f[podevent.IPAnnotation])
+		if z := f[podevent.ZoneAnnotation]; z != "" {
 			add("in " + z)
 		}
-	case gcpt4.PhaseBooted:
+	case podevent.PhaseBooted:
 		var b []string
-		if v := f[gcpt4.EventDriverAnnotation]; v != "" {
+		if v := f[podevent.DriverAnnotation]; v != "" {
 			b = append(b, "driver "+v)
 		}
-		if f[gcpt4.EventGPUCountAnnotation] != "" {
+		if f[podevent.GPUCountAnnotation] != "" {
 			n := count()
 			b = append(b, fmt.Sprintf("%d GPU%s", n, map[bool]string{true: "", false: "s"}[n == 1]))
 		}
 		add(strings.Join(b, ", "))
-	case gcpt4.PhaseFailed, gcpt4.PhaseLost:
-		if class := f[gcpt4.EventFailureAnnotation] + f[gcpt4.EventCauseAnnotation]; class != "" {
+	case podevent.PhaseFailed, podevent.PhaseLost:
+		if class := f[podevent.FailureAnnotation] + f[podevent.CauseAnnotation]; class != "" {
 			add(class + ":")
 		}
 		line, _, _ := strings.Cut(strings.TrimSpace(e.Message), "\n")
@@ -279,12 +279,12 @@ func after(d time.Duration) string {
 // drawn up to now, the one a failure ended marked so.
 func chart(p podVM, now time.Time) []string {
 	steps := []struct{ span, from, to string }{
-		{timeline.Create, gcpt4.PhaseRequested, gcpt4.PhaseCreated},
-		{timeline.Boot, gcpt4.PhaseCreated, gcpt4.PhaseBooted},
-		{timeline.Agent, gcpt4.PhaseBooted, gcpt4.PhaseReachable},
+		{timeline.Create, podevent.PhaseRequested, podevent.PhaseCreated},
+		{timeline.Boot, podevent.PhaseCreated, podevent.PhaseBooted},
+		{timeline.Agent, podevent.PhaseBooted, podevent.PhaseReachable},
 	}
 	var c termout.Chart
-	failed, hasFailed := p.Entry(gcpt4.PhaseFailed)
+	failed, hasFailed := p.Entry(podevent.PhaseFailed)
 	for _, s := range steps {
 		from, ok := p.Entry(s.from)
 		if !ok {

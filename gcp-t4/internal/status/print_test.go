@@ -17,7 +17,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 var updatePrint = flag.Bool("update-print", false, "rewrite testdata/status-ml.golden from the example built without an API server (TestStatusOnARealAPIServer/DocExample checks the same file against one)")
@@ -43,19 +43,19 @@ func exampleState(t *testing.T, msg string) (*state, gceResult) {
 	}
 	s, l, tr := cudaVectorAdd, llm, train
 	s.PodUID, l.PodUID, tr.PodUID = "uid-cuda-vectoradd", "uid-llm-0", "uid-train-0"
-	stock := s.Phase(gcpt4.PhaseStockout, 19e9, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-a,us-central1-b"})
+	stock := s.Phase(podevent.PhaseStockout, 19e9, map[string]string{podevent.ZonesAnnotation: "us-central1-a,us-central1-b"})
 	stock.First, stock.Count = s.Start.Add(3e9), 2
 	evs := []timelinetest.Event{
-		s.Phase(gcpt4.PhaseRequested, 0, nil), stock,
-		s.Phase(gcpt4.PhaseCreated, 41e9, map[string]string{gcpt4.EventZoneAnnotation: "us-central1-f", gcpt4.EventIPAnnotation: "10.128.0.7"}),
-		s.Phase(gcpt4.PhaseBooted, 104e9, map[string]string{gcpt4.EventDriverAnnotation: "535.183.01", gcpt4.EventGPUCountAnnotation: "1"}),
-		s.Phase(gcpt4.PhaseReachable, 110e9, nil),
-		l.Phase(gcpt4.PhaseRequested, 0, nil),
-		l.Phase(gcpt4.PhaseCreated, 37e9, map[string]string{gcpt4.EventIPAnnotation: "10.128.0.9"}),
-		tr.Phase(gcpt4.PhaseRequested, 0, nil),
-		tr.Phase(gcpt4.PhaseQuota, 2e9, map[string]string{gcpt4.EventRegionAnnotation: "us-central1", gcpt4.EventQuotaMetricAnnotation: "NVIDIA_T4_GPUS", gcpt4.EventZoneAnnotation: "us-central1-a"}),
-		{Namespace: "ml", Pod: "train-0", PodUID: tr.PodUID, PodVM: tr.PodVM, Phase: gcpt4.PhaseFailed, At: tr.Start.Add(2400e6),
-			Facts: map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureNoCapacity}, Message: msg},
+		s.Phase(podevent.PhaseRequested, 0, nil), stock,
+		s.Phase(podevent.PhaseCreated, 41e9, map[string]string{podevent.ZoneAnnotation: "us-central1-f", podevent.IPAnnotation: "10.128.0.7"}),
+		s.Phase(podevent.PhaseBooted, 104e9, map[string]string{podevent.DriverAnnotation: "535.183.01", podevent.GPUCountAnnotation: "1"}),
+		s.Phase(podevent.PhaseReachable, 110e9, nil),
+		l.Phase(podevent.PhaseRequested, 0, nil),
+		l.Phase(podevent.PhaseCreated, 37e9, map[string]string{podevent.IPAnnotation: "10.128.0.9"}),
+		tr.Phase(podevent.PhaseRequested, 0, nil),
+		tr.Phase(podevent.PhaseQuota, 2e9, map[string]string{podevent.RegionAnnotation: "us-central1", podevent.QuotaMetricAnnotation: "NVIDIA_T4_GPUS", podevent.ZoneAnnotation: "us-central1-a"}),
+		{Namespace: "ml", Pod: "train-0", PodUID: tr.PodUID, PodVM: tr.PodVM, Phase: podevent.PhaseFailed, At: tr.Start.Add(2400e6),
+			Facts: map[string]string{podevent.FailureAnnotation: podevent.FailureNoCapacity}, Message: msg},
 	}
 	for _, e := range evs {
 		st.events = append(st.events, *e.Object())
@@ -153,10 +153,10 @@ func TestForgedEventPrintsNoRawControl(t *testing.T) {
 	st, gce := exampleState(t, exampleFailure)
 	f := timelinetest.Startup{Namespace: "ml", Pod: "cuda-vectoradd" + forged, PodUID: "uid-x", PodVM: "podvm-forged-00000000", Start: t0,
 		Zone: "us-central1-a" + forged, MachineType: "n1" + forged, GPU: "t4" + forged, GPUCount: "1", Model: "SPOT" + forged, Price: "0.2"}
-	failed := f.Phase(gcpt4.PhaseFailed, time.Second, map[string]string{gcpt4.EventFailureAnnotation: "gpu" + forged, gcpt4.EventIPAnnotation: "10.0.0.1" + forged})
+	failed := f.Phase(podevent.PhaseFailed, time.Second, map[string]string{podevent.FailureAnnotation: "gpu" + forged, podevent.IPAnnotation: "10.0.0.1" + forged})
 	failed.Message = "boom" + forged + "\nsecond line"
-	for _, e := range []timelinetest.Event{f.Phase(gcpt4.PhaseRequested, 0, nil), f.Phase(gcpt4.PhaseCreated, 0, map[string]string{gcpt4.EventIPAnnotation: "10.0.0.1" + forged}),
-		f.Phase(gcpt4.PhaseBooted, time.Second, map[string]string{gcpt4.EventDriverAnnotation: "550" + forged, gcpt4.EventGPUCountAnnotation: "1"}), failed} {
+	for _, e := range []timelinetest.Event{f.Phase(podevent.PhaseRequested, 0, nil), f.Phase(podevent.PhaseCreated, 0, map[string]string{podevent.IPAnnotation: "10.0.0.1" + forged}),
+		f.Phase(podevent.PhaseBooted, time.Second, map[string]string{podevent.DriverAnnotation: "550" + forged, podevent.GPUCountAnnotation: "1"}), failed} {
 		ev := e.Object()
 		ev.Reason += forged
 		st.events = append(st.events, *ev)
@@ -192,7 +192,7 @@ func TestForgedPriceIsUnknown(t *testing.T) {
 	for _, price := range []string{"1e9", "NaN", "-5", "Inf", "2000"} {
 		f := timelinetest.Startup{Namespace: "ml", Pod: "priced", PodVM: "podvm-priced-00000000", Start: t0, MachineType: "n1-standard-4", Price: price}
 		st := &state{pods: map[string]*corev1.Pod{}}
-		for _, e := range []timelinetest.Event{f.Phase(gcpt4.PhaseRequested, 0, nil), f.Phase(gcpt4.PhaseCreated, time.Second, nil)} {
+		for _, e := range []timelinetest.Event{f.Phase(podevent.PhaseRequested, 0, nil), f.Phase(podevent.PhaseCreated, time.Second, nil)} {
 			st.events = append(st.events, *e.Object())
 		}
 		var out bytes.Buffer
@@ -223,7 +223,7 @@ func TestOtherNamespaceEventKeepsCost(t *testing.T) {
 			pod.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{FinishedAt: metav1.NewTime(t0.Add(time.Minute))}}}}
 		}
 		st.add(pod)
-		for _, e := range []timelinetest.Event{p.s.Phase(gcpt4.PhaseRequested, 0, nil), p.s.Phase(gcpt4.PhaseCreated, 0, nil)} {
+		for _, e := range []timelinetest.Event{p.s.Phase(podevent.PhaseRequested, 0, nil), p.s.Phase(podevent.PhaseCreated, 0, nil)} {
 			st.events = append(st.events, *e.Object())
 		}
 	}

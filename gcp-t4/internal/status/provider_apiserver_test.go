@@ -14,6 +14,7 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
 
@@ -67,7 +68,7 @@ func TestStatusOfTheProvidersOwnEvents(t *testing.T) {
 		return inst
 	}
 	llm := create("llm-0", "a")
-	waitReason(t, c, "llm-0", gcpt4.ReasonBooted)
+	waitReason(t, c, "llm-0", podevent.ReasonBooted)
 	p, err := c.cs.CoreV1().Pods("ml").Get(t.Context(), "llm-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -76,9 +77,9 @@ func TestStatusOfTheProvidersOwnEvents(t *testing.T) {
 	if _, err := c.cs.CoreV1().Pods("ml").UpdateStatus(t.Context(), p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitReason(t, c, "llm-0", gcpt4.ReasonReachable)
+	waitReason(t, c, "llm-0", podevent.ReasonReachable)
 	broken := create("broken-0", "b")
-	waitReason(t, c, "broken-0", gcpt4.ReasonFailed)
+	waitReason(t, c, "broken-0", podevent.ReasonFailed)
 
 	code, out, errOut := c.status(t, time.Now(), "-kubeconfig", c.cp.Kubeconfig, "-n", "ml", "-gce")
 	t.Logf("gcp-t4 status -n ml -gce:\n%s%s", out, errOut)
@@ -97,7 +98,7 @@ func TestStatusOfTheProvidersOwnEvents(t *testing.T) {
 	}
 	want := map[string][]string{
 		"llm-0":    {llm.Name, "us-central1-b", "$0.", "GCE RUNNING", "requested", "stockout", "us-central1-a", "created", "booted", "driver 550.163.01", "reachable", "total"},
-		"broken-0": {broken.Name, "failed", gcpt4.FailureBoot},
+		"broken-0": {broken.Name, "failed", podevent.FailureBoot},
 	}
 	for pod, words := range want {
 		b := find(pod)
@@ -115,7 +116,7 @@ func waitReason(t *testing.T, c *cluster, pod, reason string) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		list, err := c.cs.CoreV1().Events("ml").List(t.Context(), metav1.ListOptions{LabelSelector: gcpt4.EventPhaseLabel, FieldSelector: "involvedObject.name=" + pod})
+		list, err := c.cs.CoreV1().Events("ml").List(t.Context(), metav1.ListOptions{LabelSelector: podevent.PhaseLabel, FieldSelector: "involvedObject.name=" + pod})
 		if err != nil {
 			t.Fatal(err)
 		}

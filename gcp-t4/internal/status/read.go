@@ -16,7 +16,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/plan"
 	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // DefaultEventTTL is kube-apiserver's --event-ttl default: how long an
@@ -191,7 +191,7 @@ func (st *state) report(now time.Time, gce gceResult) report {
 		if t := finishedAt(p); !t.IsZero() {
 			// By namespace too: this pod's Event may name any podVM, and
 			// only its own namespace's is believed to have ended with it.
-			ended[timeline.Key{Namespace: ev.Namespace, PodVM: ev.Labels[gcpt4.EventPodVMLabel]}] = t
+			ended[timeline.Key{Namespace: ev.Namespace, PodVM: ev.Labels[podevent.PodVMLabel]}] = t
 		}
 	}
 	ignored := func(ev *corev1.Event, why string) {

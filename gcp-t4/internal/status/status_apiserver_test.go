@@ -31,6 +31,7 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/status-ml.golden and the example in docs/startup-visibility.md from what the command prints")
@@ -204,23 +205,23 @@ func (c *cluster) example(t *testing.T) {
 	c.pod(t, "ml", "web-0", false, timelinetest.Node, corev1.PodRunning)
 	s := cudaVectorAdd
 	c.record(t,
-		s.Phase(gcpt4.PhaseRequested, 0, nil),
-		s.Phase(gcpt4.PhaseStockout, 3*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-a"}),
+		s.Phase(podevent.PhaseRequested, 0, nil),
+		s.Phase(podevent.PhaseStockout, 3*time.Second, map[string]string{podevent.ZonesAnnotation: "us-central1-a"}),
 		// A second zone out: the provider updates the stockout Event.
-		s.Phase(gcpt4.PhaseStockout, 19*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-b"}),
-		s.Phase(gcpt4.PhaseCreated, 41*time.Second, map[string]string{gcpt4.EventZoneAnnotation: "us-central1-f", gcpt4.EventIPAnnotation: "10.128.0.7"}),
-		s.Phase(gcpt4.PhaseBooted, 104*time.Second, map[string]string{gcpt4.EventDriverAnnotation: "535.183.01", gcpt4.EventGPUCountAnnotation: "1"}),
-		s.Phase(gcpt4.PhaseReachable, 110*time.Second, nil),
+		s.Phase(podevent.PhaseStockout, 19*time.Second, map[string]string{podevent.ZonesAnnotation: "us-central1-b"}),
+		s.Phase(podevent.PhaseCreated, 41*time.Second, map[string]string{podevent.ZoneAnnotation: "us-central1-f", podevent.IPAnnotation: "10.128.0.7"}),
+		s.Phase(podevent.PhaseBooted, 104*time.Second, map[string]string{podevent.DriverAnnotation: "535.183.01", podevent.GPUCountAnnotation: "1"}),
+		s.Phase(podevent.PhaseReachable, 110*time.Second, nil),
 	)
 	c.record(t,
-		llm.Phase(gcpt4.PhaseRequested, 0, nil),
-		llm.Phase(gcpt4.PhaseCreated, 37*time.Second, map[string]string{gcpt4.EventIPAnnotation: "10.128.0.9"}),
+		llm.Phase(podevent.PhaseRequested, 0, nil),
+		llm.Phase(podevent.PhaseCreated, 37*time.Second, map[string]string{podevent.IPAnnotation: "10.128.0.9"}),
 	)
 	c.record(t,
-		train.Phase(gcpt4.PhaseRequested, 0, nil),
-		train.Phase(gcpt4.PhaseQuota, 2*time.Second, map[string]string{gcpt4.EventRegionAnnotation: "us-central1", gcpt4.EventQuotaMetricAnnotation: "NVIDIA_T4_GPUS", gcpt4.EventZoneAnnotation: "us-central1-a"}),
-		timelinetest.Event{Namespace: "ml", Pod: "train-0", PodUID: train.PodUID, PodVM: train.PodVM, Phase: gcpt4.PhaseFailed, At: train.Start.Add(2*time.Second + 400*time.Millisecond),
-			Facts:   map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureNoCapacity},
+		train.Phase(podevent.PhaseRequested, 0, nil),
+		train.Phase(podevent.PhaseQuota, 2*time.Second, map[string]string{podevent.RegionAnnotation: "us-central1", podevent.QuotaMetricAnnotation: "NVIDIA_T4_GPUS", podevent.ZoneAnnotation: "us-central1-a"}),
+		timelinetest.Event{Namespace: "ml", Pod: "train-0", PodUID: train.PodUID, PodVM: train.PodVM, Phase: podevent.PhaseFailed, At: train.Start.Add(2*time.Second + 400*time.Millisecond),
+			Facts:   map[string]string{podevent.FailureAnnotation: podevent.FailureNoCapacity},
 			Message: "every offering tried was out of capacity or over quota: us-central1 NVIDIA_T4_GPUS quota is below the 4 this pod needs; raise it or allow another region\n(the walk, zone by zone, follows)"},
 	)
 }
@@ -268,8 +269,8 @@ func TestStatusOnARealAPIServer(t *testing.T) {
 		_, before, _ := c.status(t, exampleNow, "-kubeconfig", c.cp.Kubeconfig, "-n", "ml")
 		forged := timelinetest.Startup{Namespace: "ml", Pod: "cuda-vectoradd", PodVM: "podvm-cuda-vectoradd-6f1c2a9e", Start: t0, Price: "1e9"}
 		for _, e := range []timelinetest.Event{
-			forged.Phase(gcpt4.PhaseCreated, time.Second, nil),
-			forged.Phase(gcpt4.PhaseFailed, 2*time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureGPU}),
+			forged.Phase(podevent.PhaseCreated, time.Second, nil),
+			forged.Phase(podevent.PhaseFailed, 2*time.Second, map[string]string{podevent.FailureAnnotation: podevent.FailureGPU}),
 		} {
 			obj := e.Object()
 			obj.Name = "forged-" + e.Phase
@@ -287,7 +288,7 @@ func TestStatusOnARealAPIServer(t *testing.T) {
 		if body != before || !strings.Contains(tail, "ml/forged-created") || strings.ContainsAny(out, "\x1b\x07") || strings.Contains(out, "1e9") {
 			t.Errorf("with forged Events:\n%s\nwithout:\n%s", out, before)
 		}
-		for _, name := range []string{"forged-" + gcpt4.PhaseCreated, "forged-" + gcpt4.PhaseFailed} {
+		for _, name := range []string{"forged-" + podevent.PhaseCreated, "forged-" + podevent.PhaseFailed} {
 			if err := c.cs.CoreV1().Events("ml").Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -315,7 +316,7 @@ func TestStatusOnARealAPIServer(t *testing.T) {
 		if strings.Join(p.StockedOut, ",") != "us-central1-a,us-central1-b" || p.Zone != "us-central1-f" {
 			t.Errorf("stocked out %v, zone %s", p.StockedOut, p.Zone)
 		}
-		if e, _ := p.Entry(gcpt4.PhaseStockout); e.Count != 2 {
+		if e, _ := p.Entry(podevent.PhaseStockout); e.Count != 2 {
 			t.Errorf("stockout count %d, want 2 (the Event updated)", e.Count)
 		}
 		want := 0.17701 * exampleNow.Sub(t0.Add(41*time.Second)).Hours()
@@ -361,7 +362,7 @@ func TestStatusOnARealAPIServer(t *testing.T) {
 		}
 		gone := timelinetest.Startup{Namespace: "ml", Pod: "gone-0", PodUID: "uid-of-a-deleted-pod", PodVM: "podvm-gone-0-11111111", Start: t0,
 			Zone: "us-central1-a", MachineType: "n1-standard-4", GPU: "nvidia-tesla-t4", GPUCount: "1", Model: "SPOT", Price: "0.17701"}
-		c.record(t, gone.Phase(gcpt4.PhaseRequested, 0, nil), gone.Phase(gcpt4.PhaseCreated, 30*time.Second, nil))
+		c.record(t, gone.Phase(podevent.PhaseRequested, 0, nil), gone.Phase(podevent.PhaseCreated, 30*time.Second, nil))
 		code, out, errOut = c.status(t, exampleNow, "-kubeconfig", c.cp.Kubeconfig, "-n", "ml", "gone-0")
 		if code != 1 || !strings.Contains(out, "ml/gone-0  podvm-gone-0-11111111") || !strings.Contains(out, "pod Deleted") || !strings.Contains(errOut, "does not exist") {
 			t.Errorf("deleted pod with Events: exit %d\n%s%s", code, out, errOut)
@@ -374,8 +375,8 @@ func TestStatusOnARealAPIServer(t *testing.T) {
 		if err := c.cs.CoreV1().Pods("ml").Delete(t.Context(), "gone-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 			t.Fatal(err)
 		}
-		for _, ph := range []string{gcpt4.PhaseRequested, gcpt4.PhaseCreated} {
-			if err := c.cs.CoreV1().Events("ml").Delete(t.Context(), gcpt4.EventName("gone-0", gone.PodVM, ph), metav1.DeleteOptions{}); err != nil {
+		for _, ph := range []string{podevent.PhaseRequested, podevent.PhaseCreated} {
+			if err := c.cs.CoreV1().Events("ml").Delete(t.Context(), podevent.Name("gone-0", gone.PodVM, ph), metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -1,6 +1,6 @@
 // Package timeline turns a pod's start-up Events, as the gcp-t4 provider
 // records them (one core/v1 Event per phase per podVM, labelled
-// gcpt4.EventPhaseLabel; src/cloud-providers/gcpt4/podevents.go), into one
+// podevent.PhaseLabel; src/cloud-providers/gcpt4/podevent), into one
 // timeline per podVM: the phases in order, the time between them, the
 // zones that had no capacity, the shape the VM got and what it has cost.
 //
@@ -29,9 +29,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 )
 
 // The spans of a start-up, each between two phases. Their names are the
@@ -64,10 +63,10 @@ const (
 // factAnnotations are the annotations an Entry carries as facts: the
 // schema's, but the time, which is the Entry's At.
 var factAnnotations = []string{
-	gcpt4.EventZoneAnnotation, gcpt4.EventZonesAnnotation, gcpt4.EventMachineTypeAnnotation,
-	gcpt4.EventGPUAnnotation, gcpt4.EventGPUCountAnnotation, gcpt4.EventProvisioningModelAnnotation,
-	gcpt4.EventPriceAnnotation, gcpt4.EventIPAnnotation, gcpt4.EventQuotaMetricAnnotation,
-	gcpt4.EventRegionAnnotation, gcpt4.EventDriverAnnotation, gcpt4.EventFailureAnnotation, gcpt4.EventCauseAnnotation,
+	podevent.ZoneAnnotation, podevent.ZonesAnnotation, podevent.MachineTypeAnnotation,
+	podevent.GPUAnnotation, podevent.GPUCountAnnotation, podevent.ProvisioningModelAnnotation,
+	podevent.PriceAnnotation, podevent.IPAnnotation, podevent.QuotaMetricAnnotation,
+	podevent.RegionAnnotation, podevent.DriverAnnotation, podevent.FailureAnnotation, podevent.CauseAnnotation,
 }
 
 // Bounds of the facts read from an Event. A list price above
@@ -215,7 +214,7 @@ func (t Timeline) Entry(phase string) (Entry, bool) {
 // Start is when the start-up began: the requested phase, else the first
 // entry's time.
 func (t Timeline) Start() time.Time {
-	if e, ok := t.Entry(gcpt4.PhaseRequested); ok {
+	if e, ok := t.Entry(podevent.PhaseRequested); ok {
 		return e.At
 	}
 	if len(t.Entries) > 0 {
@@ -253,7 +252,7 @@ func (o Options) ignored(ev *corev1.Event, format string, a ...any) {
 // IsStartupEvent reports whether ev is one of the provider's start-up
 // Events: labelled with a known phase and a podVM.
 func IsStartupEvent(ev *corev1.Event) bool {
-	return slices.Contains(gcpt4.Phases, ev.Labels[gcpt4.EventPhaseLabel]) && ev.Labels[gcpt4.EventPodVMLabel] != ""
+	return slices.Contains(podevent.Phases, ev.Labels[podevent.PhaseLabel]) && ev.Labels[podevent.PodVMLabel] != ""
 }
 
 // Build groups the start-up Events among events by podVM and returns one
@@ -272,7 +271,7 @@ func Build(events []corev1.Event, opts Options) []Timeline {
 		if _, ok := eventTime(ev, opts); !ok {
 			continue
 		}
-		k := key{ev.Namespace, ev.Labels[gcpt4.EventPodVMLabel]}
+		k := key{ev.Namespace, ev.Labels[podevent.PodVMLabel]}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -304,7 +303,7 @@ func build(namespace, podVM string, events []*corev1.Event, opts Options) Timeli
 		}
 		byPhase[e.Phase] = e
 	}
-	for _, ph := range gcpt4.Phases {
+	for _, ph := range podevent.Phases {
 		if e, ok := byPhase[ph]; ok {
 			t.Entries = append(t.Entries, e)
 		}
@@ -325,34 +324,34 @@ func build(namespace, podVM string, events []*corev1.Event, opts Options) Timeli
 			t.Durations[name] = b.At.Sub(a.At).Seconds()
 		}
 	}
-	span(Create, gcpt4.PhaseRequested, gcpt4.PhaseCreated)
-	span(Boot, gcpt4.PhaseCreated, gcpt4.PhaseBooted)
-	span(Agent, gcpt4.PhaseBooted, gcpt4.PhaseReachable)
+	span(Create, podevent.PhaseRequested, podevent.PhaseCreated)
+	span(Boot, podevent.PhaseCreated, podevent.PhaseBooted)
+	span(Agent, podevent.PhaseBooted, podevent.PhaseReachable)
 	switch {
-	case has(byPhase, gcpt4.PhaseReachable):
+	case has(byPhase, podevent.PhaseReachable):
 		t.State = StateReachable
-		span(Total, gcpt4.PhaseRequested, gcpt4.PhaseReachable)
-	case has(byPhase, gcpt4.PhaseFailed):
+		span(Total, podevent.PhaseRequested, podevent.PhaseReachable)
+	case has(byPhase, podevent.PhaseFailed):
 		t.State = StateFailed
-		span(Total, gcpt4.PhaseRequested, gcpt4.PhaseFailed)
+		span(Total, podevent.PhaseRequested, podevent.PhaseFailed)
 	default:
 		t.State = StateStarting
 	}
-	if f, ok := byPhase[gcpt4.PhaseFailed]; ok {
-		t.Failure = f.Facts[gcpt4.EventFailureAnnotation]
+	if f, ok := byPhase[podevent.PhaseFailed]; ok {
+		t.Failure = f.Facts[podevent.FailureAnnotation]
 	}
-	if s, ok := byPhase[gcpt4.PhaseStockout]; ok {
-		t.StockedOut = splitZones(s.Facts[gcpt4.EventZonesAnnotation])
+	if s, ok := byPhase[podevent.PhaseStockout]; ok {
+		t.StockedOut = splitZones(s.Facts[podevent.ZonesAnnotation])
 	}
-	if q, ok := byPhase[gcpt4.PhaseQuota]; ok {
-		t.Quota = &Quota{Region: q.Facts[gcpt4.EventRegionAnnotation], Metric: q.Facts[gcpt4.EventQuotaMetricAnnotation], Zone: q.Facts[gcpt4.EventZoneAnnotation]}
+	if q, ok := byPhase[podevent.PhaseQuota]; ok {
+		t.Quota = &Quota{Region: q.Facts[podevent.RegionAnnotation], Metric: q.Facts[podevent.QuotaMetricAnnotation], Zone: q.Facts[podevent.ZoneAnnotation]}
 	}
 
 	// The shape the VM got is the created phase's; before it (or without
 	// it) the latest phase that names one: the requested insert, or a
 	// later try in another zone or model.
 	fact := func(key string) string {
-		if e, ok := byPhase[gcpt4.PhaseCreated]; ok && e.Facts[key] != "" {
+		if e, ok := byPhase[podevent.PhaseCreated]; ok && e.Facts[key] != "" {
 			return e.Facts[key]
 		}
 		for i := len(t.Entries) - 1; i >= 0; i-- {
@@ -362,18 +361,18 @@ func build(namespace, podVM string, events []*corev1.Event, opts Options) Timeli
 		}
 		return ""
 	}
-	if _, ok := byPhase[gcpt4.PhaseCreated]; ok {
-		t.Zone = fact(gcpt4.EventZoneAnnotation)
-	} else if e, ok := byPhase[gcpt4.PhaseRequested]; ok {
-		t.Zone = e.Facts[gcpt4.EventZoneAnnotation]
+	if _, ok := byPhase[podevent.PhaseCreated]; ok {
+		t.Zone = fact(podevent.ZoneAnnotation)
+	} else if e, ok := byPhase[podevent.PhaseRequested]; ok {
+		t.Zone = e.Facts[podevent.ZoneAnnotation]
 	}
-	t.MachineType = fact(gcpt4.EventMachineTypeAnnotation)
-	t.GPU = fact(gcpt4.EventGPUAnnotation)
-	t.GPUCount, _ = ParseGPUCount(fact(gcpt4.EventGPUCountAnnotation))
-	t.ProvisioningModel = fact(gcpt4.EventProvisioningModelAnnotation)
-	t.IP = fact(gcpt4.EventIPAnnotation)
-	t.Driver = fact(gcpt4.EventDriverAnnotation)
-	if p, ok := ParsePrice(fact(gcpt4.EventPriceAnnotation)); ok {
+	t.MachineType = fact(podevent.MachineTypeAnnotation)
+	t.GPU = fact(podevent.GPUAnnotation)
+	t.GPUCount, _ = ParseGPUCount(fact(podevent.GPUCountAnnotation))
+	t.ProvisioningModel = fact(podevent.ProvisioningModelAnnotation)
+	t.IP = fact(podevent.IPAnnotation)
+	t.Driver = fact(podevent.DriverAnnotation)
+	if p, ok := ParsePrice(fact(podevent.PriceAnnotation)); ok {
 		t.PricePerHour = &p
 	}
 
@@ -393,13 +392,13 @@ func build(namespace, podVM string, events []*corev1.Event, opts Options) Timeli
 // known, went at some time after its last phase (a floor); without GCE's
 // word a VM that has not failed still bills.
 func cost(t Timeline, byPhase map[string]Entry, opts Options) *Cost {
-	created, ok := byPhase[gcpt4.PhaseCreated]
+	created, ok := byPhase[podevent.PhaseCreated]
 	if !ok || t.PricePerHour == nil {
 		return nil
 	}
 	c := &Cost{From: created.At}
-	failed, isFailed := byPhase[gcpt4.PhaseFailed]
-	if l, isLost := byPhase[gcpt4.PhaseLost]; isLost && (!isFailed || l.At.Before(failed.At)) {
+	failed, isFailed := byPhase[podevent.PhaseFailed]
+	if l, isLost := byPhase[podevent.PhaseLost]; isLost && (!isFailed || l.At.Before(failed.At)) {
 		// Lost: it stopped billing its run when it stopped or vanished.
 		failed, isFailed = l, true
 	}
@@ -435,7 +434,7 @@ func entry(ev *corev1.Event, opts Options) Entry {
 	quiet.Ignored = nil
 	at, _ := eventTime(ev, quiet)
 	e := Entry{
-		Phase:   ev.Labels[gcpt4.EventPhaseLabel],
+		Phase:   ev.Labels[podevent.PhaseLabel],
 		Reason:  ev.Reason,
 		At:      at,
 		Count:   max(int(ev.Count), 1),
@@ -462,16 +461,16 @@ func entry(ev *corev1.Event, opts Options) Entry {
 
 // factForm says what a checked fact must be, for the Ignored line.
 var factForm = map[string]string{
-	gcpt4.EventPriceAnnotation:    fmt.Sprintf("plain decimal from 0 to %g (USD an hour)", MaxPricePerHour),
-	gcpt4.EventGPUCountAnnotation: fmt.Sprintf("whole number from 0 to %d", MaxGPUCount),
+	podevent.PriceAnnotation:    fmt.Sprintf("plain decimal from 0 to %g (USD an hour)", MaxPricePerHour),
+	podevent.GPUCountAnnotation: fmt.Sprintf("whole number from 0 to %d", MaxGPUCount),
 }
 
 func validFact(key, v string) bool {
 	switch key {
-	case gcpt4.EventPriceAnnotation:
+	case podevent.PriceAnnotation:
 		_, ok := ParsePrice(v)
 		return ok
-	case gcpt4.EventGPUCountAnnotation:
+	case podevent.GPUCountAnnotation:
 		_, ok := ParseGPUCount(v)
 		return ok
 	}
@@ -485,13 +484,13 @@ func validFact(key, v string) bool {
 // left (the Event is not read).
 func eventTime(ev *corev1.Event, opts Options) (time.Time, bool) {
 	late := func(t time.Time) bool { return !opts.Now.IsZero() && t.After(opts.Now.Add(MaxSkew)) }
-	if a, ok := ev.Annotations[gcpt4.EventAtAnnotation]; ok {
+	if a, ok := ev.Annotations[podevent.AtAnnotation]; ok {
 		t, err := time.Parse(time.RFC3339Nano, a)
 		switch {
 		case err != nil:
-			opts.ignored(ev, "annotation %s %q: not an RFC 3339 time", gcpt4.EventAtAnnotation, a)
+			opts.ignored(ev, "annotation %s %q: not an RFC 3339 time", podevent.AtAnnotation, a)
 		case late(t):
-			opts.ignored(ev, "annotation %s %s: later than now (%s) by over %s", gcpt4.EventAtAnnotation, a, opts.Now.UTC().Format(time.RFC3339), MaxSkew)
+			opts.ignored(ev, "annotation %s %s: later than now (%s) by over %s", podevent.AtAnnotation, a, opts.Now.UTC().Format(time.RFC3339), MaxSkew)
 		default:
 			return t.UTC(), true
 		}

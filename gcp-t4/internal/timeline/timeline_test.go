@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 var t0 = time.Date(2026, 5, 4, 9, 0, 0, 250_000_000, time.UTC)
@@ -35,15 +35,15 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 // and the cost from created until now at the created phase's price.
 func TestFullStartup(t *testing.T) {
 	s := gpuPod
-	stock := s.Phase(gcpt4.PhaseStockout, 5*time.Second, map[string]string{gcpt4.EventZonesAnnotation: "us-central1-a,us-central1-b"})
+	stock := s.Phase(podevent.PhaseStockout, 5*time.Second, map[string]string{podevent.ZonesAnnotation: "us-central1-a,us-central1-b"})
 	stock.First, stock.Count = t0.Add(2*time.Second), 2
 	evs := objects(
 		// Listed out of order, as a List may return them.
-		s.Phase(gcpt4.PhaseBooted, 104*time.Second, map[string]string{gcpt4.EventDriverAnnotation: "535.183.01", gcpt4.EventGPUCountAnnotation: "1"}),
-		s.Phase(gcpt4.PhaseRequested, 0, nil),
+		s.Phase(podevent.PhaseBooted, 104*time.Second, map[string]string{podevent.DriverAnnotation: "535.183.01", podevent.GPUCountAnnotation: "1"}),
+		s.Phase(podevent.PhaseRequested, 0, nil),
 		stock,
-		s.Phase(gcpt4.PhaseCreated, 41*time.Second, map[string]string{gcpt4.EventZoneAnnotation: "us-central1-c", gcpt4.EventIPAnnotation: "10.0.0.7", gcpt4.EventPriceAnnotation: "0.25"}),
-		s.Phase(gcpt4.PhaseReachable, 110*time.Second, nil),
+		s.Phase(podevent.PhaseCreated, 41*time.Second, map[string]string{podevent.ZoneAnnotation: "us-central1-c", podevent.IPAnnotation: "10.0.0.7", podevent.PriceAnnotation: "0.25"}),
+		s.Phase(podevent.PhaseReachable, 110*time.Second, nil),
 	)
 	now := t0.Add(41*time.Second + 2*time.Hour)
 	tls := Build(evs, Options{Now: now})
@@ -67,7 +67,7 @@ func TestFullStartup(t *testing.T) {
 	if len(tl.Durations) != len(want) {
 		t.Errorf("durations %v", tl.Durations)
 	}
-	if e, _ := tl.Entry(gcpt4.PhaseStockout); e.Count != 2 || !e.First.Equal(t0.Add(2*time.Second).Truncate(time.Second)) || e.Offset != 5*time.Second || !e.Warning {
+	if e, _ := tl.Entry(podevent.PhaseStockout); e.Count != 2 || !e.First.Equal(t0.Add(2*time.Second).Truncate(time.Second)) || e.Offset != 5*time.Second || !e.Warning {
 		t.Errorf("stockout entry %+v", e)
 	}
 	if tl.Namespace != "ml" || tl.Pod != "cuda-0" || tl.PodUID != "uid-cuda-0" || tl.PodVM != s.PodVM || tl.State != StateReachable {
@@ -93,7 +93,7 @@ func TestFullStartup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{`"durationsSeconds":{`, `"total":110`, `"offsetSeconds":41`, `"` + gcpt4.EventIPAnnotation + `":"10.0.0.7"`} {
+	for _, s := range []string{`"durationsSeconds":{`, `"total":110`, `"offsetSeconds":41`, `"` + podevent.IPAnnotation + `":"10.0.0.7"`} {
 		if !strings.Contains(string(b), s) {
 			t.Errorf("JSON lacks %s: %s", s, b)
 		}
@@ -105,12 +105,12 @@ func TestFullStartup(t *testing.T) {
 func TestFailedStartup(t *testing.T) {
 	s := gpuPod
 	evs := objects(
-		s.Phase(gcpt4.PhaseRequested, 0, nil),
-		s.Phase(gcpt4.PhaseQuota, 3*time.Second, map[string]string{gcpt4.EventRegionAnnotation: "us-central1", gcpt4.EventQuotaMetricAnnotation: "NVIDIA_T4_GPUS", gcpt4.EventZoneAnnotation: "us-central1-a"}),
-		s.Phase(gcpt4.PhaseFailed, 9*time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureNoCapacity}),
+		s.Phase(podevent.PhaseRequested, 0, nil),
+		s.Phase(podevent.PhaseQuota, 3*time.Second, map[string]string{podevent.RegionAnnotation: "us-central1", podevent.QuotaMetricAnnotation: "NVIDIA_T4_GPUS", podevent.ZoneAnnotation: "us-central1-a"}),
+		s.Phase(podevent.PhaseFailed, 9*time.Second, map[string]string{podevent.FailureAnnotation: podevent.FailureNoCapacity}),
 	)
 	tl := Build(evs, Options{Now: t0.Add(time.Hour)})[0]
-	if tl.State != StateFailed || tl.Failure != gcpt4.FailureNoCapacity || !near(tl.Durations[Total], 9) || len(tl.Durations) != 1 {
+	if tl.State != StateFailed || tl.Failure != podevent.FailureNoCapacity || !near(tl.Durations[Total], 9) || len(tl.Durations) != 1 {
 		t.Errorf("state %s failure %s durations %v", tl.State, tl.Failure, tl.Durations)
 	}
 	if tl.Quota == nil || *tl.Quota != (Quota{Region: "us-central1", Metric: "NVIDIA_T4_GPUS", Zone: "us-central1-a"}) {
@@ -126,7 +126,7 @@ func TestFailedStartup(t *testing.T) {
 
 // TestStartingHasNoSpansYet: only requested: no span, still starting.
 func TestStartingHasNoSpansYet(t *testing.T) {
-	tl := Build(objects(gpuPod.Phase(gcpt4.PhaseRequested, 0, nil)), Options{Now: t0})[0]
+	tl := Build(objects(gpuPod.Phase(podevent.PhaseRequested, 0, nil)), Options{Now: t0})[0]
 	if tl.State != StateStarting || len(tl.Durations) != 0 || tl.Cost != nil {
 		t.Errorf("%+v", tl)
 	}
@@ -135,9 +135,9 @@ func TestStartingHasNoSpansYet(t *testing.T) {
 // TestCostEnds: until when a VM billed, by what is known.
 func TestCostEnds(t *testing.T) {
 	s := gpuPod
-	req, created := s.Phase(gcpt4.PhaseRequested, 0, nil), s.Phase(gcpt4.PhaseCreated, 30*time.Second, nil)
-	booted := s.Phase(gcpt4.PhaseBooted, 90*time.Second, nil)
-	failed := s.Phase(gcpt4.PhaseFailed, 30*time.Second+30*time.Minute, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureAgentUnreachable})
+	req, created := s.Phase(podevent.PhaseRequested, 0, nil), s.Phase(podevent.PhaseCreated, 30*time.Second, nil)
+	booted := s.Phase(podevent.PhaseBooted, 90*time.Second, nil)
+	failed := s.Phase(podevent.PhaseFailed, 30*time.Second+30*time.Minute, map[string]string{podevent.FailureAnnotation: podevent.FailureAgentUnreachable})
 	now := t0.Add(30*time.Second + 2*time.Hour)
 	ended := t0.Add(30*time.Second + time.Hour)
 	for _, c := range []struct {
@@ -166,7 +166,7 @@ func TestCostEnds(t *testing.T) {
 	}
 	noPrice := s
 	noPrice.Price = ""
-	tl := Build(objects(noPrice.Phase(gcpt4.PhaseRequested, 0, nil), noPrice.Phase(gcpt4.PhaseCreated, time.Second, nil)), Options{Now: now})[0]
+	tl := Build(objects(noPrice.Phase(podevent.PhaseRequested, 0, nil), noPrice.Phase(podevent.PhaseCreated, time.Second, nil)), Options{Now: now})[0]
 	if tl.PricePerHour != nil || tl.Cost != nil {
 		t.Errorf("without a price: price %v cost %+v, want none", tl.PricePerHour, tl.Cost)
 	}
@@ -180,13 +180,13 @@ func TestGroupsByPodVM(t *testing.T) {
 	second.PodVM, second.Start = "podvm-cuda-0-9f8e7d6c", t0.Add(10*time.Minute)
 	other := timelinetest.Startup{Namespace: "web", Pod: "api-0", PodVM: "podvm-api-0-00000000", Start: t0.Add(time.Minute)}
 	evs := objects(
-		second.Phase(gcpt4.PhaseRequested, 0, nil),
-		first.Phase(gcpt4.PhaseRequested, 0, nil),
-		first.Phase(gcpt4.PhaseFailed, time.Minute, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureBoot}),
-		other.Phase(gcpt4.PhaseRequested, 0, nil),
+		second.Phase(podevent.PhaseRequested, 0, nil),
+		first.Phase(podevent.PhaseRequested, 0, nil),
+		first.Phase(podevent.PhaseFailed, time.Minute, map[string]string{podevent.FailureAnnotation: podevent.FailureBoot}),
+		other.Phase(podevent.PhaseRequested, 0, nil),
 	)
-	unknown := other.Phase(gcpt4.PhaseCreated, time.Second, nil).Object()
-	unknown.Labels[gcpt4.EventPhaseLabel] = "teleported"
+	unknown := other.Phase(podevent.PhaseCreated, time.Second, nil).Object()
+	unknown.Labels[podevent.PhaseLabel] = "teleported"
 	kubelet := corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "cuda-0.1", Namespace: "ml"}, Reason: "Scheduled",
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "cuda-0", Namespace: "ml"}}
 	evs = append(evs, *unknown, kubelet)
@@ -205,8 +205,8 @@ func TestGroupsByPodVM(t *testing.T) {
 // annotation (edited by hand, or written by an older recorder) falls
 // back to its lastTimestamp.
 func TestTimeWithoutAnnotation(t *testing.T) {
-	ev := gpuPod.Phase(gcpt4.PhaseRequested, 0, nil).Object()
-	delete(ev.Annotations, gcpt4.EventAtAnnotation)
+	ev := gpuPod.Phase(podevent.PhaseRequested, 0, nil).Object()
+	delete(ev.Annotations, podevent.AtAnnotation)
 	ev.LastTimestamp = metav1.NewTime(t0.Add(7 * time.Second).Truncate(time.Second))
 	tl := Build([]corev1.Event{*ev}, Options{Now: t0})[0]
 	if !tl.Entries[0].At.Equal(t0.Add(7 * time.Second).Truncate(time.Second)) {
@@ -220,16 +220,16 @@ func TestTimeWithoutAnnotation(t *testing.T) {
 func TestLostAfterItRan(t *testing.T) {
 	s := gpuPod
 	evs := objects(
-		s.Phase(gcpt4.PhaseRequested, 0, nil),
-		s.Phase(gcpt4.PhaseCreated, 40*time.Second, map[string]string{gcpt4.EventPriceAnnotation: "0.2"}),
-		s.Phase(gcpt4.PhaseReachable, 100*time.Second, nil),
-		s.Phase(gcpt4.PhaseLost, 40*time.Second+time.Hour, map[string]string{gcpt4.EventCauseAnnotation: gcpt4.CausePreempted}),
+		s.Phase(podevent.PhaseRequested, 0, nil),
+		s.Phase(podevent.PhaseCreated, 40*time.Second, map[string]string{podevent.PriceAnnotation: "0.2"}),
+		s.Phase(podevent.PhaseReachable, 100*time.Second, nil),
+		s.Phase(podevent.PhaseLost, 40*time.Second+time.Hour, map[string]string{podevent.CauseAnnotation: podevent.CausePreempted}),
 	)
 	now := t0.Add(5 * time.Hour)
 	for _, opts := range []Options{{Now: now}, {Now: now, VMs: map[Key]VM{}}} {
 		tl := Build(evs, opts)[0]
-		e, ok := tl.Entry(gcpt4.PhaseLost)
-		if !ok || e.Facts[gcpt4.EventCauseAnnotation] != gcpt4.CausePreempted || !e.Warning || e.Reason != gcpt4.ReasonLost {
+		e, ok := tl.Entry(podevent.PhaseLost)
+		if !ok || e.Facts[podevent.CauseAnnotation] != podevent.CausePreempted || !e.Warning || e.Reason != podevent.ReasonLost {
 			t.Fatalf("lost entry %+v", e)
 		}
 		if tl.State != StateReachable || tl.Failure != "" {
@@ -250,7 +250,7 @@ func TestForgedFactsAreUnknown(t *testing.T) {
 		s := gpuPod
 		s.Price, s.GPUCount = price, "17"
 		var heard []string
-		tl := Build(objects(s.Phase(gcpt4.PhaseRequested, 0, nil), s.Phase(gcpt4.PhaseCreated, time.Second, nil)),
+		tl := Build(objects(s.Phase(podevent.PhaseRequested, 0, nil), s.Phase(podevent.PhaseCreated, time.Second, nil)),
 			Options{Now: t0.Add(time.Hour), Ignored: func(_ *corev1.Event, why string) { heard = append(heard, why) }})[0]
 		if tl.PricePerHour != nil || tl.Cost != nil {
 			t.Errorf("price %q: price %v cost %+v, want both unknown", price, tl.PricePerHour, tl.Cost)
@@ -258,7 +258,7 @@ func TestForgedFactsAreUnknown(t *testing.T) {
 		if tl.GPUCount != 0 {
 			t.Errorf("gpu-count 17 read as %d", tl.GPUCount)
 		}
-		if price != "" && !slices.ContainsFunc(heard, func(w string) bool { return strings.Contains(w, gcpt4.EventPriceAnnotation) }) {
+		if price != "" && !slices.ContainsFunc(heard, func(w string) bool { return strings.Contains(w, podevent.PriceAnnotation) }) {
 			t.Errorf("price %q: not said to Ignored: %q", price, heard)
 		}
 	}
@@ -280,12 +280,12 @@ func TestForgedFactsAreUnknown(t *testing.T) {
 func TestFutureTimesAreNotRead(t *testing.T) {
 	now := t0.Add(time.Hour)
 	s := gpuPod
-	req := s.Phase(gcpt4.PhaseRequested, 0, nil).Object()
-	late := s.Phase(gcpt4.PhaseCreated, 30*time.Second, nil).Object()
-	late.Annotations[gcpt4.EventAtAnnotation] = now.Add(MaxSkew + time.Second).Format(time.RFC3339Nano)
+	req := s.Phase(podevent.PhaseRequested, 0, nil).Object()
+	late := s.Phase(podevent.PhaseCreated, 30*time.Second, nil).Object()
+	late.Annotations[podevent.AtAnnotation] = now.Add(MaxSkew + time.Second).Format(time.RFC3339Nano)
 	var heard []string
 	tl := Build([]corev1.Event{*req, *late}, Options{Now: now, Ignored: func(_ *corev1.Event, why string) { heard = append(heard, why) }})[0]
-	if e, ok := tl.Entry(gcpt4.PhaseCreated); !ok || !e.At.Equal(late.LastTimestamp.UTC()) {
+	if e, ok := tl.Entry(podevent.PhaseCreated); !ok || !e.At.Equal(late.LastTimestamp.UTC()) {
 		t.Errorf("created at %v, want its lastTimestamp %v", e.At, late.LastTimestamp)
 	}
 	if len(heard) != 1 || !strings.Contains(heard[0], "later than now") {
@@ -293,16 +293,16 @@ func TestFutureTimesAreNotRead(t *testing.T) {
 	}
 	late.LastTimestamp = metav1.NewTime(now.Add(time.Hour))
 	tls := Build([]corev1.Event{*req, *late}, Options{Now: now})
-	if _, ok := tls[0].Entry(gcpt4.PhaseCreated); ok || len(tls) != 1 {
+	if _, ok := tls[0].Entry(podevent.PhaseCreated); ok || len(tls) != 1 {
 		t.Errorf("an Event whose every time is in the future was read: %+v", tls)
 	}
 	// Within the skew: read.
-	late.Annotations[gcpt4.EventAtAnnotation] = now.Add(MaxSkew - time.Second).Format(time.RFC3339Nano)
-	if _, ok := Build([]corev1.Event{*req, *late}, Options{Now: now})[0].Entry(gcpt4.PhaseCreated); !ok {
+	late.Annotations[podevent.AtAnnotation] = now.Add(MaxSkew - time.Second).Format(time.RFC3339Nano)
+	if _, ok := Build([]corev1.Event{*req, *late}, Options{Now: now})[0].Entry(podevent.PhaseCreated); !ok {
 		t.Error("a time within MaxSkew of now was not read")
 	}
 	// Without a now (the reaper), no time is too late.
-	if _, ok := Build([]corev1.Event{*req, *late}, Options{})[0].Entry(gcpt4.PhaseCreated); !ok {
+	if _, ok := Build([]corev1.Event{*req, *late}, Options{})[0].Entry(podevent.PhaseCreated); !ok {
 		t.Error("without Now, a late time was not read")
 	}
 }
@@ -316,9 +316,9 @@ func TestOtherNamespaceDoesNotChangeCost(t *testing.T) {
 	b := a
 	b.Namespace, b.Pod, b.PodUID, b.Price = "tenant-b", "forger", "uid-forger", "999"
 	now := t0.Add(2 * time.Hour)
-	evs := objects(a.Phase(gcpt4.PhaseRequested, 0, nil), a.Phase(gcpt4.PhaseCreated, 0, nil),
-		b.Phase(gcpt4.PhaseRequested, 0, nil), b.Phase(gcpt4.PhaseCreated, 0, nil),
-		b.Phase(gcpt4.PhaseFailed, time.Second, map[string]string{gcpt4.EventFailureAnnotation: gcpt4.FailureBoot}))
+	evs := objects(a.Phase(podevent.PhaseRequested, 0, nil), a.Phase(podevent.PhaseCreated, 0, nil),
+		b.Phase(podevent.PhaseRequested, 0, nil), b.Phase(podevent.PhaseCreated, 0, nil),
+		b.Phase(podevent.PhaseFailed, time.Second, map[string]string{podevent.FailureAnnotation: podevent.FailureBoot}))
 	opts := Options{Now: now, VMs: map[Key]VM{keyOf(a): {Exists: true, Status: "RUNNING"}}, Ended: map[Key]time.Time{keyOf(b): t0.Add(time.Minute)}}
 	tls := Build(evs, opts)
 	if len(tls) != 2 {

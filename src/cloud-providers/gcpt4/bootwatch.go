@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // After CreateInstance returns, CAA waits for the podVM's agent and the
@@ -236,10 +237,10 @@ func (p *Provider) consoleGone(ctx context.Context, w *bootWatch) {
 	}
 	w.failed = true
 	msg := fmt.Sprintf("%s (podVM %s is %s): a Spot preemption, or its boot failed and it powered itself off; GCE serves no console of a stopped VM, so %s",
-		failureTitle(FailureStopped), w.vm.name, inst.GetStatus(), consoleFacts(w.console.lastLines()))
+		failureTitle(podevent.FailureStopped), w.vm.name, inst.GetStatus(), consoleFacts(w.console.lastLines()))
 	p.log.Printf("%s, podVM %s: %s", w.vm.podRef(), w.vm.name, msg)
-	p.events.record(podEvent{namespace: w.vm.namespace, pod: w.vm.podName, podVM: w.vm.name, phase: PhaseFailed, warning: true, at: time.Now(),
-		annotations: map[string]string{EventFailureAnnotation: FailureStopped, EventZoneAnnotation: w.zone}, message: msg})
+	p.events.record(podEvent{namespace: w.vm.namespace, pod: w.vm.podName, podVM: w.vm.name, phase: podevent.PhaseFailed, warning: true, at: time.Now(),
+		annotations: map[string]string{podevent.FailureAnnotation: podevent.FailureStopped, podevent.ZoneAnnotation: w.zone}, message: msg})
 }
 
 // gpuMismatch says that the guest found other GPUs than the VM was created
@@ -260,8 +261,8 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 	switch {
 	case l.gpu != nil && l.gpu.State == "ready" && !w.booted:
 		w.booted, w.bootedAt = true, now
-		ev.phase = PhaseBooted
-		ev.annotations = map[string]string{EventDriverAnnotation: l.gpu.Driver, EventGPUCountAnnotation: strconv.Itoa(l.gpu.GPUs), EventZoneAnnotation: w.zone}
+		ev.phase = podevent.PhaseBooted
+		ev.annotations = map[string]string{podevent.DriverAnnotation: l.gpu.Driver, podevent.GPUCountAnnotation: strconv.Itoa(l.gpu.GPUs), podevent.ZoneAnnotation: w.zone}
 		ev.message = fmt.Sprintf("podVM %s booted, GPU ready: %d GPU(s), NVIDIA driver %s (gpu-init took %s), %s after it was created", w.vm.name, l.gpu.GPUs, l.gpu.Driver, (time.Duration(l.gpu.Ms) * time.Millisecond).Round(100*time.Millisecond), now.Sub(w.created).Round(time.Second))
 		if int64(l.gpu.GPUs) != w.gpus {
 			ev.warning = true
@@ -269,8 +270,8 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 		}
 	case l.gpu != nil && l.gpu.State == "no-gpu" && !w.booted:
 		w.booted, w.bootedAt = true, now
-		ev.phase = PhaseBooted
-		ev.annotations = map[string]string{EventGPUCountAnnotation: "0", EventZoneAnnotation: w.zone}
+		ev.phase = podevent.PhaseBooted
+		ev.annotations = map[string]string{podevent.GPUCountAnnotation: "0", podevent.ZoneAnnotation: w.zone}
 		ev.message = fmt.Sprintf("podVM %s booted without a GPU, %s after it was created", w.vm.name, now.Sub(w.created).Round(time.Second))
 		if w.gpus != 0 {
 			ev.warning = true
@@ -278,16 +279,16 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 		}
 	case l.gpu != nil && l.gpu.State == "failed":
 		w.failed = true
-		ev.phase, ev.warning = PhaseFailed, true
-		ev.annotations = map[string]string{EventFailureAnnotation: FailureGPU}
-		ev.message = fmt.Sprintf("%s: gpu-init failed at %s: %s; %s", failureTitle(FailureGPU), l.gpu.Step, l.gpu.Reason, consoleFacts(w.console.lastLines()))
+		ev.phase, ev.warning = podevent.PhaseFailed, true
+		ev.annotations = map[string]string{podevent.FailureAnnotation: podevent.FailureGPU}
+		ev.message = fmt.Sprintf("%s: gpu-init failed at %s: %s; %s", failureTitle(podevent.FailureGPU), l.gpu.Step, l.gpu.Reason, consoleFacts(w.console.lastLines()))
 	case l.pull != nil:
 		w.notePull(l.pull)
 		return
 	case l.store != nil && !w.cacheTold:
 		w.cacheTold = true
 		w.storeState = cmp.Or(l.store.Miss, l.store.State)
-		ev.phase = phaseCache
+		ev.phase = podevent.PhaseCache
 		ev.annotations = map[string]string{eventCacheStateAnnotation: l.store.State}
 		switch {
 		case l.store.State == "in-use":
@@ -310,7 +311,7 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 			return
 		}
 		w.layersTold++
-		ev.phase = phaseLayers
+		ev.phase = podevent.PhaseLayers
 		r := l.layers
 		if r.Removed > 0 {
 			ev.message = fmt.Sprintf("podVM %s: removed %d layer director%s (%s) that failed image pulls left unpacked (a pull that fails part-way starts from zero); %s left on its disk",
@@ -322,15 +323,15 @@ func (p *Provider) consoleLineSeen(w *bootWatch, l consoleLine) {
 		}
 	case l.failure != "":
 		w.failed = true
-		ev.phase, ev.warning = PhaseFailed, true
-		ev.annotations = map[string]string{EventFailureAnnotation: l.failure}
+		ev.phase, ev.warning = podevent.PhaseFailed, true
+		ev.annotations = map[string]string{podevent.FailureAnnotation: l.failure}
 		// The line itself first: readers that show one line (gcp-t4
 		// status, kubectl get events) show the cause.
 		ev.message = fmt.Sprintf("%s (podVM %s): %s; %s", failureTitle(l.failure), w.vm.name, l.text, consoleFacts(w.console.lastLines()))
 	default:
 		return
 	}
-	if ev.phase == PhaseFailed {
+	if ev.phase == podevent.PhaseFailed {
 		p.log.Printf("%s, podVM %s: %s", w.vm.podRef(), w.vm.name, ev.message)
 	}
 	p.events.record(ev)
@@ -362,8 +363,8 @@ func (p *Provider) checkSandbox(ctx context.Context, w *bootWatch) bool {
 	}
 	w.mu.Unlock()
 	p.events.record(podEvent{
-		namespace: w.vm.namespace, pod: w.vm.podName, podVM: w.vm.name, phase: PhaseReachable, at: at,
-		annotations: map[string]string{EventIPAnnotation: w.ip, EventZoneAnnotation: w.zone},
+		namespace: w.vm.namespace, pod: w.vm.podName, podVM: w.vm.name, phase: podevent.PhaseReachable, at: at,
+		annotations: map[string]string{podevent.IPAnnotation: w.ip, podevent.ZoneAnnotation: w.zone},
 		message:     fmt.Sprintf("the adaptor reached the agent of podVM %s at %s: the pod's sandbox is ready, %s after the podVM was created", w.vm.name, w.ip, at.Sub(w.created).Round(time.Second)),
 	})
 	return true
@@ -530,7 +531,7 @@ func (p *Provider) beforeDelete(ctx context.Context, zone, name string) {
 		return
 	}
 	w.failed = true
-	class, probe := FailureNotReady, ""
+	class, probe := podevent.FailureNotReady, ""
 	if w.booted {
 		// A booted podVM CAA deletes unreached is blamed on the network
 		// only when the node cannot open the agent's port now: CAA also
@@ -544,16 +545,16 @@ func (p *Provider) beforeDelete(ctx context.Context, zone, name string) {
 	}
 	msg += ")"
 	switch class {
-	case FailureAgentUnreachable:
+	case podevent.FailureAgentUnreachable:
 		msg += fmt.Sprintf("; %s: check that the firewall lets the nodes reach podVMs on tcp:15150 and udp:4789 (gcp-t4 preflight checks it) and the adaptor's log on %s", probe, p.nodeRef())
-	case FailureAdaptor:
+	case podevent.FailureAdaptor:
 		msg += fmt.Sprintf("; %s, so the network is not the cause: the adaptor's log on %s says why it gave up (a TLS or protocol error with the agent, its own socket, or the pod's kata-remote deadline; see the pod's other Events)", probe, p.nodeRef())
 	default:
 		msg += "; if the pod was not deleted, the adaptor gave up waiting for it (see the pod's other Events and the kata-remote timeouts in docs/startup.md)"
 	}
 	p.events.record(podEvent{
-		namespace: w.vm.namespace, pod: w.vm.podName, podVM: name, phase: PhaseFailed, warning: true, at: time.Now(),
-		annotations: map[string]string{EventFailureAnnotation: class, EventZoneAnnotation: zone},
+		namespace: w.vm.namespace, pod: w.vm.podName, podVM: name, phase: podevent.PhaseFailed, warning: true, at: time.Now(),
+		annotations: map[string]string{podevent.FailureAnnotation: class, podevent.ZoneAnnotation: zone},
 		message:     msg + "; " + consoleFacts(tail),
 	})
 }
@@ -597,12 +598,12 @@ const agentProbeTimeout = 3 * time.Second
 
 // probeAgent opens, and at once closes, a TCP connection from the node to
 // the podVM's agent port, as CAA's proxy does before its TLS handshake:
-// FailureAgentUnreachable with what failed when it cannot, FailureAdaptor
+// podevent.FailureAgentUnreachable with what failed when it cannot, podevent.FailureAdaptor
 // when it can. Without an address there is nothing to probe and the
 // network is not ruled out.
 func (p *Provider) probeAgent(ctx context.Context, ip string) (class, what string) {
 	if ip == "" {
-		return FailureAgentUnreachable, "the podVM's address is unknown, so the node's reach to it was not checked"
+		return podevent.FailureAgentUnreachable, "the podVM's address is unknown, so the node's reach to it was not checked"
 	}
 	addr := net.JoinHostPort(ip, agentPort())
 	ctx, cancel := context.WithTimeout(ctx, agentProbeTimeout)
@@ -613,10 +614,10 @@ func (p *Provider) probeAgent(ctx context.Context, ip string) (class, what strin
 	}
 	conn, err := dial(ctx, "tcp", addr)
 	if err != nil {
-		return FailureAgentUnreachable, fmt.Sprintf("the node cannot open tcp %s now (%s)", addr, cleanConsoleLine(err.Error()))
+		return podevent.FailureAgentUnreachable, fmt.Sprintf("the node cannot open tcp %s now (%s)", addr, cleanConsoleLine(err.Error()))
 	}
 	_ = conn.Close()
-	return FailureAdaptor, fmt.Sprintf("the node opens tcp %s now", addr)
+	return podevent.FailureAdaptor, fmt.Sprintf("the node opens tcp %s now", addr)
 }
 
 // nodeRef names the adaptor's node in a message: CAA's NODE_NAME, or the

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/consoleline"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // What the podVM says on its serial console: the lines its own services
@@ -112,7 +113,7 @@ type consoleLine struct {
 	store  *storeReport
 	layers *layersReport
 	pull   *pullReport
-	// failure is FailureBoot or FailureCDH for those lines.
+	// failure is podevent.FailureBoot or podevent.FailureCDH for those lines.
 	failure string
 }
 
@@ -140,9 +141,9 @@ func parseConsoleLine(raw string) consoleLine {
 			out.gpu = &r
 		}
 	case strings.HasPrefix(body, consoleline.BootFailedPrefix):
-		out.failure = FailureBoot
+		out.failure = podevent.FailureBoot
 	case strings.HasPrefix(body, consoleline.CDHFailedPrefix):
-		out.failure = FailureCDH
+		out.failure = podevent.FailureCDH
 	case strings.HasPrefix(body, consoleline.StorePrefix):
 		var r storeReport
 		if json.Unmarshal([]byte(strings.TrimSpace(body[len(consoleline.StorePrefix):])), &r) == nil && r.check() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // storedKey is the signing key the fake API server holds, or nil.
@@ -71,7 +72,7 @@ func TestStartupEventsSigned(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake.SetSerialOutput("us-central1-f", inst.Name, gpuReadyLine+"\n")
-	api.waitEvents(t, "booted", hasReason(ReasonBooted))
+	api.waitEvents(t, "booted", hasReason(podevent.ReasonBooted))
 	if err := p.Teardown(); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestStartupEventsSigned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2.record(podEvent{namespace: "ml", pod: "llm-0", podVM: inst.Name, phase: PhaseStockout, zone: "us-east1-c", warning: true, message: "again", at: time.Now()})
+	r2.record(podEvent{namespace: "ml", pod: "llm-0", podVM: inst.Name, phase: podevent.PhaseStockout, zone: "us-east1-c", warning: true, message: "again", at: time.Now()})
 	r2.close(context.Background())
 	key := api.storedKey(t)
 	if !eventsig.ValidKey(key) {
@@ -93,20 +94,22 @@ func TestStartupEventsSigned(t *testing.T) {
 		if !eventsig.Verify(key, f) {
 			t.Errorf("%s does not verify: %s", e.Reason, e.raw)
 		}
-		if e.Reason == ReasonStockout && (e.Count < 2 || !strings.HasSuffix(e.Annotations[EventZonesAnnotation], ",us-east1-c")) {
+		if e.Reason == podevent.ReasonStockout && (e.Count < 2 || !strings.HasSuffix(e.Annotations[podevent.ZonesAnnotation], ",us-east1-c")) {
 			t.Errorf("stockout not repeated: count %d, %v", e.Count, e.Annotations)
 		}
 		// What a tenant with edit can change, each alone.
 		for name, edit := range map[string]func(*eventsig.Fields){
-			"failure annotation": func(f *eventsig.Fields) { f.Annotations = with(f.Annotations, EventFailureAnnotation, FailureGPU) },
+			"failure annotation": func(f *eventsig.Fields) {
+				f.Annotations = with(f.Annotations, podevent.FailureAnnotation, podevent.FailureGPU)
+			},
 			"time": func(f *eventsig.Fields) {
-				f.Annotations = with(f.Annotations, EventAtAnnotation, "2099-01-01T00:00:00Z")
+				f.Annotations = with(f.Annotations, podevent.AtAnnotation, "2099-01-01T00:00:00Z")
 			},
 			"namespace":   func(f *eventsig.Fields) { f.Namespace = "other" },
 			"name":        func(f *eventsig.Fields) { f.Name += "x" },
 			"pod":         func(f *eventsig.Fields) { f.Object = "llm-1" },
 			"message":     func(f *eventsig.Fields) { f.Message += "!" },
-			"podVM label": func(f *eventsig.Fields) { f.Labels = with(f.Labels, EventPodVMLabel, "podvm-other") },
+			"podVM label": func(f *eventsig.Fields) { f.Labels = with(f.Labels, podevent.PodVMLabel, "podvm-other") },
 		} {
 			g := fieldsOf(t, e)
 			edit(&g)
@@ -160,7 +163,7 @@ func TestEventKeyFromSecret(t *testing.T) {
 			if _, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4); err != nil {
 				t.Fatal(err)
 			}
-			evs := api.waitEvents(t, "created", hasReason(ReasonCreated))
+			evs := api.waitEvents(t, "created", hasReason(podevent.ReasonCreated))
 			if err := p.Teardown(); err != nil {
 				t.Fatal(err)
 			}
@@ -192,7 +195,7 @@ func TestEventKeyRefused(t *testing.T) {
 	if _, err := p.CreateInstance(context.Background(), "llm-0", sandbox, podCloudConfig("ml", "llm-0"), oneT4); err != nil {
 		t.Fatal(err)
 	}
-	evs := api.waitEvents(t, "created", hasReason(ReasonCreated))
+	evs := api.waitEvents(t, "created", hasReason(podevent.ReasonCreated))
 	if err := p.Teardown(); err != nil {
 		t.Fatal(err)
 	}

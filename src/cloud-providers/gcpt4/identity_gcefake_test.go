@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
-	"google.golang.org/protobuf/proto"
 )
 
 // caaCloudConfig is the cloud-config CAA hands the provider: apf.json with

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // Where each container's image came from (docs/cache.md, "Where each
@@ -28,8 +30,6 @@ import (
 // image), told once the container has started.
 
 const (
-	phaseImage  = "image"
-	reasonImage = "PodVMImageSource"
 	// eventImageRouteAnnotation is store, mirror, podvm (an earlier pull
 	// in the same podVM) or registry; eventContainerAnnotation the
 	// container's name.
@@ -164,7 +164,7 @@ func (p *Provider) tellImage(w *bootWatch, i int, name, image string) bool {
 	}
 	p.events.record(podEvent{
 		namespace: w.vm.namespace, pod: w.vm.podName, podVM: w.vm.name, at: time.Now(),
-		phase: phaseImage, part: shown, warning: route == "registry" && (w.storeState != "" || len(w.pulls) > 0),
+		phase: podevent.PhaseImage, part: shown, warning: route == "registry" && (w.storeState != "" || len(w.pulls) > 0),
 		annotations: map[string]string{eventImageRouteAnnotation: route, eventContainerAnnotation: shown},
 		message:     fmt.Sprintf("container %s (image %q) on podVM %s: %s", shown, img, w.vm.name, says),
 	})

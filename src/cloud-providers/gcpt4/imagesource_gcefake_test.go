@@ -6,6 +6,8 @@ package gcpt4
 import (
 	"strings"
 	"testing"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 func digestOf(c byte) string { return "sha256:" + strings.Repeat(string(c), 64) }
@@ -49,7 +51,7 @@ type imageEvent struct{ route, typ, msg string }
 func imageEvents(api *eventAPI) map[string]imageEvent {
 	out := map[string]imageEvent{}
 	for _, e := range api.list() {
-		if e.Reason == reasonImage {
+		if e.Reason == podevent.ReasonImage {
 			out[e.Annotations[eventContainerAnnotation]] = imageEvent{e.Annotations[eventImageRouteAnnotation], e.Type, e.Message}
 		}
 	}
@@ -116,7 +118,7 @@ func TestImageSourceToldPerContainer(t *testing.T) {
 				console = tc.store + "\n" + console + pulls
 			}
 			fake.SetSerialOutput("us-central1-a", inst.Name, console)
-			api.waitEvents(t, "booted", hasReason(ReasonBooted))
+			api.waitEvents(t, "booted", hasReason(podevent.ReasonBooted))
 			api.sandboxReady("ml", "llm-0")
 			api.started("ml", "llm-0")
 			waitWatchDone(t, p, inst.Name)

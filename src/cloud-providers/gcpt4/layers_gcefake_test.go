@@ -12,6 +12,7 @@ import (
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // containersRunning marks every container of a pod as started, as the
@@ -63,7 +64,7 @@ func watchedPodVM(t *testing.T) (*gcefake.Server, *eventAPI, *Provider, *provide
 func layersEvents(api *eventAPI) []storedEvent {
 	var out []storedEvent
 	for _, e := range api.list() {
-		if e.Reason == reasonLayers {
+		if e.Reason == podevent.ReasonLayers {
 			out = append(out, e)
 		}
 	}
@@ -79,9 +80,9 @@ func layersEvents(api *eventAPI) []storedEvent {
 func TestLayersLineToldOnThePod(t *testing.T) {
 	fake, api, p, inst := watchedPodVM(t)
 	fake.SetSerialOutput("us-central1-a", inst.Name, gpuReadyLine+"\n")
-	api.waitEvents(t, "booted", hasReason(ReasonBooted))
+	api.waitEvents(t, "booted", hasReason(podevent.ReasonBooted))
 	api.sandboxReady("ml", "llm-0")
-	api.waitEvents(t, "reachable", hasReason(ReasonReachable))
+	api.waitEvents(t, "reachable", hasReason(podevent.ReasonReachable))
 
 	const gib = 1 << 30
 	lines := []string{
@@ -95,10 +96,10 @@ func TestLayersLineToldOnThePod(t *testing.T) {
 	fake.AppendSerialOutput("us-central1-a", inst.Name, strings.Join(lines, "\n")+"\n")
 	// A failed pull's layers removed: told.
 	fake.AppendSerialOutput("us-central1-a", inst.Name, fmt.Sprintf(`CAA-GCP-T4-LAYERS {"removed":3,"removed_bytes":%d,"pending":0,"pending_bytes":0,"free_bytes":%d,"error":"\u001b[31mx"}`+"\n", 3*gib/2, 18*gib))
-	evs := api.waitEvents(t, "layers removed", hasReason(reasonLayers))
+	evs := api.waitEvents(t, "layers removed", hasReason(podevent.ReasonLayers))
 	l := layersEvents(api)
 	if len(l) != 1 || l[0].Type != "Normal" || !strings.Contains(l[0].Message, "removed 3 layer directories (1536.0 MiB) that failed image pulls left") ||
-		!strings.Contains(l[0].Message, "18.0 GiB left") || l[0].Labels[EventPhaseLabel] != phaseLayers || l[0].Labels[EventPodVMLabel] != inst.Name {
+		!strings.Contains(l[0].Message, "18.0 GiB left") || l[0].Labels[podevent.PhaseLabel] != podevent.PhaseLayers || l[0].Labels[podevent.PodVMLabel] != inst.Name {
 		t.Fatalf("layers Event %+v (all: %v)", l, reasons(evs))
 	}
 	// Pulls in flight or failed hold more than is left: a warning, the

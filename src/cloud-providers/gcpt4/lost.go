@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // Text says in words what ended a podVM, for its pod's Event and the
@@ -19,17 +21,17 @@ func (in Interruption) Text() string {
 		at = " at " + in.At.UTC().Format(time.RFC3339)
 	}
 	switch in.Cause {
-	case CausePreempted:
+	case podevent.CausePreempted:
 		return "GCE preempted it" + at + " (Spot capacity reclaimed; " + in.Operation + ")"
-	case CauseHostMaintenance:
+	case podevent.CauseHostMaintenance:
 		return "host maintenance stopped it" + at + " (a GPU VM cannot live-migrate; " + in.Operation + ")"
-	case CauseHostError:
+	case podevent.CauseHostError:
 		return "its host failed" + at + " (" + in.Operation + ")"
-	case CauseGuestShutdown:
+	case podevent.CauseGuestShutdown:
 		return "its guest powered it off" + at + " (" + in.Operation + ")"
-	case CauseStopped:
+	case podevent.CauseStopped:
 		return principalKind(in.By) + " stopped it" + at + " (instances.stop; GCE's operation log names who)"
-	case CauseDeleted:
+	case podevent.CauseDeleted:
 		return principalKind(in.By) + " deleted it" + at + " (instances.delete; GCE's operation log names who)"
 	}
 	return "GCE's operations on it name no cause (GCE keeps them for a limited time, and reading them needs compute.zoneOperations.list)"
@@ -59,7 +61,7 @@ func principalKind(by string) string {
 // down, 30–35 s when the VM silently vanishes; docs/reaper.md). Only GCE
 // tells the two apart, and only until the delete: a VM that is no longer
 // running, or already gone, was lost under its pod. Its pod is told why
-// (PhaseLost, under the Event name the reaper uses, so once), because the
+// (podevent.PhaseLost, under the Event name the reaper uses, so once), because the
 // kubelet's new sandbox on a new podVM otherwise looks like a slow start.
 func (p *Provider) tellIfLost(ctx context.Context, w *bootWatch, zone, name string) {
 	// Most deletes are of a pod that went away, and took its podVM with
@@ -97,8 +99,8 @@ func (p *Provider) tellIfLost(ctx context.Context, w *bootWatch, zone, name stri
 		"the kubelet makes a new sandbox on a new podVM (a PodVMRequested Event follows), or, with restartPolicy Never, the pod fails and its controller replaces it"
 	p.log.Printf("%s, podVM %s: %s", w.vm.podRef(), name, msg)
 	p.events.record(podEvent{
-		namespace: w.vm.namespace, pod: w.vm.podName, podVM: name, phase: PhaseLost, warning: true, at: at,
-		annotations: map[string]string{EventCauseAnnotation: in.Cause, EventZoneAnnotation: zone},
+		namespace: w.vm.namespace, pod: w.vm.podName, podVM: name, phase: podevent.PhaseLost, warning: true, at: at,
+		annotations: map[string]string{podevent.CauseAnnotation: in.Cause, podevent.ZoneAnnotation: zone},
 		message:     msg,
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // A podVM GCE stopped (host maintenance: a GPU VM cannot live-migrate) is
@@ -98,13 +99,13 @@ func TestInterruptionNamesTheCause(t *testing.T) {
 
 	user := "demo@" + fake.Project() + ".iam.gserviceaccount.com"
 	want := map[string]Interruption{
-		preempted: {Cause: CausePreempted, Operation: "compute.instances.preempted", By: "system"},
-		maint:     {Cause: CauseHostMaintenance, Operation: "compute.instances.terminateOnHostMaintenance", By: "system"},
-		guest:     {Cause: CauseGuestShutdown, Operation: "compute.instances.guestTerminate", By: "system"},
-		stopped:   {Cause: CauseStopped, Operation: "stop", By: user},
-		deleted:   {Cause: CauseDeleted, Operation: "delete", By: user},
-		running:   {Cause: CauseUnknown},
-		restarted: {Cause: CauseStopped, Operation: "stop", By: user},
+		preempted: {Cause: podevent.CausePreempted, Operation: "compute.instances.preempted", By: "system"},
+		maint:     {Cause: podevent.CauseHostMaintenance, Operation: "compute.instances.terminateOnHostMaintenance", By: "system"},
+		guest:     {Cause: podevent.CauseGuestShutdown, Operation: "compute.instances.guestTerminate", By: "system"},
+		stopped:   {Cause: podevent.CauseStopped, Operation: "stop", By: user},
+		deleted:   {Cause: podevent.CauseDeleted, Operation: "delete", By: user},
+		running:   {Cause: podevent.CauseUnknown},
+		restarted: {Cause: podevent.CauseStopped, Operation: "stop", By: user},
 	}
 	for name, w := range want {
 		got, err := p.Interruption(ctx, InstanceID(zone, name))
@@ -121,7 +122,7 @@ func TestInterruptionNamesTheCause(t *testing.T) {
 
 	// Without the permission the lookup fails and says which one.
 	fake.FailNextReason(http.MethodGet, "zoneOperations.list", http.StatusForbidden, "forbidden", 1)
-	if got, err := p.Interruption(ctx, InstanceID(zone, maint)); err == nil || !strings.Contains(err.Error(), "compute.zoneOperations.list") || got.Cause != CauseUnknown {
+	if got, err := p.Interruption(ctx, InstanceID(zone, maint)); err == nil || !strings.Contains(err.Error(), "compute.zoneOperations.list") || got.Cause != podevent.CauseUnknown {
 		t.Errorf("refused lookup: %+v, %v", got, err)
 	}
 	if _, err := p.Interruption(ctx, maint); err == nil {
@@ -167,23 +168,23 @@ func TestStopVMOfALostPodVMTellsItsPod(t *testing.T) {
 		cause string
 		words []string
 	}{
-		{name: "DeletedByAnAdmin", cause: CauseDeleted, words: []string{"no longer exists on GCE", "a service account deleted it"},
+		{name: "DeletedByAnAdmin", cause: podevent.CauseDeleted, words: []string{"no longer exists on GCE", "a service account deleted it"},
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) { admin(t, fake, "delete", vm) }},
-		{name: "StoppedByAnAdmin", cause: CauseStopped, words: []string{"is terminated", "a service account stopped it"},
+		{name: "StoppedByAnAdmin", cause: podevent.CauseStopped, words: []string{"is terminated", "a service account stopped it"},
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) { admin(t, fake, "stop", vm) }},
-		{name: "HostMaintenance", cause: CauseHostMaintenance, words: []string{"is terminated", "host maintenance stopped it", "cannot live-migrate"},
+		{name: "HostMaintenance", cause: podevent.CauseHostMaintenance, words: []string{"is terminated", "host maintenance stopped it", "cannot live-migrate"},
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) {
 				if err := fake.Interrupt(zone, vm, gcefake.HostMaintenance); err != nil {
 					t.Fatal(err)
 				}
 			}},
-		{name: "SpotPreempted", spot: true, cause: CausePreempted, words: []string{"no longer exists on GCE", "GCE preempted it"},
+		{name: "SpotPreempted", spot: true, cause: podevent.CausePreempted, words: []string{"no longer exists on GCE", "GCE preempted it"},
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) {
 				if err := fake.Interrupt(zone, vm, gcefake.Preemption); err != nil {
 					t.Fatal(err)
 				}
 			}},
-		{name: "StillStopping", cause: CauseHostMaintenance, words: []string{"is stopping", "host maintenance stopped it"},
+		{name: "StillStopping", cause: podevent.CauseHostMaintenance, words: []string{"is stopping", "host maintenance stopped it"},
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) {
 				// GCE's stop takes the guest's shutdown; kata's shim is
 				// faster (StopVM within 0.02 s of a clean guest shutdown).
@@ -221,7 +222,7 @@ func TestStopVMOfALostPodVMTellsItsPod(t *testing.T) {
 			api.waitEvents(t, "both sandboxes ready", func(evs []storedEvent) bool {
 				n := 0
 				for _, e := range evs {
-					if e.Reason == ReasonReachable {
+					if e.Reason == podevent.ReasonReachable {
 						n++
 					}
 				}
@@ -231,10 +232,10 @@ func TestStopVMOfALostPodVMTellsItsPod(t *testing.T) {
 			if err := p.DeleteInstance(ctx, victim.ID); err != nil {
 				t.Fatalf("StopVM's delete: %v", err)
 			}
-			evs := api.waitEvents(t, "the lost Event", hasReason(ReasonLost))
+			evs := api.waitEvents(t, "the lost Event", hasReason(podevent.ReasonLost))
 			var lost []storedEvent
 			for _, e := range evs {
-				if e.Reason == ReasonLost {
+				if e.Reason == podevent.ReasonLost {
 					lost = append(lost, e)
 				}
 			}
@@ -242,7 +243,7 @@ func TestStopVMOfALostPodVMTellsItsPod(t *testing.T) {
 				t.Fatalf("%d PodVMLost Events: %v", len(lost), reasons(evs))
 			}
 			e := lost[0]
-			if e.Type != "Warning" || e.UID != "uid-v" || e.Annotations[EventCauseAnnotation] != sc.cause || e.Annotations[EventZoneAnnotation] != zone || e.Labels[EventPhaseLabel] != PhaseLost {
+			if e.Type != "Warning" || e.UID != "uid-v" || e.Annotations[podevent.CauseAnnotation] != sc.cause || e.Annotations[podevent.ZoneAnnotation] != zone || e.Labels[podevent.PhaseLabel] != podevent.PhaseLost {
 				t.Errorf("Event: %s uid %s labels %v annotations %v", e.Type, e.UID, e.Labels, e.Annotations)
 			}
 			for _, w := range append(sc.words, victim.Name, "new podVM") {
@@ -257,7 +258,7 @@ func TestStopVMOfALostPodVMTellsItsPod(t *testing.T) {
 			}
 			var name struct{ Metadata struct{ Name string } }
 			_ = json.Unmarshal(e.raw, &name)
-			if want := EventName("victim-0", victim.Name, PhaseLost); name.Metadata.Name != want {
+			if want := podevent.Name("victim-0", victim.Name, podevent.PhaseLost); name.Metadata.Name != want {
 				t.Errorf("Event name %q, want the reaper's %q", name.Metadata.Name, want)
 			}
 			if vms := fake.Instances(); len(vms) != 1 || vms[0].GetName() != sibling.Name || vms[0].GetStatus() != "RUNNING" {
@@ -276,7 +277,7 @@ func TestStopVMOfALostPodVMTellsItsPod(t *testing.T) {
 			if err := p.Teardown(); err != nil {
 				t.Fatal(err)
 			}
-			if n := len(slices.DeleteFunc(api.list(), func(e storedEvent) bool { return e.Reason != ReasonLost })); n != 1 {
+			if n := len(slices.DeleteFunc(api.list(), func(e storedEvent) bool { return e.Reason != podevent.ReasonLost })); n != 1 {
 				t.Errorf("%d PodVMLost Events after the sibling's delete, want the victim's 1", n)
 			}
 		})

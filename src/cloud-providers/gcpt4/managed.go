@@ -12,6 +12,8 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/api/iterator"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // ManagedVM is a podVM this provider created, as found by its labels.
@@ -146,12 +148,12 @@ type Interruption struct {
 // begin a new one.
 var (
 	interruptionOps = map[string]string{
-		"compute.instances.preempted":                  CausePreempted,
-		"compute.instances.terminateOnHostMaintenance": CauseHostMaintenance,
-		"compute.instances.hostError":                  CauseHostError,
-		"compute.instances.guestTerminate":             CauseGuestShutdown,
-		"stop":                                         CauseStopped,
-		"delete":                                       CauseDeleted,
+		"compute.instances.preempted":                  podevent.CausePreempted,
+		"compute.instances.terminateOnHostMaintenance": podevent.CauseHostMaintenance,
+		"compute.instances.hostError":                  podevent.CauseHostError,
+		"compute.instances.guestTerminate":             podevent.CauseGuestShutdown,
+		"stop":                                         podevent.CauseStopped,
+		"delete":                                       podevent.CauseDeleted,
 	}
 	runOps = map[string]bool{"insert": true, "start": true, "compute.instances.automaticRestart": true}
 )
@@ -163,11 +165,11 @@ const maxInterruptionOps = 500
 // Interruption reads what ended a podVM, stopped or gone, from the
 // operations GCE recorded on it (zoneOperations.list, filtered by the
 // VM's link): the first operation that ends a run after its last start.
-// It finds no cause (CauseUnknown, no error) when GCE kept no such
+// It finds no cause (podevent.CauseUnknown, no error) when GCE kept no such
 // operation. The link is built with the www.googleapis.com host, the one
 // GCE writes in every targetLink whatever endpoint the client uses.
 func (p *Provider) Interruption(ctx context.Context, instanceID string) (Interruption, error) {
-	unknown := Interruption{Cause: CauseUnknown}
+	unknown := Interruption{Cause: podevent.CauseUnknown}
 	if err := p.enter(); err != nil {
 		return unknown, err
 	}

@@ -10,9 +10,10 @@ import (
 	"testing"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
-	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 )
 
 // The plan must be what the provider sends: every insert the provider makes

@@ -7,11 +7,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +26,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // A podVM's start-up, told on its pod. Between `kubectl apply` and a
@@ -43,197 +42,19 @@ import (
 // ServiceAccount, as the cluster ID check does (clusterid.go): this
 // module carries no client-go, and an Event is one small object.
 
-// Phases of a podVM's start-up, in the order they happen. Each is at most
-// one Event per podVM: a phase that repeats (a stockout in a second zone)
-// updates its Event's count and message instead of adding one.
+// The cache phase's facts (podevent.PhaseCache): eventCacheStateAnnotation
+// is in-use or unused; the miss, when unused, is in
+// eventCacheMissAnnotation (docs/cache.md's misses, or other).
 const (
-	// PhaseRequested: the first insert is about to be sent (shape, zone,
-	// provisioning model, price per hour).
-	PhaseRequested = "requested"
-	// PhaseStockout: a zone had no capacity for the shape; the next is
-	// tried.
-	PhaseStockout = "stockout"
-	// PhaseQuota: a quota refused the insert (metric, region, the fix).
-	PhaseQuota = "quota"
-	// PhaseCreated: the VM runs (name, internal IP, zone, price).
-	PhaseCreated = "created"
-	// PhaseBooted: gpu-init's readiness line reached the serial console
-	// (driver, GPU count), or it reported a podVM without a GPU.
-	PhaseBooted = "booted"
-	// PhaseReachable: CAA reached the podVM's agent: the pod's sandbox is
-	// ready (its PodReadyToStartContainers condition is True).
-	PhaseReachable = "reachable"
-	// PhaseFailed: the terminal failure, with its class (FailureAnnotation).
-	PhaseFailed = "failed"
-	// PhaseLost: after it started, the podVM stopped or vanished while its
-	// pod still used it (preempted, stopped by host maintenance or by
-	// someone, deleted out of band), so its sandbox can never run again;
-	// the cause in EventCauseAnnotation. The provider tells it when CAA
-	// deletes a podVM GCE no longer runs (kata's shim lost the agent: the
-	// usual path, within seconds), the reaper when it deletes what CAA
-	// left; both under one Event name, so a pod is told once
-	// (docs/startup-visibility.md, docs/reaper.md "A lost podVM").
-	PhaseLost = "lost"
-)
-
-// phaseCache is not a start-up phase (the timeline orders nothing by it,
-// so it is not in Phases): the podVM's cache disk was opened through
-// dm-verity and its pre-unpacked images handed to image-rs, or which miss
-// kept them out (the CAA-GCP-T4-STORE console line). At most one per
-// podVM, like a phase.
-const (
-	phaseCache  = "cache"
-	reasonCache = "PodVMCacheDisk"
-	// eventCacheStateAnnotation is in-use or unused; the miss, when
-	// unused, is in eventCacheMissAnnotation (docs/cache.md's misses, or
-	// other).
 	eventCacheStateAnnotation = "caa-gcp-t4/cache-state"
 	eventCacheMissAnnotation  = "caa-gcp-t4/cache-miss"
 )
 
-// phaseLayers is not a start-up phase either: the podVM's sweep removed
-// the layer directories a failed image pull left, or pulls hold more than
-// its disk has left (the CAA-GCP-T4-LAYERS console line, docs/cache.md "A
-// failed pull"). One Event per podVM, its count and message updated each
-// time, like a repeated stockout.
-const (
-	phaseLayers  = "layers"
-	reasonLayers = "PodVMImageLayers"
-)
-
 // repeats says whether a phase's Event is updated when it happens again
 // (its count and message), rather than told once.
-func repeats(phase string) bool { return phase == PhaseStockout || phase == phaseLayers }
-
-// Phases lists the phases in order.
-var Phases = []string{PhaseRequested, PhaseStockout, PhaseQuota, PhaseCreated, PhaseBooted, PhaseReachable, PhaseFailed, PhaseLost}
-
-// The Event reason of each phase.
-const (
-	ReasonRequested = "PodVMRequested"
-	ReasonStockout  = "PodVMZoneStockout"
-	ReasonQuota     = "PodVMQuotaExceeded"
-	ReasonCreated   = "PodVMCreated"
-	ReasonBooted    = "PodVMBooted"
-	ReasonReachable = "PodVMAgentReachable"
-	ReasonFailed    = "PodVMFailed"
-	ReasonLost      = "PodVMLost"
-)
-
-// PhaseReason is the Event reason of a phase.
-func PhaseReason(phase string) string {
-	return map[string]string{
-		PhaseRequested: ReasonRequested, PhaseStockout: ReasonStockout, PhaseQuota: ReasonQuota,
-		PhaseCreated: ReasonCreated, PhaseBooted: ReasonBooted, PhaseReachable: ReasonReachable, PhaseFailed: ReasonFailed, PhaseLost: ReasonLost,
-		phaseCache: reasonCache, phaseLayers: reasonLayers, phaseImage: reasonImage,
-	}[phase]
+func repeats(phase string) bool {
+	return phase == podevent.PhaseStockout || phase == podevent.PhaseLayers
 }
-
-// Labels on every start-up Event, so that a reader selects them without
-// parsing reasons: kubectl get events -l caa-gcp-t4/phase.
-const (
-	// EventPhaseLabel is the phase (Phases).
-	EventPhaseLabel = "caa-gcp-t4/phase"
-	// EventPodVMLabel is the podVM's instance name (GCE names fit a label).
-	EventPodVMLabel = "caa-gcp-t4/podvm"
-)
-
-// Annotations on start-up Events: the phase's facts, for tools. Each is
-// set only where the phase knows it.
-const (
-	// EventAtAnnotation is when the phase happened (RFC 3339, nanoseconds);
-	// for a repeated phase, the last time.
-	EventAtAnnotation = "caa-gcp-t4/at"
-	// EventZoneAnnotation is the zone (requested, quota, created).
-	EventZoneAnnotation = "caa-gcp-t4/zone"
-	// EventZonesAnnotation lists the zones that stocked out, in order,
-	// comma-separated (stockout).
-	EventZonesAnnotation = "caa-gcp-t4/zones"
-	// EventMachineTypeAnnotation is the machine type, or template:URL.
-	EventMachineTypeAnnotation = "caa-gcp-t4/machine-type"
-	// EventGPUAnnotation is the accelerator type ("" for none).
-	EventGPUAnnotation = "caa-gcp-t4/gpu"
-	// EventGPUCountAnnotation is the number of GPUs (decimal).
-	EventGPUCountAnnotation = "caa-gcp-t4/gpu-count"
-	// EventProvisioningModelAnnotation is SPOT or STANDARD (…).
-	EventProvisioningModelAnnotation = "caa-gcp-t4/provisioning-model"
-	// EventPriceAnnotation is the list price in USD per hour (decimal);
-	// absent when the price table does not know the shape.
-	EventPriceAnnotation = "caa-gcp-t4/price-per-hour"
-	// EventIPAnnotation is the podVM's internal IP (created).
-	EventIPAnnotation = "caa-gcp-t4/ip"
-	// EventQuotaMetricAnnotation and EventRegionAnnotation name a quota
-	// refusal (quota).
-	EventQuotaMetricAnnotation = "caa-gcp-t4/quota-metric"
-	EventRegionAnnotation      = "caa-gcp-t4/region"
-	// EventDriverAnnotation is the NVIDIA driver version gpu-init read
-	// (booted).
-	EventDriverAnnotation = "caa-gcp-t4/driver"
-	// EventFailureAnnotation classifies a failure (the Failure… values).
-	EventFailureAnnotation = "caa-gcp-t4/failure"
-	// EventCauseAnnotation is what ended a lost podVM (lost; the Cause…
-	// values).
-	EventCauseAnnotation = "caa-gcp-t4/cause"
-)
-
-// Causes of a lost podVM (EventCauseAnnotation, Interruption.Cause): what
-// GCE's operations on the VM say ended it.
-const (
-	// CausePreempted: GCE reclaimed the Spot VM (stopped, or deleted with
-	// instanceTerminationAction DELETE, which the provider sets).
-	CausePreempted = "preempted"
-	// CauseHostMaintenance: host maintenance stopped it; GPU VMs cannot
-	// live-migrate, so they terminate (onHostMaintenance TERMINATE).
-	CauseHostMaintenance = "host-maintenance"
-	// CauseHostError: its host failed.
-	CauseHostError = "host-error"
-	// CauseGuestShutdown: its guest powered it off (a failed boot does).
-	CauseGuestShutdown = "guest-shutdown"
-	// CauseStopped: someone stopped it through the API (instances.stop).
-	CauseStopped = "stopped"
-	// CauseDeleted: someone deleted it through the API (instances.delete).
-	CauseDeleted = "deleted"
-	// CauseUnknown: GCE's operations name none of the above (they are
-	// kept for a limited time, or could not be read).
-	CauseUnknown = "unknown"
-)
-
-// Failure classes (EventFailureAnnotation), each with its own fix.
-const (
-	// FailureNotAllowed: the admin's settings refuse the pod's request.
-	FailureNotAllowed = "not-allowed"
-	// FailureNoCapacity: every zone and model tried was out of capacity
-	// (or skipped for quota).
-	FailureNoCapacity = "no-capacity"
-	// FailureQuota: a project-wide quota that no other zone relieves.
-	FailureQuota = "quota"
-	// FailureCreate: GCE refused or failed the create for another reason.
-	FailureCreate = "create-failed"
-	// FailureBoot: the podVM reported that its boot failed (CAA-GCP-T4-BOOT-FAILED).
-	FailureBoot = "boot-failed"
-	// FailureGPU: gpu-init reported the GPU unusable.
-	FailureGPU = "gpu-failed"
-	// FailureCDH: the confidential data hub never came up, so the agent
-	// was not started (CAA-GCP-T4-CDH-FAILED).
-	FailureCDH = "cdh-failed"
-	// FailureAgentUnreachable: the podVM booted but CAA never reached its
-	// agent before giving up on it, and the node could not open the
-	// agent's port either (bootwatch.go probes it before the delete).
-	FailureAgentUnreachable = "agent-unreachable"
-	// FailureAdaptor: the podVM booted and its agent port answered the
-	// node, yet CAA deleted it before the sandbox was ready: the cause is
-	// on the node (the adaptor's own error, its socket, TLS, or the
-	// kata-remote deadline), not the network.
-	FailureAdaptor = "adaptor-gave-up"
-	// FailureStopped: the VM stopped while it started (its boot failed and
-	// it powered itself off, or Spot preempted it).
-	FailureStopped = "stopped"
-	// FailureNotReady: deleted before it reported a boot.
-	FailureNotReady = "deleted-before-ready"
-)
-
-// EventComponent is the source component of the provider's Events.
-const EventComponent = "cloud-api-adaptor/gcp-t4"
 
 // Bounds of the recorder: Events must never slow or block a create, and a
 // burst of pods (a RayCluster scaling up) must not flood the API server,
@@ -261,7 +82,7 @@ type podEvent struct {
 	message     string
 	at          time.Time
 	annotations map[string]string
-	// zone is appended to EventZonesAnnotation for a repeated stockout.
+	// zone is appended to podevent.ZonesAnnotation for a repeated stockout.
 	zone string
 }
 
@@ -303,9 +124,9 @@ const keyRetry = time.Minute
 // schemaAnnotations are every annotation the provider writes on its
 // Events. A repeated phase's merge patch names each (null when unset) so
 // that the Event holds exactly what was signed.
-var schemaAnnotations = []string{EventAtAnnotation, EventZoneAnnotation, EventZonesAnnotation, EventMachineTypeAnnotation,
-	EventGPUAnnotation, EventGPUCountAnnotation, EventProvisioningModelAnnotation, EventPriceAnnotation, EventIPAnnotation,
-	EventQuotaMetricAnnotation, EventRegionAnnotation, EventDriverAnnotation, EventFailureAnnotation, EventCauseAnnotation}
+var schemaAnnotations = []string{podevent.AtAnnotation, podevent.ZoneAnnotation, podevent.ZonesAnnotation, podevent.MachineTypeAnnotation,
+	podevent.GPUAnnotation, podevent.GPUCountAnnotation, podevent.ProvisioningModelAnnotation, podevent.PriceAnnotation, podevent.IPAnnotation,
+	podevent.QuotaMetricAnnotation, podevent.RegionAnnotation, podevent.DriverAnnotation, podevent.FailureAnnotation, podevent.CauseAnnotation}
 
 type postedEvent struct {
 	name  string
@@ -417,24 +238,13 @@ func (r *eventRecorder) run() {
 			}
 			r.mu.Unlock()
 			if !quiet {
-				r.log.Printf("pod %s/%s, podVM %s: recording Event %s failed: %v", ev.namespace, ev.pod, ev.podVM, PhaseReason(ev.phase), err)
+				r.log.Printf("pod %s/%s, podVM %s: recording Event %s failed: %v", ev.namespace, ev.pod, ev.podVM, podevent.PhaseReason(ev.phase), err)
 			}
 		}
 	}
 }
 
 var errForbidden = errors.New("forbidden")
-
-// EventName is the name of a podVM's Event for a phase: fixed, so that an
-// adaptor restarted mid-create, or a second record of the phase, finds the
-// Event already there instead of adding one.
-func EventName(pod, podVM, phase string) string {
-	sum := sha256.Sum256([]byte(podVM + "/" + phase))
-	if len(pod) > 200 {
-		pod = pod[:200]
-	}
-	return pod + ".gcp-t4-" + hex.EncodeToString(sum[:8])
-}
 
 // eventObject is the core/v1 Event the recorder writes (the fields it
 // sets; the API server fills the rest).
@@ -476,7 +286,7 @@ func (r *eventRecorder) post(ctx context.Context, ev podEvent) error {
 		phase += "/" + ev.part
 	}
 	key := ev.podVM + "/" + phase
-	name := EventName(ev.pod, ev.podVM, phase)
+	name := podevent.Name(ev.pod, ev.podVM, phase)
 	prev := r.posted[key]
 	if prev != nil {
 		if !repeats(ev.phase) {
@@ -563,7 +373,7 @@ func (r *eventRecorder) existing(ctx context.Context, namespace, name string) (*
 		return nil, fmt.Errorf("reading Event %s: %w", name, err)
 	}
 	prev := &postedEvent{name: name, count: max(obj.Count, 1)}
-	if z := obj.Metadata.Annotations[EventZonesAnnotation]; z != "" {
+	if z := obj.Metadata.Annotations[podevent.ZonesAnnotation]; z != "" {
 		prev.zones = strings.Split(z, ",")
 	}
 	return prev, nil
@@ -572,20 +382,20 @@ func (r *eventRecorder) existing(ctx context.Context, namespace, name string) (*
 // object is the Event for ev under name, with zones as its stockout
 // zones, signed when the signing key is to hand.
 func (r *eventRecorder) object(ctx context.Context, ev podEvent, name string, zones []string) eventObject {
-	ann := map[string]string{EventAtAnnotation: ev.at.UTC().Format(time.RFC3339Nano)}
+	ann := map[string]string{podevent.AtAnnotation: ev.at.UTC().Format(time.RFC3339Nano)}
 	for k, v := range ev.annotations {
 		if v != "" {
 			ann[k] = v
 		}
 	}
 	if len(zones) > 0 {
-		ann[EventZonesAnnotation] = strings.Join(zones, ",")
+		ann[podevent.ZonesAnnotation] = strings.Join(zones, ",")
 	}
 	typ := "Normal"
 	if ev.warning {
 		typ = "Warning"
 	}
-	source := map[string]string{"component": EventComponent}
+	source := map[string]string{"component": podevent.Component}
 	if r.node != "" {
 		source["host"] = r.node
 	}
@@ -596,11 +406,11 @@ func (r *eventRecorder) object(ctx context.Context, ev podEvent, name string, zo
 		Metadata: eventMeta{
 			Name:        name,
 			Namespace:   ev.namespace,
-			Labels:      map[string]string{EventPhaseLabel: ev.phase, EventPodVMLabel: labelValue(ev.podVM)},
+			Labels:      map[string]string{podevent.PhaseLabel: ev.phase, podevent.PodVMLabel: labelValue(ev.podVM)},
 			Annotations: ann,
 		},
 		InvolvedObject: objectReference{APIVersion: "v1", Kind: "Pod", Namespace: ev.namespace, Name: ev.pod, UID: r.podUID(ev)},
-		Reason:         PhaseReason(ev.phase),
+		Reason:         podevent.PhaseReason(ev.phase),
 		Message:        truncateMessage(ev.message),
 		Type:           typ,
 		Source:         source,
@@ -786,7 +596,7 @@ func statusError(what string, status int, body []byte) error {
 }
 
 func zonesOf(ev podEvent) []string {
-	if ev.phase == PhaseStockout && ev.zone != "" {
+	if ev.phase == podevent.PhaseStockout && ev.zone != "" {
 		return []string{ev.zone}
 	}
 	return nil

@@ -26,6 +26,7 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/consoleline"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
 
@@ -299,30 +300,30 @@ func TestStartupEventsInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake.SetSerialOutput("us-central1-b", inst.Name, "[    0.000000] Linux version 6.1\n"+gpuReadyLine+"\n")
-	api.waitEvents(t, "booted", hasReason(ReasonBooted))
+	api.waitEvents(t, "booted", hasReason(podevent.ReasonBooted))
 	api.sandboxReady("ml", "llm-0")
-	evs := api.waitEvents(t, "reachable", hasReason(ReasonReachable))
-	want := []string{ReasonRequested, ReasonStockout, ReasonCreated, ReasonBooted, ReasonReachable}
+	evs := api.waitEvents(t, "reachable", hasReason(podevent.ReasonReachable))
+	want := []string{podevent.ReasonRequested, podevent.ReasonStockout, podevent.ReasonCreated, podevent.ReasonBooted, podevent.ReasonReachable}
 	if got := reasons(evs); !slices.Equal(got, want) {
 		t.Fatalf("Events %v, want %v", got, want)
 	}
 	req, stock, created, booted := evs[0], evs[1], evs[2], evs[3]
-	if req.Annotations[EventZoneAnnotation] != "us-central1-a" || !strings.Contains(req.Message, "us-central1-a") {
+	if req.Annotations[podevent.ZoneAnnotation] != "us-central1-a" || !strings.Contains(req.Message, "us-central1-a") {
 		t.Errorf("requested: %v %q", req.Annotations, req.Message)
 	}
-	if stock.Type != "Warning" || stock.Annotations[EventZonesAnnotation] != "us-central1-a" || !strings.Contains(stock.Message, "trying us-central1-b") {
+	if stock.Type != "Warning" || stock.Annotations[podevent.ZonesAnnotation] != "us-central1-a" || !strings.Contains(stock.Message, "trying us-central1-b") {
 		t.Errorf("stockout: %s %v %q", stock.Type, stock.Annotations, stock.Message)
 	}
-	price := created.Annotations[EventPriceAnnotation]
-	if created.Annotations[EventZoneAnnotation] != "us-central1-b" || price == "" || price == "0.0000" ||
-		created.Annotations[EventIPAnnotation] != inst.IPs[0].String() || !strings.Contains(created.Message, "$") || !strings.Contains(created.Message, inst.Name) {
+	price := created.Annotations[podevent.PriceAnnotation]
+	if created.Annotations[podevent.ZoneAnnotation] != "us-central1-b" || price == "" || price == "0.0000" ||
+		created.Annotations[podevent.IPAnnotation] != inst.IPs[0].String() || !strings.Contains(created.Message, "$") || !strings.Contains(created.Message, inst.Name) {
 		t.Errorf("created: %v %q", created.Annotations, created.Message)
 	}
-	if booted.Annotations[EventDriverAnnotation] != "550.163.01" || booted.Annotations[EventGPUCountAnnotation] != "1" {
+	if booted.Annotations[podevent.DriverAnnotation] != "550.163.01" || booted.Annotations[podevent.GPUCountAnnotation] != "1" {
 		t.Errorf("booted: %v %q", booted.Annotations, booted.Message)
 	}
 	for _, e := range evs {
-		if e.UID != "uid-1" || e.Labels[EventPodVMLabel] != inst.Name || e.Labels[EventPhaseLabel] == "" || e.Annotations[EventAtAnnotation] == "" {
+		if e.UID != "uid-1" || e.Labels[podevent.PodVMLabel] != inst.Name || e.Labels[podevent.PhaseLabel] == "" || e.Annotations[podevent.AtAnnotation] == "" {
 			t.Errorf("%s: uid %q labels %v annotations %v", e.Reason, e.UID, e.Labels, e.Annotations)
 		}
 	}
@@ -330,7 +331,7 @@ func TestStartupEventsInOrder(t *testing.T) {
 	// started (the watch over) reads no console and adds no Event.
 	api.containersRunning("ml", "llm-0")
 	waitWatchDone(t, p, inst.Name)
-	before := reasons(api.waitEvents(t, "image source", hasReason(reasonImage)))
+	before := reasons(api.waitEvents(t, "image source", hasReason(podevent.ReasonImage)))
 	reads := fake.CountCalls("instances.getSerialPortOutput")
 	if err := p.DeleteInstance(ctx, inst.ID); err != nil {
 		t.Fatal(err)
@@ -359,31 +360,31 @@ func TestStockoutEventCountsZones(t *testing.T) {
 	if !errors.Is(err, ErrNoCapacity) {
 		t.Fatalf("err = %v", err)
 	}
-	evs := api.waitEvents(t, "the failure", hasReason(ReasonFailed))
-	if got, want := reasons(evs), []string{ReasonRequested, ReasonStockout, ReasonFailed}; !slices.Equal(got, want) {
+	evs := api.waitEvents(t, "the failure", hasReason(podevent.ReasonFailed))
+	if got, want := reasons(evs), []string{podevent.ReasonRequested, podevent.ReasonStockout, podevent.ReasonFailed}; !slices.Equal(got, want) {
 		t.Fatalf("Events %v, want %v", got, want)
 	}
 	stock, failed := evs[1], evs[2]
-	if stock.Count != 3 || stock.Annotations[EventZonesAnnotation] != "us-central1-a,us-central1-b,us-central1-f" || !strings.Contains(stock.Message, "us-central1-f has no capacity") || !strings.Contains(stock.Message, "no zone left") {
+	if stock.Count != 3 || stock.Annotations[podevent.ZonesAnnotation] != "us-central1-a,us-central1-b,us-central1-f" || !strings.Contains(stock.Message, "us-central1-f has no capacity") || !strings.Contains(stock.Message, "no zone left") {
 		t.Errorf("stockout Event: count %d %v %q", stock.Count, stock.Annotations, stock.Message)
 	}
-	if failed.Annotations[EventFailureAnnotation] != FailureNoCapacity || !strings.Contains(failed.Message, "GCP_ZONES") {
+	if failed.Annotations[podevent.FailureAnnotation] != podevent.FailureNoCapacity || !strings.Contains(failed.Message, "GCP_ZONES") {
 		t.Errorf("failed Event: %v %q", failed.Annotations, failed.Message)
 	}
 
 	// An adaptor restarted mid-walk finds the Event by its name and
 	// counts on it: still one Event per phase.
 	p2 := newEventProvider(t, fake, api, io.Discard, nil)
-	p2.events.record(podEvent{namespace: "ml", pod: "llm-0", podVM: "podvm-llm-0-01234567", phase: PhaseStockout, zone: "us-east1-c", message: "again", at: time.Now()})
-	p2.events.record(podEvent{namespace: "ml", pod: "llm-0", podVM: "podvm-llm-0-01234567", phase: PhaseFailed, message: "again", at: time.Now()})
+	p2.events.record(podEvent{namespace: "ml", pod: "llm-0", podVM: "podvm-llm-0-01234567", phase: podevent.PhaseStockout, zone: "us-east1-c", message: "again", at: time.Now()})
+	p2.events.record(podEvent{namespace: "ml", pod: "llm-0", podVM: "podvm-llm-0-01234567", phase: podevent.PhaseFailed, message: "again", at: time.Now()})
 	p2.events.close(context.Background())
 	got := map[string]int{}
 	for _, e := range api.list() {
 		got[e.Reason]++
-		if e.Reason == ReasonStockout && (e.Count != 4 || e.Annotations[EventZonesAnnotation] != "us-central1-a,us-central1-b,us-central1-f,us-east1-c") {
-			t.Errorf("after restart: stockout count %d zones %q", e.Count, e.Annotations[EventZonesAnnotation])
+		if e.Reason == podevent.ReasonStockout && (e.Count != 4 || e.Annotations[podevent.ZonesAnnotation] != "us-central1-a,us-central1-b,us-central1-f,us-east1-c") {
+			t.Errorf("after restart: stockout count %d zones %q", e.Count, e.Annotations[podevent.ZonesAnnotation])
 		}
-		if e.Reason == ReasonFailed && e.Message == "again" {
+		if e.Reason == podevent.ReasonFailed && e.Message == "again" {
 			t.Errorf("a once-only phase was overwritten")
 		}
 	}
@@ -409,14 +410,14 @@ func TestBootFailureLineReachesThePod(t *testing.T) {
 	}
 	failed := `CAA-GCP-T4-BOOT-FAILED {"stage":"initrd","target":"emergency","failed":["sysroot.mount"]}`
 	fake.SetSerialOutput("us-central1-a", inst.Name, "\x1b[0;1;31mFAILED\x1b[0m Failed to mount sysroot.mount\n"+failed+"\n")
-	evs := api.waitEvents(t, "failed", hasReason(ReasonFailed))
+	evs := api.waitEvents(t, "failed", hasReason(podevent.ReasonFailed))
 	var f storedEvent
 	for _, e := range evs {
-		if e.Reason == ReasonFailed {
+		if e.Reason == podevent.ReasonFailed {
 			f = e
 		}
 	}
-	if f.Type != "Warning" || f.Annotations[EventFailureAnnotation] != FailureBoot || !strings.Contains(f.Message, failed) || strings.Contains(f.Message, "\x1b") {
+	if f.Type != "Warning" || f.Annotations[podevent.FailureAnnotation] != podevent.FailureBoot || !strings.Contains(f.Message, failed) || strings.Contains(f.Message, "\x1b") {
 		t.Errorf("failed Event: %v %q", f.Annotations, f.Message)
 	}
 	// CAA deletes the podVM: the console is read once more and logged,
@@ -427,7 +428,7 @@ func TestBootFailureLineReachesThePod(t *testing.T) {
 	_ = p.Teardown()
 	n := 0
 	for _, e := range api.list() {
-		if e.Reason == ReasonFailed {
+		if e.Reason == podevent.ReasonFailed {
 			n++
 		}
 	}
@@ -460,15 +461,15 @@ func TestDeleteKeepsTheConsoleTail(t *testing.T) {
 		// says and never are what the message must and must not hold.
 		says, never []string
 	}{
-		{name: "agent never reached", console: "boot\n" + gpuReadyLine + "\nkata-agent waiting\n", class: FailureAgentUnreachable,
+		{name: "agent never reached", console: "boot\n" + gpuReadyLine + "\nkata-agent waiting\n", class: podevent.FailureAgentUnreachable,
 			says: []string{"cannot open tcp 10.", ":15150 now (connect: connection refused)", "firewall"}},
 		// The adaptor gave up for its own reason (harness run of issue
 		// 54: its socket path too long; a TLS failure): the port answers,
 		// and the firewall is not named.
-		{name: "agent port answers", console: "boot\n" + gpuReadyLine + "\nkata-agent waiting\n", class: FailureAdaptor, answers: true,
+		{name: "agent port answers", console: "boot\n" + gpuReadyLine + "\nkata-agent waiting\n", class: podevent.FailureAdaptor, answers: true,
 			says: []string{"opens tcp 10.", "the network is not the cause", "adaptor's log on the pod's node says why", "after it booted"}, never: []string{"firewall"}},
-		{name: "never booted", console: "[    1.2] EXT4-fs error (device sda1): bad block\nsecret=hunter2 token: abc.def\n" + strings.TrimSuffix(testSecretKey, "\n") + "\nlast words", class: FailureNotReady},
-		{name: "cdh", console: "boot\n" + gpuReadyLine + "\nCAA-GCP-T4-CDH-FAILED {\"reason\":\"did not listen\"} kata-agent not started\n", class: FailureCDH},
+		{name: "never booted", console: "[    1.2] EXT4-fs error (device sda1): bad block\nsecret=hunter2 token: abc.def\n" + strings.TrimSuffix(testSecretKey, "\n") + "\nlast words", class: podevent.FailureNotReady},
+		{name: "cdh", console: "boot\n" + gpuReadyLine + "\nCAA-GCP-T4-CDH-FAILED {\"reason\":\"did not listen\"} kata-agent not started\n", class: podevent.FailureCDH},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake := gcefake.New()
@@ -501,7 +502,7 @@ func TestDeleteKeepsTheConsoleTail(t *testing.T) {
 			}
 			var f []storedEvent
 			for _, e := range api.list() {
-				if e.Reason == ReasonFailed {
+				if e.Reason == podevent.ReasonFailed {
 					f = append(f, e)
 				}
 				for _, secret := range []string{"hunter2", "abc.def", "MHcCAQEE", "BEGIN EC PRIVATE", "oAoGCCqGSM49"} {
@@ -510,11 +511,11 @@ func TestDeleteKeepsTheConsoleTail(t *testing.T) {
 					}
 				}
 			}
-			if len(f) != 1 || f[0].Annotations[EventFailureAnnotation] != tc.class {
+			if len(f) != 1 || f[0].Annotations[podevent.FailureAnnotation] != tc.class {
 				t.Fatalf("failed Events %+v, want one of class %s", f, tc.class)
 			}
 			last := strings.Split(strings.TrimSpace(tc.console), "\n")
-			if l := last[len(last)-1]; !strings.Contains(f[0].Message, cleanConsoleLine(l)) && tc.class != FailureNotReady {
+			if l := last[len(last)-1]; !strings.Contains(f[0].Message, cleanConsoleLine(l)) && tc.class != podevent.FailureNotReady {
 				t.Errorf("message lacks the console's last line %q: %q", l, f[0].Message)
 			}
 			for _, w := range tc.says {
@@ -529,10 +530,10 @@ func TestDeleteKeepsTheConsoleTail(t *testing.T) {
 			}
 			// Only a booted podVM the agent of which was never reached is
 			// probed, once, at the forwarder's port.
-			if wantProbe := tc.class == FailureAgentUnreachable || tc.class == FailureAdaptor; wantProbe != (len(probed) == 1) || wantProbe && !strings.HasSuffix(probed[0], ":15150") {
+			if wantProbe := tc.class == podevent.FailureAgentUnreachable || tc.class == podevent.FailureAdaptor; wantProbe != (len(probed) == 1) || wantProbe && !strings.HasSuffix(probed[0], ":15150") {
 				t.Errorf("probes %q", probed)
 			}
-			if tc.class == FailureNotReady && (!strings.Contains(f[0].Message, "EXT4-fs error") || !strings.Contains(f[0].Message, "last words") || !strings.Contains(f[0].Message, "secret=[redacted]")) {
+			if tc.class == podevent.FailureNotReady && (!strings.Contains(f[0].Message, "EXT4-fs error") || !strings.Contains(f[0].Message, "last words") || !strings.Contains(f[0].Message, "secret=[redacted]")) {
 				t.Errorf("message: %q", f[0].Message)
 			}
 		})
@@ -554,7 +555,7 @@ func TestRefusedCreateIsToldOnce(t *testing.T) {
 	}
 	_ = p.Teardown()
 	evs := api.list()
-	if len(evs) != 1 || evs[0].Reason != ReasonFailed || evs[0].Annotations[EventFailureAnnotation] != FailureNotAllowed || !strings.Contains(evs[0].Message, "GCP_ALLOWED_IMAGES") {
+	if len(evs) != 1 || evs[0].Reason != podevent.ReasonFailed || evs[0].Annotations[podevent.FailureAnnotation] != podevent.FailureNotAllowed || !strings.Contains(evs[0].Message, "GCP_ALLOWED_IMAGES") {
 		t.Errorf("Events: %+v", evs)
 	}
 	if n := fake.CountCalls("instances.insert"); n != 0 {
@@ -646,11 +647,11 @@ func TestStoppedPodVMIsTold(t *testing.T) {
 	_ = p.Teardown()
 	var f []storedEvent
 	for _, e := range api.list() {
-		if e.Reason == ReasonFailed {
+		if e.Reason == podevent.ReasonFailed {
 			f = append(f, e)
 		}
 	}
-	if len(f) != 1 || f[0].Annotations[EventFailureAnnotation] != FailureStopped || !strings.Contains(f[0].Message, "TERMINATED") || !strings.Contains(f[0].Message, "Mounting sysroot.mount") {
+	if len(f) != 1 || f[0].Annotations[podevent.FailureAnnotation] != podevent.FailureStopped || !strings.Contains(f[0].Message, "TERMINATED") || !strings.Contains(f[0].Message, "Mounting sysroot.mount") {
 		t.Fatalf("failed Events %+v", f)
 	}
 }
@@ -690,8 +691,8 @@ func TestGPUFailureEventCarriesNoRawControl(t *testing.T) {
 	bad := `\u001b]52;c;ZXZpbA==\u0007\u001b[2J\u202e\u200b\u2060\u009b`
 	fake.SetSerialOutput("us-central1-a", inst.Name, consoleline.GPUPrefix+`{"state":"failed","step":"modprobe`+bad+`","reason":"no device`+bad+`","driver":"550`+bad+`"}`+"\n")
 	var f storedEvent
-	for _, e := range api.waitEvents(t, "failed", hasReason(ReasonFailed)) {
-		if e.Reason == ReasonFailed {
+	for _, e := range api.waitEvents(t, "failed", hasReason(podevent.ReasonFailed)) {
+		if e.Reason == podevent.ReasonFailed {
 			f = e
 		}
 	}
@@ -776,9 +777,9 @@ func TestConsolePrefixOnlyAtLineStart(t *testing.T) {
 		failure string
 		gpu     bool
 	}{
-		{boot, FailureBoot, false},
-		{"[   12.345678] " + boot, FailureBoot, false},
-		{"\x1b[0;31m" + boot, FailureBoot, false},
+		{boot, podevent.FailureBoot, false},
+		{"[   12.345678] " + boot, podevent.FailureBoot, false},
+		{"\x1b[0;31m" + boot, podevent.FailureBoot, false},
 		{"workload: echo " + boot, "", false},
 		{"[   12.3] sh[1]: " + boot, "", false},
 		{" " + boot, "", false},
@@ -814,8 +815,8 @@ func TestGPUFailureReasonIsRedacted(t *testing.T) {
 	line := consoleline.GPUPrefix + `{"state":"failed","step":"fetch --password hunter2","reason":"pull with ` + token + ` refused","driver":"550 ` + token + `"}`
 	fake.SetSerialOutput("us-central1-a", inst.Name, line+"\n")
 	var f storedEvent
-	for _, e := range api.waitEvents(t, "failed", hasReason(ReasonFailed)) {
-		if e.Reason == ReasonFailed {
+	for _, e := range api.waitEvents(t, "failed", hasReason(podevent.ReasonFailed)) {
+		if e.Reason == podevent.ReasonFailed {
 			f = e
 		}
 	}
@@ -870,15 +871,15 @@ func TestCacheDiskLineToldOnThePod(t *testing.T) {
 			// The line, then gpu-init's: the boot's Event shows the line
 			// was read; the same line again is not told twice.
 			fake.SetSerialOutput("us-central1-a", inst.Name, tc.line+"\n"+tc.line+"\n"+gpuReadyLine+"\n")
-			api.waitEvents(t, "booted", hasReason(ReasonBooted))
+			api.waitEvents(t, "booted", hasReason(podevent.ReasonBooted))
 			api.sandboxReady("ml", "llm-0")
-			api.waitEvents(t, "reachable", hasReason(ReasonReachable))
+			api.waitEvents(t, "reachable", hasReason(podevent.ReasonReachable))
 			if err := p.Teardown(); err != nil {
 				t.Fatal(err)
 			}
 			var c []storedEvent
 			for _, e := range api.list() {
-				if e.Reason == reasonCache {
+				if e.Reason == podevent.ReasonCache {
 					c = append(c, e)
 				}
 			}
@@ -889,11 +890,11 @@ func TestCacheDiskLineToldOnThePod(t *testing.T) {
 				return
 			}
 			if len(c) != 1 {
-				t.Fatalf("%d %s Events, want 1: %v", len(c), reasonCache, reasons(api.list()))
+				t.Fatalf("%d %s Events, want 1: %v", len(c), podevent.ReasonCache, reasons(api.list()))
 			}
 			e := c[0]
 			if (e.Type == "Warning") != tc.warn || e.Annotations[eventCacheStateAnnotation] != tc.state || e.Annotations[eventCacheMissAnnotation] != tc.miss ||
-				e.Labels[EventPhaseLabel] != phaseCache || e.Labels[EventPodVMLabel] != inst.Name {
+				e.Labels[podevent.PhaseLabel] != podevent.PhaseCache || e.Labels[podevent.PodVMLabel] != inst.Name {
 				t.Errorf("Event %s %v %v, want warning %v, state %q, miss %q", e.Type, e.Labels, e.Annotations, tc.warn, tc.state, tc.miss)
 			}
 			for _, w := range tc.says {
@@ -925,7 +926,7 @@ func TestBootedGPUsMatchTheShape(t *testing.T) {
 			fake, api, p, inst := oneT4Pod(t)
 			t.Cleanup(func() { _ = p.Teardown() })
 			fake.SetSerialOutput("us-central1-a", inst.Name, tc.line+"\n")
-			evs := api.waitEvents(t, "booted", hasReason(ReasonBooted))
+			evs := api.waitEvents(t, "booted", hasReason(podevent.ReasonBooted))
 			b := evs[len(evs)-1]
 			mismatch := strings.Contains(b.Message, "but the podVM was created with 1 GPU(s)")
 			if b.Type != tc.typ || !strings.Contains(b.Message, tc.want) || mismatch != (tc.typ == "Warning") {
@@ -944,9 +945,9 @@ func TestStoppedAfterReachIsNotAFailedBoot(t *testing.T) {
 	fake, api, p, inst := oneT4Pod(t)
 	ctx := context.Background()
 	fake.SetSerialOutput("us-central1-a", inst.Name, gpuReadyLine+"\n")
-	api.waitEvents(t, "booted", hasReason(ReasonBooted))
+	api.waitEvents(t, "booted", hasReason(podevent.ReasonBooted))
 	api.sandboxReady("ml", "llm-0")
-	api.waitEvents(t, "reachable", hasReason(ReasonReachable))
+	api.waitEvents(t, "reachable", hasReason(podevent.ReasonReachable))
 	p.mu.Lock()
 	w := p.watches[inst.Name]
 	p.mu.Unlock()
@@ -959,7 +960,7 @@ func TestStoppedAfterReachIsNotAFailedBoot(t *testing.T) {
 	}
 	_ = p.Teardown()
 	for _, e := range api.list() {
-		if e.Reason == ReasonFailed {
+		if e.Reason == podevent.ReasonFailed {
 			t.Errorf("a podVM stopped after its agent was reached is told failed: %q", e.Message)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // The create walk's phases as Events (podevents.go): what a pod author
@@ -20,14 +22,14 @@ import (
 // stepFacts are the annotations that describe a walk step in a zone.
 func (p *Provider) stepFacts(st walkStep, zone string) map[string]string {
 	ann := map[string]string{
-		EventZoneAnnotation:              zone,
-		EventMachineTypeAnnotation:       st.displayType(),
-		EventGPUAnnotation:               st.accelerator,
-		EventGPUCountAnnotation:          strconv.FormatInt(st.count, 10),
-		EventProvisioningModelAnnotation: st.model,
+		podevent.ZoneAnnotation:              zone,
+		podevent.MachineTypeAnnotation:       st.displayType(),
+		podevent.GPUAnnotation:               st.accelerator,
+		podevent.GPUCountAnnotation:          strconv.FormatInt(st.count, 10),
+		podevent.ProvisioningModelAnnotation: st.model,
 	}
 	if price, ok := p.hourly(st); ok {
-		ann[EventPriceAnnotation] = strconv.FormatFloat(price, 'f', 4, 64)
+		ann[podevent.PriceAnnotation] = strconv.FormatFloat(price, 'f', 4, 64)
 	}
 	return ann
 }
@@ -72,7 +74,7 @@ func (p *Provider) eventFor(vm podVM, phase string) podEvent {
 
 // recordRequested: the first insert of the walk is about to be sent.
 func (p *Provider) recordRequested(vm podVM, st walkStep, zone string) {
-	ev := p.eventFor(vm, PhaseRequested)
+	ev := p.eventFor(vm, podevent.PhaseRequested)
 	ev.annotations = p.stepFacts(st, zone)
 	ev.message = fmt.Sprintf("requesting podVM %s: %s in %s at %s", vm.name, st.shapeText(), zone, p.priceText(st))
 	p.events.record(ev)
@@ -81,7 +83,7 @@ func (p *Provider) recordRequested(vm podVM, st walkStep, zone string) {
 // recordStockout: zone had no capacity; next is where the walk goes on
 // ("" when this shape has no zone left).
 func (p *Provider) recordStockout(vm podVM, st walkStep, zone, code, next string) {
-	ev := p.eventFor(vm, PhaseStockout)
+	ev := p.eventFor(vm, podevent.PhaseStockout)
 	ev.warning = true
 	ev.zone = zone
 	ev.annotations = p.stepFacts(st, zone)
@@ -95,20 +97,20 @@ func (p *Provider) recordStockout(vm podVM, st walkStep, zone, code, next string
 
 // recordQuota: a quota refused the insert in zone.
 func (p *Provider) recordQuota(vm podVM, st walkStep, zone, metric string) {
-	ev := p.eventFor(vm, PhaseQuota)
+	ev := p.eventFor(vm, podevent.PhaseQuota)
 	ev.warning = true
 	ev.annotations = p.stepFacts(st, zone)
-	ev.annotations[EventQuotaMetricAnnotation] = metric
-	ev.annotations[EventRegionAnnotation] = regionOf(zone)
+	ev.annotations[podevent.QuotaMetricAnnotation] = metric
+	ev.annotations[podevent.RegionAnnotation] = regionOf(zone)
 	ev.message = fmt.Sprintf("quota %s is exhausted in %s for %s; to fix: %s", metric, regionOf(zone), st.shapeText(), quotaAdvice(metric, regionOf(zone), st.model == ProvisioningSpot))
 	p.events.record(ev)
 }
 
 // recordCreated: the VM runs with its internal address.
 func (p *Provider) recordCreated(vm podVM, st walkStep, zone, ip string, since time.Time) {
-	ev := p.eventFor(vm, PhaseCreated)
+	ev := p.eventFor(vm, podevent.PhaseCreated)
 	ev.annotations = p.stepFacts(st, zone)
-	ev.annotations[EventIPAnnotation] = ip
+	ev.annotations[podevent.IPAnnotation] = ip
 	ev.message = fmt.Sprintf("podVM %s created in %s: %s, internal IP %s, %s, %s after the request", vm.name, zone, st.shapeText(), ip, p.priceText(st), time.Since(since).Round(time.Second))
 	p.events.record(ev)
 }
@@ -119,10 +121,10 @@ func (p *Provider) recordCreateFailed(vm podVM, err error) {
 	if err == nil {
 		return
 	}
-	ev := p.eventFor(vm, PhaseFailed)
+	ev := p.eventFor(vm, podevent.PhaseFailed)
 	ev.warning = true
 	class := createFailureClass(err)
-	ev.annotations = map[string]string{EventFailureAnnotation: class}
+	ev.annotations = map[string]string{podevent.FailureAnnotation: class}
 	ev.message = fmt.Sprintf("%s: %v", failureTitle(class), err)
 	p.events.record(ev)
 }
@@ -141,36 +143,36 @@ func createFailureClass(err error) string {
 	var g *gceError
 	switch {
 	case errors.As(err, new(notAllowedError)):
-		return FailureNotAllowed
+		return podevent.FailureNotAllowed
 	case errors.Is(err, ErrNoCapacity) && errors.As(err, &g) && g.kind == failQuota:
-		return FailureQuota
+		return podevent.FailureQuota
 	case errors.Is(err, ErrNoCapacity):
-		return FailureNoCapacity
+		return podevent.FailureNoCapacity
 	}
-	return FailureCreate
+	return podevent.FailureCreate
 }
 
 func failureTitle(class string) string {
 	switch class {
-	case FailureNotAllowed:
+	case podevent.FailureNotAllowed:
 		return "not allowed by the cluster's settings"
-	case FailureNoCapacity:
+	case podevent.FailureNoCapacity:
 		return "no zone had capacity"
-	case FailureQuota:
+	case podevent.FailureQuota:
 		return "a project-wide quota is exhausted"
-	case FailureBoot:
+	case podevent.FailureBoot:
 		return "the podVM's boot failed"
-	case FailureGPU:
+	case podevent.FailureGPU:
 		return "the podVM's GPU is unusable"
-	case FailureCDH:
+	case podevent.FailureCDH:
 		return "the podVM's confidential data hub did not start, so its agent was never started"
-	case FailureAgentUnreachable:
+	case podevent.FailureAgentUnreachable:
 		return "the podVM booted but the adaptor never reached its agent"
-	case FailureAdaptor:
+	case podevent.FailureAdaptor:
 		return "the podVM booted and its agent port answers the node, but the adaptor deleted it before the pod's sandbox was ready"
-	case FailureStopped:
+	case podevent.FailureStopped:
 		return "the podVM stopped before its agent was reached"
-	case FailureNotReady:
+	case podevent.FailureNotReady:
 		return "the podVM was deleted before it reported a boot"
 	}
 	return "creating the podVM failed"

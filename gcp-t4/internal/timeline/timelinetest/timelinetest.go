@@ -1,5 +1,5 @@
 // Package timelinetest writes start-up Events exactly as the gcp-t4
-// provider does (src/cloud-providers/gcpt4/podevents.go: name, labels,
+// provider does (src/cloud-providers/gcpt4/podevent and podevents.go: name, labels,
 // annotations, reason, source, timestamps), built from the provider's
 // exported constants, so that the readers' tests (`gcp-t4 status`, the
 // reaper's metrics) meet on a real API server what a cluster holds. Only
@@ -22,6 +22,7 @@ import (
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // Node is the host the Events' source names, as an adaptor's would.
@@ -64,7 +65,7 @@ type Event struct {
 
 // Object is the core/v1 Event the provider writes for e.
 func (e Event) Object() *corev1.Event {
-	ann := map[string]string{gcpt4.EventAtAnnotation: e.At.UTC().Format(time.RFC3339Nano)}
+	ann := map[string]string{podevent.AtAnnotation: e.At.UTC().Format(time.RFC3339Nano)}
 	for k, v := range e.Facts {
 		if v != "" {
 			ann[k] = v
@@ -72,7 +73,7 @@ func (e Event) Object() *corev1.Event {
 	}
 	typ := corev1.EventTypeNormal
 	switch e.Phase {
-	case gcpt4.PhaseStockout, gcpt4.PhaseQuota, gcpt4.PhaseFailed, gcpt4.PhaseLost:
+	case podevent.PhaseStockout, podevent.PhaseQuota, podevent.PhaseFailed, podevent.PhaseLost:
 		typ = corev1.EventTypeWarning
 	}
 	first := e.First
@@ -86,16 +87,16 @@ func (e Event) Object() *corev1.Event {
 	}
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        gcpt4.EventName(e.Pod, e.PodVM, e.Phase),
+			Name:        podevent.Name(e.Pod, e.PodVM, e.Phase),
 			Namespace:   e.Namespace,
-			Labels:      map[string]string{gcpt4.EventPhaseLabel: e.Phase, gcpt4.EventPodVMLabel: gcpt4.LabelValue(e.PodVM)},
+			Labels:      map[string]string{podevent.PhaseLabel: e.Phase, podevent.PodVMLabel: gcpt4.LabelValue(e.PodVM)},
 			Annotations: ann,
 		},
 		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: e.Namespace, Name: e.Pod, UID: types.UID(e.PodUID)},
-		Reason:         gcpt4.PhaseReason(e.Phase),
+		Reason:         podevent.PhaseReason(e.Phase),
 		Message:        msg,
 		Type:           typ,
-		Source:         corev1.EventSource{Component: gcpt4.EventComponent, Host: Node},
+		Source:         corev1.EventSource{Component: podevent.Component, Host: Node},
 		// The provider writes whole seconds here (RFC 3339); the
 		// annotation carries the nanoseconds.
 		FirstTimestamp: metav1.NewTime(first.UTC().Truncate(time.Second)),
@@ -134,8 +135,8 @@ func repeat(ctx context.Context, cs kubernetes.Interface, obj *corev1.Event) err
 	if err != nil {
 		return err
 	}
-	zones := strings.Split(cur.Annotations[gcpt4.EventZonesAnnotation], ",")
-	for z := range strings.SplitSeq(obj.Annotations[gcpt4.EventZonesAnnotation], ",") {
+	zones := strings.Split(cur.Annotations[podevent.ZonesAnnotation], ",")
+	for z := range strings.SplitSeq(obj.Annotations[podevent.ZonesAnnotation], ",") {
 		if z != "" && !containsString(zones, z) {
 			zones = append(zones, z)
 		}
@@ -145,7 +146,7 @@ func repeat(ctx context.Context, cs kubernetes.Interface, obj *corev1.Event) err
 	}
 	maps.Copy(cur.Annotations, obj.Annotations)
 	if z := strings.Trim(strings.Join(zones, ","), ","); z != "" {
-		cur.Annotations[gcpt4.EventZonesAnnotation] = z
+		cur.Annotations[podevent.ZonesAnnotation] = z
 	}
 	cur.Count++
 	cur.Message = obj.Message
@@ -177,15 +178,15 @@ type Startup struct {
 func (s Startup) Phase(phase string, after time.Duration, facts map[string]string) Event {
 	f := map[string]string{}
 	switch phase {
-	case gcpt4.PhaseRequested, gcpt4.PhaseCreated:
+	case podevent.PhaseRequested, podevent.PhaseCreated:
 		maps.Copy(f, map[string]string{
-			gcpt4.EventZoneAnnotation: s.Zone, gcpt4.EventMachineTypeAnnotation: s.MachineType,
-			gcpt4.EventGPUAnnotation: s.GPU, gcpt4.EventGPUCountAnnotation: s.GPUCount,
-			gcpt4.EventProvisioningModelAnnotation: s.Model, gcpt4.EventPriceAnnotation: s.Price,
+			podevent.ZoneAnnotation: s.Zone, podevent.MachineTypeAnnotation: s.MachineType,
+			podevent.GPUAnnotation: s.GPU, podevent.GPUCountAnnotation: s.GPUCount,
+			podevent.ProvisioningModelAnnotation: s.Model, podevent.PriceAnnotation: s.Price,
 		})
-	case gcpt4.PhaseStockout:
-		maps.Copy(f, map[string]string{gcpt4.EventMachineTypeAnnotation: s.MachineType, gcpt4.EventGPUAnnotation: s.GPU,
-			gcpt4.EventGPUCountAnnotation: s.GPUCount, gcpt4.EventProvisioningModelAnnotation: s.Model})
+	case podevent.PhaseStockout:
+		maps.Copy(f, map[string]string{podevent.MachineTypeAnnotation: s.MachineType, podevent.GPUAnnotation: s.GPU,
+			podevent.GPUCountAnnotation: s.GPUCount, podevent.ProvisioningModelAnnotation: s.Model})
 	}
 	maps.Copy(f, facts)
 	return Event{Namespace: s.Namespace, Pod: s.Pod, PodUID: s.PodUID, PodVM: s.PodVM, Phase: phase, At: s.Start.Add(after), Facts: f}
