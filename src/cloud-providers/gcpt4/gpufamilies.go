@@ -173,7 +173,20 @@ type machineSeries struct {
 	// (compute/docs/instances/specify-min-cpu-platform#availablezones);
 	// nil for a series that takes none (E2, shared-core).
 	cpuPlatforms []string
+	// attachedGPU is the accelerator a machine type of the series gets
+	// when it is named with a GPU count and no accelerator (a machine_type
+	// annotation, a listed N1 type): stated here, never read from the
+	// catalogue's order, and required of every series a family attaches
+	// to, so a second family attaching to N1 cannot change what an N1
+	// type gets (TestSeriesStateTheirAttachedGPU).
+	attachedGPU string
 }
+
+// defaultSeries is the series the provider is built around: its stated
+// GPU (attachedGPU) is the one messages name as the example, and its
+// largest attached shape is what a GPU request nothing holds is compared
+// with.
+const defaultSeries = "n1"
 
 var (
 	diskTypesWithoutHyperdisk = []string{"pd-standard", "pd-balanced", "pd-ssd", "pd-extreme"}
@@ -182,7 +195,8 @@ var (
 
 // series is the machine series table.
 var series = map[string]machineSeries{
-	"n1":  {diskTypes: diskTypesWithoutHyperdisk, cpuPlatforms: []string{"Intel Skylake", "Intel Broadwell", "Intel Haswell", "Intel Ivy Bridge", "Intel Sandy Bridge"}},
+	"n1": {diskTypes: diskTypesWithoutHyperdisk, cpuPlatforms: []string{"Intel Skylake", "Intel Broadwell", "Intel Haswell", "Intel Ivy Bridge", "Intel Sandy Bridge"},
+		attachedGPU: "nvidia-tesla-t4"},
 	"e2":  {diskTypes: diskTypesWithoutHyperdisk},
 	"f1":  {diskTypes: diskTypesWithoutHyperdisk},
 	"g1":  {diskTypes: diskTypesWithoutHyperdisk},

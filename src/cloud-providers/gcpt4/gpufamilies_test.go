@@ -135,3 +135,68 @@ func TestBundledGPUIsNotAttached(t *testing.T) {
 		t.Fatalf("l4 attached to n1: %v", err)
 	}
 }
+
+// attachedGPUProblems says where a catalogue leaves the GPU of an
+// attaching series to chance: a series a family attaches to that states
+// no GPU (with two such families, which one an N1 type gets would be the
+// catalogue's order), or states one that does not attach to it.
+func attachedGPUProblems(families []GPUFamily, table map[string]machineSeries) []string {
+	var out []string
+	for _, f := range families {
+		if f.AttachSeries == "" {
+			continue
+		}
+		stated := table[f.AttachSeries].attachedGPU
+		if stated == "" {
+			out = append(out, f.AttachSeries+": "+f.Accelerator+" attaches to it, but the series states no attachedGPU")
+			continue
+		}
+		ok := false
+		for _, g := range families {
+			ok = ok || (g.Accelerator == stated && g.AttachSeries == f.AttachSeries)
+		}
+		if !ok {
+			out = append(out, f.AttachSeries+": its attachedGPU "+stated+" does not attach to it")
+		}
+	}
+	if table[defaultSeries].attachedGPU == "" {
+		out = append(out, defaultSeries+" (defaultSeries) states no attachedGPU")
+	}
+	return out
+}
+
+// The GPU an N1 type gets without one named is stated in the series
+// table, never the first attaching row of the catalogue.
+func TestSeriesStateTheirAttachedGPU(t *testing.T) {
+	if p := attachedGPUProblems(gpuFamilies, series); len(p) != 0 {
+		t.Errorf("the catalogue: %v", p)
+	}
+	// A V100 row that attaches to N1, first in the catalogue: an N1 type
+	// still gets the stated T4.
+	v100 := GPUFamily{Name: "v100", Accelerator: "nvidia-tesla-v100", Description: "NVIDIA V100", MemoryGB: 16, AttachSeries: "n1",
+		AttachLimits: []AttachLimit{{Count: 1, MaxVCPUs: 12, MaxMemoryMiB: 78 * 1024}}}
+	saved := gpuFamilies
+	t.Cleanup(func() { gpuFamilies = saved })
+	gpuFamilies = append([]GPUFamily{v100}, saved...)
+	if p := attachedGPUProblems(gpuFamilies, series); len(p) != 0 {
+		t.Errorf("with a V100 row: %v", p)
+	}
+	if f, ok := attachedFamilyFor("n1-standard-8"); !ok || f.Accelerator != "nvidia-tesla-t4" {
+		t.Errorf("n1-standard-8 with a V100 row first gets %v, want the stated nvidia-tesla-t4", f)
+	}
+	if f := defaultFamily(); f == nil || f.Accelerator != "nvidia-tesla-t4" {
+		t.Errorf("the default family with a V100 row first is %v, want nvidia-tesla-t4", f)
+	}
+	// The same catalogue with N1 stating nothing is refused.
+	unstated := map[string]machineSeries{}
+	for k, v := range series {
+		unstated[k] = v
+	}
+	n1 := unstated["n1"]
+	n1.attachedGPU = ""
+	unstated["n1"] = n1
+	p := attachedGPUProblems(gpuFamilies, unstated)
+	if len(p) == 0 || !strings.Contains(strings.Join(p, "; "), "nvidia-tesla-v100 attaches to it, but the series states no attachedGPU") {
+		t.Errorf("an N1 that states no GPU with two attaching families: %v, want it refused", p)
+	}
+}

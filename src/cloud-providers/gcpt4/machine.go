@@ -230,27 +230,21 @@ func familyByAccelerator(accelerator string) (*GPUFamily, bool) {
 	return nil, false
 }
 
-// attachedFamilyFor is the GPU that attaches to machineType's series (the
-// T4 to N1), the first in the catalogue when several would.
+// attachedFamilyFor is the GPU a machine type of an attaching series gets
+// when none is named: the one its series states (the T4 for N1).
 func attachedFamilyFor(machineType string) (*GPUFamily, bool) {
-	fam := familyOf(machineType)
-	for i := range gpuFamilies {
-		if gpuFamilies[i].AttachSeries != "" && gpuFamilies[i].AttachSeries == fam {
-			return &gpuFamilies[i], true
-		}
+	acc := series[familyOf(machineType)].attachedGPU
+	if acc == "" {
+		return nil, false
 	}
-	return nil, false
+	return familyByAccelerator(acc)
 }
 
-// defaultFamily is the first automatic family: the GPU the provider is
-// built around, named in messages that need an example.
+// defaultFamily is the GPU the provider is built around, defaultSeries's
+// stated one, named in messages that need an example.
 func defaultFamily() *GPUFamily {
-	for i := range gpuFamilies {
-		if gpuFamilies[i].Automatic {
-			return &gpuFamilies[i]
-		}
-	}
-	return &gpuFamilies[0]
+	f, _ := familyByAccelerator(series[defaultSeries].attachedGPU)
+	return f
 }
 
 // attachLimit is the largest VM for count attached GPUs.
