@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -311,7 +312,7 @@ func (in Installed) where() string {
 // as to CAA, not eight, as to Go's flag parser); an extra key goes
 // through its flag alone. It returns the environment names it set,
 // sorted. Every value it refuses is in the error, each after Source.
-func (in Installed) Fill(fs *flag.FlagSet, getenv func(string) string, extra ...gcpt4.Key) ([]string, error) {
+func (in Installed) Fill(fs *flag.FlagSet, getenv func(string) string, extra ...setting.Key) ([]string, error) {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	provider := gcpt4.Keys()
@@ -346,7 +347,7 @@ func (in Installed) Fill(fs *flag.FlagSet, getenv func(string) string, extra ...
 // provider does at start (Manager.CheckEnv), and returns it as k's flag
 // prints it: what setting the flag to it gives is what CAA has. The error
 // names the key, its flag and the fix, in the provider's words.
-func asCAAReadsIt(k gcpt4.Key, v string) (string, error) {
+func asCAAReadsIt(k setting.Key, v string) (string, error) {
 	scratch := flag.NewFlagSet(k.Flag, flag.ContinueOnError)
 	scratch.SetOutput(io.Discard)
 	var m gcpt4.Manager
@@ -380,7 +381,7 @@ func ClusterID(ctx context.Context, cs kubernetes.Interface) (string, error) {
 // zones, network and cluster ID. It returns what it filled, for the user
 // to see, and Source; with no CAA installed it fills nothing but the ID.
 // warn gets each line of Ignored.
-func FromCluster(ctx context.Context, fs *flag.FlagSet, cs kubernetes.Interface, namespace string, getenv func(string) string, warn func(string), extra ...gcpt4.Key) (filled []string, source string, err error) {
+func FromCluster(ctx context.Context, fs *flag.FlagSet, cs kubernetes.Interface, namespace string, getenv func(string) string, warn func(string), extra ...setting.Key) (filled []string, source string, err error) {
 	in, err := Read(ctx, cs, namespace, DaemonSet)
 	if err != nil {
 		return nil, "", err

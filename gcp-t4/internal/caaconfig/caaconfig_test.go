@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -248,7 +249,7 @@ func TestFillAsCAAReadsIt(t *testing.T) {
 	var grace string
 	fs.StringVar(&grace, "grace", "", "")
 	env := map[string]string{"PODVM_IMAGE_NAME": "from-env"}
-	filled, err := in.Fill(fs, func(k string) string { return env[k] }, gcpt4.Key{Env: "REAPER_GRACE", Flag: "grace"})
+	filled, err := in.Fill(fs, func(k string) string { return env[k] }, setting.Key{Env: "REAPER_GRACE", Flag: "grace"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +275,7 @@ func TestFillAsCAAReadsIt(t *testing.T) {
 	in.Data = map[string]string{"ROOT_VOLUME_SIZE": "abc", "GCP_SPOT_FALLBACK": "ture", "REAPER_GRACE": "soon"}
 	fs, _ = providerFlags(t)
 	fs.Duration("grace", 0, "")
-	_, err = in.Fill(fs, os.Getenv, gcpt4.Key{Env: "REAPER_GRACE", Flag: "grace"})
+	_, err = in.Fill(fs, os.Getenv, setting.Key{Env: "REAPER_GRACE", Flag: "grace"})
 	for _, want := range []string{ns + "/peer-pods-cm ROOT_VOLUME_SIZE (flag -root-volume-size): \"abc\" is not a whole number",
 		ns + "/peer-pods-cm GCP_SPOT_FALLBACK (flag -spot-fallback)", ns + "/peer-pods-cm REAPER_GRACE: "} {
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -28,6 +28,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/shimclient"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // pod is one peer pod as the kata shim sees it after the webhook moved its
@@ -192,7 +193,7 @@ const demoClusterID = "5d3e8a10-7c2b-4f6e-9a41-0b2c3d4e5f60"
 func reaperConfig(fake *gcefake.Server) gcpt4.Config {
 	return gcpt4.Config{ProjectID: "demo-project", Zone: "us-central1-a", FallbackZones: nil, ImageName: "podvm-t4",
 		Network: "global/networks/default", Subnetwork: "default", DiskType: "pd-balanced", RootVolumeSize: 50,
-		ProvisioningModel: gcpt4.ProvisioningStandard, ClusterID: demoClusterID, Endpoint: fake.URL()}
+		ProvisioningModel: setting.ProvisioningStandard, ClusterID: demoClusterID, Endpoint: fake.URL()}
 }
 
 // adaptorFlags are `gcp-t4 adaptor` flags for the emulator: the socket and

@@ -25,6 +25,7 @@ import (
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/cli"
@@ -109,7 +110,7 @@ func main(ctx context.Context, name string, reaper bool, args []string, stdout, 
 		// gc has it in the cluster: the provider's keys, and the
 		// reaper's -grace, as the reaper would have them.
 		filled, source, err := caaconfig.FromCluster(ctx, fs, kube, caaNamespace, os.Getenv,
-			func(w string) { fmt.Fprintf(stderr, "%s: %s\n", name, w) }, gcpt4.Key{Env: "REAPER_GRACE", Flag: "grace"})
+			func(w string) { fmt.Fprintf(stderr, "%s: %s\n", name, w) }, setting.Key{Env: "REAPER_GRACE", Flag: "grace"})
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return 2

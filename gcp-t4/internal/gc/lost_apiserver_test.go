@@ -24,6 +24,7 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // startNodeWith is startNode with more adaptor flags (a provisioning
@@ -114,7 +115,7 @@ func TestLostPodVMOnARealAPIServer(t *testing.T) {
 					t.Fatal(err)
 				}
 			}},
-		{name: "SpotPreempted", flags: []string{"-provisioning-model", gcpt4.ProvisioningSpot}, cause: podevent.CausePreempted, words: "GCE preempted it",
+		{name: "SpotPreempted", flags: []string{"-provisioning-model", setting.ProvisioningSpot}, cause: podevent.CausePreempted, words: "GCE preempted it",
 			lose: func(t *testing.T, fake *gcefake.Server, vm string) {
 				if err := fake.Interrupt(zone, vm, gcefake.Preemption); err != nil {
 					t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
 
@@ -27,7 +28,7 @@ func cloudConfigFor(ns, pod string) cloudinit.CloudConfigGenerator {
 func newProvider(t testing.TB, fake *gcefake.Server, cluster string) *gcpt4.Provider {
 	t.Helper()
 	cfg := gcpt4.Config{ProjectID: fake.Project(), Zone: "us-central1-a", ImageName: "podvm-t4", Network: "default", Subnetwork: "default",
-		DiskType: "pd-balanced", RootVolumeSize: 50, ProvisioningModel: gcpt4.ProvisioningStandard, ClusterID: cluster, NodeName: "node-1"}
+		DiskType: "pd-balanced", RootVolumeSize: 50, ProvisioningModel: setting.ProvisioningStandard, ClusterID: cluster, NodeName: "node-1"}
 	p, err := gcpt4.NewProvider(context.Background(), cfg, log.New(io.Discard, "", 0), fake.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	toml "github.com/pelletier/go-toml/v2"
 )
 
@@ -45,36 +46,36 @@ type caaKey struct {
 // without an env variable (-disable-tls, -host-interface, -vxlan-min-id)
 // cannot be set through peer-pods-cm.
 var caaKeys = []caaKey{
-	{Env: "CLOUD_PROVIDER", Kind: gcpt4.KindString, Usage: "provider entrypoint.sh starts; gcp-t4 here", check: func(v string) error {
+	{Env: "CLOUD_PROVIDER", Kind: setting.KindString, Usage: "provider entrypoint.sh starts; gcp-t4 here", check: func(v string) error {
 		if v != gcpt4.ProviderName {
 			return fmt.Errorf("%q: this installer deploys the %s provider only; drop the setting", v, gcpt4.ProviderName)
 		}
 		return nil
 	}},
-	{Env: "REMOTE_HYPERVISOR_ENDPOINT", Flag: "socket", Kind: gcpt4.KindString, Default: "/run/peerpod/hypervisor.sock", Usage: "Unix socket of the remote hypervisor service (kata's remote_hypervisor_socket)", check: underRunPeerpod},
-	{Env: "PODS_DIR", Flag: "pods-dir", Kind: gcpt4.KindString, Default: "/run/peerpod/pods", Usage: "base directory for pod directories", check: underRunPeerpod},
-	{Env: "PAUSE_IMAGE", Flag: "pause-image", Kind: gcpt4.KindString, Usage: "pause image to be used for the pods"},
-	{Env: "FORWARDER_PORT", Flag: "forwarder-port", Kind: gcpt4.KindString, Default: "15150", Usage: "port of the podVM's agent-protocol-forwarder", check: port},
-	{Env: "CACERT_FILE", Flag: "ca-cert-file", Kind: gcpt4.KindString, Usage: "CA certificate file for CAA-to-podVM TLS (" + tlsDir + "/" + tlsCAKey + ")"},
-	{Env: "CERT_FILE", Flag: "cert-file", Kind: gcpt4.KindString, Usage: "client certificate file for CAA-to-podVM TLS (" + tlsDir + "/" + tlsCertKey + ")"},
-	{Env: "CERT_KEY", Flag: "cert-key", Kind: gcpt4.KindString, Usage: "client key file for CAA-to-podVM TLS (" + tlsDir + "/" + tlsKeyKey + ")"},
-	{Env: "TLS_SKIP_VERIFY", Flag: "tls-skip-verify", Kind: gcpt4.KindBool, Default: "false", Usage: "refused when true: CAA would accept any certificate from whatever answers on a podVM's address", check: noSkipVerify},
-	{Env: "TLS_MIN_VERSION", Flag: "tls-min-version", Kind: gcpt4.KindString, Usage: "VersionTLS12 or VersionTLS13", check: tlsVersion},
-	{Env: "TLS_CIPHER_SUITES", Flag: "tls-cipher-suites", Kind: gcpt4.KindString, Usage: "comma-separated IANA cipher suite names (not with VersionTLS13)", check: cipherSuites},
-	{Env: "PROXY_TIMEOUT", Flag: "proxy-timeout", Kind: gcpt4.KindDuration, Default: "5m0s", Usage: "how long CAA waits for the podVM's forwarder", check: positiveDuration},
-	{Env: "TUNNEL_TYPE", Flag: "tunnel-type", Kind: gcpt4.KindString, Default: "vxlan", Usage: "pod network tunnel", check: func(v string) error {
+	{Env: "REMOTE_HYPERVISOR_ENDPOINT", Flag: "socket", Kind: setting.KindString, Default: "/run/peerpod/hypervisor.sock", Usage: "Unix socket of the remote hypervisor service (kata's remote_hypervisor_socket)", check: underRunPeerpod},
+	{Env: "PODS_DIR", Flag: "pods-dir", Kind: setting.KindString, Default: "/run/peerpod/pods", Usage: "base directory for pod directories", check: underRunPeerpod},
+	{Env: "PAUSE_IMAGE", Flag: "pause-image", Kind: setting.KindString, Usage: "pause image to be used for the pods"},
+	{Env: "FORWARDER_PORT", Flag: "forwarder-port", Kind: setting.KindString, Default: "15150", Usage: "port of the podVM's agent-protocol-forwarder", check: port},
+	{Env: "CACERT_FILE", Flag: "ca-cert-file", Kind: setting.KindString, Usage: "CA certificate file for CAA-to-podVM TLS (" + tlsDir + "/" + tlsCAKey + ")"},
+	{Env: "CERT_FILE", Flag: "cert-file", Kind: setting.KindString, Usage: "client certificate file for CAA-to-podVM TLS (" + tlsDir + "/" + tlsCertKey + ")"},
+	{Env: "CERT_KEY", Flag: "cert-key", Kind: setting.KindString, Usage: "client key file for CAA-to-podVM TLS (" + tlsDir + "/" + tlsKeyKey + ")"},
+	{Env: "TLS_SKIP_VERIFY", Flag: "tls-skip-verify", Kind: setting.KindBool, Default: "false", Usage: "refused when true: CAA would accept any certificate from whatever answers on a podVM's address", check: noSkipVerify},
+	{Env: "TLS_MIN_VERSION", Flag: "tls-min-version", Kind: setting.KindString, Usage: "VersionTLS12 or VersionTLS13", check: tlsVersion},
+	{Env: "TLS_CIPHER_SUITES", Flag: "tls-cipher-suites", Kind: setting.KindString, Usage: "comma-separated IANA cipher suite names (not with VersionTLS13)", check: cipherSuites},
+	{Env: "PROXY_TIMEOUT", Flag: "proxy-timeout", Kind: setting.KindDuration, Default: "5m0s", Usage: "how long CAA waits for the podVM's forwarder", check: positiveDuration},
+	{Env: "TUNNEL_TYPE", Flag: "tunnel-type", Kind: setting.KindString, Default: "vxlan", Usage: "pod network tunnel", check: func(v string) error {
 		if v != "vxlan" {
 			return fmt.Errorf("%q: podVMs on GCE use vxlan (the only tunnel CAA v0.22.0 registers, pkg/podnetwork/common.go)", v)
 		}
 		return nil
 	}},
-	{Env: "VXLAN_PORT", Flag: "vxlan-port", Kind: gcpt4.KindInt, Default: "4789", Usage: "VXLAN UDP port", check: port},
-	{Env: "INITDATA", Flag: "initdata", Kind: gcpt4.KindString, Usage: "default initdata for all pods: base64 of gzip of the initdata TOML", check: initdata},
-	{Env: "CLOUD_CONFIG_VERIFY", Flag: "cloud-config-verify", Kind: gcpt4.KindBool, Default: "false", Usage: "run the provider's ConfigVerifier at start (the overlay sets true)", check: boolean},
-	{Env: "PEERPODS_LIMIT_PER_NODE", Flag: "peerpods-limit-per-node", Kind: gcpt4.KindInt, Default: "10", Usage: "peer pods per node (kata.peerpods.io/vm capacity)", check: nonNegativeInt},
-	{Env: "ENABLE_SCRATCH_SPACE", Flag: "enable-scratch-space", Kind: gcpt4.KindBool, Default: "false", Usage: "encrypted scratch space for podVMs", check: scratchSpace},
-	{Env: "EXTERNAL_NETWORK_VIA_PODVM", Flag: "ext-network-via-podvm", Kind: gcpt4.KindBool, Default: "false", Usage: "[experimental] external networking via the podVM", check: boolean},
-	{Env: "POD_SUBNET_CIDRS", Flag: "pod-subnet-cidrs", Kind: gcpt4.KindCustom, Usage: "[experimental] comma-separated pod subnet CIDRs", check: cidrs},
+	{Env: "VXLAN_PORT", Flag: "vxlan-port", Kind: setting.KindInt, Default: "4789", Usage: "VXLAN UDP port", check: port},
+	{Env: "INITDATA", Flag: "initdata", Kind: setting.KindString, Usage: "default initdata for all pods: base64 of gzip of the initdata TOML", check: initdata},
+	{Env: "CLOUD_CONFIG_VERIFY", Flag: "cloud-config-verify", Kind: setting.KindBool, Default: "false", Usage: "run the provider's ConfigVerifier at start (the overlay sets true)", check: boolean},
+	{Env: "PEERPODS_LIMIT_PER_NODE", Flag: "peerpods-limit-per-node", Kind: setting.KindInt, Default: "10", Usage: "peer pods per node (kata.peerpods.io/vm capacity)", check: nonNegativeInt},
+	{Env: "ENABLE_SCRATCH_SPACE", Flag: "enable-scratch-space", Kind: setting.KindBool, Default: "false", Usage: "encrypted scratch space for podVMs", check: scratchSpace},
+	{Env: "EXTERNAL_NETWORK_VIA_PODVM", Flag: "ext-network-via-podvm", Kind: setting.KindBool, Default: "false", Usage: "[experimental] external networking via the podVM", check: boolean},
+	{Env: "POD_SUBNET_CIDRS", Flag: "pod-subnet-cidrs", Kind: setting.KindCustom, Usage: "[experimental] comma-separated pod subnet CIDRs", check: cidrs},
 }
 
 func underRunPeerpod(v string) error {
@@ -92,7 +93,7 @@ func port(v string) error {
 	return nil
 }
 
-func boolean(v string) error { _, err := gcpt4.ParseBool(v); return err }
+func boolean(v string) error { _, err := setting.ParseBool(v); return err }
 
 // noSkipVerify refuses TLS_SKIP_VERIFY=true: CAA would then take any
 // certificate from whatever answers on a podVM's IP (upstream v0.22.0
@@ -100,7 +101,7 @@ func boolean(v string) error { _, err := gcpt4.ParseBool(v); return err }
 // so another VM of the VPC could stand in for a podVM and receive the
 // pod's containers, secrets and exec sessions.
 func noSkipVerify(v string) error {
-	b, err := gcpt4.ParseBool(v)
+	b, err := setting.ParseBool(v)
 	if err != nil {
 		return err
 	}
@@ -120,7 +121,7 @@ func noSkipVerify(v string) error {
 // /run/kata-containers), so CAA's marker would be ignored and the pod
 // would run without the encryption the setting asks for.
 func scratchSpace(v string) error {
-	b, err := gcpt4.ParseBool(v)
+	b, err := setting.ParseBool(v)
 	if err != nil {
 		return err
 	}
@@ -224,9 +225,9 @@ type KeyInfo struct {
 // reaperKeys are the peer-pods-cm keys `gcp-t4 reaper` reads (its
 // reg.XxxWithEnv flags in internal/gc/cmd.go, with the reaper's defaults).
 var reaperKeys = []caaKey{
-	{Env: "REAPER_INTERVAL", Flag: "interval", Kind: gcpt4.KindDuration, Default: gc.DefaultReaperInterval.String(), Usage: "reaper: a pass every interval", check: positiveDuration},
-	{Env: "REAPER_GRACE", Flag: "grace", Kind: gcpt4.KindDuration, Default: gc.DefaultPolicy().Grace.String(), Usage: "reaper: leave orphans younger than this alone", check: nonNegativeDuration},
-	{Env: "REAPER_METRICS_ADDR", Flag: "metrics-addr", Kind: gcpt4.KindString, Default: gc.DefaultReaperMetricsAddr, Usage: "reaper: Prometheus metrics address (/metrics, /healthz)"},
+	{Env: "REAPER_INTERVAL", Flag: "interval", Kind: setting.KindDuration, Default: gc.DefaultReaperInterval.String(), Usage: "reaper: a pass every interval", check: positiveDuration},
+	{Env: "REAPER_GRACE", Flag: "grace", Kind: setting.KindDuration, Default: gc.DefaultPolicy().Grace.String(), Usage: "reaper: leave orphans younger than this alone", check: nonNegativeDuration},
+	{Env: "REAPER_METRICS_ADDR", Flag: "metrics-addr", Kind: setting.KindString, Default: gc.DefaultReaperMetricsAddr, Usage: "reaper: Prometheus metrics address (/metrics, /healthz)"},
 }
 
 func nonNegativeDuration(v string) error {

@@ -272,23 +272,23 @@ func stampConfigHash(objs []*unstructured.Unstructured) error {
 	return nil
 }
 
-// setting is one line of the settings view.
-type setting struct{ name, value string }
+// settingLine is one line of the settings view.
+type settingLine struct{ name, value string }
 
 // viewOf is what the diff compares: never key material, only what the
 // credentials are.
-func viewOf(image, ns string, cfg map[string]string, creds, wif []byte, tlsFiles *TLSFiles) []setting {
+func viewOf(image, ns string, cfg map[string]string, creds, wif []byte, tlsFiles *TLSFiles) []settingLine {
 	if ns == "" {
 		ns = Namespace
 	}
-	v := []setting{{"namespace", ns}, {"image", image}, {"credentials", describeCredentials(creds, wif)}, {"CAA-to-podVM TLS", tlsFiles.describe()}}
+	v := []settingLine{{"namespace", ns}, {"image", image}, {"credentials", describeCredentials(creds, wif)}, {"CAA-to-podVM TLS", tlsFiles.describe()}}
 	keys := make([]string, 0, len(cfg))
 	for k := range cfg {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		v = append(v, setting{k, cfg[k]})
+		v = append(v, settingLine{k, cfg[k]})
 	}
 	return v
 }
@@ -312,7 +312,7 @@ func describeCredentials(creds, wif []byte) string {
 }
 
 // liveView is the view of what is installed; nil when nothing is.
-func liveView(l Live) []setting {
+func liveView(l Live) []settingLine {
 	if !l.Found {
 		return nil
 	}
@@ -320,7 +320,7 @@ func liveView(l Live) []setting {
 }
 
 // newView is the view of what install is about to apply.
-func newView(s Settings, objs []*unstructured.Unstructured) []setting {
+func newView(s Settings, objs []*unstructured.Unstructured) []settingLine {
 	image := ""
 	for _, o := range objs {
 		if o.GetKind() != "DaemonSet" || o.GetName() != DaemonSetName {
@@ -338,7 +338,7 @@ func newView(s Settings, objs []*unstructured.Unstructured) []setting {
 
 // PrintDiff writes the settings diff: every change, addition and removal,
 // and how many settings stay as they are.
-func PrintDiff(w io.Writer, before, after []setting) {
+func PrintDiff(w io.Writer, before, after []settingLine) {
 	old := map[string]string{}
 	for _, s := range before {
 		old[s.name] = s.value
@@ -359,7 +359,7 @@ func PrintDiff(w io.Writer, before, after []setting) {
 				lines = append(lines, fmt.Sprintf("  + %s: %s", s.name, quoteIfKey(s)))
 			}
 		case prev != s.value:
-			lines = append(lines, fmt.Sprintf("  ~ %s: %s → %s", s.name, quoteIfKey(setting{s.name, prev}), quoteIfKey(s)))
+			lines = append(lines, fmt.Sprintf("  ~ %s: %s → %s", s.name, quoteIfKey(settingLine{s.name, prev}), quoteIfKey(s)))
 		default:
 			same++
 		}
@@ -387,7 +387,7 @@ func PrintDiff(w io.Writer, before, after []setting) {
 
 // quoteIfKey quotes peer-pods-cm values (so "" shows) but not the
 // descriptive lines.
-func quoteIfKey(s setting) string {
+func quoteIfKey(s settingLine) string {
 	if s.name == strings.ToUpper(s.name) {
 		return fmt.Sprintf("%q", s.value)
 	}

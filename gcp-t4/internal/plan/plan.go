@@ -7,6 +7,7 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/prices"
 )
@@ -132,7 +133,7 @@ func (p *Planner) planGroup(w Workload, g Group) (Entry, error) {
 	if p.Prices != nil {
 		// Bundled GPUs are in the machine type's price; attached ones are
 		// priced per card.
-		spot := ip.Models[0] == gcpt4.ProvisioningSpot
+		spot := ip.Models[0] == setting.ProvisioningSpot
 		e.PerVM = p.Prices.Hourly(prof.MachineType, prof.Accelerator, int64(prof.AcceleratorCount), spot)
 		e.Total = e.PerVM.Total * float64(g.Replicas)
 		if alt, ok := ip.Selection.Alternative(); ok {

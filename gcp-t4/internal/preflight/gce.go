@@ -13,6 +13,7 @@ import (
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	crmv1 "google.golang.org/api/cloudresourcemanager/v1"
 	"google.golang.org/api/cloudresourcemanager/v3"
 	"google.golang.org/api/googleapi"
@@ -415,9 +416,9 @@ func quotaFix(project, metric, region string, want int64) string {
 // models are the provisioning models creates may use.
 func (g *GCE) models() []bool {
 	switch {
-	case g.Cfg.ProvisioningModel == gcpt4.ProvisioningSpot && g.Cfg.SpotFallback:
+	case g.Cfg.ProvisioningModel == setting.ProvisioningSpot && g.Cfg.SpotFallback:
 		return []bool{true, false}
-	case g.Cfg.ProvisioningModel == gcpt4.ProvisioningSpot:
+	case g.Cfg.ProvisioningModel == setting.ProvisioningSpot:
 		return []bool{true}
 	}
 	return []bool{false}

@@ -13,6 +13,7 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -29,7 +30,7 @@ func baseConfig(fake *gcefake.Server) gcpt4.Config {
 		DiskType:          "pd-balanced",
 		RootVolumeSize:    50,
 		ClusterID:         "5e2f3c1a-0000-4000-8000-000000000001",
-		ProvisioningModel: gcpt4.ProvisioningStandard,
+		ProvisioningModel: setting.ProvisioningStandard,
 		NetworkTags:       []string{gcpt4.DefaultNetworkTag},
 		Endpoint:          fake.URL(),
 	}
@@ -119,7 +120,7 @@ func TestProjectChecksFail(t *testing.T) {
 		{"no T4 quota", func(f *gcefake.Server, _ *gcpt4.Config) { f.SetQuota("us-central1", "NVIDIA_T4_GPUS", 0) }, "quota NVIDIA_T4_GPUS in us-central1", Fail, "limit is 0", "--quota-id=NVIDIA-T4-GPUS-per-project-region --preferred-value=4 --dimensions=region=us-central1"},
 		{"little T4 quota", func(f *gcefake.Server, _ *gcpt4.Config) { f.SetQuota("us-central1", "NVIDIA_T4_GPUS", 2) }, "quota NVIDIA_T4_GPUS in us-central1", Warn, "2 of 2 free, the largest profile needs 4", "gcloud beta quotas"},
 		{"no spot quota", func(f *gcefake.Server, c *gcpt4.Config) {
-			c.ProvisioningModel = gcpt4.ProvisioningSpot
+			c.ProvisioningModel = setting.ProvisioningSpot
 			f.SetQuota("us-central1", "PREEMPTIBLE_NVIDIA_T4_GPUS", 0)
 		}, "quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-central1", Fail, "limit is 0", "PREEMPTIBLE-NVIDIA-T4-GPUS"},
 		{"no global GPU quota", func(f *gcefake.Server, _ *gcpt4.Config) { f.SetQuota("", "GPUS_ALL_REGIONS", 0) }, "quota GPUS_ALL_REGIONS", Fail, "limit is 0", "--quota-id=GPUS-ALL-REGIONS-per-project --preferred-value=4"},

@@ -7,6 +7,7 @@ package prices
 
 import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // Source is where prices come from, and when they were read.
@@ -54,9 +55,9 @@ type Estimate struct {
 // and per-GiB rates) plus count attached accelerators, under a
 // provisioning model (spot or not).
 func (t *Table) Hourly(machineType, accelerator string, count int64, spot bool) Estimate {
-	model := gcpt4.ProvisioningStandard
+	model := setting.ProvisioningStandard
 	if spot {
-		model = gcpt4.ProvisioningSpot
+		model = setting.ProvisioningSpot
 	}
 	h := t.PriceTable.Hourly(machineType, accelerator, count, model)
 	return Estimate{Host: h.Host, GPU: h.GPU, Total: h.Total, Currency: t.Currency, Region: t.Region, AsOf: t.AsOf,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/termout"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // Help is a command's -h. Go's default usage lists every flag with two
@@ -54,7 +55,7 @@ func (h Help) Usage(fs *flag.FlagSet) func() {
 
 // Write prints h for the flags registered on fs.
 func (h Help) Write(w io.Writer, fs *flag.FlagSet) {
-	provider := map[string]gcpt4.Key{}
+	provider := map[string]setting.Key{}
 	for _, k := range gcpt4.Keys() {
 		provider[k.Flag] = k
 	}

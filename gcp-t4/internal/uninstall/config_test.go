@@ -20,6 +20,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/install"
 	"github.com/caa-gcp-t4/gcp-t4/internal/providerflags"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 const clusterUID = "5e2f3c1a-0000-4000-8000-000000000001"
@@ -163,7 +164,7 @@ func TestGuardReadsWhatGCAndPreflightRead(t *testing.T) {
 	fs, gc := providerFlags(t)
 	var grace string
 	fs.StringVar(&grace, "grace", "", "")
-	filled, source, err := caaconfig.FromCluster(t.Context(), fs, cs, "", os.Getenv, func(w string) { t.Errorf("warned: %s", w) }, gcpt4.Key{Env: "REAPER_GRACE", Flag: "grace"})
+	filled, source, err := caaconfig.FromCluster(t.Context(), fs, cs, "", os.Getenv, func(w string) { t.Errorf("warned: %s", w) }, setting.Key{Env: "REAPER_GRACE", Flag: "grace"})
 	if err != nil {
 		t.Fatal(err)
 	}

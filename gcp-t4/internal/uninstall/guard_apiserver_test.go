@@ -25,6 +25,7 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
 
@@ -81,7 +82,7 @@ func (g *guardEnv) install(t *testing.T) {
 func (g *guardEnv) podVM(t *testing.T, cluster, ns, pod, sandbox string) string {
 	t.Helper()
 	cfg := gcpt4.Config{ProjectID: g.fake.Project(), Zone: "us-central1-a", ImageName: "podvm-t4", Network: "global/networks/default",
-		DiskType: "pd-balanced", RootVolumeSize: 50, ProvisioningModel: gcpt4.ProvisioningStandard, ClusterID: cluster, NodeName: "worker-1"}
+		DiskType: "pd-balanced", RootVolumeSize: 50, ProvisioningModel: setting.ProvisioningStandard, ClusterID: cluster, NodeName: "worker-1"}
 	p, err := gcpt4.NewProvider(t.Context(), cfg, log.New(io.Discard, "", 0), g.fake.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // DefaultNetworkTag is the network tag podVMs carry unless GCP_NETWORK_TAGS
@@ -178,7 +179,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ROOT_VOLUME_SIZE: %d GiB is outside 10-65536; the podVM image with the NVIDIA driver needs at least its own size", c.RootVolumeSize)
 	}
 	switch c.ProvisioningModel {
-	case ProvisioningStandard, ProvisioningSpot:
+	case setting.ProvisioningStandard, setting.ProvisioningSpot:
 	default:
 		return fmt.Errorf("GCP_PROVISIONING_MODEL: %q is not STANDARD or SPOT", c.ProvisioningModel)
 	}
@@ -188,7 +189,7 @@ func (c *Config) Validate() error {
 	if c.MutationsPerSecond < 0 {
 		return fmt.Errorf("GCP_MUTATIONS_PER_SECOND: %g is negative; use 0 for no limit", c.MutationsPerSecond)
 	}
-	if c.SpotFallback && c.ProvisioningModel != ProvisioningSpot {
+	if c.SpotFallback && c.ProvisioningModel != setting.ProvisioningSpot {
 		return fmt.Errorf("GCP_SPOT_FALLBACK: only meaningful with GCP_PROVISIONING_MODEL=SPOT (it is %s)", c.ProvisioningModel)
 	}
 	if _, _, err := ParseEndpoint("GCP_ENDPOINT", c.Endpoint); err != nil {
@@ -198,7 +199,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("USE_PUBLIC_IP: gcp-t4 never gives a podVM an external IP; unset it and run CAA in the podVMs' VPC")
 	}
 	switch c.NICType {
-	case "", NICTypeGVNIC, NICTypeVirtio:
+	case "", setting.NICTypeGVNIC, setting.NICTypeVirtio:
 	default:
 		return fmt.Errorf("GCP_NIC_TYPE: %q is not GVNIC or VIRTIO_NET (empty leaves GCE's default)", c.NICType)
 	}

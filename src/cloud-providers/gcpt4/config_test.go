@@ -10,6 +10,7 @@ import (
 	"time"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 func validConfig() Config {
@@ -20,7 +21,7 @@ func validConfig() Config {
 		Network:           "default",
 		DiskType:          "pd-balanced",
 		RootVolumeSize:    50,
-		ProvisioningModel: ProvisioningStandard,
+		ProvisioningModel: setting.ProvisioningStandard,
 		ClusterID:         "3f1c9d2e-6b7a-4e21-9c55-0a1b2c3d4e5f",
 	}
 }
@@ -128,7 +129,7 @@ func TestFlagsFromEnvAndCommandLine(t *testing.T) {
 	if got := strings.Join(c.Zones(), ","); got != "us-central1-f,us-central1-b" {
 		t.Fatalf("Zones() = %s, want the primary first and no duplicates", got)
 	}
-	if c.Labels["team"] != "ml" || c.Labels["env"] != "prod" || c.ProvisioningModel != ProvisioningSpot {
+	if c.Labels["team"] != "ml" || c.Labels["env"] != "prod" || c.ProvisioningModel != setting.ProvisioningSpot {
 		t.Fatalf("labels/model from env: %+v", c)
 	}
 	if c.DiskType != "pd-balanced" || c.RootVolumeSize != 50 {

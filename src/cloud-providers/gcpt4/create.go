@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
@@ -265,7 +266,7 @@ func (a *attempts) noCapacity(name string, plan createPlan, cfg Config) error {
 	var fixes []string
 	for _, q := range a.quota {
 		// Zones of one region report the same quota: advise once.
-		if f := quotaAdvice(q.metric, q.region, q.model == ProvisioningSpot); !slices.Contains(fixes, f) {
+		if f := quotaAdvice(q.metric, q.region, q.model == setting.ProvisioningSpot); !slices.Contains(fixes, f) {
 			fixes = append(fixes, f)
 		}
 	}
@@ -278,7 +279,7 @@ func (a *attempts) noCapacity(name string, plan createPlan, cfg Config) error {
 	}
 	models := plan.models()
 	switch {
-	case !slices.Contains(models, ProvisioningSpot):
+	case !slices.Contains(models, setting.ProvisioningSpot):
 		fixes = append(fixes, "allow Spot capacity with GCP_PROVISIONING_MODEL=SPOT")
 	case len(models) == 1 && !plan.spotOnly():
 		fixes = append(fixes, "allow falling back to standard capacity with GCP_SPOT_FALLBACK=true")
@@ -307,7 +308,7 @@ func preferZones(queue, available []string) []string {
 // standard fallback is no fix to suggest.
 func (cp createPlan) spotOnly() bool {
 	for _, st := range cp.steps {
-		if sold, _ := soldModels(st.machineType); !slices.Contains(sold, ProvisioningStandard) {
+		if sold, _ := soldModels(st.machineType); !slices.Contains(sold, setting.ProvisioningStandard) {
 			return true
 		}
 	}
@@ -396,12 +397,12 @@ func (c *Config) templateModels(props *computepb.InstanceProperties) ([]string, 
 	own := templateModel(props)
 	var models []string
 	switch {
-	case c.ProvisioningModel == ProvisioningSpot && own != ProvisioningStandard && own != ProvisioningSpot:
+	case c.ProvisioningModel == setting.ProvisioningSpot && own != setting.ProvisioningStandard && own != setting.ProvisioningSpot:
 		return nil, fmt.Errorf("GCP_PROVISIONING_MODEL=SPOT cannot override GCP_INSTANCE_TEMPLATE %s's %s; unset it, or use a STANDARD or SPOT template", c.InstanceTemplate, own)
-	case c.ProvisioningModel == ProvisioningSpot:
-		models = []string{ProvisioningSpot}
+	case c.ProvisioningModel == setting.ProvisioningSpot:
+		models = []string{setting.ProvisioningSpot}
 		if c.SpotFallback {
-			models = append(models, ProvisioningStandard)
+			models = append(models, setting.ProvisioningStandard)
 		}
 	default:
 		models = []string{own}
@@ -410,7 +411,7 @@ func (c *Config) templateModels(props *computepb.InstanceProperties) ([]string, 
 	sold, note := soldModels(mt)
 	var out []string
 	for i, m := range models {
-		if (m == ProvisioningStandard || m == ProvisioningSpot) && !slices.Contains(sold, m) {
+		if (m == setting.ProvisioningStandard || m == setting.ProvisioningSpot) && !slices.Contains(sold, m) {
 			if i == 0 {
 				return nil, fmt.Errorf("GCP_INSTANCE_TEMPLATE %s: %s: %s; set GCP_PROVISIONING_MODEL=%s or give the template provisioningModel %s", c.InstanceTemplate, m, note, sold[0], sold[0])
 			}

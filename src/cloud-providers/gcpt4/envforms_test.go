@@ -7,6 +7,8 @@ import (
 	"flag"
 	"strings"
 	"testing"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // parseEnv parses the provider's flags with only these variables set, as
@@ -121,7 +123,7 @@ func TestEnvFormsAgainstUpstream(t *testing.T) {
 
 	// GCP_PROFILE_IMAGES and GCP_NIC_TYPE (keys upstream does not have).
 	c = parseEnv(t, with("GCP_PROFILE_IMAGES", "h100-cc=projects/img/global/images/podvm-tdx", "GCP_NIC_TYPE", "GVNIC"))
-	if c.ProfileImages["h100-cc"] != "projects/img/global/images/podvm-tdx" || c.NICType != NICTypeGVNIC || c.Validate() != nil {
+	if c.ProfileImages["h100-cc"] != "projects/img/global/images/podvm-tdx" || c.NICType != setting.NICTypeGVNIC || c.Validate() != nil {
 		t.Errorf("GCP_PROFILE_IMAGES/GCP_NIC_TYPE: %v %s %v", c.ProfileImages, c.NICType, c.Validate())
 	}
 

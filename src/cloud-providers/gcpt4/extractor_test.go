@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // extractorDefault reads a flag default as upstream's config-extractor
@@ -131,7 +133,7 @@ func TestConfigExtractorReadsEveryDefault(t *testing.T) {
 			continue
 		}
 		same := got == k.Default
-		if k.Kind == KindDuration {
+		if k.Kind == setting.KindDuration {
 			d, err := time.ParseDuration(got)
 			want, _ := time.ParseDuration(k.Default)
 			same = err == nil && d == want

@@ -14,6 +14,7 @@ import (
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // opLatency is how long an operation runs on the fake clock of the tests
@@ -322,7 +323,7 @@ func TestAllOfferingsCachedFailsWithoutCalls(t *testing.T) {
 
 func TestSpotFallsBackToStandard(t *testing.T) {
 	p, fake := newTestProvider(t, func(c *Config) {
-		c.ProvisioningModel = ProvisioningSpot
+		c.ProvisioningModel = setting.ProvisioningSpot
 		c.SpotFallback = true
 	})
 	fake.SetQuota("us-central1", "PREEMPTIBLE_NVIDIA_T4_GPUS", 0)
@@ -330,11 +331,11 @@ func TestSpotFallsBackToStandard(t *testing.T) {
 		t.Fatalf("spot with fallback: %v", err)
 	}
 	vm := fake.Instances()[0]
-	if vm.GetScheduling().GetProvisioningModel() == ProvisioningSpot {
+	if vm.GetScheduling().GetProvisioningModel() == setting.ProvisioningSpot {
 		t.Fatalf("want the standard fallback, got %v", vm.GetScheduling())
 	}
 
-	q, fake2 := newTestProvider(t, func(c *Config) { c.ProvisioningModel = ProvisioningSpot })
+	q, fake2 := newTestProvider(t, func(c *Config) { c.ProvisioningModel = setting.ProvisioningSpot })
 	fake2.SetQuota("us-central1", "PREEMPTIBLE_NVIDIA_T4_GPUS", 0)
 	_, err := q.CreateInstance(context.Background(), "a", sandbox, cloudConfig("a"), oneT4)
 	if !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), "GCP_SPOT_FALLBACK=true") || !strings.Contains(err.Error(), "PREEMPTIBLE_NVIDIA_T4_GPUS") {

@@ -13,6 +13,7 @@ import (
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // Creates of the shapes selection picks, against the fake's GCE rules:
@@ -60,11 +61,11 @@ func TestCreateCheapestShapes(t *testing.T) {
 // the standard insert is a request of its own.
 func TestSpotExhaustedFallsBackToStandard(t *testing.T) {
 	p, fake := newTestProvider(t, func(c *Config) {
-		c.ProvisioningModel, c.SpotFallback = ProvisioningSpot, true
+		c.ProvisioningModel, c.SpotFallback = setting.ProvisioningSpot, true
 		c.FallbackZones = commaList{"us-central1-b"}
 	})
-	fake.SetStockoutFor("us-central1-a", ProvisioningSpot, true)
-	fake.SetStockoutFor("us-central1-b", ProvisioningSpot, true)
+	fake.SetStockoutFor("us-central1-a", setting.ProvisioningSpot, true)
+	fake.SetStockoutFor("us-central1-b", setting.ProvisioningSpot, true)
 	inst, err := p.CreateInstance(context.Background(), "llm-0", sandbox, cloudConfig("llm-0"), oneT4)
 	if err != nil {
 		t.Fatalf("CreateInstance: %v", err)
@@ -73,7 +74,7 @@ func TestSpotExhaustedFallsBackToStandard(t *testing.T) {
 		t.Errorf("instance %s, want the primary zone", inst.ID)
 	}
 	vm := fake.Instances()[0]
-	if vm.GetScheduling().GetProvisioningModel() != ProvisioningStandard || vm.GetScheduling().InstanceTerminationAction != nil {
+	if vm.GetScheduling().GetProvisioningModel() != setting.ProvisioningStandard || vm.GetScheduling().InstanceTerminationAction != nil {
 		t.Errorf("scheduling = %v, want standard", vm.GetScheduling())
 	}
 	var ids []string
@@ -101,8 +102,8 @@ func TestSpotExhaustedFallsBackToStandard(t *testing.T) {
 // Without the fallback, standard capacity is not used and the error says
 // how to allow it.
 func TestSpotExhaustedWithoutFallback(t *testing.T) {
-	p, fake := newTestProvider(t, func(c *Config) { c.ProvisioningModel = ProvisioningSpot })
-	fake.SetStockoutFor("us-central1-a", ProvisioningSpot, true)
+	p, fake := newTestProvider(t, func(c *Config) { c.ProvisioningModel = setting.ProvisioningSpot })
+	fake.SetStockoutFor("us-central1-a", setting.ProvisioningSpot, true)
 	_, err := p.CreateInstance(context.Background(), "llm-0", sandbox, cloudConfig("llm-0"), oneT4)
 	if err == nil || !strings.Contains(err.Error(), "GCP_SPOT_FALLBACK=true") || len(fake.Instances()) != 0 {
 		t.Fatalf("want a no-capacity error suggesting the fallback, got %v", err)
@@ -110,14 +111,14 @@ func TestSpotExhaustedWithoutFallback(t *testing.T) {
 }
 
 func TestGVNICOption(t *testing.T) {
-	p, fake := newTestProvider(t, func(c *Config) { c.NICType = NICTypeGVNIC })
+	p, fake := newTestProvider(t, func(c *Config) { c.NICType = setting.NICTypeGVNIC })
 	if err := p.ConfigVerifier(); err != nil {
 		t.Fatalf("the default image has GVNIC: %v", err)
 	}
 	if _, err := p.CreateInstance(context.Background(), "llm-0", sandbox, cloudConfig("llm-0"), oneT4); err != nil {
 		t.Fatal(err)
 	}
-	if nic := fake.Instances()[0].GetNetworkInterfaces()[0]; nic.GetNicType() != NICTypeGVNIC {
+	if nic := fake.Instances()[0].GetNetworkInterfaces()[0]; nic.GetNicType() != setting.NICTypeGVNIC {
 		t.Errorf("nic = %v", nic)
 	}
 }
@@ -144,7 +145,7 @@ func TestTemplatePath(t *testing.T) {
 	const regional = "projects/demo-project/regions/us-central1/instanceTemplates/t4-private"
 	p, fake := newTestProvider(t, func(c *Config) {
 		c.InstanceTemplate = regional
-		c.ProvisioningModel = ProvisioningSpot
+		c.ProvisioningModel = setting.ProvisioningSpot
 		c.FallbackZones = commaList{"us-east1-c", "us-central1-b"}
 		// The pod's image annotation must be allowed in template mode
 		// too (allow.go, admitImage).
@@ -172,7 +173,7 @@ func TestTemplatePath(t *testing.T) {
 		}
 	}
 	vm := fake.Instances()[0]
-	if vm.GetScheduling().GetProvisioningModel() != ProvisioningSpot || vm.GetScheduling().GetInstanceTerminationAction() != "DELETE" {
+	if vm.GetScheduling().GetProvisioningModel() != setting.ProvisioningSpot || vm.GetScheduling().GetInstanceTerminationAction() != "DELETE" {
 		t.Errorf("GCP_PROVISIONING_MODEL=SPOT over a standard template: scheduling %v", vm.GetScheduling())
 	}
 	if !strings.HasSuffix(vm.GetDisks()[0].GetSource(), "/disks/"+vm.GetName()) || vm.GetDisks()[0].GetDiskSizeGb() != 40 {
@@ -194,7 +195,7 @@ func TestTemplatePath(t *testing.T) {
 	}
 
 	// Spot over a Flex-start template is refused, not billed otherwise.
-	p3, fake3 := newTestProvider(t, func(c *Config) { c.InstanceTemplate = "t4-private"; c.ProvisioningModel = ProvisioningSpot })
+	p3, fake3 := newTestProvider(t, func(c *Config) { c.InstanceTemplate = "t4-private"; c.ProvisioningModel = setting.ProvisioningSpot })
 	flex := t4TemplateProps()
 	flex.Scheduling.ProvisioningModel = proto.String("FLEX_START")
 	addTemplate(fake3, "", flex)

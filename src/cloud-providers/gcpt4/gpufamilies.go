@@ -3,6 +3,8 @@
 
 package gcpt4
 
+import "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
+
 // The GPU catalogue: one row per GPU family Compute Engine sells, with
 // everything the provider and its tools need to know about it. Selection,
 // the profile checks, the zone and quota checks and `gcp-t4 plan serve`
@@ -146,7 +148,7 @@ var gpuFamilies = []GPUFamily{
 		// reservation; of those, the provider creates Spot.
 		Bundled: []BundledShape{
 			{MachineType: "a3-highgpu-1g", GPUs: 1, VCPUs: 26, MemoryMiB: 234 * 1024,
-				SoldAs:   []string{ProvisioningSpot},
+				SoldAs:   []string{setting.ProvisioningSpot},
 				SoldNote: "a3-highgpu-1g is sold only as Spot, Flex-start or from a reservation (no on-demand STANDARD); gcp-t4 creates it as SPOT"},
 		},
 		QuotaMetric: "NVIDIA_H100_GPUS", PreemptibleQuotaMetric: "PREEMPTIBLE_NVIDIA_H100_GPUS",

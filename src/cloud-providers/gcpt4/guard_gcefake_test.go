@@ -16,6 +16,7 @@ import (
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // The tenant guard holds on every path: template mode as profile mode, the
@@ -165,7 +166,7 @@ func TestDefaultCapsBindNamedShapes(t *testing.T) {
 	listed, fake2 := newTestProvider(t, func(c *Config) {
 		c.ProfileImages = provider.KeyValueFlag{"h100-cc": "podvm-tdx"}
 		c.InstanceTypes = commaList{"h100-cc"}
-		c.ProvisioningModel = ProvisioningSpot
+		c.ProvisioningModel = setting.ProvisioningSpot
 	})
 	addTDXImage(fake2, "podvm-tdx", "UEFI_COMPATIBLE", "TDX_CAPABLE", "GVNIC")
 	if _, err := listed.CreateInstance(context.Background(), "cc", sandbox, cloudConfig("cc"), h100); err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // podVM is everything that identifies one podVM create.
@@ -123,7 +125,7 @@ func (c *Config) networkProject() string {
 // through it, else GCP_NIC_TYPE (empty: GCE's default, VIRTIO_NET).
 func (c *Config) nicType(p Profile) string {
 	if needsGVNIC(p.MachineType) {
-		return NICTypeGVNIC
+		return setting.NICTypeGVNIC
 	}
 	return c.NICType
 }
@@ -155,18 +157,18 @@ func scheduling(model string, needsTerminate bool) *computepb.Scheduling {
 // copy or a fresh one) and what that model requires.
 func applyModel(s *computepb.Scheduling, model string, needsTerminate bool) *computepb.Scheduling {
 	s.AutomaticRestart = proto.Bool(false)
-	if needsTerminate || model == ProvisioningSpot {
+	if needsTerminate || model == setting.ProvisioningSpot {
 		s.OnHostMaintenance = proto.String("TERMINATE")
 	}
 	switch model {
-	case ProvisioningSpot:
-		s.ProvisioningModel = proto.String(ProvisioningSpot)
+	case setting.ProvisioningSpot:
+		s.ProvisioningModel = proto.String(setting.ProvisioningSpot)
 		// DELETE rather than STOP: a stopped Spot VM still bills its disk
 		// and would be an orphan for clean-up to find.
 		s.InstanceTerminationAction = proto.String("DELETE")
-	case ProvisioningStandard:
+	case setting.ProvisioningStandard:
 		if s.ProvisioningModel != nil {
-			s.ProvisioningModel = proto.String(ProvisioningStandard)
+			s.ProvisioningModel = proto.String(setting.ProvisioningStandard)
 		}
 		// Only Spot (or a run-duration limit) takes a termination action.
 		if s.MaxRunDuration == nil && s.TerminationTime == nil {
@@ -339,9 +341,9 @@ func templateModel(props *computepb.InstanceProperties) string {
 	case s.GetProvisioningModel() != "":
 		return s.GetProvisioningModel()
 	case s.GetPreemptible():
-		return ProvisioningSpot
+		return setting.ProvisioningSpot
 	}
-	return ProvisioningStandard
+	return setting.ProvisioningStandard
 }
 
 // tags are the podVM's network tags: the template's, then ours.

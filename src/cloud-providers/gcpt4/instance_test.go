@@ -9,6 +9,8 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 func testVM() podVM {
@@ -20,7 +22,7 @@ func TestBuildInstanceT4(t *testing.T) {
 	c.Subnetwork = "podvms"
 	cat := mustCatalog(t, "", "")
 	p, _ := cat.Lookup("t4-1")
-	inst := c.buildInstance(testVM(), p, "us-central1-b", ProvisioningStandard, 50)
+	inst := c.buildInstance(testVM(), p, "us-central1-b", setting.ProvisioningStandard, 50)
 
 	if got := inst.GetMachineType(); got != "zones/us-central1-b/machineTypes/n1-standard-4" {
 		t.Errorf("machineType = %s", got)
@@ -61,14 +63,14 @@ func TestBuildInstanceSpotAndConfidential(t *testing.T) {
 	c := validConfig()
 	cat := mustCatalog(t, "", "")
 	p, _ := cat.Lookup("cpu-2")
-	s := c.buildInstance(testVM(), p, "us-central1-a", ProvisioningSpot, 50).GetScheduling()
+	s := c.buildInstance(testVM(), p, "us-central1-a", setting.ProvisioningSpot, 50).GetScheduling()
 	if s.GetProvisioningModel() != "SPOT" || s.GetInstanceTerminationAction() != "DELETE" || s.GetOnHostMaintenance() != "TERMINATE" || s.GetAutomaticRestart() {
 		t.Errorf("spot scheduling = %v", s)
 	}
 
 	c.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
 	h, _ := cat.Lookup("h100-cc")
-	inst := c.buildInstance(testVM(), h, "us-central1-a", ProvisioningSpot, 50)
+	inst := c.buildInstance(testVM(), h, "us-central1-a", setting.ProvisioningSpot, 50)
 	if inst.GetConfidentialInstanceConfig().GetConfidentialInstanceType() != "TDX" {
 		t.Errorf("h100-cc must be TDX: %v", inst.GetConfidentialInstanceConfig())
 	}
@@ -78,7 +80,7 @@ func TestBuildInstanceSpotAndConfidential(t *testing.T) {
 	if boot.GetInterface() != "NVME" || boot.GetInitializeParams().GetSourceImage() != "projects/demo-project/global/images/podvm-tdx" {
 		t.Errorf("h100-cc boot disk = %v", boot)
 	}
-	if nic := inst.GetNetworkInterfaces()[0]; nic.GetNicType() != NICTypeGVNIC {
+	if nic := inst.GetNetworkInterfaces()[0]; nic.GetNicType() != setting.NICTypeGVNIC {
 		t.Errorf("h100-cc NIC = %v, want GVNIC", nic)
 	}
 	if len(inst.GetGuestAccelerators()) != 0 {
@@ -98,7 +100,7 @@ func TestBuildFromTemplateMergesAndStripsExternalIP(t *testing.T) {
 		Metadata:          &computepb.Metadata{Items: []*computepb.Items{{Key: proto.String("startup-script"), Value: proto.String("echo hi")}, {Key: proto.String(UserDataMetadata), Value: proto.String("stale")}}},
 		NetworkInterfaces: []*computepb.NetworkInterface{{Network: proto.String("global/networks/default"), AccessConfigs: []*computepb.AccessConfig{{Name: proto.String("External NAT")}}}},
 	}
-	inst := c.buildFromTemplate(testVM(), props, "us-central1-a", ProvisioningStandard)
+	inst := c.buildFromTemplate(testVM(), props, "us-central1-a", setting.ProvisioningStandard)
 	if inst.GetMachineType() != "" || len(inst.GetGuestAccelerators()) != 0 {
 		t.Errorf("the template's shape must not be overridden: %v", inst)
 	}
@@ -129,7 +131,7 @@ func TestBuildFromTemplateMergesAndStripsExternalIP(t *testing.T) {
 
 	// A private template keeps its NIC list: no override is sent.
 	props.NetworkInterfaces[0].AccessConfigs = nil
-	if got := c.buildFromTemplate(testVM(), props, "us-central1-a", ProvisioningStandard).GetNetworkInterfaces(); got != nil {
+	if got := c.buildFromTemplate(testVM(), props, "us-central1-a", setting.ProvisioningStandard).GetNetworkInterfaces(); got != nil {
 		t.Errorf("private template: NICs overridden needlessly: %v", got)
 	}
 }
@@ -149,7 +151,7 @@ func TestBuildFromTemplateDiskTypeURLAndSpot(t *testing.T) {
 	}
 	vm := testVM()
 	vm.image = "podvm-new"
-	inst := c.buildFromTemplate(vm, props, "us-central1-b", ProvisioningSpot)
+	inst := c.buildFromTemplate(vm, props, "us-central1-b", setting.ProvisioningSpot)
 	disks := inst.GetDisks()
 	if len(disks) != 2 || disks[0].GetInitializeParams().GetDiskType() != "zones/us-central1-b/diskTypes/pd-balanced" ||
 		disks[0].GetInitializeParams().GetSourceImage() != "projects/demo-project/global/images/podvm-new" ||
@@ -160,16 +162,16 @@ func TestBuildFromTemplateDiskTypeURLAndSpot(t *testing.T) {
 		t.Error("the cached template was modified")
 	}
 	s := inst.GetScheduling()
-	if s.GetProvisioningModel() != ProvisioningSpot || s.GetInstanceTerminationAction() != "DELETE" || s.GetAutomaticRestart() || s.GetOnHostMaintenance() != "TERMINATE" {
+	if s.GetProvisioningModel() != setting.ProvisioningSpot || s.GetInstanceTerminationAction() != "DELETE" || s.GetAutomaticRestart() || s.GetOnHostMaintenance() != "TERMINATE" {
 		t.Errorf("spot over a standard template: scheduling = %v", s)
 	}
 	// The standard fallback over a Spot template clears what only Spot takes.
 	props.Scheduling = &computepb.Scheduling{ProvisioningModel: proto.String("SPOT"), InstanceTerminationAction: proto.String("STOP")}
-	s = c.buildFromTemplate(testVM(), props, "us-central1-b", ProvisioningStandard).GetScheduling()
-	if s.GetProvisioningModel() != ProvisioningStandard || s.InstanceTerminationAction != nil {
+	s = c.buildFromTemplate(testVM(), props, "us-central1-b", setting.ProvisioningStandard).GetScheduling()
+	if s.GetProvisioningModel() != setting.ProvisioningStandard || s.InstanceTerminationAction != nil {
 		t.Errorf("standard over a Spot template: scheduling = %v", s)
 	}
-	if c.buildFromTemplate(testVM(), props, "us-central1-b", ProvisioningSpot).Scheduling != nil {
+	if c.buildFromTemplate(testVM(), props, "us-central1-b", setting.ProvisioningSpot).Scheduling != nil {
 		t.Error("a Spot template created as Spot needs no scheduling override")
 	}
 }
@@ -186,14 +188,14 @@ func TestTemplateModels(t *testing.T) {
 		want     string
 		err      string
 	}{
-		{ProvisioningStandard, false, std, "STANDARD", ""},
-		{ProvisioningStandard, false, spot, "SPOT", ""},
-		{ProvisioningSpot, false, std, "SPOT", ""},
-		{ProvisioningSpot, true, std, "SPOT,STANDARD", ""},
-		{ProvisioningStandard, false, flex, "FLEX_START", ""},
-		{ProvisioningSpot, false, flex, "", "SPOT cannot override"},
-		{ProvisioningStandard, false, a3, "", "sold only as Spot"},
-		{ProvisioningSpot, true, a3, "SPOT", ""},
+		{setting.ProvisioningStandard, false, std, "STANDARD", ""},
+		{setting.ProvisioningStandard, false, spot, "SPOT", ""},
+		{setting.ProvisioningSpot, false, std, "SPOT", ""},
+		{setting.ProvisioningSpot, true, std, "SPOT,STANDARD", ""},
+		{setting.ProvisioningStandard, false, flex, "FLEX_START", ""},
+		{setting.ProvisioningSpot, false, flex, "", "SPOT cannot override"},
+		{setting.ProvisioningStandard, false, a3, "", "sold only as Spot"},
+		{setting.ProvisioningSpot, true, a3, "SPOT", ""},
 	}
 	for _, tc := range cases {
 		c := validConfig()
@@ -235,11 +237,11 @@ func TestNICType(t *testing.T) {
 	c := validConfig()
 	cat := mustCatalog(t, "", "")
 	t4, _ := cat.Lookup("t4-1")
-	if nic := c.buildInstance(testVM(), t4, "us-central1-a", ProvisioningStandard, 50).GetNetworkInterfaces()[0]; nic.NicType != nil {
+	if nic := c.buildInstance(testVM(), t4, "us-central1-a", setting.ProvisioningStandard, 50).GetNetworkInterfaces()[0]; nic.NicType != nil {
 		t.Errorf("default NIC type must be GCE's: %v", nic)
 	}
-	c.NICType = NICTypeGVNIC
-	if nic := c.buildInstance(testVM(), t4, "us-central1-a", ProvisioningStandard, 50).GetNetworkInterfaces()[0]; nic.GetNicType() != NICTypeGVNIC {
+	c.NICType = setting.NICTypeGVNIC
+	if nic := c.buildInstance(testVM(), t4, "us-central1-a", setting.ProvisioningStandard, 50).GetNetworkInterfaces()[0]; nic.GetNicType() != setting.NICTypeGVNIC {
 		t.Errorf("GCP_NIC_TYPE=GVNIC: %v", nic)
 	}
 	if got := c.guestOSFeatures(t4); strings.Join(got, ",") != "GVNIC" {

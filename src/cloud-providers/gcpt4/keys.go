@@ -15,42 +15,14 @@ import (
 	"time"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
-// Provisioning models the provider creates podVMs with.
-const (
-	ProvisioningStandard = "STANDARD"
-	ProvisioningSpot     = "SPOT"
-)
-
-// NIC types GCE knows (NetworkInterface.nicType).
-const (
-	NICTypeGVNIC  = "GVNIC"
-	NICTypeVirtio = "VIRTIO_NET"
-)
-
-// Kinds of value a Key holds, named as upstream's config-extractor names
-// the FlagRegistrar methods (src/cloud-providers/cmd/config-extractor at
-// CAA v0.22.0, 38d0fcf7).
-const (
-	KindString   = "string"
-	KindInt      = "int"
-	KindUint     = "uint"
-	KindUint64   = "uint64"
-	KindFloat64  = "float64"
-	KindBool     = "bool"
-	KindDuration = "duration"
-	KindCustom   = "custom"
-)
-
-// Key is one setting the provider reads: the environment variable (a
-// peer-pods-cm key), the flag that overrides it, its kind and hard-coded
-// default. The table is what ParseCmd registers, so it cannot drift from
-// the flags.
-type Key struct {
-	Env, Flag, Kind, Default, Usage string
-	// parse sets the configuration field from a raw value, refusing
-	// what the kind cannot hold.
+// key is one recorded setting: its description, and the parser that sets
+// the configuration field from a raw value, refusing what the kind cannot
+// hold.
+type key struct {
+	setting.Key
 	parse func(string) error
 }
 
@@ -67,24 +39,23 @@ type keyRegistrar struct {
 	// ConfigFromEnv, which must not see the process environment.
 	up    *provider.FlagRegistrar
 	flags *flag.FlagSet
-	keys  []Key
+	keys  []key
 }
 
-func (r *keyRegistrar) add(k Key) { r.keys = append(r.keys, k) }
+func (r *keyRegistrar) add(k key) { r.keys = append(r.keys, k) }
 
 // register records k with conv as its parser into field, then registers
 // the flag: through upstream's registrar (up) inside CAA, else on the
 // flag set alone (local). Each XxxWithEnv is this with its kind's parser.
-func register[T any](r *keyRegistrar, field *T, k Key, conv func(string) (T, error), up, local func()) {
-	k.parse = func(v string) error {
+func register[T any](r *keyRegistrar, field *T, k setting.Key, conv func(string) (T, error), up, local func()) {
+	r.add(key{Key: k, parse: func(v string) error {
 		x, err := conv(v)
 		if err != nil {
 			return err
 		}
 		*field = x
 		return nil
-	}
-	r.add(k)
+	}})
 	if r.up != nil {
 		up()
 		return
@@ -93,14 +64,14 @@ func register[T any](r *keyRegistrar, field *T, k Key, conv func(string) (T, err
 }
 
 func (r *keyRegistrar) StringWithEnv(field *string, flagName, hardcodedDefault, envVarName, usage string, opts ...provider.FlagOption) {
-	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindString, Default: hardcodedDefault, Usage: usage},
+	register(r, field, setting.Key{Env: envVarName, Flag: flagName, Kind: setting.KindString, Default: hardcodedDefault, Usage: usage},
 		func(v string) (string, error) { return v, nil },
 		func() { r.up.StringWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...) },
 		func() { r.flags.StringVar(field, flagName, hardcodedDefault, usage) })
 }
 
 func (r *keyRegistrar) IntWithEnv(field *int, flagName string, hardcodedDefault int, envVarName, usage string, opts ...provider.FlagOption) {
-	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindInt, Default: strconv.Itoa(hardcodedDefault), Usage: usage},
+	register(r, field, setting.Key{Env: envVarName, Flag: flagName, Kind: setting.KindInt, Default: strconv.Itoa(hardcodedDefault), Usage: usage},
 		func(v string) (int, error) {
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil {
@@ -113,7 +84,7 @@ func (r *keyRegistrar) IntWithEnv(field *int, flagName string, hardcodedDefault 
 }
 
 func (r *keyRegistrar) UintWithEnv(field *uint, flagName string, hardcodedDefault uint, envVarName, usage string, opts ...provider.FlagOption) {
-	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindUint, Default: strconv.FormatUint(uint64(hardcodedDefault), 10), Usage: usage},
+	register(r, field, setting.Key{Env: envVarName, Flag: flagName, Kind: setting.KindUint, Default: strconv.FormatUint(uint64(hardcodedDefault), 10), Usage: usage},
 		func(v string) (uint, error) {
 			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
 			if err != nil {
@@ -126,7 +97,7 @@ func (r *keyRegistrar) UintWithEnv(field *uint, flagName string, hardcodedDefaul
 }
 
 func (r *keyRegistrar) Float64WithEnv(field *float64, flagName string, hardcodedDefault float64, envVarName, usage string, opts ...provider.FlagOption) {
-	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindFloat64, Default: strconv.FormatFloat(hardcodedDefault, 'g', -1, 64), Usage: usage},
+	register(r, field, setting.Key{Env: envVarName, Flag: flagName, Kind: setting.KindFloat64, Default: strconv.FormatFloat(hardcodedDefault, 'g', -1, 64), Usage: usage},
 		func(v string) (float64, error) {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -141,14 +112,14 @@ func (r *keyRegistrar) Float64WithEnv(field *float64, flagName string, hardcoded
 // BoolWithEnv accepts what upstream reads as true ("1", "true", any case)
 // and their opposites; anything else is an error rather than false.
 func (r *keyRegistrar) BoolWithEnv(field *bool, flagName string, hardcodedDefault bool, envVarName, usage string, opts ...provider.FlagOption) {
-	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindBool, Default: strconv.FormatBool(hardcodedDefault), Usage: usage},
-		ParseBool,
+	register(r, field, setting.Key{Env: envVarName, Flag: flagName, Kind: setting.KindBool, Default: strconv.FormatBool(hardcodedDefault), Usage: usage},
+		setting.ParseBool,
 		func() { r.up.BoolWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...) },
 		func() { r.flags.BoolVar(field, flagName, hardcodedDefault, usage) })
 }
 
 func (r *keyRegistrar) DurationWithEnv(field *time.Duration, flagName string, hardcodedDefault time.Duration, envVarName, usage string, opts ...provider.FlagOption) {
-	register(r, field, Key{Env: envVarName, Flag: flagName, Kind: KindDuration, Default: hardcodedDefault.String(), Usage: usage},
+	register(r, field, setting.Key{Env: envVarName, Flag: flagName, Kind: setting.KindDuration, Default: hardcodedDefault.String(), Usage: usage},
 		func(v string) (time.Duration, error) {
 			d, err := time.ParseDuration(strings.TrimSpace(v))
 			if err != nil {
@@ -161,7 +132,7 @@ func (r *keyRegistrar) DurationWithEnv(field *time.Duration, flagName string, ha
 }
 
 func (r *keyRegistrar) CustomTypeWithEnv(field flag.Value, flagName, hardcodedDefault, envVarName, usage string, opts ...provider.FlagOption) {
-	r.add(Key{Env: envVarName, Flag: flagName, Kind: KindCustom, Default: hardcodedDefault, Usage: usage, parse: field.Set})
+	r.add(key{Key: setting.Key{Env: envVarName, Flag: flagName, Kind: setting.KindCustom, Default: hardcodedDefault, Usage: usage}, parse: field.Set})
 	if r.up != nil {
 		r.up.CustomTypeWithEnv(field, flagName, hardcodedDefault, envVarName, usage, opts...)
 		return
@@ -172,24 +143,11 @@ func (r *keyRegistrar) CustomTypeWithEnv(field flag.Value, flagName, hardcodedDe
 	r.flags.Var(field, flagName, usage)
 }
 
-// ParseBool reads a boolean setting: true, false, 1 or 0, in any case.
-// Upstream reads "1" and "true" as true and everything else as false, so
-// a typo silently turns a feature off; this refuses it.
-func ParseBool(v string) (bool, error) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "true", "1":
-		return true, nil
-	case "false", "0":
-		return false, nil
-	}
-	return false, fmt.Errorf("%q is not a boolean; use true or false", v)
-}
-
 // applyEnv parses every recorded key whose variable lookup finds, strictly,
 // into the configuration; keys in skip (flags given on the command line,
 // which win over env) are left alone. Each error names the variable, the
 // flag and the fix; all bad keys are reported at once.
-func applyEnv(keys []Key, lookup func(string) (string, bool), skip map[string]bool) error {
+func applyEnv(keys []key, lookup func(string) (string, bool), skip map[string]bool) error {
 	var errs []error
 	for _, k := range keys {
 		v, ok := lookup(k.Env)
@@ -203,27 +161,31 @@ func applyEnv(keys []Key, lookup func(string) (string, bool), skip map[string]bo
 	return errors.Join(errs...)
 }
 
-func kindHint(k Key) string {
+func kindHint(k key) string {
 	ex := k.Default
 	switch k.Kind {
-	case KindBool:
-		return "" // ParseBool says what to use
-	case KindInt, KindUint, KindUint64:
+	case setting.KindBool:
+		return "" // setting.ParseBool says what to use
+	case setting.KindInt, setting.KindUint, setting.KindUint64:
 		return fmt.Sprintf("; give a whole number, e.g. %s=%s", k.Env, ex)
-	case KindFloat64:
+	case setting.KindFloat64:
 		return fmt.Sprintf("; give a number, e.g. %s=%s", k.Env, ex)
-	case KindDuration:
+	case setting.KindDuration:
 		return fmt.Sprintf("; e.g. %s=%s", k.Env, ex)
 	}
 	return ""
 }
 
 // Keys lists every setting the provider reads, in registration order.
-func Keys() []Key {
+func Keys() []setting.Key {
 	var m Manager
 	reg := &keyRegistrar{flags: flag.NewFlagSet("keys", flag.ContinueOnError)}
 	m.register(reg)
-	return reg.keys
+	out := make([]setting.Key, len(reg.keys))
+	for i, k := range reg.keys {
+		out[i] = k.Key
+	}
+	return out
 }
 
 // KeyNames lists the provider's environment variables, sorted.

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // env is a lookup over a map, as install passes peer-pods-cm.
@@ -44,7 +46,7 @@ func TestKeysAreWhatParseCmdRegisters(t *testing.T) {
 			t.Errorf("key %s: flag -%s not registered", k.Env, k.Flag)
 			continue
 		}
-		if k.Kind != KindCustom && f.DefValue != k.Default {
+		if k.Kind != setting.KindCustom && f.DefValue != k.Default {
 			t.Errorf("key %s: default %q, flag default %q", k.Env, k.Default, f.DefValue)
 		}
 		// NODE_NAME is the downward-API variable CAA itself reads

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // The L4 on G2 is rows of the GPU catalogue and prices: fit offers it
@@ -55,7 +56,7 @@ func TestL4IsChosenWhenAllowedAndCheapest(t *testing.T) {
 	if got := sel.firstChoice().shapeWords(); got != "g2-standard-96 + 8×nvidia-l4" {
 		t.Fatalf("8 GPUs: chose %s", got)
 	}
-	if p, _ := sel.firstChoice().Price(ProvisioningStandard); p < 8 || p > 8.01 {
+	if p, _ := sel.firstChoice().Price(setting.ProvisioningStandard); p < 8 || p > 8.01 {
 		t.Errorf("g2-standard-96 priced %.4f, want prices.json's 8.0033", p)
 	}
 	if sel.firstChoice().Profile.Accelerator != "" {

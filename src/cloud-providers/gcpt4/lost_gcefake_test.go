@@ -18,6 +18,7 @@ import (
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // A podVM GCE stopped (host maintenance: a GPU VM cannot live-migrate) is
@@ -55,7 +56,7 @@ func TestDeleteInstanceOfAStoppedVM(t *testing.T) {
 // for one still running; the cause of the current run for one restarted
 // after an earlier stop.
 func TestInterruptionNamesTheCause(t *testing.T) {
-	p, fake := newTestProvider(t, func(c *Config) { c.ProvisioningModel = ProvisioningSpot })
+	p, fake := newTestProvider(t, func(c *Config) { c.ProvisioningModel = setting.ProvisioningSpot })
 	std, _ := newTestProviderOn(t, fake, nil)
 	ctx := context.Background()
 	n := 0
@@ -204,7 +205,7 @@ func TestStopVMOfALostPodVMTellsItsPod(t *testing.T) {
 			api.addPod("ml", "sibling-0", "uid-s")
 			p := newEventProvider(t, fake, api, io.Discard, func(c *Config) {
 				if sc.spot {
-					c.ProvisioningModel = ProvisioningSpot
+					c.ProvisioningModel = setting.ProvisioningSpot
 				}
 			})
 			t.Cleanup(func() { _ = p.Teardown() })

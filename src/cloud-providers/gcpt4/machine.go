@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // machineShape is what GCE would report for a machine type. An attached
@@ -371,5 +373,5 @@ func soldModels(machineType string) (models []string, note string) {
 	if s, ok := bundledShape(machineType); ok && len(s.soldAs) > 0 {
 		return s.soldAs, s.soldNote
 	}
-	return []string{ProvisioningStandard, ProvisioningSpot}, ""
+	return []string{setting.ProvisioningStandard, setting.ProvisioningSpot}, ""
 }

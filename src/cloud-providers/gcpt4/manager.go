@@ -22,7 +22,7 @@ const ProviderName = "gcp-t4"
 // registered, so NewProvider can re-read the environment strictly.
 type Manager struct {
 	cfg   Config
-	keys  []Key
+	keys  []key
 	flags *flag.FlagSet
 }
 
@@ -57,7 +57,7 @@ func (m *Manager) register(reg *keyRegistrar) {
 	reg.StringWithEnv(&c.InstanceTemplate, "instance-template", "", "GCP_INSTANCE_TEMPLATE", "Create podVMs from this instance template (global or regional) instead of profiles")
 	reg.StringWithEnv(&c.ProfilesFile, "profiles-file", "", "GCP_PROFILES_FILE", "YAML file with extra podVM profiles")
 	reg.StringWithEnv(&c.Profiles, "profiles", "", "GCP_PROFILES", "YAML document with extra podVM profiles")
-	reg.StringWithEnv(&c.ProvisioningModel, "provisioning-model", ProvisioningStandard, "GCP_PROVISIONING_MODEL", "STANDARD or SPOT")
+	reg.StringWithEnv(&c.ProvisioningModel, "provisioning-model", "STANDARD", "GCP_PROVISIONING_MODEL", "STANDARD or SPOT")
 	reg.DurationWithEnv(&c.UnavailableTTL, "unavailable-offering-ttl", durationDefault("3m"), "GCP_UNAVAILABLE_OFFERING_TTL", "How long a stocked-out offering (model, machine type, accelerator, zone) is skipped; 0 disables")
 	reg.BoolWithEnv(&c.SpotFallback, "spot-fallback", false, "GCP_SPOT_FALLBACK", "With SPOT, fall back to standard capacity when Spot capacity or quota is exhausted everywhere")
 	reg.Float64WithEnv(&c.MutationsPerSecond, "mutations-per-second", 10, "GCP_MUTATIONS_PER_SECOND", "Client-side limit on instance inserts and deletes per second; 0 for none")

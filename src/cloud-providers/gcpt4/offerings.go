@@ -12,6 +12,7 @@ import (
 	"time"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // Request is what a pod asks for, in the units the adaptor passes.
@@ -444,8 +445,8 @@ func (c *Config) modelsFor(p Profile) ([]string, error) {
 		return nil, fmt.Errorf("profile %s: provisioning model %s: %s; set provisioningModel: %s in the profile (or GCP_PROVISIONING_MODEL=%s)", p.Name, first, note, sold[0], sold[0])
 	}
 	models := []string{first}
-	if first == ProvisioningSpot && c.SpotFallback && slices.Contains(sold, ProvisioningStandard) {
-		models = append(models, ProvisioningStandard)
+	if first == setting.ProvisioningSpot && c.SpotFallback && slices.Contains(sold, setting.ProvisioningStandard) {
+		models = append(models, setting.ProvisioningStandard)
 	}
 	return models, nil
 }
@@ -516,7 +517,7 @@ func (c *Config) guestOSFeatures(p Profile) []string {
 	case "SEV_SNP":
 		fs = append(fs, "UEFI_COMPATIBLE", "SEV_SNP_CAPABLE")
 	}
-	if c.nicType(p) == NICTypeGVNIC {
+	if c.nicType(p) == setting.NICTypeGVNIC {
 		fs = append(fs, "GVNIC")
 	}
 	return fs

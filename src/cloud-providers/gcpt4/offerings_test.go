@@ -10,6 +10,7 @@ import (
 	"time"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // allowH100 raises the per-pod vCPU and memory limits to a3-highgpu-1g's
@@ -43,22 +44,22 @@ func TestSelectCheapestShape(t *testing.T) {
 		alt     string
 	}{
 		// The case: 1 GPU and 40 GiB used to get t4-4 ($2.16/h).
-		{"1 GPU, 40 GiB", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, autoProfileName, "custom-8-40960 + 1×nvidia-tesla-t4", 0.7932, "n1-highmem-8 + 1×nvidia-tesla-t4"},
-		{"1 GPU, 40 GiB, Spot", ProvisioningSpot, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, autoProfileName, "custom-8-40960 + 1×nvidia-tesla-t4", 0.2663, "n1-highmem-8 + 1×nvidia-tesla-t4"},
+		{"1 GPU, 40 GiB", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, autoProfileName, "custom-8-40960 + 1×nvidia-tesla-t4", 0.7932, "n1-highmem-8 + 1×nvidia-tesla-t4"},
+		{"1 GPU, 40 GiB, Spot", setting.ProvisioningSpot, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, autoProfileName, "custom-8-40960 + 1×nvidia-tesla-t4", 0.2663, "n1-highmem-8 + 1×nvidia-tesla-t4"},
 		// Small requests keep the per-GPU floor: the t4-N shapes.
-		{"1 GPU, small", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 2, Memory: 8192}, "t4-1", "n1-standard-4 + 1×nvidia-tesla-t4", 0.54, "custom-4-15360 + 1×nvidia-tesla-t4"},
-		{"2 GPUs", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 2}, "t4-2", "n1-standard-8 + 2×nvidia-tesla-t4", 1.08, "custom-8-30720 + 2×nvidia-tesla-t4"},
-		{"3 GPUs round up to 4", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 3}, "t4-4", "n1-standard-16 + 4×nvidia-tesla-t4", 2.16, "custom-16-61440 + 4×nvidia-tesla-t4"},
-		{"1 GPU, 6 vCPU: custom beats n1-standard-8", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 6}, autoProfileName, "custom-6-15360 + 1×nvidia-tesla-t4", 0.6157, "n1-standard-8 + 1×nvidia-tesla-t4"},
+		{"1 GPU, small", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 2, Memory: 8192}, "t4-1", "n1-standard-4 + 1×nvidia-tesla-t4", 0.54, "custom-4-15360 + 1×nvidia-tesla-t4"},
+		{"2 GPUs", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 2}, "t4-2", "n1-standard-8 + 2×nvidia-tesla-t4", 1.08, "custom-8-30720 + 2×nvidia-tesla-t4"},
+		{"3 GPUs round up to 4", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 3}, "t4-4", "n1-standard-16 + 4×nvidia-tesla-t4", 2.16, "custom-16-61440 + 4×nvidia-tesla-t4"},
+		{"1 GPU, 6 vCPU: custom beats n1-standard-8", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 6}, autoProfileName, "custom-6-15360 + 1×nvidia-tesla-t4", 0.6157, "n1-standard-8 + 1×nvidia-tesla-t4"},
 		// Over 48 vCPUs one or two T4s cannot hold it: four can.
-		{"1 GPU, 60 vCPU needs 4 T4s", ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 60}, autoProfileName, "custom-60-61440 + 4×nvidia-tesla-t4", 3.6572, "n1-standard-64 + 4×nvidia-tesla-t4"},
+		{"1 GPU, 60 vCPU needs 4 T4s", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 60}, autoProfileName, "custom-60-61440 + 4×nvidia-tesla-t4", 3.6572, "n1-standard-64 + 4×nvidia-tesla-t4"},
 		// CPU-only pods of any size.
-		{"CPU-only 8 vCPU / 32 GiB", ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, autoProfileName, "e2-standard-8", 0.2680, "e2-highmem-8"},
-		{"CPU-only 8 vCPU / 32 GiB, Spot", ProvisioningSpot, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, autoProfileName, "e2-standard-8", 0.1608, "n1-highmem-8"},
-		{"CPU-only 64 vCPU / 390 GiB", ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 64, Memory: 400000}, autoProfileName, "n1-highmem-64", 3.7857, "n1-highmem-96"},
-		{"CPU-only nothing requested", ProvisioningStandard, provider.InstanceTypeSpec{}, "cpu-2", "e2-medium", 0.0335, "n1-standard-1"},
+		{"CPU-only 8 vCPU / 32 GiB", setting.ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, autoProfileName, "e2-standard-8", 0.2680, "e2-highmem-8"},
+		{"CPU-only 8 vCPU / 32 GiB, Spot", setting.ProvisioningSpot, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, autoProfileName, "e2-standard-8", 0.1608, "n1-highmem-8"},
+		{"CPU-only 64 vCPU / 390 GiB", setting.ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 64, Memory: 400000}, autoProfileName, "n1-highmem-64", 3.7857, "n1-highmem-96"},
+		{"CPU-only nothing requested", setting.ProvisioningStandard, provider.InstanceTypeSpec{}, "cpu-2", "e2-medium", 0.0335, "n1-standard-1"},
 		// Spot prices rank differently: N1 is cheaper than E2 on Spot.
-		{"CPU-only 4 vCPU, Spot", ProvisioningSpot, provider.InstanceTypeSpec{VCPUs: 4, Memory: 8192}, "cpu-4", "n1-standard-4", 0.0670, "e2-standard-4"},
+		{"CPU-only 4 vCPU, Spot", setting.ProvisioningSpot, provider.InstanceTypeSpec{VCPUs: 4, Memory: 8192}, "cpu-4", "n1-standard-4", 0.0670, "e2-standard-4"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,10 +199,10 @@ func TestConfidentialProfileIsHonest(t *testing.T) {
 		t.Fatalf("image annotation: %v", sel.firstChoice())
 	}
 	cfg.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
-	cfg.SpotFallback, cfg.ProvisioningModel = true, ProvisioningSpot
+	cfg.SpotFallback, cfg.ProvisioningModel = true, setting.ProvisioningSpot
 	sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1})
 	// No standard fallback: GCE does not sell a3-highgpu-1g on demand.
-	if strings.Join(sel.Models(), ",") != ProvisioningSpot {
+	if strings.Join(sel.Models(), ",") != setting.ProvisioningSpot {
 		t.Errorf("h100-cc models = %v, want SPOT only", sel.Models())
 	}
 	req := strings.Join(cfg.Requirements(sel.firstChoice().Profile), "\n")
@@ -226,7 +227,7 @@ func TestConfidentialProfileIsHonest(t *testing.T) {
 func TestStepsAndOfferings(t *testing.T) {
 	cat := mustCatalog(t, "", "")
 	cfg := validConfig()
-	cfg.ProvisioningModel, cfg.SpotFallback = ProvisioningSpot, true
+	cfg.ProvisioningModel, cfg.SpotFallback = setting.ProvisioningSpot, true
 	sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024})
 	var got []string
 	for _, o := range sel.Offerings([]string{"us-central1-a", "us-central1-b"}) {
@@ -253,11 +254,11 @@ func TestStepsAndOfferings(t *testing.T) {
 func TestOfferingCacheKey(t *testing.T) {
 	now := time.Unix(0, 0)
 	c := newOfferingCache(time.Minute, func() time.Time { return now })
-	one := offering{model: ProvisioningSpot, machineType: "n1-standard-16", accelerator: "nvidia-tesla-t4", count: 1, zone: "us-central1-a"}
+	one := offering{model: setting.ProvisioningSpot, machineType: "n1-standard-16", accelerator: "nvidia-tesla-t4", count: 1, zone: "us-central1-a"}
 	c.markUnavailable(one)
 	four, std := one, one
 	four.count = 4
-	std.model = ProvisioningStandard
+	std.model = setting.ProvisioningStandard
 	if _, ok := c.unavailableUntil(one); !ok {
 		t.Error("the stocked-out offering is not marked")
 	}

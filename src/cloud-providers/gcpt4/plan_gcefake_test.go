@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // The plan must be what the provider sends: every insert the provider makes
@@ -41,7 +42,7 @@ func TestPlanInsertIsWhatTheProviderSends(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PlanInsert: %v", err)
 	}
-	if plan.Profile.Name != "t4-1" || strings.Join(plan.Zones, ",") != "us-central1-a,us-central1-b" || strings.Join(plan.Models, ",") != ProvisioningStandard {
+	if plan.Profile.Name != "t4-1" || strings.Join(plan.Zones, ",") != "us-central1-a,us-central1-b" || strings.Join(plan.Models, ",") != setting.ProvisioningStandard {
 		t.Errorf("plan = profile %s zones %v models %v", plan.Profile.Name, plan.Zones, plan.Models)
 	}
 	var inserts int
@@ -51,7 +52,7 @@ func TestPlanInsertIsWhatTheProviderSends(t *testing.T) {
 		}
 		inserts++
 		zone := strings.Split(strings.TrimPrefix(call.Path, "/compute/v1/projects/demo-project/zones/"), "/")[0]
-		want := plan.Request(zone, ProvisioningStandard)
+		want := plan.Request(zone, setting.ProvisioningStandard)
 		var got computepb.Instance
 		if err := protojson.Unmarshal(call.Body, &got); err != nil {
 			t.Fatalf("insert body: %v", err)

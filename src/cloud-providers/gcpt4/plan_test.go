@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 func TestPlanInsertModelsAndRefusals(t *testing.T) {
 	cfg := validConfig()
-	cfg.ProvisioningModel = ProvisioningSpot
+	cfg.ProvisioningModel = setting.ProvisioningSpot
 	cfg.SpotFallback = true
 	plan, err := cfg.PlanInsert(nil, provider.InstanceTypeSpec{GPUs: 2}, "p", sandbox, "")
 	if err != nil {
@@ -21,8 +22,8 @@ func TestPlanInsertModelsAndRefusals(t *testing.T) {
 	if plan.Profile.Name != "t4-2" || strings.Join(plan.Models, ",") != "SPOT,STANDARD" {
 		t.Errorf("profile %s models %v", plan.Profile.Name, plan.Models)
 	}
-	s := plan.Request("us-central1-a", ProvisioningSpot).GetInstanceResource().GetScheduling()
-	if s.GetProvisioningModel() != ProvisioningSpot || s.GetInstanceTerminationAction() != "DELETE" {
+	s := plan.Request("us-central1-a", setting.ProvisioningSpot).GetInstanceResource().GetScheduling()
+	if s.GetProvisioningModel() != setting.ProvisioningSpot || s.GetInstanceTerminationAction() != "DELETE" {
 		t.Errorf("spot scheduling = %v", s)
 	}
 

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // pricesJSON is the dated, cited price table shapes are ranked by (and
@@ -121,7 +123,7 @@ type HourlyPrice struct {
 // a provisioning model. N1 custom types are priced from the per-vCPU and
 // per-GiB rates; bundled GPUs are in the machine type's price.
 func (t *PriceTable) Hourly(machineType, accelerator string, count int64, model string) HourlyPrice {
-	spot := model == ProvisioningSpot
+	spot := model == setting.ProvisioningSpot
 	e := HourlyPrice{Known: true}
 	srcs := map[string]bool{}
 	pick := func(what string, p Price, ok bool) float64 {

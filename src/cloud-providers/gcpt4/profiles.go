@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v2"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // Profile is one podVM shape the provider may create.
@@ -71,7 +73,7 @@ func builtinProfiles() []Profile {
 		{Name: "t4-1", MachineType: "n1-standard-4", Accelerator: "nvidia-tesla-t4", AcceleratorCount: 1},
 		{Name: "t4-2", MachineType: "n1-standard-8", Accelerator: "nvidia-tesla-t4", AcceleratorCount: 2},
 		{Name: "t4-4", MachineType: "n1-standard-16", Accelerator: "nvidia-tesla-t4", AcceleratorCount: 4},
-		{Name: "h100-cc", MachineType: "a3-highgpu-1g", ConfidentialType: "TDX", MinCPUPlatform: "Intel Sapphire Rapids", ProvisioningModel: ProvisioningSpot, Explicit: true},
+		{Name: "h100-cc", MachineType: "a3-highgpu-1g", ConfidentialType: "TDX", MinCPUPlatform: "Intel Sapphire Rapids", ProvisioningModel: setting.ProvisioningSpot, Explicit: true},
 	}
 }
 
@@ -153,7 +155,7 @@ func (p *Profile) normalize(field string) error {
 		}
 	}
 	switch p.ProvisioningModel {
-	case "", ProvisioningStandard, ProvisioningSpot:
+	case "", setting.ProvisioningStandard, setting.ProvisioningSpot:
 	default:
 		return fmt.Errorf("%s.provisioningModel: %q is not STANDARD or SPOT", field, p.ProvisioningModel)
 	}

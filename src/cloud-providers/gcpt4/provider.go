@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // maxInstanceName is GCE's limit on instance names.
@@ -275,7 +276,7 @@ func (p *Provider) getInstance(ctx context.Context, zone, name string) (*compute
 // createError says what failed, where, and what to do about quotas.
 func (p *Provider) createError(vm podVM, zone string, err error) error {
 	if g := asGCE(err); g != nil && g.kind == failQuota {
-		return fmt.Errorf("creating podVM %s in %s: quota exhausted (%s); %s: %w", vm.name, zone, g.quotaMetric, quotaAdvice(g.quotaMetric, regionOf(zone), p.cfg.ProvisioningModel == ProvisioningSpot), err)
+		return fmt.Errorf("creating podVM %s in %s: quota exhausted (%s); %s: %w", vm.name, zone, g.quotaMetric, quotaAdvice(g.quotaMetric, regionOf(zone), p.cfg.ProvisioningModel == setting.ProvisioningSpot), err)
 	}
 	return fmt.Errorf("creating podVM %s in %s: %w", vm.name, zone, err)
 }

@@ -19,6 +19,7 @@ import (
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
 
@@ -278,7 +279,7 @@ func TestQuotaExceededSaysWhatToDo(t *testing.T) {
 }
 
 func TestSpotPodVM(t *testing.T) {
-	p, fake := newTestProvider(t, func(c *Config) { c.ProvisioningModel = ProvisioningSpot })
+	p, fake := newTestProvider(t, func(c *Config) { c.ProvisioningModel = setting.ProvisioningSpot })
 	fake.SetQuota("us-central1", "NVIDIA_T4_GPUS", 0) // Spot uses the preemptible quota
 	if _, err := p.CreateInstance(context.Background(), "llm-0", sandbox, cloudConfig("llm-0"), oneT4); err != nil {
 		t.Fatalf("spot create: %v", err)
@@ -330,8 +331,8 @@ func TestConfidentialH100Profile(t *testing.T) {
 	if lastSegment(vm.GetMachineType()) != "a3-highgpu-1g" || vm.GetConfidentialInstanceConfig().GetConfidentialInstanceType() != "TDX" || len(vm.GetGuestAccelerators()) != 0 {
 		t.Fatalf("vm = %s %v %v", vm.GetMachineType(), vm.GetConfidentialInstanceConfig(), vm.GetGuestAccelerators())
 	}
-	if vm.GetScheduling().GetProvisioningModel() != ProvisioningSpot || vm.GetDisks()[0].GetInterface() != "NVME" ||
-		vm.GetNetworkInterfaces()[0].GetNicType() != NICTypeGVNIC || lastSegment(vm.GetDisks()[0].GetGuestOsFeatures()[1].GetType()) != "TDX_CAPABLE" {
+	if vm.GetScheduling().GetProvisioningModel() != setting.ProvisioningSpot || vm.GetDisks()[0].GetInterface() != "NVME" ||
+		vm.GetNetworkInterfaces()[0].GetNicType() != setting.NICTypeGVNIC || lastSegment(vm.GetDisks()[0].GetGuestOsFeatures()[1].GetType()) != "TDX_CAPABLE" {
 		t.Fatalf("vm scheduling %v, disk %v, nic %v", vm.GetScheduling(), vm.GetDisks()[0], vm.GetNetworkInterfaces()[0])
 	}
 }
@@ -346,7 +347,7 @@ func TestConfigVerifierChecksProfileImages(t *testing.T) {
 		t.Fatalf("want the missing TDX_CAPABLE and GVNIC named, got %v", err)
 	}
 	// gVNIC for the T4 podVMs needs GVNIC on PODVM_IMAGE_NAME.
-	p, fake = newTestProvider(t, func(c *Config) { c.NICType = NICTypeGVNIC; c.ImageName = "plain" })
+	p, fake = newTestProvider(t, func(c *Config) { c.NICType = setting.NICTypeGVNIC; c.ImageName = "plain" })
 	addTDXImage(fake, "plain", "UEFI_COMPATIBLE")
 	if err := p.ConfigVerifier(); err == nil || !strings.Contains(err.Error(), "GVNIC") {
 		t.Fatalf("gVNIC on an image without GVNIC: %v", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // The create walk's phases as Events (podevents.go): what a pod author
@@ -102,7 +103,7 @@ func (p *Provider) recordQuota(vm podVM, st walkStep, zone, metric string) {
 	ev.annotations = p.stepFacts(st, zone)
 	ev.annotations[podevent.QuotaMetricAnnotation] = metric
 	ev.annotations[podevent.RegionAnnotation] = regionOf(zone)
-	ev.message = fmt.Sprintf("quota %s is exhausted in %s for %s; to fix: %s", metric, regionOf(zone), st.shapeText(), quotaAdvice(metric, regionOf(zone), st.model == ProvisioningSpot))
+	ev.message = fmt.Sprintf("quota %s is exhausted in %s for %s; to fix: %s", metric, regionOf(zone), st.shapeText(), quotaAdvice(metric, regionOf(zone), st.model == setting.ProvisioningSpot))
 	p.events.record(ev)
 }
 
