@@ -81,6 +81,8 @@ if [[ ! -x $acache/kata-agent-standin ]]; then
 		go mod edit -require "github.com/kata-containers/kata-containers/src/runtime@v0.0.0-00010101000000-000000000000" \
 			-replace "github.com/kata-containers/kata-containers/src/runtime=$work/kata/src/runtime"
 		go mod tidy
+		# The modelled pull's own test (pull_test.go), here where it builds.
+		go test -count=1 -run 'TestPullerModel' .
 		CGO_ENABLED=0 go build -o "$acache.tmp/kata-agent-standin" .
 	) >&2
 	rm -rf "$acache"
@@ -125,8 +127,9 @@ if [[ ! -x $ccache/cloud-api-adaptor || ! -x $ccache/agent-protocol-forwarder ]]
 fi
 
 # Ours: built each run (the Go cache makes a second build quick), as
-# they change with the working tree.
-ocache=$cacheroot/node-kata-ours
+# they change with the working tree; one directory per tree, so that runs
+# from two checkouts on one machine do not overwrite each other's build.
+ocache=$cacheroot/node-kata-ours-$(printf '%s' "$root" | sha256sum | cut -c1-12)
 mkdir -p "$ocache"
 # In the repository's workspace (go.work), as make build does.
 (cd "$root/gcp-t4" && unset GOWORK && go build -o "$ocache/gceonly" ./internal/demo/gceonly && go build -o "$ocache/gcp-t4" ./cmd/gcp-t4) >&2

@@ -60,6 +60,19 @@ type Kata struct {
 	// AgentPull is the stand-in agent's modelled in-guest pull time per
 	// image (test/node/_agent/pull.go); a test sets it.
 	AgentPull time.Duration
+	// AgentImages is the modelled registry: an image reference's config
+	// digest (the stand-in's -image); others get a digest of their name.
+	AgentImages map[string]string
+	// AgentPullFailures is how many pulls in each podVM fail halfway
+	// before one succeeds (the stand-in's -pull-failures).
+	AgentPullFailures int
+	// Cache, when set, installs with GCP_CACHE_IMAGE (the emulator's
+	// CacheImage) and its dm-verity value, so the provider attaches the
+	// cache disk to every podVM; a podVM that has it starts its stand-in
+	// agent with these config digests in the pre-unpacked store (what
+	// podvm-cache-store hands image-rs from the disk: modelled, the disk
+	// holds no bytes here).
+	Cache []string
 	// NoTimeoutDropIn leaves out the remediation sidecar's
 	// create_container_timeout drop-in: kata's own default (60 s) holds.
 	NoTimeoutDropIn bool
@@ -270,6 +283,9 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 		"--podvm-image", "podvm-t4", "--network", "global/networks/default", "--subnetwork", "default",
 		"--set", "GCP_ENDPOINT=" + pp.GCE, "--set", "GCP_ZONES=us-central1-b,us-central1-f",
 		"--runtimeclass=on", "--wait=false"}
+	if len(k.Cache) > 0 {
+		args = append(args, "--set", "GCP_CACHE_IMAGE="+CacheImage, "--set", "GCP_CACHE_VERITY="+CacheVerity)
+	}
 	out, err := exec.CommandContext(ctx, k.GcpT4, args...).CombinedOutput()
 	if err := os.WriteFile(n.path("gcp-t4-install.log"), out, 0o600); err != nil {
 		return nil, fmt.Errorf("node: %w", err)

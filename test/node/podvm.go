@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,7 +51,8 @@ import (
 // the guest's /run and execs the stand-in agent, which starts the
 // forwarder once its socket listens.
 const podVMScript = `set -eu
-vm=$1 podns=$2 agent=$3 forwarder=$4 pull=$5
+vm=$1 podns=$2 agent=$3 forwarder=$4
+shift 4
 # The pod namespace, kept across the tmpfs that hides the node's /run.
 mount --bind "/run/netns/$podns" "$vm/podns"
 mount -t tmpfs -o mode=0755 podvm-run /run
@@ -59,7 +61,7 @@ mkdir -p /run/netns /run/kata-containers
 mount --bind "$vm/podns" /run/netns/podns
 # What process-user-data writes from the cloud-config.
 cp -R "$vm/root/run/." /run/
-exec "$agent" -pull-duration "$pull" -- "$forwarder" -pod-namespace /run/netns/podns -kata-agent-socket /run/kata-containers/agent.sock
+exec "$agent" "$@" -- "$forwarder" -pod-namespace /run/netns/podns -kata-agent-socket /run/kata-containers/agent.sock
 `
 
 // gceVM is what the watcher reads of an emulated instance.
@@ -75,6 +77,33 @@ type gceVM struct {
 			Value string `json:"value"`
 		} `json:"items"`
 	} `json:"metadata"`
+	Disks []struct {
+		DeviceName string `json:"deviceName"`
+	} `json:"disks"`
+}
+
+// The cache disk the emulator's project holds for the harness (SeedProject
+// in gcp-t4/internal/demo), and a dm-verity value of the form the provider
+// takes; the disk holds no bytes here, so nothing checks the hash.
+const (
+	CacheImage  = "caa-gcp-t4-cache-demo"
+	CacheVerity = "root=" + "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed" + ",offset=1063256064"
+	// cacheDevice and cacheVerityKey are what the provider attaches and
+	// sets (gcpt4.CacheDeviceName, gcpt4.CacheVerityMetadata), which a
+	// podVM's podvm-cache-store looks for.
+	cacheDevice    = "caa-gcp-t4-cache"
+	cacheVerityKey = "caa-gcp-t4-cache-verity"
+)
+
+// hasCache says whether the instance has the cache disk and its dm-verity
+// value, as the podVM would open it.
+func (v *gceVM) hasCache() bool {
+	for _, d := range v.Disks {
+		if d.DeviceName == cacheDevice {
+			return v.meta(cacheVerityKey) != ""
+		}
+	}
+	return false
 }
 
 func (v *gceVM) meta(key string) string {
@@ -141,6 +170,9 @@ type podVMHost struct {
 	n                   *Node
 	agent, forwarder    string
 	pull                time.Duration
+	images              map[string]string // the stand-in's -image
+	failures            int               // its -pull-failures
+	store               []string          // its -store, for a podVM with the cache disk
 	endpoint, project   string
 	cancel              context.CancelFunc
 	done                chan struct{}
@@ -164,7 +196,8 @@ func (n *Node) startPodVMs(k *Kata, endpoint, project string) error {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &podVMHost{n: n, agent: k.Agent, forwarder: k.Forwarder, pull: k.AgentPull, endpoint: endpoint, project: project,
+	h := &podVMHost{n: n, agent: k.Agent, forwarder: k.Forwarder, pull: k.AgentPull, images: k.AgentImages, failures: k.AgentPullFailures,
+		store: k.Cache, endpoint: endpoint, project: project,
 		cancel: cancel, done: make(chan struct{}), vms: map[string]*podVM{}, failed: map[string]bool{}, hardOff: map[string]bool{}}
 	n.mu.Lock()
 	n.podVMs = h
@@ -398,7 +431,15 @@ func (h *podVMHost) boot(ctx context.Context, v *gceVM) (err error) {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", vm.vmNS, "/bin/sh", script, vm.dir, vm.podNS, h.agent, h.forwarder, h.pull.String())
+	args := []string{"netns", "exec", vm.vmNS, "/bin/sh", script, vm.dir, vm.podNS, h.agent, h.forwarder,
+		"-pull-duration", h.pull.String(), "-pull-failures", strconv.Itoa(h.failures)}
+	for name, digest := range h.images {
+		args = append(args, "-image", name+"="+digest)
+	}
+	if v.hasCache() && len(h.store) > 0 {
+		args = append(args, "-store", strings.Join(h.store, ","))
+	}
+	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

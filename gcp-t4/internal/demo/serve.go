@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -217,6 +218,9 @@ func emulatorCommands(endpoint, project string, kube *apiServer) []emulatorComma
 	)
 }
 
+// CacheDemoImage is the cache disk image SeedProject adds.
+const CacheDemoImage = "caa-gcp-t4-cache-demo"
+
 // SeedProject is the demo's project ready for CAA, as preflight checks
 // it: GCE's defaults (T4 zones, quota, the default network and its
 // firewall rules, the podVM image) plus a Cloud NAT for the private
@@ -226,6 +230,11 @@ func SeedProject(fake *gcefake.Server) error {
 	if err := fake.SetReadyForCAA(); err != nil {
 		return fmt.Errorf("seeding the emulator's Cloud NAT: %w", err)
 	}
+	// A cache disk image (gcp-t4 cache build -disk's, imported): the node
+	// harness's cached-pull scenario installs with it as GCP_CACHE_IMAGE
+	// (test/node, Kata.Cache). The demo's own install names none.
+	fake.AddImage(fake.Project(), &computepb.Image{Name: proto.String(CacheDemoImage), DiskSizeGb: proto.Int64(1),
+		Description: proto.String("a gcp-t4 cache disk (the node harness's)")})
 	// What the podVM image prints once gpu-init has looked for the VM's
 	// GPUs (the provider's boot watch reads it: the booted phase): the
 	// GPUs the instance has, or none.

@@ -33,7 +33,8 @@
 // Nothing runs in a container: there is no image in this "guest", no
 // runc and no cgroup. The pod's network is the forwarder's (real).
 //
-//	agent [-listen /run/kata-containers/agent.sock] [-pull-duration D] [-- forwarder args…]
+//	agent [-listen /run/kata-containers/agent.sock] [-pull-duration D] [-image NAME=DIGEST]…
+//	      [-store DIGEST,…] [-pull-failures N] [-- forwarder args…]
 //
 // With a command after "--", it starts that command once its socket
 // listens (the podVM starts the forwarder after kata-agent's socket
@@ -69,16 +70,21 @@ var logger = log.New(os.Stderr, "[stand-in kata-agent] ", log.LstdFlags|log.Lmic
 func main() {
 	listen := flag.String("listen", "/run/kata-containers/agent.sock", "unix socket to serve the agent protocol on (the forwarder's -kata-agent-socket)")
 	pull := flag.Duration("pull-duration", 0, "modelled time of an in-guest image pull, per image not yet pulled in this podVM")
+	images := imageFlag{}
+	flag.Var(images, "image", "NAME=sha256:DIGEST: an image reference's config digest in the modelled registry (repeatable); others get a digest of their name")
+	var store digestsFlag
+	flag.Var(&store, "store", "config digests in the pre-unpacked store (image_db at start), comma-separated")
+	failures := flag.Int("pull-failures", 0, "how many pulls fail halfway (the registry connection drops) before one succeeds")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := run(ctx, *listen, *pull, flag.Args()); err != nil {
+	if err := run(ctx, *listen, newPuller(*pull, images, store, *failures), flag.Args()); err != nil {
 		logger.Printf("exit: %v", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, listen string, pull time.Duration, then []string) error {
+func run(ctx context.Context, listen string, pull *puller, then []string) error {
 	if err := os.MkdirAll(filepath.Dir(listen), 0o755); err != nil {
 		return fmt.Errorf("socket directory: %w", err)
 	}
@@ -93,7 +99,7 @@ func run(ctx context.Context, listen string, pull time.Duration, then []string) 
 	a := newAgent(ctx, pull)
 	pb.RegisterAgentServiceService(srv, a)
 	pb.RegisterHealthService(srv, a)
-	logger.Printf("listening on %s (modelled pull: %s per image)", listen, pull)
+	logger.Printf("listening on %s (modelled pull: %s per image, %d in the pre-unpacked store, %d failing first)", listen, pull.duration, len(pull.stored), pull.failures)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, l) }()
 
@@ -138,7 +144,7 @@ func run(ctx context.Context, listen string, pull time.Duration, then []string) 
 // agent is the podVM's state as the stand-in keeps it.
 type agent struct {
 	life context.Context // the agent's own life: the pull ends with it, not with a request
-	pull puller
+	pull *puller
 
 	mu         sync.Mutex
 	sandbox    string
@@ -205,8 +211,8 @@ func (p *process) read(ctx context.Context, n int) ([]byte, error) {
 	}
 }
 
-func newAgent(life context.Context, pull time.Duration) *agent {
-	return &agent{life: life, pull: puller{duration: pull, stored: map[string]bool{}},
+func newAgent(life context.Context, pull *puller) *agent {
+	return &agent{life: life, pull: pull,
 		containers: map[string]*container{}, destroyed: make(chan struct{})}
 }
 
