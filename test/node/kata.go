@@ -30,6 +30,8 @@ const (
 	EnvCAA        = "NODE_CAA"          // cloud-api-adaptor from UPSTREAM with our series, -tags gcp_t4
 	EnvGCE        = "NODE_GCE_EMULATOR" // gcp-t4/internal/demo/gceonly: the seeded emulator alone
 	EnvGcpT4      = "NODE_GCP_T4"       // the gcp-t4 command: install renders and applies our manifests
+	EnvGcpT4Node  = "NODE_GCP_T4_NODE"  // the gcp-t4-node command: the remediation sidecar
+	EnvNydus      = "NODE_SNAPSHOTTER"  // the nydus snapshotter stand-in (test/node/_snapshotter)
 	EnvEntrypoint = "NODE_CAA_ENTRYPOINT"
 	EnvForwarder  = "NODE_FORWARDER" // agent-protocol-forwarder from UPSTREAM (the podVM's side of CAA)
 	EnvAgent      = "NODE_AGENT"     // the stand-in kata-agent (test/node/_agent) built against KATA
@@ -55,6 +57,10 @@ var ErrNoKata = errors.New("the kata stage's binaries are not given")
 // Kata are the executables and files of the kata stage.
 type Kata struct {
 	Shim, Config, CAA, GCE, GcpT4, Entrypoint string
+	// GcpT4Node is the node binary (the remediation sidecar).
+	GcpT4Node string
+	// Nydus is the nydus snapshotter stand-in (KataDeployDropIn).
+	Nydus string
 	// Forwarder and Agent run in each podVM (podvm.go).
 	Forwarder, Agent string
 	// AgentPull is the stand-in agent's modelled in-guest pull time per
@@ -63,6 +69,75 @@ type Kata struct {
 	// NoTimeoutDropIn leaves out the remediation sidecar's
 	// create_container_timeout drop-in: kata's own default (60 s) holds.
 	NoTimeoutDropIn bool
+	// KataDeployDropIn lays kata-remote out as kata-deploy 4.0.0 does on
+	// containerd 2.x with its chart's nydus mapping for the remote shim:
+	// its drop-in <kata-dir>/containerd/config.d/kata-deploy.toml,
+	// imported by the main file by its literal path (config.rs
+	// containerd_drop_in_conf_file at cf82bb35), not inline; the drop-in
+	// is the remediation tests' fixture of it, with the node's paths; its
+	// nydus-for-kata-tee snapshotter is the stand-in (Nydus).
+	KataDeployDropIn bool
+	// Remediation: gcp-t4 install adds the remediation sidecar's objects
+	// (--gke=on), whose ServiceAccount the sidecar's process runs as.
+	Remediation bool
+}
+
+// KataDir is kata-deploy's install directory on this node (/opt/kata on
+// a real one).
+func (n *Node) KataDir() string { return n.path("opt-kata") }
+
+// KataDeployDropIn is kata-deploy's containerd drop-in under KataDir.
+func (n *Node) KataDeployDropIn() string {
+	return filepath.Join(n.KataDir(), "containerd", "config.d", "kata-deploy.toml")
+}
+
+// kataDeployFixture is kata-deploy 4.x's drop-in over a version 3 main
+// file, as the remediation tests hold it.
+const kataDeployFixture = "../../gcp-t4/internal/remediate/testdata/kata-deploy-4.x-dropin-v3.toml"
+
+// nydusSocket is the nydus snapshotter stand-in's socket on this node
+// (/run/nydus-for-kata-tee/containerd-nydus-grpc.sock on a real one).
+func (n *Node) nydusSocket() string { return n.path("nydus/containerd-nydus-grpc.sock") }
+
+// kataDeployDropIn is the fixture with this node's paths: the shim, its
+// configuration, the snapshotter's socket and root.
+func (n *Node) kataDeployDropIn(k *Kata) (string, error) {
+	data, err := os.ReadFile(kataDeployFixture)
+	if err != nil {
+		return "", fmt.Errorf("node: kata-deploy's drop-in fixture: %w", err)
+	}
+	s := string(data)
+	for _, r := range [][2]string{
+		{`"/opt/kata/bin/containerd-shim-kata-v2"`, fmt.Sprintf("%q", k.Shim)},
+		{`"/opt/kata/share/defaults/kata-containers/runtimes/remote/configuration-remote.toml"`, fmt.Sprintf("%q", n.kataConfigPath())},
+		{`"/run/nydus-for-kata-tee/containerd-nydus-grpc.sock"`, fmt.Sprintf("%q", n.nydusSocket())},
+		{`"/var/lib/nydus-for-kata-tee"`, fmt.Sprintf("%q", n.path("nydus/root"))},
+	} {
+		if !strings.Contains(s, r[0]) {
+			return "", fmt.Errorf("node: %s has no %s; the fixture changed", kataDeployFixture, r[0])
+		}
+		s = strings.ReplaceAll(s, r[0], r[1])
+	}
+	return s, nil
+}
+
+// startNydus starts the snapshotter stand-in kata-deploy's drop-in names,
+// before containerd, and waits for its socket.
+func (n *Node) startNydus(ctx context.Context, k *Kata) error {
+	if err := os.MkdirAll(n.path("nydus/root"), 0o700); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	p, err := n.start("nydus-standin", os.Environ(), k.Nydus, n.nydusSocket(), n.path("nydus/root"))
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, 30*time.Second, "the snapshotter stand-in's socket", func() (bool, error) {
+		if err := p.exited(); err != nil {
+			return false, err
+		}
+		_, err := os.Stat(n.nydusSocket())
+		return err == nil, nil
+	})
 }
 
 // KataFromEnv reads the kata stage's variables. None set: ErrNoKata.
@@ -71,13 +146,13 @@ type Kata struct {
 func KataFromEnv() (Kata, error) {
 	k := Kata{Shim: os.Getenv(EnvKataShim), Config: os.Getenv(EnvKataConfig), CAA: os.Getenv(EnvCAA),
 		GCE: os.Getenv(EnvGCE), GcpT4: os.Getenv(EnvGcpT4), Entrypoint: os.Getenv(EnvEntrypoint),
-		Forwarder: os.Getenv(EnvForwarder), Agent: os.Getenv(EnvAgent)}
+		Forwarder: os.Getenv(EnvForwarder), Agent: os.Getenv(EnvAgent), GcpT4Node: os.Getenv(EnvGcpT4Node), Nydus: os.Getenv(EnvNydus)}
 	vars := []struct {
 		name, val string
 		exec      bool
 	}{{EnvKataShim, k.Shim, true}, {EnvKataConfig, k.Config, false}, {EnvCAA, k.CAA, true},
 		{EnvGCE, k.GCE, true}, {EnvGcpT4, k.GcpT4, true}, {EnvEntrypoint, k.Entrypoint, true},
-		{EnvForwarder, k.Forwarder, true}, {EnvAgent, k.Agent, true}}
+		{EnvForwarder, k.Forwarder, true}, {EnvAgent, k.Agent, true}, {EnvGcpT4Node, k.GcpT4Node, true}, {EnvNydus, k.Nydus, true}}
 	set := 0
 	var problems []string
 	for _, v := range vars {
@@ -270,6 +345,9 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 		"--podvm-image", "podvm-t4", "--network", "global/networks/default", "--subnetwork", "default",
 		"--set", "GCP_ENDPOINT=" + pp.GCE, "--set", "GCP_ZONES=us-central1-b,us-central1-f",
 		"--runtimeclass=on", "--wait=false"}
+	if k.Remediation {
+		args = append(args, "--gke=on")
+	}
 	out, err := exec.CommandContext(ctx, k.GcpT4, args...).CombinedOutput()
 	if err := os.WriteFile(n.path("gcp-t4-install.log"), out, 0o600); err != nil {
 		return nil, fmt.Errorf("node: %w", err)

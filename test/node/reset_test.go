@@ -1,0 +1,380 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// gkeFixture is the remediation tests' GKE containerd configuration for
+// containerd 2.x (version 3), the file GKE's node bootstrap writes.
+const gkeFixture = "../../gcp-t4/internal/remediate/testdata/gke-v3.toml"
+
+// gkeConfig is GKE's rewrite of containerd's configuration on this node:
+// the fixture, with what this machine cannot run as GKE's node does
+// replaced by the harness's own (each named below); like GKE's, it has no
+// kata-remote handler and no import of kata-deploy's drop-in, and it sets
+// discard_unpacked_layers = true.
+func gkeConfig(n *Node) ([]byte, error) {
+	data, err := os.ReadFile(gkeFixture)
+	if err != nil {
+		return nil, err
+	}
+	s := string(data)
+	for _, r := range []struct{ old, new string }{
+		// The node's own root, state and sockets (GKE's are the defaults,
+		// /var/lib/containerd and /run/containerd: this machine's, not the
+		// node's); kubelet dials the node's socket.
+		{"version = 3\n", fmt.Sprintf("version = 3\nroot = %q\nstate = %q\n", n.path("containerd/root"), n.path("containerd/state"))},
+		// No registry here: the harness's image is the sandbox image.
+		{`sandbox = "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21f16b99b180b9996407d61240ceb9830"`, fmt.Sprintf("sandbox = %q", Image)},
+		// The CNI plugins and configuration the node has.
+		{`bin_dirs = ["/home/kubernetes/bin"]`, fmt.Sprintf("bin_dirs = [%q]", n.bin.CNIDir)},
+		{`conf_dir = "@TMP@/cni/net.d"`, fmt.Sprintf("conf_dir = %q", n.path("cni/net.d"))},
+		{"  conf_template = \"@TMP@/home/containerd/cni.template\"\n", ""},
+		// PID 1 is not systemd here and kubelet's driver is cgroupfs.
+		{"SystemdCgroup = true", fmt.Sprintf("SystemdCgroup = false\n  BinaryName = %q", n.bin.Runc)},
+		// This machine's root may not lower oom_score_adj (node.go).
+		{"  max_container_log_line_size = 262144\n", "  max_container_log_line_size = 262144\n  restrict_oom_score_adj = true\n"},
+		{`path = "@TMP@/home/containerd/opt/containerd"`, fmt.Sprintf("path = %q", n.path("containerd/opt"))},
+		{"@TMP@", n.path("gke")},
+	} {
+		if r.old != "@TMP@" && !strings.Contains(s, r.old) {
+			return nil, fmt.Errorf("%s: no %q; the fixture changed", gkeFixture, r.old)
+		}
+		s = strings.ReplaceAll(s, r.old, r.new)
+	}
+	s += fmt.Sprintf("\n[grpc]\n  address = %q\n\n[ttrpc]\n  address = %q\n\n[metrics]\n  address = \"\"\n", n.Socket, n.Socket+".ttrpc")
+	return []byte(s), nil
+}
+
+// podSeen is what the test records of a pod as it changes.
+func podSeen(p *corev1.Pod) string {
+	var b strings.Builder
+	b.WriteString(string(p.Status.Phase))
+	for _, c := range p.Status.ContainerStatuses {
+		fmt.Fprintf(&b, " %s(restarts %d, ", c.Name, c.RestartCount)
+		switch {
+		case c.State.Running != nil:
+			fmt.Fprintf(&b, "running since %s, %s)", c.State.Running.StartedAt.Format("15:04:05"), shortID(c.ContainerID))
+		case c.State.Waiting != nil:
+			fmt.Fprintf(&b, "waiting %s)", c.State.Waiting.Reason)
+		case c.State.Terminated != nil:
+			fmt.Fprintf(&b, "terminated %s exit %d)", c.State.Terminated.Reason, c.State.Terminated.ExitCode)
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady || c.Type == corev1.PodReadyToStartContainers {
+			fmt.Fprintf(&b, " %s=%s", c.Type, c.Status)
+		}
+	}
+	return b.String()
+}
+
+func shortID(id string) string {
+	if i := strings.LastIndex(id, "/"); i >= 0 {
+		id = id[i+1:]
+	}
+	return id[:min(12, len(id))]
+}
+
+// TestKataRemoteContainerdConfigReset: the remediation sidecar
+// (gcp-t4-node remediate) runs as a host process against the node, with
+// the flags, ServiceAccount and settings our DaemonSet gives it, and
+// systemd's D-Bus API served by a stand-in that restarts the node's
+// containerd. kata-deploy's drop-in holds kata-remote, imported by the
+// main file. A kata-remote pod is Running when "GKE" rewrites containerd's
+// configuration (the remediation tests' GKE fixture: no kata-remote, no
+// import) and restarts containerd. The test records, with times from the
+// rewrite, the sidecar's lines, its restart of containerd, the Node's
+// runtime handlers, the Running pod's state and Events; it asserts the
+// import restored, containerd restarted by the sidecar, kata-remote back
+// in the Node's runtime handlers, and a new kata-remote pod Running after.
+func TestKataRemoteContainerdConfigReset(t *testing.T) {
+	k, err := KataFromEnv()
+	if errors.Is(err, ErrNoKata) {
+		t.Skip("the kata shim, CAA and the emulator are not given (" + EnvKataShim + ", " + EnvCAA + ", …): run " + KataMakeCommand)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	gkeProbe, err := os.ReadFile(gkeFixture)
+	if err != nil || strings.Contains(string(gkeProbe), "kata-remote") {
+		t.Fatalf("GKE's fixture %s: %v (or it names kata-remote)", gkeFixture, err)
+	}
+	k.AgentPull = 5 * time.Second
+	k.KataDeployDropIn = true
+	k.Remediation = true
+	ks := startKata(t, &k)
+	ph, ctx, cs, n, pp := ks.ph, ks.ctx, ks.cs, ks.n, ks.pp
+	// Two GPU pods: the device plugin's count, as startKata sets it.
+	gpuPatch := []byte(`{"status":{"capacity":{"nvidia.com/gpu":"2"}}}`)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, gpuPatch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	const ns, first, second = gpuNamespace, "vllm", "vllm-after"
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, gpuPod(n.Name, first), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning := func(name string, limit time.Duration) (*corev1.Pod, error) {
+		wctx, cancel := context.WithTimeout(ctx, limit)
+		defer cancel()
+		var p *corev1.Pod
+		err := poll(wctx, name+" Running", func() (bool, string) {
+			var err error
+			p, err = cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return containersRunning(p), podSeen(p)
+		})
+		return p, err
+	}
+	before, err := waitRunning(first, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("before: %s", podSeen(before))
+	logEvents(ctx, t, cs, ns, first)
+	ph.done("pod Running")
+
+	// The sidecar, as the DaemonSet runs it: its args, NODE_NAME and
+	// POD_NAMESPACE, its ServiceAccount's token; only the host paths
+	// differ (the node's directory, not /etc/containerd and /opt/kata,
+	// and the host's / is / itself: a host process).
+	bus, err := n.ServeSystemd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry := int64(3600)
+	tr, err := cs.CoreV1().ServiceAccounts(pp.Namespace).CreateToken(ctx, "gcp-t4-remediate",
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a token for the sidecar's ServiceAccount (install --gke=on): %v", err)
+	}
+	sideKubeconfig := n.path("remediate.kubeconfig")
+	if err := ks.cp.WriteKubeconfig(sideKubeconfig, tr.Status.Token); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	sideArgs := []string{"remediate",
+		// install/components/gke-remediation/daemonset.yaml's args, the
+		// host root aside.
+		"--host-root=/", "--cri-socket=", "--listen=" + listen, "--daemonset=gcp-t4-remediate",
+		// The DaemonSet's 1200s: the sidecar keeps kata-remote's timeout
+		// only for a configuration under /opt/kata (katatimeout.go
+		// kataPaths), and this node's is in its own directory; the
+		// harness writes the sidecar's drop-in itself, byte for byte.
+		// 0 leaves kata-remote's configuration alone.
+		"--create-container-timeout=0",
+		// The node's paths for what the DaemonSet mounts at the host's.
+		"--config=" + n.ContainerdConfig(), "--kata-dir=" + n.KataDir(), "--lock=" + n.path("kata-deploy.lock"),
+		"--containerd-binary=" + n.bin.Containerd, "--systemd-bus=" + bus, "--kubeconfig=" + sideKubeconfig,
+	}
+	sideEnv := append(os.Environ(), "NODE_NAME="+n.Name, "POD_NAMESPACE="+pp.Namespace)
+	side, err := n.start("remediate", sideEnv, k.GcpT4Node, sideArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sidecar: gcp-t4-node %s", strings.Join(sideArgs, " "))
+	ready := func() (int, string) {
+		resp, err := http.Get("http://" + listen + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b := make([]byte, 512)
+		m, _ := resp.Body.Read(b)
+		return resp.StatusCode, strings.TrimSpace(string(b[:m]))
+	}
+	readyCtx, readyCancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer readyCancel()
+	if err := poll(readyCtx, "the sidecar Ready", func() (bool, string) {
+		if err := side.exited(); err != nil {
+			return false, err.Error()
+		}
+		code, body := ready()
+		return code == http.StatusOK, fmt.Sprintf("%d %s; log ends: %s", code, body, n.LogTail("remediate", 800))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ph.done("sidecar up and Ready")
+	sideSeen := 0
+	logSidecar := func() {
+		lines := n.LogLines("remediate", "")
+		for _, l := range lines[min(sideSeen, len(lines)):] {
+			t.Logf("sidecar: %s", clip(l))
+		}
+		sideSeen = len(lines)
+	}
+	logSidecar()
+	restartsBefore := len(n.SystemdCalls())
+	origConfig, err := os.ReadFile(n.ContainerdConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("containerd's main file before (kata-deploy's import):\n%s", firstLines(string(origConfig), 3))
+
+	// "GKE": the node bootstrap rewrites the file and restarts containerd.
+	gke, err := gkeConfig(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset := time.Now()
+	since := func() string { return fmt.Sprintf("%5.1fs", time.Since(reset).Seconds()) }
+	if err := n.RestartContainerd(ctx, gke); err != nil {
+		t.Fatalf("GKE's restart of containerd: %v", err)
+	}
+	t.Logf("%s GKE's config written, containerd restarted by \"GKE\" (not the sidecar)", since())
+
+	// Watch until the sidecar has restored the import and restarted
+	// containerd, kata-remote is back on the Node, and the first pod is
+	// Running with every container (or its fate is known), recording each
+	// change.
+	lastPod, lastHandlers, lastFile := "", "", ""
+	podStates := 0 // the pod's states seen, the first included
+	var restored, restarted, handlerBack, podBack time.Duration
+	watchCtx, watchCancel := context.WithTimeout(ctx, 6*time.Minute)
+	defer watchCancel()
+	werr := poll(watchCtx, "the sidecar's repair, kata-remote back, the pod Running", func() (bool, string) {
+		data, _ := os.ReadFile(n.ContainerdConfig())
+		file := "GKE's (no import)"
+		if strings.Contains(string(data), n.KataDeployDropIn()) {
+			file = "kata-deploy's import restored"
+			if restored == 0 {
+				restored = time.Since(reset)
+			}
+		}
+		if file != lastFile {
+			t.Logf("%s containerd's main file: %s", since(), file)
+			lastFile = file
+		}
+		if calls := n.SystemdCalls(); len(calls) > restartsBefore && restarted == 0 {
+			restarted = time.Since(reset)
+			t.Logf("%s systemd stand-in: %s", since(), calls[len(calls)-1])
+		}
+		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err == nil {
+			var hs []string
+			for _, h := range node.Status.RuntimeHandlers {
+				hs = append(hs, h.Name)
+			}
+			slices.Sort(hs)
+			if got := strings.Join(hs, ","); got != lastHandlers {
+				t.Logf("%s Node runtimeHandlers: [%s]", since(), got)
+				lastHandlers = got
+			}
+			if restarted != 0 && slices.Contains(hs, KataHandler) && handlerBack == 0 {
+				handlerBack = time.Since(reset)
+			}
+		}
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, first, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if s := podSeen(p); s != lastPod {
+			t.Logf("%s pod %s: %s", since(), first, s)
+			lastPod = s
+			podStates++
+		}
+		if restarted != 0 && containersRunning(p) && isReady(p) && podBack == 0 {
+			podBack = time.Since(reset)
+		}
+		return restored != 0 && restarted != 0 && handlerBack != 0 && podBack != 0,
+			fmt.Sprintf("file %s, restarts by the sidecar %v, handlers [%s], pod %s", file, n.SystemdCalls(), lastHandlers, lastPod)
+	})
+	logSidecar()
+	logEvents(ctx, t, cs, ns, first)
+	for _, l := range n.LogLines("containerd", "kata-remote", "level=error", "level=warn", "recover", "Recover") {
+		t.Logf("containerd: %s", clip(l))
+	}
+	for _, l := range n.LogLines("kubelet", "kata-remote", "SandboxChanged", "Killing", "RunPodSandbox", "runtime handler") {
+		t.Logf("kubelet: %s", clip(l))
+	}
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	after, _ := cs.CoreV1().Pods(ns).Get(ctx, first, metav1.GetOptions{})
+	t.Logf("after GKE's rewrite: import restored at %.1fs, containerd restarted by the sidecar at %.1fs, kata-remote on the Node at %.1fs; the pod Running and Ready at %.1fs, in %d state(s) in all",
+		restored.Seconds(), restarted.Seconds(), handlerBack.Seconds(), podBack.Seconds(), podStates)
+	t.Logf("after: %s", podSeen(after))
+	if len(before.Status.ContainerStatuses) == 1 && len(after.Status.ContainerStatuses) == 1 {
+		b, a := before.Status.ContainerStatuses[0], after.Status.ContainerStatuses[0]
+		t.Logf("the Running pod: same container %v (%s → %s), restarts %d → %d", b.ContainerID == a.ContainerID, shortID(b.ContainerID), shortID(a.ContainerID), b.RestartCount, a.RestartCount)
+	}
+	ph.done("GKE's rewrite → repaired")
+	vms, _ := gceInstances(ctx, pp)
+	t.Logf("%d instance(s) now", len(vms))
+
+	// A new kata-remote pod after the repair.
+	created := time.Now()
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, gpuPod(n.Name, second), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := waitRunning(second, 5*time.Minute); err != nil {
+		t.Error(err)
+		logEvents(ctx, t, cs, ns, second)
+	} else {
+		t.Logf("new pod %s Running %.1fs after it was created: %s", second, time.Since(created).Seconds(), podSeen(p))
+	}
+	ph.done("new kata-remote pod Running")
+	logSidecar()
+
+	for _, name := range []string{first, second} {
+		if err := cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	}
+	if err := poll(ctx, "pods gone, 0 VMs", func() (bool, string) {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		vms, err := gceInstances(ctx, pp)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(pods.Items) == 0 && len(vms) == 0, fmt.Sprintf("%d pods, %d instances", len(pods.Items), len(vms))
+	}); err != nil {
+		t.Error(err)
+	}
+	ph.done("delete → pods gone, 0 VMs")
+	side.stop(30 * time.Second)
+	logSidecar()
+	t.Logf("systemd stand-in calls: %v", n.SystemdCalls())
+	if left, _ := filepath.Glob(n.path("containerd/caa-gcp-t4/*")); len(left) > 0 {
+		t.Logf("the sidecar's directory holds: %v", left)
+	}
+	stopAndCheck(t, n, ph)
+}
+
+func isReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func firstLines(s string, k int) string {
+	lines := strings.SplitN(s, "\n", k+1)
+	return strings.Join(lines[:min(k, len(lines))], "\n")
+}
