@@ -87,21 +87,6 @@ if [[ ! -x $acache/kata-agent-standin ]]; then
 	mv "$acache.tmp" "$acache"
 fi
 
-# The nydus snapshotter stand-in (test/node/_snapshotter): containerd's
-# overlayfs snapshotter served as a proxy snapshotter, for the scenarios
-# that lay kata-remote out as kata-deploy's chart does (with its nydus
-# mapping). Its own module (containerd stays out of the harness's);
-# keyed by its sources.
-ssum=$(cat "$here"/_snapshotter/*.go "$here"/_snapshotter/go.mod "$here"/_snapshotter/go.sum | sha256sum | cut -c1-16)
-scache=$cacheroot/node-snapshotter-$ssum
-if [[ ! -x $scache/snapshotter-standin ]]; then
-	say "building the nydus snapshotter stand-in (once)"
-	mkdir -p "$scache.tmp"
-	(cd "$here/_snapshotter" && GOWORK=off CGO_ENABLED=0 go build -o "$scache.tmp/snapshotter-standin" .) >&2
-	rm -rf "$scache"
-	mv "$scache.tmp" "$scache"
-fi
-
 # CAA: keyed by its commit, the kata commit it is built against, and our
 # series' sources (the provider and the patch scripts).
 series=$(cd "$root" && find src/cloud-providers scripts/upstream-patch -type f ! -path '*/testdata/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
@@ -144,7 +129,7 @@ fi
 ocache=$cacheroot/node-kata-ours
 mkdir -p "$ocache"
 # In the repository's workspace (go.work), as make build does.
-(cd "$root/gcp-t4" && unset GOWORK && go build -o "$ocache/gceonly" ./internal/demo/gceonly && go build -o "$ocache/gcp-t4" ./cmd/gcp-t4 && go build -o "$ocache/gcp-t4-node" ./cmd/gcp-t4-node) >&2
+(cd "$root/gcp-t4" && unset GOWORK && go build -o "$ocache/gceonly" ./internal/demo/gceonly && go build -o "$ocache/gcp-t4" ./cmd/gcp-t4) >&2
 
 echo "NODE_KATA_SHIM=$shim"
 echo "NODE_KATA_CONFIG=$kcache/configuration-remote.toml"
@@ -153,6 +138,4 @@ echo "NODE_FORWARDER=$ccache/agent-protocol-forwarder"
 echo "NODE_AGENT=$acache/kata-agent-standin"
 echo "NODE_GCE_EMULATOR=$ocache/gceonly"
 echo "NODE_GCP_T4=$ocache/gcp-t4"
-echo "NODE_GCP_T4_NODE=$ocache/gcp-t4-node"
-echo "NODE_SNAPSHOTTER=$scache/snapshotter-standin"
 echo "NODE_CAA_ENTRYPOINT=$root/scripts/image/entrypoint.sh"

@@ -30,8 +30,6 @@ const (
 	EnvCAA        = "NODE_CAA"          // cloud-api-adaptor from UPSTREAM with our series, -tags gcp_t4
 	EnvGCE        = "NODE_GCE_EMULATOR" // gcp-t4/internal/demo/gceonly: the seeded emulator alone
 	EnvGcpT4      = "NODE_GCP_T4"       // the gcp-t4 command: install renders and applies our manifests
-	EnvGcpT4Node  = "NODE_GCP_T4_NODE"  // the gcp-t4-node command: the remediation sidecar
-	EnvNydus      = "NODE_SNAPSHOTTER"  // the nydus snapshotter stand-in (test/node/_snapshotter)
 	EnvEntrypoint = "NODE_CAA_ENTRYPOINT"
 	EnvForwarder  = "NODE_FORWARDER" // agent-protocol-forwarder from UPSTREAM (the podVM's side of CAA)
 	EnvAgent      = "NODE_AGENT"     // the stand-in kata-agent (test/node/_agent) built against KATA
@@ -101,14 +99,14 @@ func (n *Node) nydusSocket() string { return n.path("nydus/containerd-nydus-grpc
 
 // kataDeployDropIn is the fixture with this node's paths: the shim, its
 // configuration, the snapshotter's socket and root.
-func (n *Node) kataDeployDropIn(k *Kata) (string, error) {
+func (n *Node) kataDeployDropIn() (string, error) {
 	data, err := os.ReadFile(kataDeployFixture)
 	if err != nil {
 		return "", fmt.Errorf("node: kata-deploy's drop-in fixture: %w", err)
 	}
 	s := string(data)
 	for _, r := range [][2]string{
-		{`"/opt/kata/bin/containerd-shim-kata-v2"`, fmt.Sprintf("%q", k.Shim)},
+		{`"/opt/kata/bin/containerd-shim-kata-v2"`, fmt.Sprintf("%q", n.kataDeploy.shim)},
 		{`"/opt/kata/share/defaults/kata-containers/runtimes/remote/configuration-remote.toml"`, fmt.Sprintf("%q", n.kataConfigPath())},
 		{`"/run/nydus-for-kata-tee/containerd-nydus-grpc.sock"`, fmt.Sprintf("%q", n.nydusSocket())},
 		{`"/var/lib/nydus-for-kata-tee"`, fmt.Sprintf("%q", n.path("nydus/root"))},
@@ -121,13 +119,36 @@ func (n *Node) kataDeployDropIn(k *Kata) (string, error) {
 	return s, nil
 }
 
+// placeholderKata writes, for a node without the kata stage, what
+// kata-deploy installs that containerd's kata-remote handler and the
+// remediation sidecar name: a shim that only says it is a placeholder (no
+// pod runs it) and a kata-remote configuration file with its config.d
+// (the sidecar, run with --create-container-timeout=0, leaves both alone).
+// It returns the shim's path.
+func (n *Node) placeholderKata() (string, error) {
+	shim := filepath.Join(n.KataDir(), "bin", "containerd-shim-kata-v2")
+	cfg := n.kataConfigPath()
+	for _, d := range []string{filepath.Dir(shim), filepath.Join(filepath.Dir(cfg), "config.d")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", fmt.Errorf("node: %w", err)
+		}
+	}
+	if err := os.WriteFile(shim, []byte("#!/bin/sh\necho 'the node harness has no kata shim here: a placeholder for containerd'\\''s kata-remote handler' >&2\nexit 1\n"), 0o755); err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	if err := os.WriteFile(cfg, []byte("# The node harness's placeholder: no kata-remote pod runs on this node.\n[hypervisor.remote]\n"), 0o644); err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	return shim, nil
+}
+
 // startNydus starts the snapshotter stand-in kata-deploy's drop-in names,
 // before containerd, and waits for its socket.
-func (n *Node) startNydus(ctx context.Context, k *Kata) error {
+func (n *Node) startNydus(ctx context.Context) error {
 	if err := os.MkdirAll(n.path("nydus/root"), 0o700); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	p, err := n.start("nydus-standin", os.Environ(), k.Nydus, n.nydusSocket(), n.path("nydus/root"))
+	p, err := n.start("nydus-standin", os.Environ(), n.kataDeploy.nydus, n.nydusSocket(), n.path("nydus/root"))
 	if err != nil {
 		return err
 	}
@@ -147,12 +168,14 @@ func KataFromEnv() (Kata, error) {
 	k := Kata{Shim: os.Getenv(EnvKataShim), Config: os.Getenv(EnvKataConfig), CAA: os.Getenv(EnvCAA),
 		GCE: os.Getenv(EnvGCE), GcpT4: os.Getenv(EnvGcpT4), Entrypoint: os.Getenv(EnvEntrypoint),
 		Forwarder: os.Getenv(EnvForwarder), Agent: os.Getenv(EnvAgent), GcpT4Node: os.Getenv(EnvGcpT4Node), Nydus: os.Getenv(EnvNydus)}
+	// The sidecar and the nydus stand-in are not the kata stage's: e2e.sh
+	// builds them for every run; a test that needs one checks it.
 	vars := []struct {
 		name, val string
 		exec      bool
 	}{{EnvKataShim, k.Shim, true}, {EnvKataConfig, k.Config, false}, {EnvCAA, k.CAA, true},
 		{EnvGCE, k.GCE, true}, {EnvGcpT4, k.GcpT4, true}, {EnvEntrypoint, k.Entrypoint, true},
-		{EnvForwarder, k.Forwarder, true}, {EnvAgent, k.Agent, true}, {EnvGcpT4Node, k.GcpT4Node, true}, {EnvNydus, k.Nydus, true}}
+		{EnvForwarder, k.Forwarder, true}, {EnvAgent, k.Agent, true}}
 	set := 0
 	var problems []string
 	for _, v := range vars {

@@ -37,6 +37,8 @@ const (
 	EnvKubelet      = "NODE_KUBELET"
 	EnvContainerd   = "NODE_CONTAINERD" // the containerd binary; ctr and containerd-shim-runc-v2 beside it
 	EnvCNIDir       = "NODE_CNI_DIR"
+	EnvGcpT4Node    = "NODE_GCP_T4_NODE" // the gcp-t4-node command: the remediation sidecar
+	EnvNydus        = "NODE_SNAPSHOTTER" // the nydus snapshotter stand-in (test/node/_snapshotter)
 	MakeCommand     = "make node-e2e"
 	netnsDir        = "/var/run/netns"
 	cgroupMountRoot = "/sys/fs/cgroup"
@@ -107,6 +109,11 @@ type Options struct {
 	// Kata, when set, adds the kata-remote runtime handler to containerd
 	// as kata-deploy lays it out (kata.go); StartPeerPods then runs CAA.
 	Kata *Kata
+	// KataDeployNydus, without Kata, lays kata-remote out as kata-deploy's
+	// chart does (Kata.KataDeployDropIn), its nydus snapshotter this
+	// stand-in; the shim and its configuration are placeholders that no
+	// pod runs (no kata-remote pod runs without the kata stage).
+	KataDeployNydus string
 }
 
 // Node is a running kubelet and containerd.
@@ -153,6 +160,15 @@ type Node struct {
 	containerdStarted time.Time
 	// systemd is the stand-in for systemd's D-Bus API, when served.
 	systemd *systemdStandIn
+	// kataDeploy: kata-remote as kata-deploy's chart lays it out, with
+	// this shim and nydus stand-in (Kata.KataDeployDropIn or
+	// Options.KataDeployNydus).
+	kataDeploy *kataDeployLayout
+}
+
+// kataDeployLayout is what kata-deploy's drop-in names on this node.
+type kataDeployLayout struct {
+	shim, nydus string
 }
 
 // ControlPlaneFlags are the kube-apiserver flags a node needs beyond
@@ -230,8 +246,18 @@ func Start(ctx context.Context, bin Binaries, cp *controlplane.ControlPlane, opt
 		}
 	}
 
-	if n.kata != nil && n.kata.KataDeployDropIn {
-		if err := n.startNydus(ctx, n.kata); err != nil {
+	switch {
+	case n.kata != nil && n.kata.KataDeployDropIn:
+		n.kataDeploy = &kataDeployLayout{shim: n.kata.Shim, nydus: n.kata.Nydus}
+	case n.kata == nil && opts.KataDeployNydus != "":
+		shim, err := n.placeholderKata()
+		if err != nil {
+			return nil, err
+		}
+		n.kataDeploy = &kataDeployLayout{shim: shim, nydus: opts.KataDeployNydus}
+	}
+	if n.kataDeploy != nil {
+		if err := n.startNydus(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -298,7 +324,7 @@ func (n *Node) writeCNI() error {
 // containerdConfig is the node's containerd configuration: version 3, the
 // node's own paths, runc, and with the kata stage the kata-remote handler
 // (inline, or in kata-deploy's drop-in imported by its literal path when
-// Kata.KataDeployDropIn is set).
+// Kata.KataDeployDropIn or Options.KataDeployNydus is set).
 func (n *Node) containerdConfig() (string, error) {
 	// Config version 3 (containerd 2.x): its own root, state, sockets and
 	// CNI directories; runc through the runc shim with cgroupfs, as
@@ -342,12 +368,12 @@ state = %[2]q
 `, n.path("containerd/root"), n.path("containerd/state"), n.Socket, n.Socket+".ttrpc",
 		n.path("containerd/opt"), Image, n.bin.CNIDir, n.path("cni/net.d"), n.bin.Runc)
 	switch {
-	case n.kata != nil && n.kata.KataDeployDropIn:
+	case n.kataDeploy != nil:
 		dropIn := n.KataDeployDropIn()
 		if err := os.MkdirAll(filepath.Dir(dropIn), 0o755); err != nil {
 			return "", fmt.Errorf("node: %w", err)
 		}
-		data, err := n.kataDeployDropIn(n.kata)
+		data, err := n.kataDeployDropIn()
 		if err != nil {
 			return "", err
 		}
