@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # System packages the node harness (test/node) runs besides what it builds
 # from the module proxy: runc, the OCI runtime containerd's runc shim calls,
-# and iptables, which kubelet's and the CNI bridge plugin's rules need.
+# iptables, which kubelet's and the CNI bridge plugin's rules need; and
+# dbus-daemon, which carries the systemd stand-in the remediation sidecar
+# restarts containerd through.
 # Installs only what is missing, says what it installs, and prints nothing
 # on stdout, so running it again is free.
 set -euo pipefail
 missing=()
-for p in runc:runc iptables:iptables; do
+for p in runc:runc iptables:iptables dbus-daemon:dbus-daemon; do
 	command -v "${p%%:*}" >/dev/null 2>&1 || missing+=("${p#*:}")
 done
 if [ ${#missing[@]} -eq 0 ]; then

@@ -2,7 +2,9 @@
 # `make node-e2e`: the node harness (docs/node-harness.md). Without
 # UPSTREAM and KATA it runs the part CI can keep: kube-apiserver + etcd, a
 # real kubelet and containerd with runc and the CNI plugins, a pod run,
-# read and removed (test/node's TestPodRunsOnARealNode). With them it checks
+# read and removed (test/node's TestPodRunsOnARealNode), and the remediation
+# sidecar repairing containerd's configuration after a GKE rewrite under a
+# running pod (TestSidecarRestoresKataRemote). With them it checks
 # the checkouts against the pins, builds kata's shim and CAA with our series
 # from them (test/node/kata-build.sh, cached by commit) and runs the kata
 # stage too (TestKataRemotePodThroughCAA: a GPU peer pod through kubelet,
@@ -46,6 +48,25 @@ NODE_CONTAINERD=$("$root/test/containerd/build.sh" "$NODE_CONTAINERD_VERSION")
 for cmd in ctr containerd-shim-runc-v2; do
 	CONTAINERD_CMD=$cmd "$root/test/containerd/build.sh" "$NODE_CONTAINERD_VERSION" >/dev/null
 done
+# The remediation sidecar (this tree's gcp-t4-node, built each run into a
+# directory of this run: the Go cache makes it quick) and the nydus
+# snapshotter stand-in (test/node/_snapshotter, its own module; cached by
+# its sources), for the config-reset scenarios.
+cacheroot=${XDG_CACHE_HOME:-$HOME/.cache}/caa-gcp-t4
+ours=$(mktemp -d)
+trap 'rm -rf "$ours"' EXIT
+(cd "$root/gcp-t4" && unset GOWORK && go build -o "$ours/gcp-t4-node" ./cmd/gcp-t4-node) >&2
+ssum=$(cat "$here"/_snapshotter/*.go "$here"/_snapshotter/go.mod "$here"/_snapshotter/go.sum | sha256sum | cut -c1-16)
+scache=$cacheroot/node-snapshotter-$ssum
+if [[ ! -x $scache/snapshotter-standin ]]; then
+	echo "node-e2e: building the nydus snapshotter stand-in (once)" >&2
+	rm -rf "$scache.tmp.$$"
+	mkdir -p "$scache.tmp.$$"
+	(cd "$here/_snapshotter" && GOWORK=off CGO_ENABLED=0 go build -o "$scache.tmp.$$/snapshotter-standin" .) >&2
+	rm -rf "$scache"
+	mv "$scache.tmp.$$" "$scache"
+fi
+export NODE_GCP_T4_NODE=$ours/gcp-t4-node NODE_SNAPSHOTTER=$scache/snapshotter-standin
 if [[ -n $kata ]]; then
 	# NAME=path lines: the shim, its configuration, CAA, the emulator, gcp-t4.
 	while IFS= read -r line; do

@@ -8,6 +8,7 @@ go 1.26.0
 
 require (
 	github.com/caa-gcp-t4/test/controlplane v0.0.0
+	github.com/godbus/dbus/v5 v5.2.4
 	golang.org/x/sys v0.48.0
 	k8s.io/api v0.35.4
 	k8s.io/apimachinery v0.35.4

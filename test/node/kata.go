@@ -55,6 +55,10 @@ var ErrNoKata = errors.New("the kata stage's binaries are not given")
 // Kata are the executables and files of the kata stage.
 type Kata struct {
 	Shim, Config, CAA, GCE, GcpT4, Entrypoint string
+	// GcpT4Node is the node binary (the remediation sidecar).
+	GcpT4Node string
+	// Nydus is the nydus snapshotter stand-in (KataDeployDropIn).
+	Nydus string
 	// Forwarder and Agent run in each podVM (podvm.go).
 	Forwarder, Agent string
 	// AgentPull is the stand-in agent's modelled in-guest pull time per
@@ -76,6 +80,98 @@ type Kata struct {
 	// NoTimeoutDropIn leaves out the remediation sidecar's
 	// create_container_timeout drop-in: kata's own default (60 s) holds.
 	NoTimeoutDropIn bool
+	// KataDeployDropIn lays kata-remote out as kata-deploy 4.0.0 does on
+	// containerd 2.x with its chart's nydus mapping for the remote shim:
+	// its drop-in <kata-dir>/containerd/config.d/kata-deploy.toml,
+	// imported by the main file by its literal path (config.rs
+	// containerd_drop_in_conf_file at cf82bb35), not inline; the drop-in
+	// is the remediation tests' fixture of it, with the node's paths; its
+	// nydus-for-kata-tee snapshotter is the stand-in (Nydus).
+	KataDeployDropIn bool
+	// Remediation: gcp-t4 install adds the remediation sidecar's objects
+	// (--gke=on), whose ServiceAccount the sidecar's process runs as.
+	Remediation bool
+}
+
+// KataDir is kata-deploy's install directory on this node (/opt/kata on
+// a real one).
+func (n *Node) KataDir() string { return n.path("opt-kata") }
+
+// KataDeployDropIn is kata-deploy's containerd drop-in under KataDir.
+func (n *Node) KataDeployDropIn() string {
+	return filepath.Join(n.KataDir(), "containerd", "config.d", "kata-deploy.toml")
+}
+
+// kataDeployFixture is kata-deploy 4.x's drop-in over a version 3 main
+// file, as the remediation tests hold it.
+const kataDeployFixture = "../../gcp-t4/internal/remediate/testdata/kata-deploy-4.x-dropin-v3.toml"
+
+// nydusSocket is the nydus snapshotter stand-in's socket on this node
+// (/run/nydus-for-kata-tee/containerd-nydus-grpc.sock on a real one).
+func (n *Node) nydusSocket() string { return n.path("nydus/containerd-nydus-grpc.sock") }
+
+// kataDeployDropIn is the fixture with this node's paths: the shim, its
+// configuration, the snapshotter's socket and root.
+func (n *Node) kataDeployDropIn() (string, error) {
+	data, err := os.ReadFile(kataDeployFixture)
+	if err != nil {
+		return "", fmt.Errorf("node: kata-deploy's drop-in fixture: %w", err)
+	}
+	s := string(data)
+	for _, r := range [][2]string{
+		{`"/opt/kata/bin/containerd-shim-kata-v2"`, fmt.Sprintf("%q", n.kataDeploy.shim)},
+		{`"/opt/kata/share/defaults/kata-containers/runtimes/remote/configuration-remote.toml"`, fmt.Sprintf("%q", n.kataConfigPath())},
+		{`"/run/nydus-for-kata-tee/containerd-nydus-grpc.sock"`, fmt.Sprintf("%q", n.nydusSocket())},
+		{`"/var/lib/nydus-for-kata-tee"`, fmt.Sprintf("%q", n.path("nydus/root"))},
+	} {
+		if !strings.Contains(s, r[0]) {
+			return "", fmt.Errorf("node: %s has no %s; the fixture changed", kataDeployFixture, r[0])
+		}
+		s = strings.ReplaceAll(s, r[0], r[1])
+	}
+	return s, nil
+}
+
+// placeholderKata writes, for a node without the kata stage, what
+// kata-deploy installs that containerd's kata-remote handler and the
+// remediation sidecar name: a shim that only says it is a placeholder (no
+// pod runs it) and a kata-remote configuration file with its config.d
+// (the sidecar, run with --create-container-timeout=0, leaves both alone).
+// It returns the shim's path.
+func (n *Node) placeholderKata() (string, error) {
+	shim := filepath.Join(n.KataDir(), "bin", "containerd-shim-kata-v2")
+	cfg := n.kataConfigPath()
+	for _, d := range []string{filepath.Dir(shim), filepath.Join(filepath.Dir(cfg), "config.d")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", fmt.Errorf("node: %w", err)
+		}
+	}
+	if err := os.WriteFile(shim, []byte("#!/bin/sh\necho 'the node harness has no kata shim here: a placeholder for containerd'\\''s kata-remote handler' >&2\nexit 1\n"), 0o755); err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	if err := os.WriteFile(cfg, []byte("# The node harness's placeholder: no kata-remote pod runs on this node.\n[hypervisor.remote]\n"), 0o644); err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	return shim, nil
+}
+
+// startNydus starts the snapshotter stand-in kata-deploy's drop-in names,
+// before containerd, and waits for its socket.
+func (n *Node) startNydus(ctx context.Context) error {
+	if err := os.MkdirAll(n.path("nydus/root"), 0o700); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	p, err := n.start("nydus-standin", os.Environ(), n.kataDeploy.nydus, n.nydusSocket(), n.path("nydus/root"))
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, 30*time.Second, "the snapshotter stand-in's socket", func() (bool, error) {
+		if err := p.exited(); err != nil {
+			return false, err
+		}
+		_, err := os.Stat(n.nydusSocket())
+		return err == nil, nil
+	})
 }
 
 // KataFromEnv reads the kata stage's variables. None set: ErrNoKata.
@@ -84,7 +180,9 @@ type Kata struct {
 func KataFromEnv() (Kata, error) {
 	k := Kata{Shim: os.Getenv(EnvKataShim), Config: os.Getenv(EnvKataConfig), CAA: os.Getenv(EnvCAA),
 		GCE: os.Getenv(EnvGCE), GcpT4: os.Getenv(EnvGcpT4), Entrypoint: os.Getenv(EnvEntrypoint),
-		Forwarder: os.Getenv(EnvForwarder), Agent: os.Getenv(EnvAgent)}
+		Forwarder: os.Getenv(EnvForwarder), Agent: os.Getenv(EnvAgent), GcpT4Node: os.Getenv(EnvGcpT4Node), Nydus: os.Getenv(EnvNydus)}
+	// The sidecar and the nydus stand-in are not the kata stage's: e2e.sh
+	// builds them for every run; a test that needs one checks it.
 	vars := []struct {
 		name, val string
 		exec      bool
@@ -285,6 +383,9 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 		"--runtimeclass=on", "--wait=false"}
 	if len(k.Cache) > 0 {
 		args = append(args, "--set", "GCP_CACHE_IMAGE="+CacheImage, "--set", "GCP_CACHE_VERITY="+CacheVerity)
+	}
+	if k.Remediation {
+		args = append(args, "--gke=on")
 	}
 	out, err := exec.CommandContext(ctx, k.GcpT4, args...).CombinedOutput()
 	if err := os.WriteFile(n.path("gcp-t4-install.log"), out, 0o600); err != nil {

@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caa-gcp-t4/test/controlplane"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -74,8 +76,8 @@ func gceInstances(ctx context.Context, pp *PeerPods) ([]instance, error) {
 // by the harness as a podVM (podvm.go: the real agent-protocol-forwarder
 // at the instance's address, the stand-in kata-agent behind it). It
 // asserts the provider's PodVMRequested and PodVMCreated Events, the
-// podVM's boot, the pod Running and its log line back through the chain,
-// and after the pod is deleted no instance, no podVM and nothing of the
+// podVM's boot, the pod Running, its log line and two `kubectl exec`s
+// (output and exit status) back through the chain, and after the pod is deleted no instance, no podVM and nothing of the
 // node left on the machine. kubelet's, containerd's, the shim's, CAA's
 // and the podVM's lines go to the test's log with each phase's time.
 // It skips unless `make node-e2e UPSTREAM=… KATA=…` built the binaries.
@@ -236,6 +238,17 @@ func TestKataRemotePodThroughCAA(t *testing.T) {
 		}
 		ph.done("→ log through the chain")
 	}
+	// An exec as a user runs it: the real kubectl against the API server,
+	// which proxies it to kubelet's exec endpoint, kubelet to containerd's
+	// streaming server, containerd to kata's shim (Exec, Start), the shim
+	// to the agent through CAA and the forwarder (ExecProcess, then
+	// ReadStdout and WaitProcess for its output and exit code).
+	if !running.IsZero() {
+		if err := checkExec(ctx, t, n, ks.kubeconfig, ns, name); err != nil {
+			t.Error(err)
+		}
+		ph.done("→ kubectl exec through the chain")
+	}
 	// The pod's network: a connection from the node to the pod's IP goes
 	// through CAA's VXLAN end in the pod's namespace on the node, to the
 	// forwarder's end in the podVM, to a listener in the guest's pod
@@ -314,6 +327,58 @@ func clip(s string) string {
 	return s
 }
 
+// kubectlBin is the kubectl a user would run; the exec check skips
+// without it.
+const kubectlBin = "/usr/bin/kubectl"
+
+// checkExec runs `kubectl exec` in the pod's container twice and checks
+// what comes back: the stand-in agent's exec'd process prints its
+// arguments and exits 0, or N for `exit N` (kubectl then exits N, "command
+// terminated with exit code N"). It logs the output, exit status and time
+// of each, and the agent's lines about them.
+func checkExec(ctx context.Context, t *testing.T, n *Node, kubeconfig, ns, name string) error {
+	t.Helper()
+	if _, err := os.Stat(kubectlBin); err != nil {
+		t.Logf("kubectl exec not run: %v", err)
+		return nil
+	}
+	var errs []error
+	for _, c := range []struct {
+		args   []string
+		status int
+		stderr string
+	}{
+		{[]string{"/sleeper", "exec", "through", "the", "chain"}, 0, ""},
+		{[]string{"/sleeper", "exit", "3"}, 3, "command terminated with exit code 3"},
+	} {
+		args := append([]string{"--kubeconfig", kubeconfig, "-n", ns, "exec", name, "-c", "vllm", "--"}, c.args...)
+		ectx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		start := time.Now()
+		cmd := exec.CommandContext(ectx, kubectlBin, args...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		cancel()
+		status := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			status, err = ee.ExitCode(), nil
+		}
+		t.Logf("kubectl %s: %s, exit status %d; stdout %q; stderr %q", strings.Join(args[4:], " "), time.Since(start).Round(time.Millisecond), status, stdout.String(), stderr.String())
+		want := strings.Join(c.args, " ") + "\n"
+		if err != nil || status != c.status || stdout.String() != want || !strings.Contains(stderr.String(), c.stderr) {
+			errs = append(errs, fmt.Errorf("kubectl exec -- %s: %v, status %d, stdout %q, stderr %q; want status %d, stdout %q, stderr with %q",
+				strings.Join(c.args, " "), err, status, stdout.String(), stderr.String(), c.status, want, c.stderr))
+		}
+	}
+	for i := range n.PodVMLogs() {
+		for _, l := range n.LogLines(fmt.Sprintf("podvm-%d", i+1), "ExecProcess") {
+			t.Logf("podVM %d: %s", i+1, clip(l))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // checkPodNetwork serves one line in the podVM's pod namespace and reads
 // it from the node at the pod's IP.
 func checkPodNetwork(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, podNS string) error {
@@ -355,11 +420,14 @@ func checkPodNetwork(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 // kataRun is a node with the kata stage up and a namespace for the GPU
 // pod, as each kata scenario starts.
 type kataRun struct {
-	ph  *phases
-	ctx context.Context
-	cs  kubernetes.Interface
-	n   *Node
-	pp  *PeerPods
+	// kubeconfig is the control plane's admin kubeconfig, for kubectl.
+	kubeconfig string
+	cp         *controlplane.ControlPlane
+	ph         *phases
+	ctx        context.Context
+	cs         kubernetes.Interface
+	n          *Node
+	pp         *PeerPods
 }
 
 const gpuNamespace = "gpu"
@@ -409,7 +477,7 @@ func startKata(t *testing.T, k *Kata) *kataRun {
 		t.Fatal(err)
 	}
 	ph.done("nvidia.com/gpu allocatable (kubelet's next status update), namespace")
-	return &kataRun{ph: ph, ctx: ctx, cs: cs, n: n, pp: pp}
+	return &kataRun{kubeconfig: cp.Kubeconfig, cp: cp, ph: ph, ctx: ctx, cs: cs, n: n, pp: pp}
 }
 
 // gpuPod is the scenarios' pod: kata-remote, one nvidia.com/gpu, bound to

@@ -37,6 +37,8 @@ const (
 	EnvKubelet      = "NODE_KUBELET"
 	EnvContainerd   = "NODE_CONTAINERD" // the containerd binary; ctr and containerd-shim-runc-v2 beside it
 	EnvCNIDir       = "NODE_CNI_DIR"
+	EnvGcpT4Node    = "NODE_GCP_T4_NODE" // the gcp-t4-node command: the remediation sidecar
+	EnvNydus        = "NODE_SNAPSHOTTER" // the nydus snapshotter stand-in (test/node/_snapshotter)
 	MakeCommand     = "make node-e2e"
 	netnsDir        = "/var/run/netns"
 	cgroupMountRoot = "/sys/fs/cgroup"
@@ -107,6 +109,11 @@ type Options struct {
 	// Kata, when set, adds the kata-remote runtime handler to containerd
 	// as kata-deploy lays it out (kata.go); StartPeerPods then runs CAA.
 	Kata *Kata
+	// KataDeployNydus, without Kata, lays kata-remote out as kata-deploy's
+	// chart does (Kata.KataDeployDropIn), its nydus snapshotter this
+	// stand-in; the shim and its configuration are placeholders that no
+	// pod runs (no kata-remote pod runs without the kata stage).
+	KataDeployNydus string
 }
 
 // Node is a running kubelet and containerd.
@@ -148,6 +155,20 @@ type Node struct {
 	// podVMs boots the emulator's instances (podvm.go), when the kata
 	// stage runs.
 	podVMs *podVMHost
+	// containerdStarted is when the running containerd first answered
+	// (systemd's ActiveEnterTimestamp for its stand-in, systemd.go).
+	containerdStarted time.Time
+	// systemd is the stand-in for systemd's D-Bus API, when served.
+	systemd *systemdStandIn
+	// kataDeploy: kata-remote as kata-deploy's chart lays it out, with
+	// this shim and nydus stand-in (Kata.KataDeployDropIn or
+	// Options.KataDeployNydus).
+	kataDeploy *kataDeployLayout
+}
+
+// kataDeployLayout is what kata-deploy's drop-in names on this node.
+type kataDeployLayout struct {
+	shim, nydus string
 }
 
 // ControlPlaneFlags are the kube-apiserver flags a node needs beyond
@@ -225,6 +246,21 @@ func Start(ctx context.Context, bin Binaries, cp *controlplane.ControlPlane, opt
 		}
 	}
 
+	switch {
+	case n.kata != nil && n.kata.KataDeployDropIn:
+		n.kataDeploy = &kataDeployLayout{shim: n.kata.Shim, nydus: n.kata.Nydus}
+	case n.kata == nil && opts.KataDeployNydus != "":
+		shim, err := n.placeholderKata()
+		if err != nil {
+			return nil, err
+		}
+		n.kataDeploy = &kataDeployLayout{shim: shim, nydus: opts.KataDeployNydus}
+	}
+	if n.kataDeploy != nil {
+		if err := n.startNydus(ctx); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
 	if err := n.startContainerd(ctx, timeout); err != nil {
 		return nil, err
@@ -285,7 +321,11 @@ func (n *Node) writeCNI() error {
 	return os.WriteFile(n.path("cni/net.d/10-node-harness.conflist"), []byte(conf), 0o600)
 }
 
-func (n *Node) startContainerd(ctx context.Context, timeout time.Duration) error {
+// containerdConfig is the node's containerd configuration: version 3, the
+// node's own paths, runc, and with the kata stage the kata-remote handler
+// (inline, or in kata-deploy's drop-in imported by its literal path when
+// Kata.KataDeployDropIn or Options.KataDeployNydus is set).
+func (n *Node) containerdConfig() (string, error) {
 	// Config version 3 (containerd 2.x): its own root, state, sockets and
 	// CNI directories; runc through the runc shim with cgroupfs, as
 	// kubelet's cgroupDriver says; the image as the pinned sandbox image,
@@ -327,13 +367,44 @@ state = %[2]q
         SystemdCgroup = false
 `, n.path("containerd/root"), n.path("containerd/state"), n.Socket, n.Socket+".ttrpc",
 		n.path("containerd/opt"), Image, n.bin.CNIDir, n.path("cni/net.d"), n.bin.Runc)
-	if n.kata != nil {
+	switch {
+	case n.kataDeploy != nil:
+		dropIn := n.KataDeployDropIn()
+		if err := os.MkdirAll(filepath.Dir(dropIn), 0o755); err != nil {
+			return "", fmt.Errorf("node: %w", err)
+		}
+		data, err := n.kataDeployDropIn()
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(dropIn, []byte(data), 0o644); err != nil {
+			return "", fmt.Errorf("node: kata-deploy's drop-in: %w", err)
+		}
+		conf = strings.Replace(conf, "version = 3\n", fmt.Sprintf("version = 3\nimports = [%q]\n", dropIn), 1)
+	case n.kata != nil:
 		conf += n.kataRuntime(n.kata)
 	}
-	cfg := n.path("containerd/config.toml")
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+	return conf, nil
+}
+
+// ContainerdConfig is the path of containerd's main configuration file.
+func (n *Node) ContainerdConfig() string { return n.path("containerd/config.toml") }
+
+func (n *Node) startContainerd(ctx context.Context, timeout time.Duration) error {
+	conf, err := n.containerdConfig()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(n.ContainerdConfig(), []byte(conf), 0o600); err != nil {
 		return fmt.Errorf("node: containerd config: %w", err)
 	}
+	return n.runContainerd(ctx, timeout)
+}
+
+// runContainerd starts containerd with the configuration file as it is and
+// waits until it answers.
+func (n *Node) runContainerd(ctx context.Context, timeout time.Duration) error {
+	cfg := n.ContainerdConfig()
 	// The shim is found on PATH, beside containerd.
 	env := append(os.Environ(), "PATH="+filepath.Dir(n.bin.Containerd)+":"+os.Getenv("PATH"))
 	if n.kata != nil {
@@ -356,6 +427,9 @@ state = %[2]q
 			return err
 		}
 		if out, err := exec.CommandContext(waitCtx, n.bin.Ctr, "--address", n.Socket, "version").CombinedOutput(); err == nil && strings.Contains(string(out), "Server:") {
+			n.mu.Lock()
+			n.containerdStarted = time.Now()
+			n.mu.Unlock()
 			return nil
 		}
 		select {
@@ -496,7 +570,9 @@ type proc struct {
 
 func (n *Node) start(name string, env []string, bin string, args ...string) (*proc, error) {
 	logPath := n.path(name + ".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	// Appended: a process started again (containerd restarted) keeps
+	// its earlier lines.
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("node: log file: %w", err)
 	}

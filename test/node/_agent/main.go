@@ -21,7 +21,8 @@
 //     container after the modelled in-guest image pull (pull.go).
 //   - StartContainer, ExecProcess: a process that prints its arguments on
 //     stdout, as the harness's sleeper image does, then waits for a
-//     signal (an exec'd process exits 0 at once); WaitProcess,
+//     signal (an exec'd process exits at once: 0, or N for the arguments
+//     `<entrypoint> exit N`); WaitProcess,
 //     ReadStdout/ReadStderr, SignalProcess and CloseStdin act on it.
 //   - CopyFile: written in this process's /run (the harness gives it a
 //     private tmpfs there, as the guest's own /run), the agent's rule
@@ -52,6 +53,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -351,10 +353,23 @@ func (a *agent) ExecProcess(_ context.Context, r *pb.ExecProcessRequest) (*empty
 		args = r.Process.Args
 	}
 	p := newProcess(strings.Join(args, " ") + "\n")
-	p.exit(0)
+	code := execStatus(args)
+	p.exit(code)
 	c.procs[r.ExecId] = p
-	logger.Printf("ExecProcess %s/%s (%q): prints its arguments, exits 0", r.ContainerId, r.ExecId, args)
+	logger.Printf("ExecProcess %s/%s (%q): prints its arguments, exits %d", r.ContainerId, r.ExecId, args, code)
 	return empty, nil
+}
+
+// execStatus is an exec'd process's exit status: 0, or N when its
+// arguments after the entrypoint are `exit N` (so a test can see a
+// status come back through the chain).
+func execStatus(args []string) int32 {
+	if len(args) == 3 && args[1] == "exit" {
+		if n, err := strconv.ParseInt(args[2], 10, 32); err == nil && n >= 0 && n < 256 {
+			return int32(n)
+		}
+	}
+	return 0
 }
 
 func (a *agent) SignalProcess(_ context.Context, r *pb.SignalProcessRequest) (*emptypb.Empty, error) {
