@@ -125,8 +125,9 @@ if [[ ! -x $ccache/cloud-api-adaptor || ! -x $ccache/agent-protocol-forwarder ]]
 fi
 
 # Ours: built each run (the Go cache makes a second build quick), as
-# they change with the working tree.
-ocache=$cacheroot/node-kata-ours
+# they change with the working tree; one directory per tree, so that runs
+# from two checkouts on one machine do not overwrite each other's build.
+ocache=$cacheroot/node-kata-ours-$(printf '%s' "$root" | sha256sum | cut -c1-12)
 mkdir -p "$ocache"
 # In the repository's workspace (go.work), as make build does.
 (cd "$root/gcp-t4" && unset GOWORK && go build -o "$ocache/gceonly" ./internal/demo/gceonly && go build -o "$ocache/gcp-t4" ./cmd/gcp-t4) >&2
