@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -63,6 +65,10 @@ type Kata struct {
 	// NoTimeoutDropIn leaves out the remediation sidecar's
 	// create_container_timeout drop-in: kata's own default (60 s) holds.
 	NoTimeoutDropIn bool
+	// Spot installs CAA with GCP_PROVISIONING_MODEL=SPOT (gcp-t4 install
+	// --set, into peer-pods-cm as an admin would), so the provider makes
+	// the pod a Spot VM, which GCE may preempt.
+	Spot bool
 }
 
 // KataFromEnv reads the kata stage's variables. None set: ErrNoKata.
@@ -215,6 +221,9 @@ func (n *Node) kataRuntime(k *Kata) string {
 type PeerPods struct {
 	// GCE is the emulator's endpoint; Project its project.
 	GCE, Project string
+	// Control is the emulator's test-only control endpoint (gceonly
+	// -test-control, on loopback): GCE's own events on an instance.
+	Control string
 	// Namespace is where gcp-t4 install put CAA.
 	Namespace string
 }
@@ -222,7 +231,10 @@ type PeerPods struct {
 // installNamespace is gcp-t4 install's namespace (install.Namespace).
 const installNamespace = "confidential-containers-system"
 
-var gceLine = regexp.MustCompile(`GCE emulator: (\S+) \(project (\S+)\)`)
+var (
+	gceLine     = regexp.MustCompile(`GCE emulator: (\S+) \(project (\S+)\)`)
+	controlLine = regexp.MustCompile(`GCE emulator test control: (\S+)`)
+)
 
 // StartPeerPods runs the rest of the kata stage against the node: the GCE
 // emulator, `gcp-t4 install` (our manifests: RBAC, CRD, RuntimeClass, the
@@ -240,7 +252,7 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: client: %w", err)
 	}
-	gce, err := n.start("gce-emulator", os.Environ(), k.GCE)
+	gce, err := n.start("gce-emulator", os.Environ(), k.GCE, "-test-control", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -252,6 +264,9 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 		data, _ := os.ReadFile(gce.log)
 		if m := gceLine.FindSubmatch(data); m != nil {
 			pp.GCE, pp.Project = string(m[1]), string(m[2])
+			if c := controlLine.FindSubmatch(data); c != nil {
+				pp.Control = string(c[1])
+			}
 			return true, nil
 		}
 		return false, nil
@@ -270,6 +285,9 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 		"--podvm-image", "podvm-t4", "--network", "global/networks/default", "--subnetwork", "default",
 		"--set", "GCP_ENDPOINT=" + pp.GCE, "--set", "GCP_ZONES=us-central1-b,us-central1-f",
 		"--runtimeclass=on", "--wait=false"}
+	if k.Spot {
+		args = append(args, "--set", "GCP_PROVISIONING_MODEL=SPOT")
+	}
 	out, err := exec.CommandContext(ctx, k.GcpT4, args...).CombinedOutput()
 	if err := os.WriteFile(n.path("gcp-t4-install.log"), out, 0o600); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -468,4 +486,28 @@ func (n *Node) RaceReports() []string {
 		}
 	}
 	return out
+}
+
+// Interrupt makes GCE do event ("preemption", "host-maintenance",
+// "host-error") to a running instance, through the emulator's test-only
+// control endpoint (gceonly -test-control).
+func (pp *PeerPods) Interrupt(ctx context.Context, zone, instance, event string) error {
+	if pp.Control == "" {
+		return errors.New("node: the emulator serves no test control endpoint")
+	}
+	q := url.Values{"zone": {zone}, "instance": {instance}, "event": {event}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, pp.Control+"/test-only/interrupt?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("node: %s of %s: %s: %s", event, instance, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }
