@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	authv1 "k8s.io/api/authentication/v1"
@@ -314,10 +315,17 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 	if filepath.Base(k.CAA) != "cloud-api-adaptor" {
 		return nil, fmt.Errorf("node: %s=%s: entrypoint.sh runs `cloud-api-adaptor` from PATH; name the binary so", EnvCAA, k.CAA)
 	}
-	caa, err := n.start("cloud-api-adaptor", env, "/bin/bash", k.Entrypoint, "-socket", n.CAASocket(), "-pods-dir", filepath.Join(n.caaDir(), "pods"))
+	n.mu.Lock()
+	n.caaArgs = []string{k.Entrypoint, "-socket", n.CAASocket(), "-pods-dir", filepath.Join(n.caaDir(), "pods")}
+	n.caaEnvs = env
+	n.mu.Unlock()
+	caa, err := n.start("cloud-api-adaptor", env, "/bin/bash", n.caaArgs...)
 	if err != nil {
 		return nil, err
 	}
+	n.mu.Lock()
+	n.caa = caa
+	n.mu.Unlock()
 	if err := waitFor(ctx, 2*time.Minute, "CAA's socket and its kata.peerpods.io/vm on the Node", func() (bool, error) {
 		if err := caa.exited(); err != nil {
 			return false, err
@@ -486,6 +494,65 @@ func (n *Node) RaceReports() []string {
 		}
 	}
 	return out
+}
+
+// KillCAA kills CAA's process outright (SIGKILL to its process group: a
+// crash, an OOM kill, a node agent's restart past its grace), as
+// happens mid-start when the adaptor dies under a pod being started, and
+// returns once it has exited.
+func (n *Node) KillCAA() error {
+	n.mu.Lock()
+	caa := n.caa
+	n.mu.Unlock()
+	if caa == nil {
+		return errors.New("node: CAA is not running")
+	}
+	if err := syscall.Kill(-caa.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("node: kill CAA: %w", err)
+	}
+	select {
+	case <-caa.done:
+	case <-time.After(10 * time.Second):
+		return errors.New("node: CAA did not exit within 10s of SIGKILL")
+	}
+	return nil
+}
+
+// StartCAAAgain starts CAA again with the flags and environment
+// StartPeerPods gave it (as the DaemonSet's restarted container would
+// run), its log cloud-api-adaptor-N.log (N from 2), and returns that
+// log's name once the new CAA accepts on its socket.
+func (n *Node) StartCAAAgain(ctx context.Context) (string, error) {
+	n.mu.Lock()
+	args, env := n.caaArgs, n.caaEnvs
+	n.caaRestarts++
+	name := fmt.Sprintf("cloud-api-adaptor-%d", n.caaRestarts+1)
+	n.mu.Unlock()
+	if args == nil {
+		return "", errors.New("node: CAA was never started")
+	}
+	caa, err := n.start(name, env, "/bin/bash", args...)
+	if err != nil {
+		return "", err
+	}
+	n.mu.Lock()
+	n.caa = caa
+	n.mu.Unlock()
+	// The old process's socket file is left; only a listener accepts.
+	if err := waitFor(ctx, 2*time.Minute, "the new CAA's socket", func() (bool, error) {
+		if err := caa.exited(); err != nil {
+			return false, err
+		}
+		c, err := net.Dial("unix", n.CAASocket())
+		if err != nil {
+			return false, nil
+		}
+		c.Close()
+		return true, nil
+	}); err != nil {
+		return name, fmt.Errorf("%w; CAA's log ends:\n%s", err, n.LogTail(name, 3000))
+	}
+	return name, nil
 }
 
 // Interrupt makes GCE do event ("preemption", "host-maintenance",

@@ -365,6 +365,9 @@ type kataRun struct {
 	cs  kubernetes.Interface
 	n   *Node
 	pp  *PeerPods
+	// kubeconfig is the control plane's admin kubeconfig, for the
+	// commands a test runs against it (gcp-t4 gc).
+	kubeconfig string
 }
 
 const gpuNamespace = "gpu"
@@ -414,7 +417,7 @@ func startKata(t *testing.T, k *Kata) *kataRun {
 		t.Fatal(err)
 	}
 	ph.done("nvidia.com/gpu allocatable (kubelet's next status update), namespace")
-	return &kataRun{ph: ph, ctx: ctx, cs: cs, n: n, pp: pp}
+	return &kataRun{ph: ph, ctx: ctx, cs: cs, n: n, pp: pp, kubeconfig: cp.Kubeconfig}
 }
 
 // gpuPod is the scenarios' pod: kata-remote, one nvidia.com/gpu, bound to

@@ -148,6 +148,11 @@ type Node struct {
 	// podVMs boots the emulator's instances (podvm.go), when the kata
 	// stage runs.
 	podVMs *podVMHost
+	// caa is CAA's process now; caaArgs and caaEnvs are the arguments
+	// and environment it was started with, for RestartCAA.
+	caa              *proc
+	caaArgs, caaEnvs []string
+	caaRestarts      int
 }
 
 // ControlPlaneFlags are the kube-apiserver flags a node needs beyond
