@@ -5,13 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	authv1 "k8s.io/api/authentication/v1"
@@ -91,6 +94,10 @@ type Kata struct {
 	// Remediation: gcp-t4 install adds the remediation sidecar's objects
 	// (--gke=on), whose ServiceAccount the sidecar's process runs as.
 	Remediation bool
+	// Spot installs CAA with GCP_PROVISIONING_MODEL=SPOT (gcp-t4 install
+	// --set, into peer-pods-cm as an admin would), so the provider makes
+	// the pod a Spot VM, which GCE may preempt.
+	Spot bool
 }
 
 // KataDir is kata-deploy's install directory on this node (/opt/kata on
@@ -326,6 +333,9 @@ func (n *Node) kataRuntime(k *Kata) string {
 type PeerPods struct {
 	// GCE is the emulator's endpoint; Project its project.
 	GCE, Project string
+	// Control is the emulator's test-only control endpoint (gceonly
+	// -test-control, on loopback): GCE's own events on an instance.
+	Control string
 	// Namespace is where gcp-t4 install put CAA.
 	Namespace string
 }
@@ -333,7 +343,10 @@ type PeerPods struct {
 // installNamespace is gcp-t4 install's namespace (install.Namespace).
 const installNamespace = "confidential-containers-system"
 
-var gceLine = regexp.MustCompile(`GCE emulator: (\S+) \(project (\S+)\)`)
+var (
+	gceLine     = regexp.MustCompile(`GCE emulator: (\S+) \(project (\S+)\)`)
+	controlLine = regexp.MustCompile(`GCE emulator test control: (\S+)`)
+)
 
 // StartPeerPods runs the rest of the kata stage against the node: the GCE
 // emulator, `gcp-t4 install` (our manifests: RBAC, CRD, RuntimeClass, the
@@ -351,7 +364,7 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: client: %w", err)
 	}
-	gce, err := n.start("gce-emulator", os.Environ(), k.GCE)
+	gce, err := n.start("gce-emulator", os.Environ(), k.GCE, "-test-control", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -363,6 +376,9 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 		data, _ := os.ReadFile(gce.log)
 		if m := gceLine.FindSubmatch(data); m != nil {
 			pp.GCE, pp.Project = string(m[1]), string(m[2])
+			if c := controlLine.FindSubmatch(data); c != nil {
+				pp.Control = string(c[1])
+			}
 			return true, nil
 		}
 		return false, nil
@@ -386,6 +402,9 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 	}
 	if k.Remediation {
 		args = append(args, "--gke=on")
+	}
+	if k.Spot {
+		args = append(args, "--set", "GCP_PROVISIONING_MODEL=SPOT")
 	}
 	out, err := exec.CommandContext(ctx, k.GcpT4, args...).CombinedOutput()
 	if err := os.WriteFile(n.path("gcp-t4-install.log"), out, 0o600); err != nil {
@@ -413,10 +432,17 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 	if filepath.Base(k.CAA) != "cloud-api-adaptor" {
 		return nil, fmt.Errorf("node: %s=%s: entrypoint.sh runs `cloud-api-adaptor` from PATH; name the binary so", EnvCAA, k.CAA)
 	}
-	caa, err := n.start("cloud-api-adaptor", env, "/bin/bash", k.Entrypoint, "-socket", n.CAASocket(), "-pods-dir", filepath.Join(n.caaDir(), "pods"))
+	n.mu.Lock()
+	n.caaArgs = []string{k.Entrypoint, "-socket", n.CAASocket(), "-pods-dir", filepath.Join(n.caaDir(), "pods")}
+	n.caaEnvs = env
+	n.mu.Unlock()
+	caa, err := n.start("cloud-api-adaptor", env, "/bin/bash", n.caaArgs...)
 	if err != nil {
 		return nil, err
 	}
+	n.mu.Lock()
+	n.caa = caa
+	n.mu.Unlock()
 	if err := waitFor(ctx, 2*time.Minute, "CAA's socket and its kata.peerpods.io/vm on the Node", func() (bool, error) {
 		if err := caa.exited(); err != nil {
 			return false, err
@@ -585,4 +611,87 @@ func (n *Node) RaceReports() []string {
 		}
 	}
 	return out
+}
+
+// KillCAA kills CAA's process outright (SIGKILL to its process group: a
+// crash, an OOM kill, a node agent's restart past its grace), as
+// happens mid-start when the adaptor dies under a pod being started, and
+// returns once it has exited.
+func (n *Node) KillCAA() error {
+	n.mu.Lock()
+	caa := n.caa
+	n.mu.Unlock()
+	if caa == nil {
+		return errors.New("node: CAA is not running")
+	}
+	if err := syscall.Kill(-caa.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("node: kill CAA: %w", err)
+	}
+	select {
+	case <-caa.done:
+	case <-time.After(10 * time.Second):
+		return errors.New("node: CAA did not exit within 10s of SIGKILL")
+	}
+	return nil
+}
+
+// StartCAAAgain starts CAA again with the flags and environment
+// StartPeerPods gave it (as the DaemonSet's restarted container would
+// run), its log cloud-api-adaptor-N.log (N from 2), and returns that
+// log's name once the new CAA accepts on its socket.
+func (n *Node) StartCAAAgain(ctx context.Context) (string, error) {
+	n.mu.Lock()
+	args, env := n.caaArgs, n.caaEnvs
+	n.caaRestarts++
+	name := fmt.Sprintf("cloud-api-adaptor-%d", n.caaRestarts+1)
+	n.mu.Unlock()
+	if args == nil {
+		return "", errors.New("node: CAA was never started")
+	}
+	caa, err := n.start(name, env, "/bin/bash", args...)
+	if err != nil {
+		return "", err
+	}
+	n.mu.Lock()
+	n.caa = caa
+	n.mu.Unlock()
+	// The old process's socket file is left; only a listener accepts.
+	if err := waitFor(ctx, 2*time.Minute, "the new CAA's socket", func() (bool, error) {
+		if err := caa.exited(); err != nil {
+			return false, err
+		}
+		c, err := net.Dial("unix", n.CAASocket())
+		if err != nil {
+			return false, nil
+		}
+		c.Close()
+		return true, nil
+	}); err != nil {
+		return name, fmt.Errorf("%w; CAA's log ends:\n%s", err, n.LogTail(name, 3000))
+	}
+	return name, nil
+}
+
+// Interrupt makes GCE do event ("preemption", "host-maintenance",
+// "host-error") to a running instance, through the emulator's test-only
+// control endpoint (gceonly -test-control).
+func (pp *PeerPods) Interrupt(ctx context.Context, zone, instance, event string) error {
+	if pp.Control == "" {
+		return errors.New("node: the emulator serves no test control endpoint")
+	}
+	q := url.Values{"zone": {zone}, "instance": {instance}, "event": {event}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, pp.Control+"/test-only/interrupt?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("node: %s of %s: %s: %s", event, instance, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }

@@ -37,6 +37,11 @@ type instance struct {
 	Status string            `json:"status"`
 	Zone   string            `json:"zone"` // its URL; path.Base is the zone's name
 	Labels map[string]string `json:"labels"`
+	// Scheduling: a Spot VM's provisioningModel is SPOT.
+	Scheduling struct {
+		ProvisioningModel         string `json:"provisioningModel"`
+		InstanceTerminationAction string `json:"instanceTerminationAction"`
+	} `json:"scheduling"`
 }
 
 // gceInstances lists every instance of the project, as GCE's

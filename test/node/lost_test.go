@@ -33,9 +33,8 @@ const reasonLost = "PodVMLost"
 // the provider's PodVMLost Event. It asserts the PodVMLost Event, that
 // the pod ends Running again on a new podVM or fails (not stuck), no
 // instance left after the pod is deleted, and nothing left of the node.
-// Preemption is not run: the provider made a standard VM (GCE preempts
-// only Spot ones), and the emulator's process offers no way to make GCE's
-// own events happen (docs/node-harness.md).
+// GCE's own events (a preemption, a host error) are
+// TestKataRemotePodVMInterrupted's.
 func TestKataRemotePodVMLost(t *testing.T) {
 	k, err := KataFromEnv()
 	if errors.Is(err, ErrNoKata) {
@@ -51,7 +50,7 @@ func TestKataRemotePodVMLost(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			vk := k
 			vk.AgentPull = 5 * time.Second
-			lostRun(t, &vk, v.how, v.hard)
+			lostRun(t, &vk, v.how, v.hard, map[string]string{"delete": "deleted", "stop": "stopped"}[v.how])
 		})
 	}
 }
@@ -79,11 +78,13 @@ func gceCall(ctx context.Context, pp *PeerPods, zone, name, how string) error {
 	return nil
 }
 
-// lostRun is one variant: how is the GCE call; hard makes the podVM die
-// without a guest shutdown (Node.HardOff), so nothing closes the chain's
-// connections and only kata's agent check (every 5 s, a 30 s bound at
-// cf82bb35) can tell the shim.
-func lostRun(t *testing.T, k *Kata, how string, hard bool) {
+// lostRun is one variant: how is the GCE call (delete, stop) or GCE's
+// own event (preemption, host-maintenance, host-error: the emulator's
+// test control); hard makes the podVM die without a guest shutdown
+// (Node.HardOff), so nothing closes the chain's connections and only
+// kata's agent check (every 5 s, a 30 s bound at cf82bb35) can tell the
+// shim. wantCause is the cause the PodVMLost Event must give.
+func lostRun(t *testing.T, k *Kata, how string, hard bool, wantCause string) {
 	ks := startKata(t, k)
 	ph, ctx, cs, n, pp := ks.ph, ks.ctx, ks.cs, ks.n, ks.pp
 	const name = "vllm"
@@ -117,7 +118,11 @@ func lostRun(t *testing.T, k *Kata, how string, hard bool) {
 	}
 	first := vms[0]
 	zone := path.Base(first.Zone)
-	t.Logf("podVM %s (%s) %s, labels %v", first.Name, zone, first.Status, first.Labels)
+	t.Logf("podVM %s (%s) %s, provisioning model %q, termination action %q, labels %v", first.Name, zone, first.Status,
+		first.Scheduling.ProvisioningModel, first.Scheduling.InstanceTerminationAction, first.Labels)
+	if k.Spot && first.Scheduling.ProvisioningModel != "SPOT" {
+		t.Fatalf("podVM %s is %q with GCP_PROVISIONING_MODEL=SPOT installed; want a Spot VM", first.Name, first.Scheduling.ProvisioningModel)
+	}
 
 	// The record of each log from here on: only the lines new since the
 	// loss.
@@ -151,11 +156,19 @@ func lostRun(t *testing.T, k *Kata, how string, hard bool) {
 		n.HardOff(first.Name)
 	}
 	lostAt := time.Now()
-	if err := gceCall(ctx, pp, zone, first.Name, how); err != nil {
+	what := "instances." + how
+	switch how {
+	case "delete", "stop":
+		err = gceCall(ctx, pp, zone, first.Name, how)
+	default:
+		what = "GCE's " + how
+		err = pp.Interrupt(ctx, zone, first.Name, how)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("instances.%s %s at %s", how, first.Name, lostAt.Format("15:04:05.000"))
-	ph.done("instances." + how)
+	t.Logf("%s %s at %s", what, first.Name, lostAt.Format("15:04:05.000"))
+	ph.done(what)
 
 	// What follows, as it changes, with its time since the loss.
 	var timeline []string
@@ -265,10 +278,13 @@ func lostRun(t *testing.T, k *Kata, how string, hard bool) {
 		}
 	}
 	if lostEvent == nil {
-		t.Errorf("no %s Event on the pod after its podVM's instances.%s", reasonLost, how)
+		t.Errorf("no %s Event on the pod after its podVM's %s", reasonLost, what)
 	} else {
-		t.Logf("%s: %s/%s, cause %q: %s", reasonLost, lostEvent.Type, lostEvent.Source.Component,
-			lostEvent.Annotations["caa-gcp-t4/cause"], lostEvent.Message)
+		cause := lostEvent.Annotations["caa-gcp-t4/cause"]
+		t.Logf("%s: %s/%s, cause %q: %s", reasonLost, lostEvent.Type, lostEvent.Source.Component, cause, lostEvent.Message)
+		if cause != wantCause {
+			t.Errorf("%s's cause is %q after the podVM's %s; want %q", reasonLost, cause, what, wantCause)
+		}
 	}
 	logNew("kubelet", "kubelet", "kata-remote", "Sandbox", "sandbox", "Killing", "error", "Error")
 	logNew("containerd", "containerd", "RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "TaskExit", "level=error", "level=warn")
@@ -307,7 +323,7 @@ func lostRun(t *testing.T, k *Kata, how string, hard bool) {
 		logNew(fmt.Sprintf("podvm-%d", i+1), fmt.Sprintf("podVM %d", i+1))
 	}
 	if !shutDown {
-		t.Errorf("the harness did not shut podVM %s down after its instances.%s", first.Name, how)
+		t.Errorf("the harness did not shut podVM %s down after its %s", first.Name, what)
 	}
 
 	if err := cs.CoreV1().Pods(gpuNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {

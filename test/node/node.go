@@ -164,6 +164,11 @@ type Node struct {
 	// this shim and nydus stand-in (Kata.KataDeployDropIn or
 	// Options.KataDeployNydus).
 	kataDeploy *kataDeployLayout
+	// caa is CAA's process now; caaArgs and caaEnvs are the arguments
+	// and environment it was started with, for RestartCAA.
+	caa              *proc
+	caaArgs, caaEnvs []string
+	caaRestarts      int
 }
 
 // kataDeployLayout is what kata-deploy's drop-in names on this node.
