@@ -94,6 +94,9 @@ type Kata struct {
 	// Remediation: gcp-t4 install adds the remediation sidecar's objects
 	// (--gke=on), whose ServiceAccount the sidecar's process runs as.
 	Remediation bool
+	// Containerd, when set, runs that containerd (Options.Containerd)
+	// instead of NODE_CONTAINERD's.
+	Containerd string
 	// Spot installs CAA with GCP_PROVISIONING_MODEL=SPOT (gcp-t4 install
 	// --set, into peer-pods-cm as an admin would), so the provider makes
 	// the pod a Spot VM, which GCE may preempt.

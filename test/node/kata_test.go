@@ -97,7 +97,18 @@ func TestKataRemotePodThroughCAA(t *testing.T) {
 	// A short modelled pull: this scenario is about the chain, not
 	// kubelet's bound on CreateContainer.
 	k.AgentPull = 5 * time.Second
-	ks := startKata(t, &k)
+	for _, c := range containerdLines(t) {
+		t.Run(c.name, func(t *testing.T) {
+			kc := k
+			kc.Containerd = c.bin
+			podThroughCAA(t, &kc)
+		})
+	}
+}
+
+// podThroughCAA is TestKataRemotePodThroughCAA on one containerd.
+func podThroughCAA(t *testing.T, k *Kata) {
+	ks := startKata(t, k)
 	ph, ctx, cs, n, pp := ks.ph, ks.ctx, ks.cs, ks.n, ks.pp
 	const ns, name = gpuNamespace, "vllm"
 	pod := gpuPod(n.Name, name)
@@ -149,6 +160,7 @@ func TestKataRemotePodThroughCAA(t *testing.T) {
 
 	// The podVM: the provider's insert reached the emulator.
 	var vms []instance
+	var err error
 	insertCtx, insertCancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer insertCancel()
 	if err := poll(insertCtx, "an instance in the emulator", func() (bool, string) {
@@ -444,7 +456,7 @@ func startKata(t *testing.T, k *Kata) *kataRun {
 	t.Helper()
 	ph := &phases{t: t, last: time.Now()}
 	sleeper := buildSleeper(t)
-	cp, n := StartForTest(t, Options{ImageBinary: sleeper, Kata: k})
+	cp, n := StartForTest(t, Options{ImageBinary: sleeper, Kata: k, Containerd: k.Containerd})
 	ph.done("control plane + node Ready")
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Minute)

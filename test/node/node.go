@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,8 +35,12 @@ import (
 
 // Environment variables naming the binaries; `make node-e2e` sets them.
 const (
-	EnvKubelet      = "NODE_KUBELET"
-	EnvContainerd   = "NODE_CONTAINERD" // the containerd binary; ctr and containerd-shim-runc-v2 beside it
+	EnvKubelet    = "NODE_KUBELET"
+	EnvContainerd = "NODE_CONTAINERD" // the containerd binary; ctr and containerd-shim-runc-v2 beside it
+	// EnvContainerd17 is a containerd 1.7 binary, ctr and the runc shim
+	// beside it: the release line GKE ran before 2.x, which the first
+	// scenarios also run on (Options.Containerd).
+	EnvContainerd17 = "NODE_CONTAINERD17"
 	EnvCNIDir       = "NODE_CNI_DIR"
 	EnvGcpT4Node    = "NODE_GCP_T4_NODE" // the gcp-t4-node command: the remediation sidecar
 	EnvNydus        = "NODE_SNAPSHOTTER" // the nydus snapshotter stand-in (test/node/_snapshotter)
@@ -51,6 +56,47 @@ var ErrNoBinaries = errors.New("node binaries missing")
 // (test/node/deps.sh installs it).
 type Binaries struct {
 	Kubelet, Containerd, Ctr, Shim, CNIDir, Runc string
+	// ContainerdMajor is the containerd's major version, as it reports
+	// it: 1 takes a version 2 configuration, 2 a version 3 one.
+	ContainerdMajor int
+}
+
+// WithContainerd is b with another containerd (ctr and the runc shim
+// beside it), checked as BinariesFromEnv checks NODE_CONTAINERD's.
+func (b Binaries) WithContainerd(bin string) (Binaries, error) {
+	b.Containerd = bin
+	b.Ctr = filepath.Join(filepath.Dir(bin), "ctr")
+	b.Shim = filepath.Join(filepath.Dir(bin), "containerd-shim-runc-v2")
+	for _, p := range []string{b.Containerd, b.Ctr, b.Shim} {
+		if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return b, fmt.Errorf("%w: %s is not an executable file; run `%s`, which builds containerd, ctr and the runc shim of each release it runs", ErrNoBinaries, p, MakeCommand)
+		}
+	}
+	major, err := containerdMajor(bin)
+	if err != nil {
+		return b, err
+	}
+	b.ContainerdMajor = major
+	return b, nil
+}
+
+// containerdMajor reads `containerd --version` ("containerd
+// github.com/containerd/containerd 1.7.29+unknown", "… /v2 2.4.2 …").
+func containerdMajor(bin string) (int, error) {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return 0, fmt.Errorf("%s --version: %w", bin, err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) >= 3 {
+		v := strings.TrimPrefix(f[2], "v")
+		if major, _, ok := strings.Cut(v, "."); ok {
+			if n, err := strconv.Atoi(major); err == nil && (n == 1 || n == 2) {
+				return n, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("%s --version printed %q: not a containerd 1.x or 2.x", bin, strings.TrimSpace(string(out)))
 }
 
 // BinariesFromEnv reads NODE_KUBELET, NODE_CONTAINERD and NODE_CNI_DIR and
@@ -74,6 +120,13 @@ func BinariesFromEnv() (Binaries, error) {
 		b.Shim = filepath.Join(filepath.Dir(b.Containerd), "containerd-shim-runc-v2")
 		check("ctr beside "+EnvContainerd, b.Ctr)
 		check("containerd-shim-runc-v2 beside "+EnvContainerd, b.Shim)
+		if len(problems) == 0 {
+			major, err := containerdMajor(b.Containerd)
+			if err != nil {
+				problems = append(problems, err.Error())
+			}
+			b.ContainerdMajor = major
+		}
 	}
 	if b.CNIDir == "" {
 		problems = append(problems, EnvCNIDir+" is not set")
@@ -114,6 +167,10 @@ type Options struct {
 	// stand-in; the shim and its configuration are placeholders that no
 	// pod runs (no kata-remote pod runs without the kata stage).
 	KataDeployNydus string
+	// Containerd, when set, is the containerd binary to run instead of
+	// NODE_CONTAINERD's (ctr and the runc shim beside it): a 1.x one gets
+	// a version 2 configuration.
+	Containerd string
 }
 
 // Node is a running kubelet and containerd.
@@ -135,6 +192,7 @@ type Node struct {
 	bridge     string
 	cgroupRoot string
 	netnsSeen  map[string]bool
+	netnsOurs  map[string]bool // at Stop: the namespaces its sandboxes' bundles name
 	kata       *Kata
 
 	mu         sync.Mutex
@@ -372,6 +430,9 @@ state = %[2]q
         SystemdCgroup = false
 `, n.path("containerd/root"), n.path("containerd/state"), n.Socket, n.Socket+".ttrpc",
 		n.path("containerd/opt"), Image, n.bin.CNIDir, n.path("cni/net.d"), n.bin.Runc)
+	if n.bin.ContainerdMajor == 1 {
+		return n.containerdConfigV2()
+	}
 	switch {
 	case n.kataDeploy != nil:
 		dropIn := n.KataDeployDropIn()
@@ -388,6 +449,55 @@ state = %[2]q
 		conf = strings.Replace(conf, "version = 3\n", fmt.Sprintf("version = 3\nimports = [%q]\n", dropIn), 1)
 	case n.kata != nil:
 		conf += n.kataRuntime(n.kata)
+	}
+	return conf, nil
+}
+
+// containerdConfigV2 is containerdConfig for containerd 1.7, whose
+// configuration is version 2: the CRI plugin is one,
+// io.containerd.grpc.v1.cri, holding what 2.x splits into its images and
+// runtime plugins (sandbox_image for pinned_images.sandbox, a single
+// cni.bin_dir), the runtimes under it as in 2.x. kata-deploy's drop-in
+// layout is the remediation fixtures' version 3 one, so it is refused here.
+func (n *Node) containerdConfigV2() (string, error) {
+	if n.kataDeploy != nil {
+		return "", errors.New("node: kata-deploy's drop-in layout is laid out for containerd 2.x (its fixture is a version 3 file); containerd 1.7 runs the inline handler")
+	}
+	conf := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+
+[ttrpc]
+  address = %[4]q
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[5]q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[6]q
+  # As in containerdConfig: this machine's root may not lower its own
+  # oom_score_adj.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %[7]q
+    conf_dir = %[8]q
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = %[9]q
+        SystemdCgroup = false
+`, n.path("containerd/root"), n.path("containerd/state"), n.Socket, n.Socket+".ttrpc",
+		n.path("containerd/opt"), Image, n.bin.CNIDir, n.path("cni/net.d"), n.bin.Runc)
+	if n.kata != nil {
+		conf += strings.ReplaceAll(n.kataRuntime(n.kata), `'io.containerd.cri.v1.runtime'`, `"io.containerd.grpc.v1.cri"`)
 	}
 	return conf, nil
 }

@@ -54,11 +54,37 @@ func poll(ctx context.Context, what string, f func() (bool, string)) error {
 // deletion is finished by the kubelet, containerd runs no task afterwards,
 // and after Stop nothing of the node is left on the machine.
 func TestPodRunsOnARealNode(t *testing.T) {
+	for _, c := range containerdLines(t) {
+		t.Run(c.name, func(t *testing.T) { podRunsOnARealNode(t, c.bin) })
+	}
+}
+
+// containerdLine is a containerd release line the first scenarios run on:
+// bin "" is NODE_CONTAINERD's (2.x), the other NODE_CONTAINERD17's.
+type containerdLine struct{ name, bin string }
+
+// containerdLines are NODE_CONTAINERD's release and containerd 1.7, the
+// line GKE ran before 2.x (a version 2 configuration: node.go
+// containerdConfigV2). make node-e2e builds both.
+func containerdLines(t *testing.T) []containerdLine {
+	t.Helper()
+	lines := []containerdLine{{"containerd-2", ""}}
+	if testing.Short() || os.Geteuid() != 0 {
+		return lines // StartForTest skips, saying why
+	}
+	c17 := os.Getenv(EnvContainerd17)
+	if c17 == "" {
+		t.Fatalf("%s is not set: the node runs on containerd 1.7 too; run `%s`, which builds it", EnvContainerd17, MakeCommand)
+	}
+	return append(lines, containerdLine{"containerd-1.7", c17})
+}
+
+func podRunsOnARealNode(t *testing.T, containerd string) {
 	ph := &phases{t: t, last: time.Now()}
 	sleeper := buildSleeper(t)
 	ph.done("build image binary")
 
-	cp, n := StartForTest(t, Options{ImageBinary: sleeper})
+	cp, n := StartForTest(t, Options{ImageBinary: sleeper, Containerd: containerd})
 	ph.done("control plane + node Ready")
 
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)

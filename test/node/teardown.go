@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -32,6 +33,11 @@ func (n *Node) Stop() error {
 	n.stopped = true
 	var errs []error
 	note := func(format string, args ...any) { n.stopResult = append(n.stopResult, fmt.Sprintf(format, args...)) }
+
+	// The namespaces this node's sandboxes use, read from their bundles
+	// before anything is stopped (a killed sandbox's bundle stays; a
+	// removed one took its namespace with it).
+	n.netnsOurs = n.sandboxNetns()
 
 	// kubelet first, so it starts nothing more.
 	for _, p := range n.procs {
@@ -227,8 +233,13 @@ func (n *Node) Residue() []string {
 	return left
 }
 
-// newNetns lists the namespaces containerd's CRI made (it names them
-// cni-<uuid>) that were not there when the node started.
+// newNetns lists the namespaces this node's containerd made for its
+// sandboxes (CRI names them cni-<uuid>, in the machine's one /var/run/netns)
+// that were not there when the node started. Only those a sandbox bundle
+// of this node names count: another node on the machine (a second harness
+// run, a helper's) makes its own there at the same time, and removing one
+// of those took a running pod's network away (its sandbox's next task:
+// "failed to Statfs /var/run/netns/cni-…: no such file or directory").
 func (n *Node) newNetns() ([]string, error) {
 	now, err := listNetns()
 	if err != nil {
@@ -236,12 +247,44 @@ func (n *Node) newNetns() ([]string, error) {
 	}
 	var added []string
 	for name := range now {
-		if !n.netnsSeen[name] && strings.HasPrefix(name, "cni-") {
+		if !n.netnsSeen[name] && strings.HasPrefix(name, "cni-") && n.netnsOurs[name] {
 			added = append(added, name)
 		}
 	}
 	slices.Sort(added)
 	return added, nil
+}
+
+// sandboxNetns are the network namespaces the OCI specs of this node's
+// containerd bundles name (its state directory's
+// io.containerd.runtime.v2.task/<namespace>/<id>/config.json, for runc's
+// and kata's shims alike).
+func (n *Node) sandboxNetns() map[string]bool {
+	out := map[string]bool{}
+	bundles, _ := filepath.Glob(filepath.Join(n.path("containerd/state"), "io.containerd.runtime.v2.task", "*", "*", "config.json"))
+	for _, b := range bundles {
+		data, err := os.ReadFile(b)
+		if err != nil {
+			continue
+		}
+		var spec struct {
+			Linux struct {
+				Namespaces []struct {
+					Type string `json:"type"`
+					Path string `json:"path"`
+				} `json:"namespaces"`
+			} `json:"linux"`
+		}
+		if json.Unmarshal(data, &spec) != nil {
+			continue
+		}
+		for _, ns := range spec.Linux.Namespaces {
+			if ns.Type == "network" && ns.Path != "" {
+				out[filepath.Base(ns.Path)] = true
+			}
+		}
+	}
+	return out
 }
 
 // cgroupPIDs lists the processes anywhere under the node's cgroup root, as

@@ -29,6 +29,11 @@ func StartForTest(t *testing.T, opts Options) (*controlplane.ControlPlane, *Node
 	if err != nil {
 		t.Fatal(err)
 	}
+	if opts.Containerd != "" {
+		if bin, err = bin.WithContainerd(opts.Containerd); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cpBin, err := controlplane.BinariesFromEnv()
 	if err != nil {
 		t.Fatal(err)
