@@ -142,7 +142,7 @@ CAA_PIN ?= 38d0fcf7c7b787cc7fb9831410a910b37bb3be09
 # The script checks UPSTREAM and KATA before it builds anything.
 node-e2e: tools
 	KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) CNI_PLUGINS_VERSION=$(CNI_PLUGINS_VERSION) \
-		NODE_CONTAINERD_VERSION=$(NODE_CONTAINERD_VERSION) APT_LOCK_FILE=$(TOOL_CACHE)/.apt.lock \
+		NODE_CONTAINERD_VERSION=$(NODE_CONTAINERD_VERSION) NODE_CONTAINERD17_VERSION=$(CONTAINERD17) APT_LOCK_FILE=$(TOOL_CACHE)/.apt.lock \
 		CAA_PIN=$(CAA_PIN) UPSTREAM="$(UPSTREAM)" KATA="$(KATA)" test/node/e2e.sh
 
 ## print-containerd-versions: the containerd releases the tests run (from test/containerd/versions.mk)

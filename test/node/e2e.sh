@@ -14,7 +14,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 : "${KUBE_VERSION:?set by the Makefile}" "${ETCD_VERSION:?set by the Makefile}" "${CNI_PLUGINS_VERSION:?set by the Makefile}"
-: "${NODE_CONTAINERD_VERSION:?set by the Makefile}" "${APT_LOCK_FILE:?set by the Makefile}"
+: "${NODE_CONTAINERD_VERSION:?set by the Makefile}" "${NODE_CONTAINERD17_VERSION:?set by the Makefile}" "${APT_LOCK_FILE:?set by the Makefile}"
 
 kata=
 if [[ -n ${UPSTREAM:-} || -n ${KATA:-} ]]; then
@@ -38,15 +38,20 @@ fi
 # apt-get from two make targets at once would fail on dpkg's lock.
 mkdir -p "$(dirname "$APT_LOCK_FILE")"
 flock "$APT_LOCK_FILE" "$here/deps.sh"
-echo "node-e2e: kube-apiserver and etcd (test/controlplane), kubelet $KUBE_VERSION, containerd $NODE_CONTAINERD_VERSION (+ ctr, runc shim), CNI plugins $CNI_PLUGINS_VERSION: each built once from the module proxy and cached by version" >&2
-export CONTROLPLANE_KUBE_APISERVER CONTROLPLANE_ETCD NODE_KUBELET NODE_CONTAINERD NODE_CNI_DIR
+echo "node-e2e: kube-apiserver and etcd (test/controlplane), kubelet $KUBE_VERSION, containerd $NODE_CONTAINERD_VERSION and $NODE_CONTAINERD17_VERSION (+ ctr, runc shim), CNI plugins $CNI_PLUGINS_VERSION: each built once from the module proxy and cached by version" >&2
+export CONTROLPLANE_KUBE_APISERVER CONTROLPLANE_ETCD NODE_KUBELET NODE_CONTAINERD NODE_CONTAINERD17 NODE_CNI_DIR
 CONTROLPLANE_KUBE_APISERVER=$("$root/test/controlplane/build.sh" kube-apiserver "$KUBE_VERSION")
 CONTROLPLANE_ETCD=$("$root/test/controlplane/build.sh" etcd "$ETCD_VERSION")
 NODE_KUBELET=$("$root/test/controlplane/build.sh" kubelet "$KUBE_VERSION")
 NODE_CNI_DIR=$("$root/test/controlplane/build.sh" cni-plugins "$CNI_PLUGINS_VERSION")
 NODE_CONTAINERD=$("$root/test/containerd/build.sh" "$NODE_CONTAINERD_VERSION")
-for cmd in ctr containerd-shim-runc-v2; do
-	CONTAINERD_CMD=$cmd "$root/test/containerd/build.sh" "$NODE_CONTAINERD_VERSION" >/dev/null
+# containerd 1.7, the line GKE ran before 2.x: the first scenarios run on
+# it too (NODE_CONTAINERD17; test/node/node_test.go containerdLines).
+NODE_CONTAINERD17=$("$root/test/containerd/build.sh" "$NODE_CONTAINERD17_VERSION")
+for v in "$NODE_CONTAINERD_VERSION" "$NODE_CONTAINERD17_VERSION"; do
+	for cmd in ctr containerd-shim-runc-v2; do
+		CONTAINERD_CMD=$cmd "$root/test/containerd/build.sh" "$v" >/dev/null
+	done
 done
 # The remediation sidecar (this tree's gcp-t4-node, built each run into a
 # directory of this run: the Go cache makes it quick) and the nydus
