@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -142,25 +141,7 @@ func imageRun(t *testing.T, k *Kata) imageResult {
 	}
 	t.Logf("agent: %d pulls begun, %d found stored, %d failed; kubelet: %d Failed (x count) Events", r.pulls, r.found, r.pullFailures, r.failed)
 
-	if err := cs.CoreV1().Pods(gpuNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := poll(ctx, "pod gone", func() (bool, string) {
-		_, err := cs.CoreV1().Pods(gpuNamespace).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	}); err != nil {
-		t.Error(err)
-	}
-	if err := poll(ctx, "0 VMs left", func() (bool, string) {
-		vms, err := gceInstances(ctx, ks.pp)
-		if err != nil {
-			return false, err.Error()
-		}
-		return len(vms) == 0, fmt.Sprintf("%d instances", len(vms))
-	}); err != nil {
-		t.Error(err)
-	}
-	ph.done("delete → pod gone, 0 VMs")
+	ks.deleteLeavingNoVMs(t, name)
 	stopAndCheck(t, n, ph)
 	return r
 }

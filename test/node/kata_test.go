@@ -497,6 +497,31 @@ func startKata(t *testing.T, k *Kata) *kataRun {
 	return &kataRun{kubeconfig: cp.Kubeconfig, cp: cp, ph: ph, ctx: ctx, cs: cs, n: n, pp: pp}
 }
 
+// deleteLeavingNoVMs deletes the GPU namespace's pod name and waits until
+// it is gone and the emulator holds no instance: what a scenario ends on.
+func (ks *kataRun) deleteLeavingNoVMs(t *testing.T, name string) {
+	t.Helper()
+	if err := ks.cs.CoreV1().Pods(gpuNamespace).Delete(ks.ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ks.ctx, "pod gone", func() (bool, string) {
+		_, err := ks.cs.CoreV1().Pods(gpuNamespace).Get(ks.ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	}); err != nil {
+		t.Error(err)
+	}
+	if err := poll(ks.ctx, "0 VMs left", func() (bool, string) {
+		vms, err := gceInstances(ks.ctx, ks.pp)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(vms) == 0, fmt.Sprintf("%d instances", len(vms))
+	}); err != nil {
+		t.Error(err)
+	}
+	ks.ph.done("delete → pod gone, 0 VMs")
+}
+
 // gpuPod is the scenarios' pod: kata-remote, one nvidia.com/gpu, bound to
 // the node (no scheduler runs), the harness's image, "serving" its
 // argument.

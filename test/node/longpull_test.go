@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -180,25 +179,7 @@ func longPullRun(t *testing.T, k *Kata) {
 		t.Logf("shim race report:\n%s", r[:min(len(r), 4000)])
 	}
 
-	if err := cs.CoreV1().Pods(gpuNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := poll(ctx, "pod gone", func() (bool, string) {
-		_, err := cs.CoreV1().Pods(gpuNamespace).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	}); err != nil {
-		t.Error(err)
-	}
-	if err := poll(ctx, "0 VMs left", func() (bool, string) {
-		vms, err := gceInstances(ctx, ks.pp)
-		if err != nil {
-			return false, err.Error()
-		}
-		return len(vms) == 0, fmt.Sprintf("%d instances", len(vms))
-	}); err != nil {
-		t.Error(err)
-	}
-	ph.done("delete → pod gone, 0 VMs")
+	ks.deleteLeavingNoVMs(t, name)
 	for _, e := range n.PodVMEvents() {
 		t.Logf("podVM event %s: %s %s %s", e.At.Format("15:04:05.000"), e.Name, e.IP, e.What)
 	}
