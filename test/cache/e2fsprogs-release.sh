@@ -30,8 +30,13 @@ for p in "${PACKAGES[@]}"; do
 	pkgs+=("$p/bookworm")
 done
 # apt-get download writes into the working directory; as root it warns that
-# _apt cannot write there, which is harmless.
-(cd "$tmp" && apt-get download -qq "${pkgs[@]}" 2>&1 | grep -v "couldn't be accessed by user '_apt'" >&2 || true)
+# _apt cannot write there, which is harmless and not shown. A failed
+# download is said here, with apt's words, and ends below ("fetched
+# nothing").
+downloaded=true
+(cd "$tmp" && exec apt-get download -qq "${pkgs[@]}") 2>"$tmp/apt.err" || downloaded=false
+grep -v "couldn't be accessed by user '_apt'" "$tmp/apt.err" >&2 || true
+$downloaded || echo "e2fsprogs-release.sh: apt-get download ${pkgs[*]} failed" >&2
 for p in "${PACKAGES[@]}"; do
 	debs=("$tmp/${p}"_*.deb)
 	[ -f "${debs[0]}" ] || { echo "e2fsprogs-release.sh: apt-get download $p/bookworm fetched nothing" >&2; exit 1; }

@@ -66,6 +66,7 @@ func newReleaseScript(t *testing.T, policy string) *releaseScript {
 	write("apt-cache", `cat "`+filepath.Join(r.bin, "policy")+`"`+"\n")
 	write("apt-get", `echo "$*" >> "`+r.calls+`"
 [ "$1" = download ] || exit 1
+if [ -e "`+r.bin+`/fail" ]; then echo "E: Unable to locate package e2fsprogs" >&2; exit 100; fi
 shift
 for a in "$@"; do
 	case "$a" in -*) continue ;; esac
@@ -160,9 +161,10 @@ func TestE2fsprogsReleaseScript(t *testing.T) {
 	})
 	failures := []struct {
 		name, policy, mke2fs string
-		noDebs, noApt        bool
+		noDebs, noApt, fail  bool
 		want                 string
 	}{
+		{name: "download fails", policy: policyBackports, fail: true, want: "E: Unable to locate package e2fsprogs\ne2fsprogs-release.sh: apt-get download e2fsprogs/bookworm libext2fs2/bookworm libss2/bookworm libcom-err2/bookworm failed\ne2fsprogs-release.sh: apt-get download e2fsprogs/bookworm fetched nothing"},
 		{name: "no apt-get", noApt: true, want: "no apt-get"},
 		{name: "no bookworm/main", policy: policyNoBookworm, want: "apt knows no e2fsprogs from bookworm/main; as root run: apt-get update"},
 		{name: "nothing fetched", policy: policyBackports, noDebs: true, want: "apt-get download e2fsprogs/bookworm fetched nothing"},
@@ -177,6 +179,11 @@ func TestE2fsprogsReleaseScript(t *testing.T) {
 			}
 			if !c.noDebs && !c.noApt {
 				r.debs4(c.mke2fs)
+			}
+			if c.fail {
+				if err := os.WriteFile(filepath.Join(r.bin, "fail"), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 			dir, stderr, err := r.run()
 			if err == nil || dir != "" || !strings.Contains(stderr, c.want) {
