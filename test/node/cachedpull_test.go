@@ -1,7 +1,6 @@
 package node
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -28,13 +27,7 @@ const imageConfig = "sha256:" + "c0f1c0f1c0f1c0f1c0f1c0f1c0f1c0f1c0f1c0f1c0f1c0f
 //     image-rs keeps nothing of it, so kubelet's retry pulls all over
 //     again; the pod goes Running after both.
 func TestKataRemoteCachedPull(t *testing.T) {
-	k, err := KataFromEnv()
-	if errors.Is(err, ErrNoKata) {
-		t.Skip("the kata shim, CAA and the emulator are not given (" + EnvKataShim + ", " + EnvCAA + ", …): run " + KataMakeCommand)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := kataOrSkip(t)
 	t.Run("store", func(t *testing.T) {
 		vk := k
 		vk.AgentPull = longPull

@@ -683,7 +683,16 @@ func (pp *PeerPods) Interrupt(ctx context.Context, zone, instance, event string)
 		return errors.New("node: the emulator serves no test control endpoint")
 	}
 	q := url.Values{"zone": {zone}, "instance": {instance}, "event": {event}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, pp.Control+"/test-only/interrupt?"+q.Encode(), nil)
+	if err := callOK(ctx, http.MethodPost, pp.Control+"/test-only/interrupt?"+q.Encode()); err != nil {
+		return fmt.Errorf("node: %s of %s: %w", event, instance, err)
+	}
+	return nil
+}
+
+// callOK sends an empty request to the emulator (its API or its test
+// control) and wants 200; otherwise the status and body are the error.
+func callOK(ctx context.Context, method, u string) error {
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return err
 	}
@@ -694,7 +703,7 @@ func (pp *PeerPods) Interrupt(ctx context.Context, zone, instance, event string)
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("node: %s of %s: %s: %s", event, instance, resp.Status, strings.TrimSpace(string(body)))
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
 }

@@ -87,13 +87,7 @@ func gceInstances(ctx context.Context, pp *PeerPods) ([]instance, error) {
 // and the podVM's lines go to the test's log with each phase's time.
 // It skips unless `make node-e2e UPSTREAM=… KATA=…` built the binaries.
 func TestKataRemotePodThroughCAA(t *testing.T) {
-	k, err := KataFromEnv()
-	if errors.Is(err, ErrNoKata) {
-		t.Skip("the kata shim, CAA and the emulator are not given (" + EnvKataShim + ", " + EnvCAA + ", …): run " + KataMakeCommand)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := kataOrSkip(t)
 	// A short modelled pull: this scenario is about the chain, not
 	// kubelet's bound on CreateContainer.
 	k.AgentPull = 5 * time.Second
@@ -495,6 +489,20 @@ func startKata(t *testing.T, k *Kata) *kataRun {
 	}
 	ph.done("nvidia.com/gpu allocatable (kubelet's next status update), namespace")
 	return &kataRun{kubeconfig: cp.Kubeconfig, cp: cp, ph: ph, ctx: ctx, cs: cs, n: n, pp: pp}
+}
+
+// kataOrSkip is the kata stage's binaries, or the test skipped saying
+// how to get them (KataFromEnv's ErrNoKata), or failed on what is wrong.
+func kataOrSkip(t *testing.T) Kata {
+	t.Helper()
+	k, err := KataFromEnv()
+	if errors.Is(err, ErrNoKata) {
+		t.Skip("the kata shim, CAA and the emulator are not given (" + EnvKataShim + ", " + EnvCAA + ", …): run " + KataMakeCommand)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 // deleteLeavingNoVMs deletes the GPU namespace's pod name and waits until

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -30,13 +29,7 @@ const longPull = 4 * time.Minute
 // Failed Events and RunContainerError/CreateContainerError waits, whether
 // the sandbox's shim survived (its pid), and the time to Running.
 func TestKataRemoteLongPull(t *testing.T) {
-	k, err := KataFromEnv()
-	if errors.Is(err, ErrNoKata) {
-		t.Skip("the kata shim, CAA and the emulator are not given (" + EnvKataShim + ", " + EnvCAA + ", …): run " + KataMakeCommand)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := kataOrSkip(t)
 	for _, v := range []struct {
 		name   string
 		dropIn bool

@@ -2,9 +2,7 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"path"
 	"slices"
@@ -36,13 +34,7 @@ const reasonLost = "PodVMLost"
 // GCE's own events (a preemption, a host error) are
 // TestKataRemotePodVMInterrupted's.
 func TestKataRemotePodVMLost(t *testing.T) {
-	k, err := KataFromEnv()
-	if errors.Is(err, ErrNoKata) {
-		t.Skip("the kata shim, CAA and the emulator are not given (" + EnvKataShim + ", " + EnvCAA + ", …): run " + KataMakeCommand)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := kataOrSkip(t)
 	for _, v := range []struct {
 		name, how string
 		hard      bool
@@ -62,18 +54,8 @@ func gceCall(ctx context.Context, pp *PeerPods, zone, name, how string) error {
 	if how == "stop" {
 		u, method = u+"/stop", http.MethodPost
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("instances.%s %s: %s: %s", how, name, resp.Status, body)
+	if err := callOK(ctx, method, u); err != nil {
+		return fmt.Errorf("instances.%s %s: %w", how, name, err)
 	}
 	return nil
 }

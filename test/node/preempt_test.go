@@ -1,7 +1,6 @@
 package node
 
 import (
-	"errors"
 	"testing"
 	"time"
 )
@@ -23,13 +22,7 @@ import (
 // It records and asserts what TestKataRemotePodVMLost does, and the
 // PodVMLost Event's cause: preempted, host-error.
 func TestKataRemotePodVMInterrupted(t *testing.T) {
-	k, err := KataFromEnv()
-	if errors.Is(err, ErrNoKata) {
-		t.Skip("the kata shim, CAA and the emulator are not given (" + EnvKataShim + ", " + EnvCAA + ", …): run " + KataMakeCommand)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := kataOrSkip(t)
 	for _, v := range []struct {
 		event, cause string
 		hard         bool

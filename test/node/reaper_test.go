@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -132,13 +131,7 @@ func leakPodVM(ctx context.Context, pp *PeerPods, live instance, image string) (
 // that no longer exists, is leaked. The reaper deletes the leaked one and
 // only it: the pod's podVM and the pod stay.
 func TestKataRemoteReaper(t *testing.T) {
-	k, err := KataFromEnv()
-	if errors.Is(err, ErrNoKata) {
-		t.Skip("the kata shim, CAA and the emulator are not given (" + EnvKataShim + ", " + EnvCAA + ", …): run " + KataMakeCommand)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := kataOrSkip(t)
 	k.AgentPull = 5 * time.Second
 	ks := startKata(t, &k)
 	ph, ctx, cs, n, pp := ks.ph, ks.ctx, ks.cs, ks.n, ks.pp

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -314,13 +313,7 @@ func logSameContainer(t *testing.T, before, after *corev1.Pod) {
 // in the Node's runtime handlers, the pod's container the same, and a new
 // kata-remote pod Running after.
 func TestKataRemoteContainerdConfigReset(t *testing.T) {
-	k, err := KataFromEnv()
-	if errors.Is(err, ErrNoKata) {
-		t.Skip("the kata shim, CAA and the emulator are not given (" + EnvKataShim + ", " + EnvCAA + ", …): run " + KataMakeCommand)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := kataOrSkip(t)
 	if k.GcpT4Node == "" || k.Nydus == "" {
 		t.Fatalf("%s and %s are not set: run %s", EnvGcpT4Node, EnvNydus, KataMakeCommand)
 	}

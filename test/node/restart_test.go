@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os/exec"
 	"slices"
@@ -38,13 +37,7 @@ import (
 // before the kill and leave the pod's podVM and the pod running; then no
 // VM is left after the pod's delete, and nothing of the node.
 func TestKataRemoteCAARestart(t *testing.T) {
-	k, err := KataFromEnv()
-	if errors.Is(err, ErrNoKata) {
-		t.Skip("the kata shim, CAA and the emulator are not given (" + EnvKataShim + ", " + EnvCAA + ", …): run " + KataMakeCommand)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := kataOrSkip(t)
 	for _, v := range []struct {
 		name string
 		pull time.Duration
