@@ -78,7 +78,7 @@ func parseFlagsTo(args []string, stdout, stderr io.Writer) (*options, *flag.Flag
 	fs.StringVar(&o.cfg.Handler.RuntimeType, "runtime-type", h.RuntimeType, "runtime_type of the handler")
 	fs.StringVar(&o.cfg.Handler.RuntimePath, "runtime-path", h.RuntimePath, "host path of the kata shim")
 	fs.StringVar(&o.cfg.Handler.ConfigPath, "kata-config", h.ConfigPath, "host path of the kata remote configuration (options.ConfigPath)")
-	fs.StringVar(&o.cfg.Handler.Snapshotter, "snapshotter", h.Snapshotter, "snapshotter for the handler and name of its proxy plugin")
+	fs.StringVar(&o.cfg.Handler.Snapshotter, "snapshotter", h.Snapshotter, "snapshotter for the handler and name of its proxy plugin (empty: containerd's default snapshotter, no proxy plugin; unless set, learned from kata-deploy's handler, which names none without a snapshotter mapping)")
 	fs.StringVar(&o.cfg.Handler.SnapshotterAddress, "snapshotter-address", h.SnapshotterAddress, "socket of the proxy snapshotter")
 	fs.StringVar(&o.cfg.Handler.ExportsRoot, "snapshotter-root", h.ExportsRoot, "exports.root of the proxy snapshotter (empty: not set)")
 	fs.StringVar(&o.podAnn, "pod-annotations", strings.Join(h.PodAnnotations, ","), "comma-separated pod_annotations")
@@ -133,6 +133,16 @@ func parseFlagsTo(args []string, stdout, stderr io.Writer) (*options, *flag.Flag
 	o.cfg.Explicit = map[string]bool{}
 	for _, f := range handlerFlags {
 		o.cfg.Explicit[f] = set[f]
+	}
+	if set["snapshotter"] && o.cfg.Handler.Snapshotter == "" {
+		// No snapshotter: the defaults of kata-deploy's nydus proxy plugin
+		// go with it.
+		if !set["snapshotter-address"] {
+			o.cfg.Handler.SnapshotterAddress = ""
+		}
+		if !set["snapshotter-root"] {
+			o.cfg.Handler.ExportsRoot = ""
+		}
 	}
 	if o.nodeName == "" {
 		o.nodeName = os.Getenv("NODE_NAME")

@@ -30,18 +30,31 @@ var kataDeployVersions = []string{"4.0.0", "4.1.0"}
 // where it edits config.toml).
 func kataDeployInstall(t *testing.T, n *node, gke string) string {
 	t.Helper()
-	nydus := filepath.Join(n.kataDir, configplan.KataDeployNydus, "containerd-nydus-grpc")
-	n.catWrite(nydus, []byte("stand-in for kata-deploy's nydus snapshotter\n"))
+	return kataDeployInstallAs(t, n, gke, true)
+}
+
+// kataDeployInstallAs is kataDeployInstall with the chart's snapshotter
+// mapping for the remote shim (nydus) or without one (no snapshotter key,
+// no nydus installed).
+func kataDeployInstallAs(t *testing.T, n *node, gke string, nydusMapping bool) string {
+	t.Helper()
+	suffix := ""
+	if nydusMapping {
+		nydus := filepath.Join(n.kataDir, configplan.KataDeployNydus, "containerd-nydus-grpc")
+		n.catWrite(nydus, []byte("stand-in for kata-deploy's nydus snapshotter\n"))
+	} else {
+		suffix = "-nosnapshotter"
+	}
 	orig := n.fixture(gke)
 	if n.run.KataDeploy == containerdrelease.KataDeployEditsMain {
 		n.catWrite(n.target.Config+".bak", orig)
-		n.catWrite(n.target.Config, n.fixture("gke-v2-kata-deploy-4.x.toml"))
+		n.catWrite(n.target.Config, n.fixture("gke-v2-kata-deploy-4.x"+suffix+".toml"))
 		return ""
 	}
 	drop := filepath.Join(n.kataDir, "containerd", "config.d", "kata-deploy.toml")
-	fixture := "kata-deploy-4.x-dropin-v2.toml"
+	fixture := "kata-deploy-4.x-dropin-v2" + suffix + ".toml"
 	if mustVersion(t, orig).(int64) >= 3 {
-		fixture = "kata-deploy-4.x-dropin-v3.toml"
+		fixture = "kata-deploy-4.x-dropin-v3" + suffix + ".toml"
 	}
 	n.catWrite(drop, n.fixture(fixture))
 	n.catWrite(n.target.Config, withImport(t, orig, drop))
@@ -183,6 +196,66 @@ func testKataDeployCoexistence(t *testing.T, kdv string, rel release) {
 	}
 	if res := reconcileOK(t, r); len(res.Wrote) == 0 || !res.Converged {
 		t.Fatalf("once kata-deploy is done: %+v", res)
+	}
+}
+
+// TestKataDeployWithoutASnapshotterMapping: kata-deploy installed without a
+// snapshotter mapping for its remote shim names no snapshotter and runs no
+// nydus. The sidecar, with its default flags, keeps it so on every release,
+// at install and after GKE's rewrite: it never adds a snapshotter the node
+// does not run. Before, it added its flag's default (nydus-for-kata-tee)
+// and restarted containerd, and kubelet then failed to read
+// /var/lib/nydus-for-kata-tee every 10 s (docs/node-harness.md, found by the
+// node harness).
+func TestKataDeployWithoutASnapshotterMapping(t *testing.T) {
+	for _, rel := range suite() {
+		t.Run(rel.Version, func(t *testing.T) {
+			n := newNode(t, rel)
+			drop := kataDeployInstallAs(t, n, "gke-v2.toml", false)
+			n.start()
+			rt := slices.Concat(n.run.CRI.Runtimes, []string{"kata-remote"})
+			kdHandler := sub(n.dump(), rt)
+			node := labelled(true)
+			r := n.remediatorWith(n.config(), Deps{Node: func(context.Context) (*corev1.Node, error) { return node, nil }})
+			want := DefaultHandler()
+			want.Snapshotter, want.SnapshotterAddress, want.ExportsRoot = "", "", ""
+			check := func(when string, res Result) {
+				t.Helper()
+				if !res.Converged || res.Plan.Handler.Snapshotter != "" {
+					t.Fatalf("%s: converged %v, snapshotter %q learned from %s, wrote %v; want converged on kata-deploy's handler, no snapshotter",
+						when, res.Converged, res.Plan.Handler.Snapshotter, res.Plan.Source, res.Wrote)
+				}
+				assertLoaded(t, n, want)
+				dump := n.dump()
+				if got := sub(dump, rt); !reflect.DeepEqual(got, kdHandler) {
+					t.Errorf("%s: handler in containerd's merge:\n%v\nkata-deploy's:\n%v", when, got, kdHandler)
+				}
+				for k, v := range tomledit.Leaves(dump) {
+					if s, _ := v.(string); strings.Contains(k, "nydus") || strings.Contains(s, "nydus") {
+						t.Errorf("%s: containerd's merge has %s = %v; kata-deploy runs no nydus here", when, k, v)
+					}
+				}
+				if ours := read(t, n.target.DropIn()); strings.Contains(ours, "nydus") || strings.Contains(ours, "runtime_platforms") {
+					t.Errorf("%s: the sidecar's drop-in maps a snapshotter:\n%s", when, ours)
+				}
+				if main := read(t, n.target.Config); strings.Contains(main, "nydus") {
+					t.Errorf("%s: the main file names nydus:\n%s", when, main)
+				}
+			}
+			check("install", reconcileOK(t, r))
+			n.gkeWrite("gke-v2.toml")
+			if err := n.Restart(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			res := reconcileOK(t, r)
+			if !res.Restarted {
+				t.Fatalf("after GKE's rewrite: wrote %v, restarted %v; want kata-deploy's handler restored and containerd restarted", res.Wrote, res.Restarted)
+			}
+			check("after GKE's rewrite", res)
+			if drop != "" && !strings.Contains(read(t, n.target.Config), drop) {
+				t.Errorf("kata-deploy's import %s not restored", drop)
+			}
+		})
 	}
 }
 

@@ -140,9 +140,15 @@ func TestExistingHandlerWithoutDefaultPaths(t *testing.T) {
 			if got, _ := at(dump, slices.Concat(rt, []string{"runtime_path"})...); got != shim {
 				t.Errorf("merged runtime_path %q, want %q", got, shim)
 			}
+			// Kept as it is: it names no snapshotter, so none is added (the
+			// node may run no nydus; TestKataDeployWithoutASnapshotterMapping).
 			h := DefaultHandler()
 			h.RuntimePath, h.ConfigPath = shim, conf
+			h.Snapshotter, h.SnapshotterAddress, h.ExportsRoot = "", "", ""
 			assertLoaded(t, n, h)
+			if res.Plan.Handler.Snapshotter != "" {
+				t.Errorf("planned snapshotter %q, want the existing handler's (none)", res.Plan.Handler.Snapshotter)
+			}
 
 			// With its shim gone too, the node is skipped, naming the path
 			// the configured handler needs.

@@ -389,6 +389,25 @@ func TestFlagsAndEnv(t *testing.T) {
 	if err := h.Validate(); err == nil || !strings.Contains(err.Error(), "--snapshotter") {
 		t.Errorf("Validate: %v, want an error naming --snapshotter", err)
 	}
+	// An empty --snapshotter is containerd's default snapshotter: the nydus
+	// proxy plugin's address and root go with it, unless given.
+	for _, k := range []string{"SNAPSHOTTER", "SNAPSHOTTER_ADDRESS"} {
+		os.Unsetenv(EnvPrefix + k) // t.Setenv above puts them back
+	}
+	o, err = parseFlags([]string{"--snapshotter="}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := o.cfg.Handler; h.Snapshotter != "" || h.SnapshotterAddress != "" || h.ExportsRoot != "" || h.Validate() != nil {
+		t.Errorf("--snapshotter= gave %+v (%v), want no snapshotter, address or root", h, h.Validate())
+	}
+	o, err = parseFlags([]string{"--snapshotter=", "--snapshotter-address=/run/x.sock"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.cfg.Handler.Validate(); err == nil || !strings.Contains(err.Error(), "without --snapshotter") {
+		t.Errorf("an address without a snapshotter: %v, want it refused naming --snapshotter", err)
+	}
 }
 
 func TestNoRestartWhenContainerdStartedAfterWrite(t *testing.T) {

@@ -64,22 +64,27 @@ var tomlName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 // Validate names the first bad field and the flag that sets it.
 func (h Handler) Validate() error {
-	for _, f := range []struct{ flag, v string }{
-		{"--handler", h.Name}, {"--snapshotter", h.Snapshotter},
-	} {
-		if !tomlName.MatchString(f.v) {
-			return fmt.Errorf("%s %q: use letters, digits, '.', '_' or '-'", f.flag, f.v)
-		}
+	if !tomlName.MatchString(h.Name) {
+		return fmt.Errorf("--handler %q: use letters, digits, '.', '_' or '-'", h.Name)
+	}
+	if h.Snapshotter != "" && !tomlName.MatchString(h.Snapshotter) {
+		return fmt.Errorf("--snapshotter %q: use letters, digits, '.', '_' or '-', or empty for containerd's default snapshotter", h.Snapshotter)
+	}
+	if h.Snapshotter == "" && (h.SnapshotterAddress != "" || h.ExportsRoot != "") {
+		return fmt.Errorf("--snapshotter-address %q / --snapshotter-root %q without --snapshotter: a proxy plugin needs a name; give --snapshotter or leave both empty", h.SnapshotterAddress, h.ExportsRoot)
 	}
 	if !strings.HasPrefix(h.RuntimeType, "io.containerd.") {
 		return fmt.Errorf("--runtime-type %q: want a containerd shim name such as io.containerd.kata-remote.v2", h.RuntimeType)
 	}
 	for _, f := range []struct{ flag, v string }{
-		{"--runtime-path", h.RuntimePath}, {"--kata-config", h.ConfigPath}, {"--snapshotter-address", h.SnapshotterAddress},
+		{"--runtime-path", h.RuntimePath}, {"--kata-config", h.ConfigPath},
 	} {
 		if !filepath.IsAbs(f.v) {
 			return fmt.Errorf("%s %q: want an absolute host path", f.flag, f.v)
 		}
+	}
+	if h.SnapshotterAddress != "" && !filepath.IsAbs(h.SnapshotterAddress) {
+		return fmt.Errorf("--snapshotter-address %q: want an absolute host path, or empty where the snapshotter's proxy plugin is defined elsewhere", h.SnapshotterAddress)
 	}
 	if h.ExportsRoot != "" && !filepath.IsAbs(h.ExportsRoot) {
 		return fmt.Errorf("--snapshotter-root %q: want an absolute host path or empty", h.ExportsRoot)
@@ -197,7 +202,24 @@ func Learn(h Handler, from Handler, explicit map[string]bool) Handler {
 	set("runtime-type", &h.RuntimeType, from.RuntimeType)
 	set("runtime-path", &h.RuntimePath, from.RuntimePath)
 	set("kata-config", &h.ConfigPath, from.ConfigPath)
-	if !explicit["snapshotter"] && from.Snapshotter != "" && (from.Snapshotter != h.Snapshotter || from.SnapshotterAddress != "") {
+	switch {
+	case explicit["snapshotter"]:
+	case from.Snapshotter == "":
+		// kata-deploy without a snapshotter mapping for this shim (the
+		// chart's shims.<shim>.containerd.snapshotter unset) writes no
+		// snapshotter key (runtime/containerd.rs
+		// write_containerd_runtime_config at 4.0.0 and 4.1.0), and runs no
+		// nydus: the handler stays on containerd's default. Writing the
+		// flag's default instead would name a snapshotter the node does not
+		// run, failing every image the runtime pulls.
+		h.Snapshotter = ""
+		if !explicit["snapshotter-address"] {
+			h.SnapshotterAddress = ""
+		}
+		if !explicit["snapshotter-root"] {
+			h.ExportsRoot = ""
+		}
+	case from.Snapshotter != h.Snapshotter || from.SnapshotterAddress != "":
 		h.Snapshotter = from.Snapshotter
 		// The address and root go with the snapshotter they belong to; an
 		// empty address means its proxy plugin is defined elsewhere.

@@ -108,12 +108,18 @@ func DetectKataDeploy(kataDir, config, name string, run containerdrelease.Runtim
 			return kd, nil
 		}
 	}
-	if kd.Present && exists(filepath.Join(kataDir, KataDeployNydus, "containerd-nydus-grpc")) {
-		// kata-deploy 4.x with its nydus instance: what it writes for the
-		// remote shim with the chart's snapshotter mapping.
+	if kd.Present {
+		// kata-deploy 4.x whose handler is not in a file now (GKE's rewrite
+		// took the in-place edit away): what it writes for the remote shim.
+		// With its nydus instance, the chart's snapshotter mapping; without
+		// one, no snapshotter (it installs nydus only for a mapping that
+		// names it: artifacts/snapshotters.rs), so none is written here.
 		h := KataDeployHandler()
 		h.Name = name
 		h.RuntimePath = filepath.Join(KataDeployDir, "bin", "containerd-shim-kata-v2")
+		if !exists(filepath.Join(kataDir, KataDeployNydus, "containerd-nydus-grpc")) {
+			h.Snapshotter, h.SnapshotterAddress, h.ExportsRoot = "", "", ""
+		}
 		kd.Handler = &h
 	}
 	return kd, nil

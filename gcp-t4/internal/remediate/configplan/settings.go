@@ -74,6 +74,13 @@ func wanted(h Handler, l containerdrelease.CRITables) []leaf {
 		{slices.Concat(rt, []string{"snapshotter"}), h.Snapshotter},
 		{slices.Concat(rt, []string{"options", "ConfigPath"}), h.ConfigPath},
 	}
+	if h.Snapshotter == "" {
+		// containerd's default snapshotter: the runtime's key is written
+		// empty (containerd dumps it so when unset, which is what
+		// kata-deploy without a snapshotter mapping leaves), and there is
+		// no runtime_platforms entry or proxy plugin to keep.
+		return out
+	}
 	if l.RuntimePlatforms != nil {
 		// containerd 2.x pulls a runtime's images with the images plugin's
 		// runtime_platforms[runtime].snapshotter; the v2 → v3 migration never
@@ -121,9 +128,11 @@ type owned struct {
 func (o owned) prefixes() [][]string {
 	out := [][]string{
 		slices.Concat(o.l.Runtimes, []string{o.h.Name}),
-		slices.Concat(proxyPlugins, []string{o.h.Snapshotter}),
 		slices.Concat(o.l.Images, []string{keyDisableSnapshotAnnotations}),
 		slices.Concat(o.l.Images, []string{keyDiscardUnpackedLayers}),
+	}
+	if o.h.Snapshotter != "" {
+		out = append(out, slices.Concat(proxyPlugins, []string{o.h.Snapshotter}))
 	}
 	if o.l.RuntimePlatforms != nil {
 		out = append(out, platforms(o.l, o.h.Name))
