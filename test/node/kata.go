@@ -113,8 +113,12 @@ func (n *Node) KataDeployDropIn() string {
 }
 
 // kataDeployFixture is kata-deploy 4.x's drop-in over a version 3 main
-// file, as the remediation tests hold it.
-const kataDeployFixture = "../../gcp-t4/internal/remediate/testdata/kata-deploy-4.x-dropin-v3.toml"
+// file, as the remediation tests hold it; kataDeployFixtureNoSnapshotter
+// the same without a snapshotter mapping for the remote shim.
+const (
+	kataDeployFixture              = "../../gcp-t4/internal/remediate/testdata/kata-deploy-4.x-dropin-v3.toml"
+	kataDeployFixtureNoSnapshotter = "../../gcp-t4/internal/remediate/testdata/kata-deploy-4.x-dropin-v3-nosnapshotter.toml"
+)
 
 // nydusSocket is the nydus snapshotter stand-in's socket on this node
 // (/run/nydus-for-kata-tee/containerd-nydus-grpc.sock on a real one).
@@ -123,19 +127,24 @@ func (n *Node) nydusSocket() string { return n.path("nydus/containerd-nydus-grpc
 // kataDeployDropIn is the fixture with this node's paths: the shim, its
 // configuration, the snapshotter's socket and root.
 func (n *Node) kataDeployDropIn() (string, error) {
-	data, err := os.ReadFile(kataDeployFixture)
-	if err != nil {
-		return "", fmt.Errorf("node: kata-deploy's drop-in fixture: %w", err)
-	}
-	s := string(data)
-	for _, r := range [][2]string{
+	fixture := kataDeployFixture
+	subst := [][2]string{
 		{`"/opt/kata/bin/containerd-shim-kata-v2"`, fmt.Sprintf("%q", n.kataDeploy.shim)},
 		{`"/opt/kata/share/defaults/kata-containers/runtimes/remote/configuration-remote.toml"`, fmt.Sprintf("%q", n.kataConfigPath())},
 		{`"/run/nydus-for-kata-tee/containerd-nydus-grpc.sock"`, fmt.Sprintf("%q", n.nydusSocket())},
 		{`"/var/lib/nydus-for-kata-tee"`, fmt.Sprintf("%q", n.path("nydus/root"))},
-	} {
+	}
+	if n.kataDeploy.nydus == "" {
+		fixture, subst = kataDeployFixtureNoSnapshotter, subst[:2]
+	}
+	data, err := os.ReadFile(fixture)
+	if err != nil {
+		return "", fmt.Errorf("node: kata-deploy's drop-in fixture: %w", err)
+	}
+	s := string(data)
+	for _, r := range subst {
 		if !strings.Contains(s, r[0]) {
-			return "", fmt.Errorf("node: %s has no %s; the fixture changed", kataDeployFixture, r[0])
+			return "", fmt.Errorf("node: %s has no %s; the fixture changed", fixture, r[0])
 		}
 		s = strings.ReplaceAll(s, r[0], r[1])
 	}

@@ -167,6 +167,11 @@ type Options struct {
 	// stand-in; the shim and its configuration are placeholders that no
 	// pod runs (no kata-remote pod runs without the kata stage).
 	KataDeployNydus string
+	// KataDeployNoSnapshotter, without Kata, lays kata-remote out as
+	// kata-deploy does without a snapshotter mapping for its remote shim:
+	// its drop-in names no snapshotter and no nydus runs (placeholders as
+	// for KataDeployNydus, which it excludes).
+	KataDeployNoSnapshotter bool
 	// Containerd, when set, is the containerd binary to run instead of
 	// NODE_CONTAINERD's (ctr and the runc shim beside it): a 1.x one gets
 	// a version 2 configuration.
@@ -312,14 +317,17 @@ func Start(ctx context.Context, bin Binaries, cp *controlplane.ControlPlane, opt
 	switch {
 	case n.kata != nil && n.kata.KataDeployDropIn:
 		n.kataDeploy = &kataDeployLayout{shim: n.kata.Shim, nydus: n.kata.Nydus}
-	case n.kata == nil && opts.KataDeployNydus != "":
+	case n.kata == nil && (opts.KataDeployNydus != "" || opts.KataDeployNoSnapshotter):
+		if opts.KataDeployNydus != "" && opts.KataDeployNoSnapshotter {
+			return nil, errors.New("node: Options.KataDeployNydus and KataDeployNoSnapshotter: kata-deploy runs its nydus only for a snapshotter mapping; set one")
+		}
 		shim, err := n.placeholderKata()
 		if err != nil {
 			return nil, err
 		}
 		n.kataDeploy = &kataDeployLayout{shim: shim, nydus: opts.KataDeployNydus}
 	}
-	if n.kataDeploy != nil {
+	if n.kataDeploy != nil && n.kataDeploy.nydus != "" {
 		if err := n.startNydus(ctx); err != nil {
 			return nil, err
 		}

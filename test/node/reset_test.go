@@ -465,15 +465,27 @@ const sidecarComponent = "../../install/components/gke-remediation"
 // asserts the import restored, containerd restarted by the sidecar,
 // kata-remote back in the Node's runtime handlers (kubelet's report, which
 // the sidecar reads with no CRI socket), the pod's container the same, a
-// new pod Running after, and nothing of the node left.
+// new pod Running after, and nothing of the node left. Twice: kata-deploy
+// with the chart's nydus mapping (the documented install), and kata-deploy
+// without a snapshotter mapping, where the sidecar must not add one the
+// node does not run (it did: docs/node-harness.md).
 func TestSidecarRestoresKataRemote(t *testing.T) {
+	t.Run("nydus", func(t *testing.T) { testSidecarRestoresKataRemote(t, true) })
+	t.Run("no-snapshotter", func(t *testing.T) { testSidecarRestoresKataRemote(t, false) })
+}
+
+func testSidecarRestoresKataRemote(t *testing.T, withNydus bool) {
 	bin, nydus := os.Getenv(EnvGcpT4Node), os.Getenv(EnvNydus)
 	ph := &phases{t: t, last: time.Now()}
 	sleeper := buildSleeper(t)
 	if !testing.Short() && os.Geteuid() == 0 && (bin == "" || nydus == "") {
 		t.Fatalf("%s and %s are not set: run %s", EnvGcpT4Node, EnvNydus, MakeCommand)
 	}
-	cp, n := StartForTest(t, Options{ImageBinary: sleeper, KataDeployNydus: nydus})
+	opts := Options{ImageBinary: sleeper, KataDeployNydus: nydus}
+	if !withNydus {
+		opts.KataDeployNydus, opts.KataDeployNoSnapshotter = "", true
+	}
+	cp, n := StartForTest(t, opts)
 	ph.done("control plane + node Ready")
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
@@ -531,6 +543,9 @@ func TestSidecarRestoresKataRemote(t *testing.T) {
 	}
 	logSameContainer(t, before, after)
 	ph.done("GKE's rewrite → repaired")
+	if !withNydus {
+		noSnapshotterAdded(t, n)
+	}
 	created := time.Now()
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, plainPod(second), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -560,6 +575,37 @@ func TestSidecarRestoresKataRemote(t *testing.T) {
 	side.log(t, n)
 	t.Logf("systemd stand-in calls: %v", n.SystemdCalls())
 	stopAndCheck(t, n, ph)
+}
+
+// noSnapshotterAdded: with kata-deploy's handler naming no snapshotter, the
+// files containerd loads after the sidecar's repair name none either (no
+// nydus proxy plugin, no runtime_platforms entry), and kubelet never went
+// looking for a snapshotter's directory.
+func noSnapshotterAdded(t *testing.T, n *Node) {
+	t.Helper()
+	// The main file, the sidecar's own directory beside it (its drop-in,
+	// remediate's default --dropin-dir) and kata-deploy's drop-in.
+	dir := filepath.Dir(n.ContainerdConfig())
+	ours, err := filepath.Glob(filepath.Join(dir, "caa-gcp-t4", "*.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range append([]string{n.ContainerdConfig(), n.KataDeployDropIn()}, ours...) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), "nydus") || strings.Contains(string(data), "runtime_platforms") {
+			t.Errorf("%s names a snapshotter kata-deploy did not map:\n%s", p, data)
+		}
+	}
+	if lines := n.LogLines("kubelet", "nydus"); len(lines) > 0 {
+		t.Errorf("kubelet looked for a snapshotter the node does not run: %s", clip(lines[0]))
+	}
+	if lines := n.LogLines("remediate", "nydus"); len(lines) > 0 {
+		t.Errorf("the sidecar names nydus: %s", clip(lines[0]))
+	}
+	t.Logf("no snapshotter added: the node's containerd files under %s name none, kubelet and the sidecar never mention nydus", filepath.Base(dir))
 }
 
 func isReady(p *corev1.Pod) bool {

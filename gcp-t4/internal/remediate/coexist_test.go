@@ -235,7 +235,7 @@ func TestKataDeployWithoutASnapshotterMapping(t *testing.T) {
 						t.Errorf("%s: containerd's merge has %s = %v; kata-deploy runs no nydus here", when, k, v)
 					}
 				}
-				if ours := read(t, n.target.DropIn()); strings.Contains(ours, "nydus") || strings.Contains(ours, "runtime_platforms") {
+				if ours := read(t, n.target.DropIn()); strings.Contains(ours, "nydus") || strings.Contains(ours, "runtime_platforms") || strings.Contains(ours, "disable_snapshot_annotations") {
 					t.Errorf("%s: the sidecar's drop-in maps a snapshotter:\n%s", when, ours)
 				}
 				if main := read(t, n.target.Config); strings.Contains(main, "nydus") {

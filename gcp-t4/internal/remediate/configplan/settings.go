@@ -63,8 +63,17 @@ func platforms(l containerdrelease.CRITables, name string) []string {
 // containerd's dump names them, in the order they are written.
 func wanted(h Handler, l containerdrelease.CRITables) []leaf {
 	rt := slices.Concat(l.Runtimes, []string{h.Name})
-	out := []leaf{
-		{slices.Concat(l.Images, []string{keyDisableSnapshotAnnotations}), false},
+	var out []leaf
+	if h.Snapshotter != "" {
+		// Snapshot annotations are what a proxy snapshotter (nydus) reads
+		// to pull in the guest; containerd's default disables them. Without
+		// a snapshotter kata-deploy leaves the setting alone
+		// (artifacts/snapshotters.rs sets it only when it installs one), and
+		// so does the sidecar: forcing it would rewrite, and restart,
+		// containerd for nothing.
+		out = append(out, leaf{slices.Concat(l.Images, []string{keyDisableSnapshotAnnotations}), false})
+	}
+	out = append(out, []leaf{
 		{slices.Concat(l.Images, []string{keyDiscardUnpackedLayers}), false},
 		{slices.Concat(rt, []string{"runtime_type"}), h.RuntimeType},
 		{slices.Concat(rt, []string{"runtime_path"}), h.RuntimePath},
@@ -73,7 +82,7 @@ func wanted(h Handler, l containerdrelease.CRITables) []leaf {
 		{slices.Concat(rt, []string{"container_annotations"}), strs(h.ContainerAnnotations)},
 		{slices.Concat(rt, []string{"snapshotter"}), h.Snapshotter},
 		{slices.Concat(rt, []string{"options", "ConfigPath"}), h.ConfigPath},
-	}
+	}...)
 	if h.Snapshotter == "" {
 		// containerd's default snapshotter: the runtime's key is written
 		// empty (containerd dumps it so when unset, which is what
