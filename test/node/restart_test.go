@@ -56,7 +56,10 @@ func TestKataRemoteCAARestart(t *testing.T) {
 // sends its container SIGTERM and kills it only after the DaemonSet's
 // 960 s grace (Node.TermCAA); the new pod's CAA starts once the old one
 // has exited (maxUnavailable 1: the old pod goes first). The same two
-// moments as TestKataRemoteCAARestart, the same assertions; it also
+// moments as TestKataRemoteCAARestart, the same assertions, and a third,
+// running: the pod Running when CAA stops, which ends when the pod runs
+// a new container or has kept its own for 75 s; the reaper's pass must
+// then delete exactly the VMs of sandboxes that ended. It also
 // records how long CAA took to exit, its lines on the way out, and the
 // Node's kata.peerpods.io/vm, which CAA's shutdown removes (upstream
 // pkg/adaptor/server.go Shutdown, RemoveExtendedResources). The peer-pods
@@ -67,7 +70,7 @@ func TestKataRemoteCAARollingUpdate(t *testing.T) {
 	for _, v := range []struct {
 		name string
 		pull time.Duration
-	}{{"at-insert", 5 * time.Second}, {"mid-pull", time.Minute}} {
+	}{{"at-insert", 5 * time.Second}, {"mid-pull", time.Minute}, {"running", 5 * time.Second}} {
 		t.Run(v.name, func(t *testing.T) {
 			vk := k
 			vk.AgentPull = v.pull
@@ -90,7 +93,19 @@ func restartRun(t *testing.T, k *Kata, when string, sigterm bool) {
 	// The moment.
 	trigCtx, trigCancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer trigCancel()
+	var firstContainer string
 	err := poll(trigCtx, "the moment to kill CAA ("+when+")", func() (bool, string) {
+		if when == "running" {
+			p, err := cs.CoreV1().Pods(gpuNamespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if containersRunning(p) {
+				firstContainer = p.Status.ContainerStatuses[0].ContainerID
+				return true, ""
+			}
+			return false, string(p.Status.Phase) + " " + containerState(p)
+		}
 		if when == "at-insert" {
 			vms, err := gceInstances(ctx, pp)
 			if err != nil {
@@ -150,6 +165,9 @@ func restartRun(t *testing.T, k *Kata, when string, sigterm bool) {
 	var lastPod, lastVMs, lastCap string
 	seenEvents := map[string]bool{}
 	var runningAt time.Time
+	// survived: the pod kept its container through CAA's restart (the
+	// running moment), so its podVM is from before the stop and in use.
+	survived := false
 	waitCtx, waitCancel := context.WithTimeout(ctx, 8*time.Minute)
 	defer waitCancel()
 	err = poll(waitCtx, "the pod Running after CAA's restart", func() (bool, string) {
@@ -201,6 +219,24 @@ func restartRun(t *testing.T, k *Kata, when string, sigterm bool) {
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			mark("outcome: pod " + string(p.Status.Phase))
 			return true, ""
+		}
+		if containersRunning(p) && when == "running" {
+			// The pod was Running when CAA stopped: done once it runs a
+			// new container (its sandbox ended and was made again), or
+			// once it has kept its container past kata's agent check (5 s
+			// period, a 30 s bound) with a margin.
+			switch {
+			case p.Status.ContainerStatuses[0].ContainerID != firstContainer:
+				runningAt = time.Now()
+				mark("outcome: Running again, a new container")
+				return true, ""
+			case time.Since(killAt) > 75*time.Second:
+				runningAt = time.Now()
+				survived = true
+				mark("outcome: still Running, the same container, 75 s after CAA stopped")
+				return true, ""
+			}
+			return false, lastPod + "; " + lastVMs
 		}
 		if containersRunning(p) {
 			runningAt = time.Now()
@@ -282,9 +318,9 @@ func restartRun(t *testing.T, k *Kata, when string, sigterm bool) {
 			old := slices.ContainsFunc(vmsAtKill, func(o instance) bool { return o.Name == v.Name })
 			still := slices.ContainsFunc(after, func(a instance) bool { return a.Name == v.Name })
 			switch {
-			case old && still:
+			case old && still && !survived:
 				t.Errorf("VM %s, from the sandbox CAA's kill ended, outlived gcp-t4 gc -delete -grace 0", v.Name)
-			case !old && !still:
+			case old && !still && survived, !old && !still:
 				t.Errorf("gcp-t4 gc -delete deleted VM %s, the running pod's podVM", v.Name)
 			}
 		}
