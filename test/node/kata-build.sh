@@ -15,6 +15,9 @@
 #     with KATA's src/runtime and that one with an empty module;
 #   - the stand-in kata-agent (test/node/_agent), against KATA's agent
 #     protocol package;
+#   - CAA's peer-pods webhook (UPSTREAM's src/webhook, a module of its
+#     own that imports no other CAA module: its go.mod and go.sum as
+#     they are, the module proxy serving every dependency), unpatched;
 #   - gceonly (the seeded GCE emulator alone) and gcp-t4, from this
 #     repository.
 # Each checkout is cloned into a temporary directory; neither is modified.
@@ -126,6 +129,20 @@ if [[ ! -x $ccache/cloud-api-adaptor || ! -x $ccache/agent-protocol-forwarder ]]
 	cd "$root"
 fi
 
+# CAA's peer-pods webhook: keyed by CAA's commit. Our series does not
+# touch src/webhook; it is built as upstream's Dockerfile builds it
+# (go build of the module's main package).
+wcache=$cacheroot/node-webhook-$ucommit
+if [[ ! -x $wcache/peer-pods-webhook ]]; then
+	say "building CAA's peer-pods webhook at $ucommit (once)"
+	git clone -q --shared "$upstream" "$work/caa-webhook"
+	git -C "$work/caa-webhook" checkout -q "$ucommit"
+	mkdir -p "$wcache.tmp"
+	(cd "$work/caa-webhook/src/webhook" && CGO_ENABLED=0 go build -o "$wcache.tmp/peer-pods-webhook" .) >&2
+	rm -rf "$wcache"
+	mv "$wcache.tmp" "$wcache"
+fi
+
 # Ours: built each run (the Go cache makes a second build quick), as
 # they change with the working tree; one directory per tree, so that runs
 # from two checkouts on one machine do not overwrite each other's build.
@@ -139,6 +156,7 @@ echo "NODE_KATA_CONFIG=$kcache/configuration-remote.toml"
 echo "NODE_CAA=$ccache/cloud-api-adaptor"
 echo "NODE_FORWARDER=$ccache/agent-protocol-forwarder"
 echo "NODE_AGENT=$acache/kata-agent-standin"
+echo "NODE_WEBHOOK=$wcache/peer-pods-webhook"
 echo "NODE_GCE_EMULATOR=$ocache/gceonly"
 echo "NODE_GCP_T4=$ocache/gcp-t4"
 echo "NODE_CAA_ENTRYPOINT=$root/scripts/image/entrypoint.sh"

@@ -64,6 +64,16 @@ type Kata struct {
 	Nydus string
 	// Forwarder and Agent run in each podVM (podvm.go).
 	Forwarder, Agent string
+	// WebhookBin is CAA's peer-pods webhook (upstream src/webhook),
+	// built from UPSTREAM (webhook.go).
+	WebhookBin string
+	// Webhook runs WebhookBin and registers it with the API server
+	// (Node.StartWebhook) before any pod is made: a pod's cpu, memory and
+	// nvidia.com/gpu requests become kata's default_vcpus, default_memory
+	// and default_gpus annotations, and its first container requests
+	// kata.peerpods.io/vm, as on a cluster with upstream's webhook
+	// installed (docs/install.md).
+	Webhook bool
 	// AgentPull is the stand-in agent's modelled in-guest pull time per
 	// image (test/node/_agent/pull.go); a test sets it.
 	AgentPull time.Duration
@@ -199,7 +209,8 @@ func (n *Node) startNydus(ctx context.Context) error {
 func KataFromEnv() (Kata, error) {
 	k := Kata{Shim: os.Getenv(EnvKataShim), Config: os.Getenv(EnvKataConfig), CAA: os.Getenv(EnvCAA),
 		GCE: os.Getenv(EnvGCE), GcpT4: os.Getenv(EnvGcpT4), Entrypoint: os.Getenv(EnvEntrypoint),
-		Forwarder: os.Getenv(EnvForwarder), Agent: os.Getenv(EnvAgent), GcpT4Node: os.Getenv(EnvGcpT4Node), Nydus: os.Getenv(EnvNydus)}
+		Forwarder: os.Getenv(EnvForwarder), Agent: os.Getenv(EnvAgent), GcpT4Node: os.Getenv(EnvGcpT4Node), Nydus: os.Getenv(EnvNydus),
+		WebhookBin: os.Getenv(EnvWebhook)}
 	// The sidecar and the nydus stand-in are not the kata stage's: e2e.sh
 	// builds them for every run; a test that needs one checks it.
 	vars := []struct {
@@ -207,7 +218,7 @@ func KataFromEnv() (Kata, error) {
 		exec      bool
 	}{{EnvKataShim, k.Shim, true}, {EnvKataConfig, k.Config, false}, {EnvCAA, k.CAA, true},
 		{EnvGCE, k.GCE, true}, {EnvGcpT4, k.GcpT4, true}, {EnvEntrypoint, k.Entrypoint, true},
-		{EnvForwarder, k.Forwarder, true}, {EnvAgent, k.Agent, true}}
+		{EnvForwarder, k.Forwarder, true}, {EnvAgent, k.Agent, true}, {EnvWebhook, k.WebhookBin, true}}
 	set := 0
 	var problems []string
 	for _, v := range vars {
@@ -426,6 +437,11 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 		return nil, fmt.Errorf("node: gcp-t4 %s: %w\n%s", strings.Join(args, " "), err, tail(n.path("gcp-t4-install.log"), 3000))
 	}
 	n.logger.Info("gcp-t4 install applied our manifests", "namespace", pp.Namespace)
+	if k.Webhook {
+		if err := n.StartWebhook(ctx, k.WebhookBin); err != nil {
+			return nil, err
+		}
+	}
 
 	// kata-deploy labels the nodes it installed on; the RuntimeClass
 	// selects them.
@@ -645,6 +661,43 @@ func (n *Node) KillCAA() error {
 		return errors.New("node: CAA did not exit within 10s of SIGKILL")
 	}
 	return nil
+}
+
+// caaGrace is the DaemonSet's terminationGracePeriodSeconds
+// (install/base/daemonset.yaml): how long kubelet waits after SIGTERM
+// before it kills CAA's container.
+const caaGrace = 960 * time.Second
+
+// TermCAA stops CAA as kubelet stops its container when the DaemonSet's
+// pod is deleted (a rolling update): SIGTERM to the container's process
+// (entrypoint.sh execs cloud-api-adaptor, so that is CAA), then SIGKILL
+// to its process group if it is still there after grace. It returns how
+// long CAA took to exit and whether it had to be killed.
+func (n *Node) TermCAA(grace time.Duration) (took time.Duration, killed bool, err error) {
+	n.mu.Lock()
+	caa := n.caa
+	n.mu.Unlock()
+	if caa == nil {
+		return 0, false, errors.New("node: CAA is not running")
+	}
+	start := time.Now()
+	if err := caa.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, false, fmt.Errorf("node: SIGTERM to CAA: %w", err)
+	}
+	select {
+	case <-caa.done:
+		return time.Since(start), false, nil
+	case <-time.After(grace):
+	}
+	if err := syscall.Kill(-caa.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		return time.Since(start), true, fmt.Errorf("node: kill CAA after its grace: %w", err)
+	}
+	select {
+	case <-caa.done:
+	case <-time.After(10 * time.Second):
+		return time.Since(start), true, errors.New("node: CAA did not exit within 10s of SIGKILL")
+	}
+	return time.Since(start), true, nil
 }
 
 // StartCAAAgain starts CAA again with the flags and environment

@@ -41,7 +41,14 @@ type instance struct {
 	Scheduling struct {
 		ProvisioningModel         string `json:"provisioningModel"`
 		InstanceTerminationAction string `json:"instanceTerminationAction"`
+		OnHostMaintenance         string `json:"onHostMaintenance"`
+		AutomaticRestart          *bool  `json:"automaticRestart"`
 	} `json:"scheduling"`
+	MachineType       string `json:"machineType"` // its URL
+	GuestAccelerators []struct {
+		AcceleratorType  string `json:"acceleratorType"` // its URL
+		AcceleratorCount int64  `json:"acceleratorCount"`
+	} `json:"guestAccelerators"`
 }
 
 // gceInstances lists every instance of the project, as GCE's

@@ -102,6 +102,14 @@ func lostRun(t *testing.T, k *Kata, how string, hard bool, wantCause string) {
 	zone := path.Base(first.Zone)
 	t.Logf("podVM %s (%s) %s, provisioning model %q, termination action %q, labels %v", first.Name, zone, first.Status,
 		first.Scheduling.ProvisioningModel, first.Scheduling.InstanceTerminationAction, first.Labels)
+	var accels []string
+	for _, a := range first.GuestAccelerators {
+		accels = append(accels, fmt.Sprintf("%d × %s", a.AcceleratorCount, path.Base(a.AcceleratorType)))
+	}
+	t.Logf("podVM %s: machine type %s, guest accelerators %v, onHostMaintenance %q", first.Name, path.Base(first.MachineType), accels, first.Scheduling.OnHostMaintenance)
+	if k.Webhook && (len(first.GuestAccelerators) != 1 || first.Scheduling.OnHostMaintenance != "TERMINATE") {
+		t.Fatalf("podVM %s: %v, onHostMaintenance %q; with the webhook the GPU pod's podVM has one GPU and TERMINATE", first.Name, accels, first.Scheduling.OnHostMaintenance)
+	}
 	if k.Spot && first.Scheduling.ProvisioningModel != "SPOT" {
 		t.Fatalf("podVM %s is %q with GCP_PROVISIONING_MODEL=SPOT installed; want a Spot VM", first.Name, first.Scheduling.ProvisioningModel)
 	}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // TestKataRemoteCAARestart is issue 54's adaptor-restarted scenario: the
@@ -45,12 +46,43 @@ func TestKataRemoteCAARestart(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			vk := k
 			vk.AgentPull = v.pull
-			restartRun(t, &vk, v.name)
+			restartRun(t, &vk, v.name, false)
 		})
 	}
 }
 
-func restartRun(t *testing.T, k *Kata, when string) {
+// TestKataRemoteCAARollingUpdate is the adaptor-restarted scenario with
+// CAA stopped as a rolling update of its DaemonSet stops it: kubelet
+// sends its container SIGTERM and kills it only after the DaemonSet's
+// 960 s grace (Node.TermCAA); the new pod's CAA starts once the old one
+// has exited (maxUnavailable 1: the old pod goes first). The same two
+// moments as TestKataRemoteCAARestart, the same assertions, and a third,
+// running: the pod Running when CAA stops, which ends when the pod runs
+// a new container or has kept its own for 75 s; the reaper's pass must
+// then delete exactly the VMs of sandboxes that ended. It also
+// records how long CAA took to exit, its lines on the way out, and the
+// Node's kata.peerpods.io/vm, which CAA's shutdown removes (upstream
+// pkg/adaptor/server.go Shutdown, RemoveExtendedResources). The peer-pods
+// webhook runs (Kata.Webhook), so the pod asks for that resource, as on
+// a cluster installed per docs/install.md.
+func TestKataRemoteCAARollingUpdate(t *testing.T) {
+	k := kataOrSkip(t)
+	for _, v := range []struct {
+		name string
+		pull time.Duration
+	}{{"at-insert", 5 * time.Second}, {"mid-pull", time.Minute}, {"running", 5 * time.Second}} {
+		t.Run(v.name, func(t *testing.T) {
+			vk := k
+			vk.AgentPull = v.pull
+			vk.Webhook = true
+			restartRun(t, &vk, v.name, true)
+		})
+	}
+}
+
+// restartRun is one moment (when) of CAA's restart: killed outright, or,
+// with sigterm, stopped as kubelet stops a deleted pod's container.
+func restartRun(t *testing.T, k *Kata, when string, sigterm bool) {
 	ks := startKata(t, k)
 	ph, ctx, cs, n, pp := ks.ph, ks.ctx, ks.cs, ks.n, ks.pp
 	const name = "vllm"
@@ -61,7 +93,19 @@ func restartRun(t *testing.T, k *Kata, when string) {
 	// The moment.
 	trigCtx, trigCancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer trigCancel()
+	var firstContainer string
 	err := poll(trigCtx, "the moment to kill CAA ("+when+")", func() (bool, string) {
+		if when == "running" {
+			p, err := cs.CoreV1().Pods(gpuNamespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if containersRunning(p) {
+				firstContainer = p.Status.ContainerStatuses[0].ContainerID
+				return true, ""
+			}
+			return false, string(p.Status.Phase) + " " + containerState(p)
+		}
 		if when == "at-insert" {
 			vms, err := gceInstances(ctx, pp)
 			if err != nil {
@@ -88,17 +132,29 @@ func restartRun(t *testing.T, k *Kata, when string) {
 		seen[l] = len(n.LogLines(l, ""))
 	}
 	killAt := time.Now()
-	if err := n.KillCAA(); err != nil {
+	how := "killed (SIGKILL)"
+	if sigterm {
+		took, killed, err := n.TermCAA(caaGrace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		how = fmt.Sprintf("sent SIGTERM; exited %.2fs later%s", took.Seconds(), map[bool]string{true: ", killed at the end of its grace", false: " on its own"}[killed])
+		if vm, ok := podVMCapacity(ctx, cs, n.Name); ok {
+			t.Logf("the Node's %s after CAA's exit: %s", podVMResource, vm)
+		} else {
+			t.Logf("the Node's %s after CAA's exit: gone from its capacity", podVMResource)
+		}
+	} else if err := n.KillCAA(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("CAA killed (SIGKILL) %.1fs after the pod was created (%s), at %s; instances then: %s; the shim pids %v",
-		killAt.Sub(created).Seconds(), when, killAt.Format("15:04:05.000"), vmList(vmsAtKill), shimsAtKill)
+	t.Logf("CAA %s, %.1fs after the pod was created (%s), at %s; instances then: %s; the shim pids %v",
+		how, killAt.Sub(created).Seconds(), when, killAt.Format("15:04:05.000"), vmList(vmsAtKill), shimsAtKill)
 	newLog, err := n.StartCAAAgain(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("the new CAA accepts on its socket %.1fs after the kill (log %s)", time.Since(killAt).Seconds(), newLog)
-	ph.done("kill CAA → the new one serving")
+	ph.done("stop CAA → the new one serving")
 
 	var timeline []string
 	mark := func(what string) {
@@ -106,9 +162,12 @@ func restartRun(t *testing.T, k *Kata, when string) {
 		timeline = append(timeline, s)
 		t.Logf("after the kill: %s", s)
 	}
-	var lastPod, lastVMs string
+	var lastPod, lastVMs, lastCap string
 	seenEvents := map[string]bool{}
 	var runningAt time.Time
+	// survived: the pod kept its container through CAA's restart (the
+	// running moment), so its podVM is from before the stop and in use.
+	survived := false
 	waitCtx, waitCancel := context.WithTimeout(ctx, 8*time.Minute)
 	defer waitCancel()
 	err = poll(waitCtx, "the pod Running after CAA's restart", func() (bool, string) {
@@ -129,6 +188,11 @@ func restartRun(t *testing.T, k *Kata, when string) {
 				mark(j)
 				lastVMs = j
 			}
+		}
+		vm, ok := podVMCapacity(ctx, cs, n.Name)
+		if c := "the Node's " + podVMResource + ": " + map[bool]string{true: vm, false: "not in its capacity"}[ok]; c != lastCap {
+			mark(c)
+			lastCap = c
 		}
 		for _, e := range n.PodVMEvents() {
 			key := e.Name + " " + e.What + e.At.String()
@@ -155,6 +219,24 @@ func restartRun(t *testing.T, k *Kata, when string) {
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			mark("outcome: pod " + string(p.Status.Phase))
 			return true, ""
+		}
+		if containersRunning(p) && when == "running" {
+			// The pod was Running when CAA stopped: done once it runs a
+			// new container (its sandbox ended and was made again), or
+			// once it has kept its container past kata's agent check (5 s
+			// period, a 30 s bound) with a margin.
+			switch {
+			case p.Status.ContainerStatuses[0].ContainerID != firstContainer:
+				runningAt = time.Now()
+				mark("outcome: Running again, a new container")
+				return true, ""
+			case time.Since(killAt) > 75*time.Second:
+				runningAt = time.Now()
+				survived = true
+				mark("outcome: still Running, the same container, 75 s after CAA stopped")
+				return true, ""
+			}
+			return false, lastPod + "; " + lastVMs
 		}
 		if containersRunning(p) {
 			runningAt = time.Now()
@@ -199,7 +281,7 @@ func restartRun(t *testing.T, k *Kata, when string) {
 	t.Logf("kata shim: %d `failed to dial remote sock` lines in the run so far", len(n.LogLines("kata-shim", "failed to dial remote sock")))
 	old := n.LogLines("cloud-api-adaptor", "")
 	for _, l := range old[max(0, len(old)-25):] {
-		t.Logf("CAA (killed), its last lines: %s", clip(l))
+		t.Logf("CAA (the stopped one), its last lines: %s", clip(l))
 	}
 	for _, l := range n.LogLines(newLog, "") {
 		t.Logf("CAA (restarted): %s", clip(l))
@@ -236,9 +318,9 @@ func restartRun(t *testing.T, k *Kata, when string) {
 			old := slices.ContainsFunc(vmsAtKill, func(o instance) bool { return o.Name == v.Name })
 			still := slices.ContainsFunc(after, func(a instance) bool { return a.Name == v.Name })
 			switch {
-			case old && still:
+			case old && still && !survived:
 				t.Errorf("VM %s, from the sandbox CAA's kill ended, outlived gcp-t4 gc -delete -grace 0", v.Name)
-			case !old && !still:
+			case old && !still && survived, !old && !still:
 				t.Errorf("gcp-t4 gc -delete deleted VM %s, the running pod's podVM", v.Name)
 			}
 		}
@@ -285,6 +367,17 @@ func restartRun(t *testing.T, k *Kata, when string) {
 		}
 	}
 	stopAndCheck(t, n, ph)
+}
+
+// podVMCapacity is the Node's kata.peerpods.io/vm capacity, which CAA
+// advertises at start and removes at shutdown.
+func podVMCapacity(ctx context.Context, cs kubernetes.Interface, node string) (string, bool) {
+	nd, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return err.Error(), true
+	}
+	q, ok := nd.Status.Capacity[podVMResource]
+	return q.String(), ok
 }
 
 // vmList is the instances' names and states, sorted.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/demo"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
@@ -21,8 +22,16 @@ import (
 func TestNodeHarnessNamesMatchTheProduct(t *testing.T) {
 	consts := map[string]string{}
 	fset := token.NewFileSet()
-	for _, f := range []string{"podvm.go", "kata_test.go"} {
-		file, err := parser.ParseFile(fset, filepath.Join(root(t), "test", "node", f), nil, parser.SkipObjectResolution)
+	// install's detect.go: its name for the peer-pods webhook, which
+	// gcp-t4 install looks for (test/node registers upstream's under the
+	// same name); the others are test/node's.
+	installConsts := map[string]string{}
+	for _, f := range []string{"test/node/podvm.go", "test/node/kata_test.go", "test/node/gpu_test.go", "test/node/lost_test.go", "test/node/webhook.go", "gcp-t4/internal/install/detect.go"} {
+		into := consts
+		if filepath.Base(f) == "detect.go" {
+			into = installConsts
+		}
+		file, err := parser.ParseFile(fset, filepath.Join(root(t), filepath.FromSlash(f)), nil, parser.SkipObjectResolution)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +40,7 @@ func TestNodeHarnessNamesMatchTheProduct(t *testing.T) {
 				for i, name := range vs.Names {
 					if i < len(vs.Values) {
 						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-							consts[name.Name], _ = strconv.Unquote(lit.Value)
+							into[name.Name], _ = strconv.Unquote(lit.Value)
 						}
 					}
 				}
@@ -45,8 +54,13 @@ func TestNodeHarnessNamesMatchTheProduct(t *testing.T) {
 		"cacheVerityKey":  gcpt4.CacheVerityMetadata,
 		"reasonRequested": podevent.ReasonRequested,
 		"reasonCreated":   podevent.ReasonCreated,
+		"reasonLost":      podevent.ReasonLost,
+		"annotGPUs":       annotations.GPUs,
+		"annotVCPUs":      annotations.VCPUs,
+		"annotMemory":     annotations.Memory,
+		"webhookName":     installConsts["webhookName"],
 	} {
-		if got, ok := consts[name]; !ok || got != want {
+		if got, ok := consts[name]; !ok || want == "" || got != want {
 			t.Errorf("test/node's %s is %q, the product's %q", name, got, want)
 		}
 	}

@@ -548,7 +548,7 @@ func (p *Provider) beforeDelete(ctx context.Context, zone, name string) {
 	case podevent.FailureAgentUnreachable:
 		msg += fmt.Sprintf("; %s: check that the firewall lets the nodes reach podVMs on tcp:15150 and udp:4789 (gcp-t4 preflight checks it) and the adaptor's log on %s", probe, p.nodeRef())
 	case podevent.FailureAdaptor:
-		msg += fmt.Sprintf("; %s, so the network is not the cause: the adaptor's log on %s says why it gave up (a TLS or protocol error with the agent, its own socket, or the pod's kata-remote deadline; see the pod's other Events)", probe, p.nodeRef())
+		msg += fmt.Sprintf("; %s, so the network is not the cause: the adaptor's log on %s says why it gave up (a TLS or protocol error with the agent, its own socket, the pod's kata-remote deadline, or its own shutdown (SIGTERM: a rolling update of its DaemonSet or a node drain cancels the starts in flight, and kubelet retries the sandbox once the adaptor is back); see the pod's other Events)", probe, p.nodeRef())
 	default:
 		msg += "; if the pod was not deleted, the adaptor gave up waiting for it (see the pod's other Events and the kata-remote timeouts in docs/startup.md)"
 	}

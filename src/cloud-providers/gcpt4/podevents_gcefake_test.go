@@ -464,10 +464,14 @@ func TestDeleteKeepsTheConsoleTail(t *testing.T) {
 		{name: "agent never reached", console: "boot\n" + gpuReadyLine + "\nkata-agent waiting\n", class: podevent.FailureAgentUnreachable,
 			says: []string{"cannot open tcp 10.", ":15150 now (connect: connection refused)", "firewall"}},
 		// The adaptor gave up for its own reason (harness run of issue
-		// 54: its socket path too long; a TLS failure): the port answers,
-		// and the firewall is not named.
+		// 54: its socket path too long; a TLS failure; its own shutdown,
+		// a rolling update's SIGTERM, which cancels the StartVM in
+		// flight and so deletes a booted podVM: docs/node-harness.md,
+		// TestKataRemoteCAARollingUpdate): the port answers, the firewall
+		// is not named, and the shutdown is among the causes named.
 		{name: "agent port answers", console: "boot\n" + gpuReadyLine + "\nkata-agent waiting\n", class: podevent.FailureAdaptor, answers: true,
-			says: []string{"opens tcp 10.", "the network is not the cause", "adaptor's log on the pod's node says why", "after it booted"}, never: []string{"firewall"}},
+			says: []string{"opens tcp 10.", "the network is not the cause", "adaptor's log on the pod's node says why", "after it booted",
+				"its own shutdown (SIGTERM: a rolling update of its DaemonSet", "kubelet retries the sandbox"}, never: []string{"firewall"}},
 		{name: "never booted", console: "[    1.2] EXT4-fs error (device sda1): bad block\nsecret=hunter2 token: abc.def\n" + strings.TrimSuffix(testSecretKey, "\n") + "\nlast words", class: podevent.FailureNotReady},
 		{name: "cdh", console: "boot\n" + gpuReadyLine + "\nCAA-GCP-T4-CDH-FAILED {\"reason\":\"did not listen\"} kata-agent not started\n", class: podevent.FailureCDH},
 	} {
