@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
@@ -35,7 +36,7 @@ const callAttempts = 4
 // Provider creates and deletes T4 podVMs. It implements provider.Provider.
 type Provider struct {
 	cfg     Config
-	catalog *Catalog
+	catalog *catalog.Catalog
 	log     *log.Logger
 
 	instances       *compute.InstancesClient
@@ -127,11 +128,11 @@ func NewProvider(ctx context.Context, cfg Config, logger *log.Logger, extra ...o
 			return nil, err
 		}
 	}
-	catalog, err := NewCatalog(cfg.ProfilesFile, cfg.Profiles)
+	cat, err := catalog.New(cfg.ProfilesFile, cfg.Profiles)
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.checkCatalog(catalog); err != nil {
+	if err := cfg.checkCatalog(cat); err != nil {
 		return nil, err
 	}
 	if logger == nil {
@@ -139,7 +140,7 @@ func NewProvider(ctx context.Context, cfg Config, logger *log.Logger, extra ...o
 	}
 	p := &Provider{
 		cfg:           cfg,
-		catalog:       catalog,
+		catalog:       cat,
 		log:           logger,
 		backoff:       jitteredBackoff,
 		createTimeout: createTimeout,

@@ -1,9 +1,13 @@
 // (C) Copyright Confidential Containers Contributors
 // SPDX-License-Identifier: Apache-2.0
 
-package gcpt4
+package catalog
 
-import "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
+import (
+	"slices"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
+)
 
 // The GPU catalogue: one row per GPU family Compute Engine sells, with
 // everything the provider and its tools need to know about it. Selection,
@@ -153,6 +157,27 @@ var gpuFamilies = []GPUFamily{
 		},
 		QuotaMetric: "NVIDIA_H100_GPUS", PreemptibleQuotaMetric: "PREEMPTIBLE_NVIDIA_H100_GPUS",
 	},
+}
+
+// GPUFamilies is the GPU catalogue, in its order.
+func GPUFamilies() []GPUFamily { return slices.Clone(gpuFamilies) }
+
+// LookupGPUFamily finds a catalogue row by short name (t4) or GCE
+// accelerator type (nvidia-tesla-t4).
+func LookupGPUFamily(name string) (GPUFamily, bool) {
+	for _, f := range gpuFamilies {
+		if f.Name == name || f.Accelerator == name {
+			return f, true
+		}
+	}
+	return GPUFamily{}, false
+}
+
+// ShapeOf is a machine type's vCPUs and memory as the provider knows them
+// (predefined N1/E2, N1 custom, and the GPU catalogue's bundled types).
+func ShapeOf(machineType string) (vcpus, memoryMiB int64, ok bool) {
+	s, ok := LookupShape(machineType)
+	return s.VCPUs, s.MemoryMiB, ok
 }
 
 // machineSeries is one row of the machine series the provider knows: the
