@@ -16,6 +16,7 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -116,7 +117,7 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.Endpoint == "" && cfg.Credentials == "" {
 		notes.Every = append(notes.Every, "no API was called: profiles, zones and the insert come from the provider's code and settings alone")
 	}
-	if len(cfg.FallbackZones) == 1 && cfg.FallbackZones[0] == gcpt4.ZonesAuto {
+	if len(cfg.FallbackZones) == 1 && cfg.FallbackZones[0] == setting.ZonesAuto {
 		notes.Plan = append(notes.Plan, "GCP_ZONES=auto: the fallback zones are discovered at run time (the region's zones offering the accelerator)")
 	}
 	notes.Every = append(notes.Every, "the boot disk is ROOT_VOLUME_SIZE GiB, or the image's size when larger; user-data is a placeholder for CAA's per-pod cloud-config")

@@ -355,7 +355,7 @@ func (g *GCE) credentialsFix(code int) string {
 // bundled. Those fit chooses must be ready in every zone; the others
 // (an explicit h100-cc) only matter when a pod names them, so what they
 // lack is a warning.
-func (g *GCE) gpuUses() []gcpt4.GPUUse { return g.Cfg.GPUUses(g.Catalog) }
+func (g *GCE) gpuUses() []catalog.GPUUse { return g.Cfg.GPUUses(g.Catalog) }
 
 func (g *GCE) regionNames() []string {
 	var rs []string
@@ -369,7 +369,7 @@ func (g *GCE) regionNames() []string {
 
 func (g *GCE) checkAccelerators(ctx context.Context) []Result {
 	var rs []Result
-	auto := len(g.Cfg.FallbackZones) == 1 && g.Cfg.FallbackZones[0] == gcpt4.ZonesAuto
+	auto := len(g.Cfg.FallbackZones) == 1 && g.Cfg.FallbackZones[0] == setting.ZonesAuto
 	for _, u := range g.gpuUses() {
 		acc := u.Family.Accelerator
 		if auto && u.Automatic {

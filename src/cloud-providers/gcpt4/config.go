@@ -131,7 +131,7 @@ func regionOf(zone string) string {
 
 // autoZones reports whether fallback zones are to be discovered.
 func (c *Config) autoZones() bool {
-	return len(c.FallbackZones) == 1 && c.FallbackZones[0] == ZonesAuto
+	return len(c.FallbackZones) == 1 && c.FallbackZones[0] == setting.ZonesAuto
 }
 
 // Validate checks the configuration without calling the API; every error

@@ -9,30 +9,14 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 )
 
-// GPUUse is a GPU family a configuration may create podVMs with, and how:
-// what ConfigVerifier and `gcp-t4 preflight` check zones and quota for.
-type GPUUse struct {
-	Family catalog.GPUFamily
-	// Automatic is set when fit may choose the family for any GPU pod: a
-	// configured zone without it, or too little quota, fails the checks.
-	// Otherwise only pods naming a shape that has it get it: such a zone is
-	// reported, not fatal (the adaptor must not refuse T4 pods because an
-	// explicit H100 profile exists).
-	Automatic bool
-	// MaxGPUs is the most GPUs one podVM of the family takes.
-	MaxGPUs int64
-	// Via names what brings the family in: profiles, GCP_INSTANCE_TYPES.
-	Via []string
-}
-
 // GPUUses lists, in catalogue order, the GPU families this configuration
 // may create: those of its profiles (attached or bundled) a pod may get
 // and that have an image,
 // the automatic families fit synthesizes shapes of, and the families and
 // GPU machine types GCP_INSTANCE_TYPES lists. A family it cannot create
 // is absent.
-func (c *Config) GPUUses(cat *catalog.Catalog) []GPUUse {
-	uses := map[string]*GPUUse{}
+func (c *Config) GPUUses(cat *catalog.Catalog) []catalog.GPUUse {
+	uses := map[string]*catalog.GPUUse{}
 	note := func(acc string, automatic bool, gpus int64, via string) {
 		f, ok := catalog.FamilyByAccelerator(acc)
 		if !ok || gpus <= 0 {
@@ -40,7 +24,7 @@ func (c *Config) GPUUses(cat *catalog.Catalog) []GPUUse {
 		}
 		u := uses[acc]
 		if u == nil {
-			u = &GPUUse{Family: *f}
+			u = &catalog.GPUUse{Family: *f}
 			uses[acc] = u
 		}
 		u.Automatic = u.Automatic || automatic
@@ -88,7 +72,7 @@ func (c *Config) GPUUses(cat *catalog.Catalog) []GPUUse {
 			note(s.BundledAccelerator, false, int64(s.BundledCount), "GCP_INSTANCE_TYPES "+name)
 		}
 	}
-	var out []GPUUse
+	var out []catalog.GPUUse
 	for _, f := range catalog.GPUFamilies() {
 		if u, ok := uses[f.Accelerator]; ok {
 			out = append(out, *u)

@@ -12,13 +12,13 @@ import (
 )
 
 func TestGPUUses(t *testing.T) {
-	use := func(uses []GPUUse, acc string) (GPUUse, bool) {
+	use := func(uses []catalog.GPUUse, acc string) (catalog.GPUUse, bool) {
 		for _, u := range uses {
 			if u.Family.Accelerator == acc {
 				return u, true
 			}
 		}
-		return GPUUse{}, false
+		return catalog.GPUUse{}, false
 	}
 	cat, err := catalog.New("", "")
 	if err != nil {

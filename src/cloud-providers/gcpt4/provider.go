@@ -24,6 +24,7 @@ import (
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/credential"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
@@ -124,7 +125,7 @@ func NewProvider(ctx context.Context, cfg Config, logger *log.Logger, extra ...o
 		return nil, err
 	}
 	if cfg.Credentials != "" {
-		if _, err := CheckCredentials("GCP_CREDENTIALS", []byte(cfg.Credentials)); err != nil {
+		if _, err := credential.Check("GCP_CREDENTIALS", []byte(cfg.Credentials)); err != nil {
 			return nil, err
 		}
 	}

@@ -159,6 +159,22 @@ var gpuFamilies = []GPUFamily{
 	},
 }
 
+// GPUUse is a GPU family a configuration may create podVMs with, and how:
+// what ConfigVerifier and `gcp-t4 preflight` check zones and quota for.
+type GPUUse struct {
+	Family GPUFamily
+	// Automatic is set when fit may choose the family for any GPU pod: a
+	// configured zone without it, or too little quota, fails the checks.
+	// Otherwise only pods naming a shape that has it get it: such a zone is
+	// reported, not fatal (the adaptor must not refuse T4 pods because an
+	// explicit H100 profile exists).
+	Automatic bool
+	// MaxGPUs is the most GPUs one podVM of the family takes.
+	MaxGPUs int64
+	// Via names what brings the family in: profiles, GCP_INSTANCE_TYPES.
+	Via []string
+}
+
 // GPUFamilies is the GPU catalogue, in its order.
 func GPUFamilies() []GPUFamily { return slices.Clone(gpuFamilies) }
 
