@@ -115,7 +115,7 @@ func (c *Config) fitAllowed(p catalog.Profile) string {
 		return ""
 	}
 	// A family the admin listed by accelerator is allowed automatically.
-	if f, ok := catalog.FamilyByAccelerator(p.GPUModel()); ok && p.Name == catalog.AutoProfileName && !f.Automatic && slices.Contains(c.InstanceTypes, f.Accelerator) {
+	if f, ok := p.Family(); ok && p.Name == catalog.AutoProfileName && !f.Automatic && slices.Contains(c.InstanceTypes, f.Accelerator) {
 		return ""
 	}
 	return fmt.Sprintf("%s (%s) is not in GCP_INSTANCE_TYPES (%s)", p.Name, catalog.Describe(p), c.InstanceTypes.String())
@@ -130,7 +130,7 @@ func (c *Config) familyAllowed(p catalog.Profile) string {
 	if p.Name != catalog.AutoProfileName || p.GPUModel() == "" {
 		return ""
 	}
-	f, ok := catalog.FamilyByAccelerator(p.GPUModel())
+	f, ok := p.Family()
 	if !ok || f.Automatic || slices.Contains(c.InstanceTypes, f.Accelerator) {
 		return ""
 	}
@@ -347,7 +347,7 @@ func (c *Config) checkTemplateShape(cat *catalog.Catalog, props *computepb.Insta
 // roundsUpTo reports an attached-GPU shape that is the attachable count a
 // request of declared GPUs rounds up to (3 T4s → 4).
 func roundsUpTo(p catalog.Profile, declared int64) bool {
-	f, ok := catalog.FamilyByAccelerator(p.GPUModel())
+	f, ok := p.Family()
 	if !ok || f.AttachSeries == "" || declared <= 0 {
 		return false
 	}

@@ -57,7 +57,15 @@ func (c *Config) selectShape(cat *catalog.Catalog, spec provider.InstanceTypeSpe
 		sel.Named, sel.Candidates = true, []catalog.Candidate{cand}
 		return sel, nil
 	}
-	var refused, disallowed, capped, notListed []string
+	// Every shape that holds the pod is put to the same filters, in this
+	// order; the first that refuses it says why, and each filter keeps its
+	// refusals for the error a pod gets when no shape passes them all. A
+	// shape that passes is priced under the models it may be created with.
+	notListed := filter{refuse: c.familyAllowed}
+	disallowed := filter{refuse: c.fitAllowed}
+	capped := filter{refuse: func(p catalog.Profile) string { return errText(lim.checkShape(p)) }}
+	filters := []*filter{&notListed, &disallowed, &capped}
+	var refused []string
 	seen := map[string]bool{}
 	add := func(p catalog.Profile) {
 		key := fmt.Sprintf("%s/%s/%d", p.MachineType, p.GPUModel(), p.GPUs())
@@ -65,17 +73,11 @@ func (c *Config) selectShape(cat *catalog.Catalog, spec provider.InstanceTypeSpe
 			return
 		}
 		seen[key] = true
-		if why := c.familyAllowed(p); why != "" {
-			notListed = append(notListed, why)
-			return
-		}
-		if why := c.fitAllowed(p); why != "" {
-			disallowed = append(disallowed, why)
-			return
-		}
-		if err := lim.checkShape(p); err != nil {
-			capped = append(capped, err.Error())
-			return
+		for _, f := range filters {
+			if why := f.refuse(p); why != "" {
+				f.refusals = append(f.refusals, why)
+				return
+			}
 		}
 		cand, err := c.candidate(prices, p, spec.Image)
 		if err != nil {
@@ -101,16 +103,16 @@ func (c *Config) selectShape(cat *catalog.Catalog, spec provider.InstanceTypeSpe
 		if len(refused) > 0 {
 			return nil, fmt.Errorf("%s: %s", msg, refused[0])
 		}
-		if len(disallowed) > 0 {
-			return nil, fmt.Errorf("%s among the allowed shapes: %s; lower the pod's requests, or ask the admin to extend GCP_INSTANCE_TYPES (%q allows automatic shapes)", msg, disallowed[0], allowAuto)
+		if len(disallowed.refusals) > 0 {
+			return nil, fmt.Errorf("%s among the allowed shapes: %s; lower the pod's requests, or ask the admin to extend GCP_INSTANCE_TYPES (%q allows automatic shapes)", msg, disallowed.refusals[0], allowAuto)
 		}
-		if len(capped) > 0 {
-			return nil, fmt.Errorf("%s within the per-pod limits: %s", msg, capped[0])
+		if len(capped.refusals) > 0 {
+			return nil, fmt.Errorf("%s within the per-pod limits: %s", msg, capped.refusals[0])
 		}
 		if r.GPUs > 0 {
 			hint := ""
-			if len(notListed) > 0 {
-				hint = "; " + notListed[0]
+			if len(notListed.refusals) > 0 {
+				hint = "; " + notListed.refusals[0]
 			}
 			return nil, fmt.Errorf("%s: %s; lower the pod's requests, or name a larger profile%s", msg, catalog.LargestAttached(), hint)
 		}
@@ -118,6 +120,21 @@ func (c *Config) selectShape(cat *catalog.Catalog, spec provider.InstanceTypeSpe
 	}
 	catalog.Rank(sel.Candidates, "")
 	return sel, nil
+}
+
+// filter is one question every shape a pod could get is put to: refuse
+// says why the configuration does not let the pod have it, or "".
+type filter struct {
+	refuse   func(catalog.Profile) string
+	refusals []string
+}
+
+// errText is err's message, or "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // candidate prices a profile under the models it would be created with,

@@ -256,9 +256,9 @@ func autoProfile(s Shape, accelerator string, count int32) Profile {
 	switch {
 	case count > 0:
 		p.Accelerator, p.AcceleratorCount = accelerator, count
-		p.gpus, p.gpuModel = int64(count), accelerator
+		p.setGPUs(int64(count), accelerator)
 	case s.BundledCount > 0:
-		p.gpus, p.gpuModel = int64(s.BundledCount), s.BundledAccelerator
+		p.setGPUs(int64(s.BundledCount), s.BundledAccelerator)
 	}
 	return p
 }

@@ -53,6 +53,10 @@ type Profile struct {
 	gpus int64
 	// gpuModel is the accelerator the GPUs are, attached or bundled.
 	gpuModel string
+	// family is gpuModel's row of the GPU catalogue, resolved with it
+	// (setGPUs) so that no check looks the accelerator up by name again;
+	// nil without GPUs or for an accelerator the catalogue lacks.
+	family *GPUFamily
 }
 
 // GPUs is the number of GPUs a podVM of this profile has.
@@ -61,11 +65,22 @@ func (p Profile) GPUs() int64 { return p.gpus }
 // GPUModel is the accelerator type of the profile's GPUs, or "".
 func (p Profile) GPUModel() string { return p.gpuModel }
 
+// Family is the GPU catalogue's row for the profile's GPUs, resolved when
+// the profile was (Normalize, Synthesize, WithGPUs); false without GPUs or
+// for an accelerator the catalogue does not know.
+func (p Profile) Family() (*GPUFamily, bool) { return p.family, p.family != nil }
+
+// setGPUs records the profile's GPUs and resolves their family, once.
+func (p *Profile) setGPUs(count int64, model string) {
+	p.gpus, p.gpuModel = count, model
+	p.family, _ = FamilyByAccelerator(model)
+}
+
 // WithGPUs is p holding count GPUs of model: for a shape the provider did
 // not choose, whose GPUs GCE reports (an instance template's), since a
 // profile's GPUs are otherwise resolved only when it is normalized.
 func (p Profile) WithGPUs(count int64, model string) Profile {
-	p.gpus, p.gpuModel = count, model
+	p.setGPUs(count, model)
 	return p
 }
 
@@ -127,7 +142,7 @@ func (p *Profile) Normalize(field string) error {
 	case shape.BundledAccelerator != "" && p.Accelerator != "":
 		return fmt.Errorf("%s.accelerator: %s comes with %d×%s; remove accelerator and acceleratorCount", field, p.MachineType, shape.BundledCount, shape.BundledAccelerator)
 	case shape.BundledAccelerator != "":
-		p.gpus, p.gpuModel = int64(shape.BundledCount), shape.BundledAccelerator
+		p.setGPUs(int64(shape.BundledCount), shape.BundledAccelerator)
 	case p.Accelerator == "" && p.AcceleratorCount != 0:
 		return fmt.Errorf("%s.accelerator: acceleratorCount is %d but no accelerator is named; set accelerator: %s", field, p.AcceleratorCount, DefaultFamily().Accelerator)
 	case p.Accelerator != "":
@@ -137,14 +152,14 @@ func (p *Profile) Normalize(field string) error {
 		if shape.SharedCore {
 			return fmt.Errorf("%s.machineType: GPUs cannot attach to shared-core type %s; use an N1 type such as n1-standard-4", field, p.MachineType)
 		}
+		p.setGPUs(int64(p.AcceleratorCount), p.Accelerator)
 		// A GPU the catalogue knows is held to its row; another is left
 		// to the API.
-		if f, ok := FamilyByAccelerator(p.Accelerator); ok {
+		if f, ok := p.Family(); ok {
 			if err := CheckAttachedShape(field, p.MachineType, f, p.AcceleratorCount, shape); err != nil {
 				return err
 			}
 		}
-		p.gpus, p.gpuModel = int64(p.AcceleratorCount), p.Accelerator
 	}
 	if p.ConfidentialType != "" {
 		if err := checkConfidential(field, p.MachineType, p.ConfidentialType); err != nil {

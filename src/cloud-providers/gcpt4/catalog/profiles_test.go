@@ -65,3 +65,32 @@ func TestLookupShape(t *testing.T) {
 		}
 	}
 }
+
+// A profile's GPU family is resolved with its GPUs, when the profile is
+// read or synthesized, for attached and bundled GPUs alike; a CPU-only
+// profile has none.
+func TestProfileFamilyIsResolvedWithItsGPUs(t *testing.T) {
+	c, err := New("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"t4-1": "nvidia-tesla-t4", "t4-4": "nvidia-tesla-t4", "h100-cc": "nvidia-h100-80gb", "cpu-4": ""} {
+		p, _ := c.Lookup(name)
+		f, ok := p.Family()
+		switch {
+		case want == "" && ok:
+			t.Errorf("%s: family %s, want none", name, f.Accelerator)
+		case want != "" && (!ok || f.Accelerator != want):
+			t.Errorf("%s: family %v, %v; want %s", name, f, ok, want)
+		}
+	}
+	synthesized := Synthesize(Request{GPUs: 1})
+	if len(synthesized) == 0 {
+		t.Fatal("no shape synthesized for one GPU")
+	}
+	for _, p := range synthesized {
+		if f, ok := p.Family(); !ok || f.Accelerator != p.GPUModel() {
+			t.Errorf("%s: family %v, %v; want %s's", Describe(p), f, ok, p.GPUModel())
+		}
+	}
+}
