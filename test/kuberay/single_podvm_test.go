@@ -65,7 +65,7 @@ func TestSinglePodVMServesTheSameEngine(t *testing.T) {
 // One Ray node with all the GPUs: the pod asks for tensor_parallel_size
 // GPUs (the webhook turns that into the podVM's GPU count), Ray is told the
 // same, and the t4-2 profile makes the VM an n1-standard-8 with two T4s
-// (src/cloud-providers/gcpt4/profiles.go). The environment, image and
+// (src/cloud-providers/gcpt4/catalog/profiles.go). The environment, image and
 // probes are the two-podVM head's.
 func TestSinglePodVMIsOneVMWithBothGPUs(t *testing.T) {
 	rs := only[*rayv1.RayService](t, singlePodVM(t))

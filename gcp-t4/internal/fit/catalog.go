@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 )
 
 // models/ holds the catalogue: per checkpoint, the fields of its Hugging
@@ -195,10 +195,10 @@ type GPU struct {
 // 8.0 and up; vLLM refuses bfloat16 below).
 func (g GPU) BF16() bool { return slices.Contains(g.DTypes, "bfloat16") }
 
-// gpuOf is the provider's catalogue row (src/cloud-providers/gcpt4,
+// gpuOf is the provider's catalogue row (src/cloud-providers/gcpt4/catalog,
 // gpufamilies.go) in this calculation's units: the GPU facts live there,
 // once, for the provider's selection and for plan serve alike.
-func gpuOf(f gcpt4.GPUFamily) GPU {
+func gpuOf(f catalog.GPUFamily) GPU {
 	s := f.Serving
 	return GPU{Name: strings.ToUpper(f.Name), Accelerator: f.Accelerator, Memory: int64(s.CUDAMemoryGiB * GiB), Capability: s.Capability,
 		DTypes: s.DTypes, Bandwidth: s.PeakBandwidthGBps * 1e9, RealisticBandwidth: s.SustainedBandwidthGBps * 1e9,
@@ -208,7 +208,7 @@ func gpuOf(f gcpt4.GPUFamily) GPU {
 // GPUNames are the catalogue's GPUs plan serve sizes for.
 func GPUNames() []string {
 	var names []string
-	for _, f := range gcpt4.GPUFamilies() {
+	for _, f := range catalog.GPUFamilies() {
 		if f.Serving != nil {
 			names = append(names, f.Name)
 		}
@@ -218,7 +218,7 @@ func GPUNames() []string {
 
 // LookupGPU returns a known GPU by name (case-insensitive).
 func LookupGPU(name string) (GPU, error) {
-	if f, ok := gcpt4.LookupGPUFamily(strings.ToLower(name)); ok && f.Serving != nil {
+	if f, ok := catalog.LookupGPUFamily(strings.ToLower(name)); ok && f.Serving != nil {
 		return gpuOf(f), nil
 	}
 	known := GPUNames()

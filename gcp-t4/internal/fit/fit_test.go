@@ -398,7 +398,7 @@ func TestLayoutsCompared(t *testing.T) {
 		t.Fatalf("layouts %+v", ls)
 	}
 	split, one := ls[0], ls[1]
-	// Provider price table (gcpt4/prices.json): n1-standard-8 + 2 T4 is
+	// Provider price table (gcpt4/catalog/prices.json): n1-standard-8 + 2 T4 is
 	// the t4-2 profile's $1.08/h; each single-T4 podVM of the example is
 	// n1-standard-8 + 1 T4.
 	if !one.PriceKnown || math.Abs(one.Hourly-1.08) > 0.005 || !split.PriceKnown || split.Hourly <= one.Hourly {

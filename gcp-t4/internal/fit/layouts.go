@@ -3,7 +3,7 @@ package fit
 import (
 	"fmt"
 
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/prices"
 )
@@ -16,17 +16,17 @@ const podVMMachineType = "n1-standard-8"
 // multiGPUProfile is the provider's built-in profile with n GPUs of the
 // accelerator in one VM (t4-2, t4-4), read from the provider's catalogue
 // rather than copied here.
-func multiGPUProfile(accelerator string, n int) (gcpt4.Profile, bool) {
-	cat, err := gcpt4.NewCatalog("", "")
+func multiGPUProfile(accelerator string, n int) (catalog.Profile, bool) {
+	cat, err := catalog.New("", "")
 	if err != nil {
-		return gcpt4.Profile{}, false
+		return catalog.Profile{}, false
 	}
 	for _, p := range cat.Profiles() {
 		if p.GPUModel() == accelerator && p.GPUs() == int64(n) && !p.Explicit && p.Accelerator != "" {
 			return p, true
 		}
 	}
-	return gcpt4.Profile{}, false
+	return catalog.Profile{}, false
 }
 
 // Layout is one way to place a tensor-parallel group on podVMs, with its
@@ -70,7 +70,7 @@ func Layouts(cfg Config) ([]Layout, error) {
 	if !ok {
 		return nil, nil
 	}
-	splitVCPUs, _, _ := gcpt4.ShapeOf(podVMMachineType)
+	splitVCPUs, _, _ := catalog.ShapeOf(podVMMachineType)
 	tab, err := prices.Load()
 	if err != nil {
 		return nil, fmt.Errorf("reading the price table: %w", err)

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/credential"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
@@ -300,7 +300,7 @@ func useKeyFile(flags *flag.FlagSet, given, path string, logger *slog.Logger) er
 	if given != "" {
 		return fmt.Errorf("%s and GCP_CREDENTIALS both give a key: give the reaper's key as the file only", what)
 	}
-	info, err := gcpt4.CheckCredentials(what, data)
+	info, err := credential.Check(what, data)
 	if err != nil {
 		return err
 	}

@@ -79,11 +79,13 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/managed"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
 // VMs is what the reaper needs of the provider.
 type VMs interface {
-	ListManagedDetail(ctx context.Context) (gcpt4.ManagedList, error)
+	ListManagedDetail(ctx context.Context) (managed.List, error)
 	DeleteInstance(ctx context.Context, instanceID string) error
 }
 
@@ -128,9 +130,9 @@ const (
 
 // Finding is one VM and the verdict on it.
 type Finding struct {
-	VM      gcpt4.ManagedVM `json:"vm"`
-	Verdict Verdict         `json:"verdict"`
-	Reason  string          `json:"reason"`
+	VM      managed.VM `json:"vm"`
+	Verdict Verdict    `json:"verdict"`
+	Reason  string     `json:"reason"`
 	// Release are the PeerPods whose finalizer goes once the VM is gone.
 	Release []peerpod.PeerPod `json:"-"`
 	// Pod is the live pod an unowned VM was made for, or a lost VM's, told
@@ -141,7 +143,7 @@ type Finding struct {
 	Lost bool `json:"lost,omitempty"`
 	// Interruption is what stopped a lost VM, from GCE's operations; nil
 	// when the provider cannot say (VMs without Interrupter).
-	Interruption *gcpt4.Interruption `json:"interruption,omitempty"`
+	Interruption *podevent.Interruption `json:"interruption,omitempty"`
 }
 
 // GoneVM is a podVM a live pod's newest PeerPod names that GCE no longer
@@ -154,13 +156,13 @@ type GoneVM struct {
 	// Pod is the live pod whose sandbox ran on it.
 	Pod Pod `json:"pod"`
 	// Interruption is what ended it, when the provider can say.
-	Interruption *gcpt4.Interruption `json:"interruption,omitempty"`
+	Interruption *podevent.Interruption `json:"interruption,omitempty"`
 }
 
 // Interrupter is what the reaper asks of a provider that can say what
 // ended a VM (gcpt4.Provider); it is optional.
 type Interrupter interface {
-	Interruption(ctx context.Context, instanceID string) (gcpt4.Interruption, error)
+	Interruption(ctx context.Context, instanceID string) (podevent.Interruption, error)
 }
 
 // Policy is how cautious the reaper is.
@@ -217,7 +219,7 @@ type Collector struct {
 
 	// interruptions caches what ended each gone VM, looked up once: a
 	// pod may go without a sandbox for many passes.
-	interruptions map[string]gcpt4.Interruption
+	interruptions map[string]podevent.Interruption
 }
 
 // Observer is told about every pass and every action.
@@ -302,7 +304,7 @@ func (c *Collector) release(ctx context.Context, pps []peerpod.PeerPod) []string
 // strayFinalizers are deleted PeerPods of this provider whose VM is not in
 // the list: gone already, or not this cluster's to delete. Their finalizer
 // would otherwise hold the PeerPod (and its namespace) forever.
-func strayFinalizers(vms []gcpt4.ManagedVM, pps []peerpod.PeerPod) []peerpod.PeerPod {
+func strayFinalizers(vms []managed.VM, pps []peerpod.PeerPod) []peerpod.PeerPod {
 	listed := map[string]bool{}
 	for _, vm := range vms {
 		listed[vm.ID] = true
@@ -317,7 +319,7 @@ func strayFinalizers(vms []gcpt4.ManagedVM, pps []peerpod.PeerPod) []peerpod.Pee
 }
 
 // Decide judges each VM (see the package comment); it calls nothing.
-func Decide(now time.Time, pol Policy, vms []gcpt4.ManagedVM, pods []Pod, pps []peerpod.PeerPod, havePeerPods bool) []Finding {
+func Decide(now time.Time, pol Policy, vms []managed.VM, pods []Pod, pps []peerpod.PeerPod, havePeerPods bool) []Finding {
 	byUID := map[types.UID]Pod{}
 	for _, p := range pods {
 		byUID[p.UID] = p
@@ -355,7 +357,7 @@ type judge struct {
 	havePeerPods bool
 }
 
-func (j judge) vm(vm gcpt4.ManagedVM, refs []peerpod.PeerPod) Finding {
+func (j judge) vm(vm managed.VM, refs []peerpod.PeerPod) Finding {
 	f := Finding{VM: vm}
 	if vm.Unidentified() {
 		f.Verdict, f.Reason = Unidentified, "no "+gcpt4.ClusterLabel+" label (made before cluster labels, or by another tool): any cluster sharing the project may own it, so it is never deleted automatically"
@@ -410,7 +412,7 @@ func (j judge) vm(vm gcpt4.ManagedVM, refs []peerpod.PeerPod) Finding {
 }
 
 // owned judges a VM a PeerPod names; "" means in use.
-func (j judge) owned(vm gcpt4.ManagedVM, pp peerpod.PeerPod) string {
+func (j judge) owned(vm managed.VM, pp peerpod.PeerPod) string {
 	owner, ok := j.byUID[pp.OwnerUID]
 	switch {
 	case !ok:
@@ -429,7 +431,7 @@ func (j judge) owned(vm gcpt4.ManagedVM, pp peerpod.PeerPod) string {
 // unrecorded judges a VM no PeerPod names. It returns the orphan reason,
 // or a final verdict (Creating, Unowned) with its reason and, for Unowned,
 // the live pod it was made for.
-func (j judge) unrecorded(vm gcpt4.ManagedVM) (string, Verdict, *Pod) {
+func (j judge) unrecorded(vm managed.VM) (string, Verdict, *Pod) {
 	where := vm.Namespace + "/"
 	if vm.Namespace == "" {
 		where = "(any namespace)/"
@@ -507,7 +509,7 @@ func newest(pps []peerpod.PeerPod) peerpod.PeerPod {
 const statusTerminated = "TERMINATED"
 
 // stopped: GCE shows the VM stopped, for good as far as its sandbox goes.
-func stopped(vm gcpt4.ManagedVM) bool { return vm.Status == statusTerminated }
+func stopped(vm managed.VM) bool { return vm.Status == statusTerminated }
 
 // lost judges a stopped VM whose pod still used it: an orphan, deleted at
 // once, and its pod (f.Pod, when one is known) told why.
@@ -526,7 +528,7 @@ func lost(f Finding) Finding {
 // not finished and is not being deleted names a VM missing from vms, and
 // was recorded before the list began (listedAt, less the clock skew), so
 // the VM existed before the list unless it was deleted. It calls nothing.
-func Vanished(listedAt time.Time, pol Policy, vms []gcpt4.ManagedVM, pods []Pod, pps []peerpod.PeerPod) []GoneVM {
+func Vanished(listedAt time.Time, pol Policy, vms []managed.VM, pods []Pod, pps []peerpod.PeerPod) []GoneVM {
 	listed := map[string]bool{}
 	for _, vm := range vms {
 		listed[vm.ID] = true
@@ -567,8 +569,8 @@ func (c *Collector) explain(ctx context.Context, pass *Pass) {
 		return
 	}
 	cached := c.interruptions
-	c.interruptions = map[string]gcpt4.Interruption{}
-	lookup := func(id string) *gcpt4.Interruption {
+	c.interruptions = map[string]podevent.Interruption{}
+	lookup := func(id string) *podevent.Interruption {
 		in, ok := cached[id]
 		if !ok {
 			var err error

@@ -14,6 +14,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/managed"
 )
 
 const clusterA = "3f1c9d2e-6b7a-4e21-9c55-0a1b2c3d4e5f"
@@ -22,9 +23,9 @@ var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func vmAt(ns, pod, sandbox string, created time.Time) gcpt4.ManagedVM {
+func vmAt(ns, pod, sandbox string, created time.Time) managed.VM {
 	name := fmt.Sprintf("podvm-%s-%.8s", pod, sandbox)
-	return gcpt4.ManagedVM{ID: gcpt4.InstanceID("us-central1-a", name), Name: name, Zone: "us-central1-a",
+	return managed.VM{ID: gcpt4.InstanceID("us-central1-a", name), Name: name, Zone: "us-central1-a",
 		Pod: pod, Namespace: ns, Sandbox: sandbox, Cluster: clusterA, Node: "node-1", Created: created}
 }
 
@@ -32,7 +33,7 @@ func podAt(ns, name, uid string, phase corev1.PodPhase, created time.Time) Pod {
 	return Pod{Namespace: ns, Name: name, UID: types.UID(uid), Phase: phase, Created: created}
 }
 
-func ppFor(p Pod, vm gcpt4.ManagedVM, created time.Time) peerpod.PeerPod {
+func ppFor(p Pod, vm managed.VM, created time.Time) peerpod.PeerPod {
 	return peerpod.PeerPod{Namespace: p.Namespace, Name: p.Name + "-resource-" + vm.Sandbox[:5], UID: types.UID("pp-" + vm.Name),
 		OwnerName: p.Name, OwnerUID: p.UID, InstanceID: vm.ID, CloudProvider: gcpt4.ProviderName, Created: created, Finalized: true}
 }
@@ -47,7 +48,7 @@ func TestDecide(t *testing.T) {
 
 	type tc struct {
 		name    string
-		vms     []gcpt4.ManagedVM
+		vms     []managed.VM
 		pods    []Pod
 		pps     []peerpod.PeerPod
 		noCRD   bool
@@ -68,53 +69,53 @@ func TestDecide(t *testing.T) {
 	handDeleted.Deleting = true
 	cases := []tc{
 		{name: "live pod, its PeerPod names the VM",
-			vms: []gcpt4.ManagedVM{vmLive}, pods: []Pod{live}, pps: []peerpod.PeerPod{ppFor(live, vmLive, t0.Add(11*time.Minute))},
+			vms: []managed.VM{vmLive}, pods: []Pod{live}, pps: []peerpod.PeerPod{ppFor(live, vmLive, t0.Add(11*time.Minute))},
 			want: map[string]Verdict{"2222aaaa": InUse}},
 		{name: "crash mid-create: 1111 accepted, CAA died, kubelet retried as 2222",
-			vms: []gcpt4.ManagedVM{crashVM, vmLive}, pods: []Pod{live}, pps: []peerpod.PeerPod{ppFor(live, vmLive, t0.Add(11*time.Minute))},
+			vms: []managed.VM{crashVM, vmLive}, pods: []Pod{live}, pps: []peerpod.PeerPod{ppFor(live, vmLive, t0.Add(11*time.Minute))},
 			want: map[string]Verdict{"1111bbbb": Orphan, "2222aaaa": InUse}, release: 0},
 		{name: "crash after CAA recorded 1111: the older PeerPod of the same pod",
-			vms: []gcpt4.ManagedVM{crashVM, vmLive}, pods: []Pod{live},
+			vms: []managed.VM{crashVM, vmLive}, pods: []Pod{live},
 			pps:  []peerpod.PeerPod{ppFor(live, crashVM, t0.Add(time.Minute)), ppFor(live, vmLive, t0.Add(11*time.Minute))},
 			want: map[string]Verdict{"1111bbbb": Orphan, "2222aaaa": InUse}, release: 1},
 		{name: "same pod name in another namespace does not keep a leaked VM",
-			vms: []gcpt4.ManagedVM{vmAt("ml", "train-0", "6666ffff", t0), otherNSVM}, pods: []Pod{otherNS},
+			vms: []managed.VM{vmAt("ml", "train-0", "6666ffff", t0), otherNSVM}, pods: []Pod{otherNS},
 			pps:  []peerpod.PeerPod{ppFor(otherNS, otherNSVM, t0.Add(time.Minute))},
 			want: map[string]Verdict{"6666ffff": Orphan, "3333cccc": InUse}},
 		{name: "a Succeeded Job pod keeps nothing alive, recorded or not",
-			vms: []gcpt4.ManagedVM{jobVM, vmAt("batch", "job-0", "7777aaaa", t0)}, pods: []Pod{job},
+			vms: []managed.VM{jobVM, vmAt("batch", "job-0", "7777aaaa", t0)}, pods: []Pod{job},
 			pps:  []peerpod.PeerPod{ppFor(job, jobVM, t0.Add(time.Minute))},
 			want: map[string]Verdict{"4444dddd": Orphan, "7777aaaa": Orphan}, release: 1},
 		{name: "a StatefulSet pod recreated after the VM does not keep it",
-			vms: []gcpt4.ManagedVM{vmAt("ml", "llm-0", "8888bbbb", t0)}, pods: []Pod{podAt("ml", "llm-0", "uid-new", corev1.PodRunning, t0.Add(time.Hour))},
+			vms: []managed.VM{vmAt("ml", "llm-0", "8888bbbb", t0)}, pods: []Pod{podAt("ml", "llm-0", "uid-new", corev1.PodRunning, t0.Add(time.Hour))},
 			want: map[string]Verdict{"8888bbbb": Orphan}},
 		{name: "the PeerPod was deleted with its pod: released once past the grace period",
-			vms: []gcpt4.ManagedVM{vmAt("ml", "gone-0", "5555eeee", t0)}, pps: []peerpod.PeerPod{gonePP},
+			vms: []managed.VM{vmAt("ml", "gone-0", "5555eeee", t0)}, pps: []peerpod.PeerPod{gonePP},
 			want: map[string]Verdict{"5555eeee": Orphan}, release: 1},
 		{name: "the PeerPod was deleted with its pod moments after the VM: waits for the grace period",
-			vms: []gcpt4.ManagedVM{vmAt("ml", "gone-0", "5555eeee", now.Add(-time.Second))}, pps: []peerpod.PeerPod{gonePP},
+			vms: []managed.VM{vmAt("ml", "gone-0", "5555eeee", now.Add(-time.Second))}, pps: []peerpod.PeerPod{gonePP},
 			want: map[string]Verdict{"5555eeee": TooYoung}},
 		{name: "a PeerPod deleted by hand while its pod and sandbox live: in use",
-			vms: []gcpt4.ManagedVM{vmLive}, pods: []Pod{live}, pps: []peerpod.PeerPod{handDeleted},
+			vms: []managed.VM{vmLive}, pods: []Pod{live}, pps: []peerpod.PeerPod{handDeleted},
 			want: map[string]Verdict{"2222aaaa": InUse}},
 		{name: "a PeerPod deleted by hand, then the pod's sandbox retried: the old VM is an orphan",
-			vms: []gcpt4.ManagedVM{vmLive, vmAt("ml", "train-0", "cccc3333", t0.Add(30*time.Minute))}, pods: []Pod{live},
+			vms: []managed.VM{vmLive, vmAt("ml", "train-0", "cccc3333", t0.Add(30*time.Minute))}, pods: []Pod{live},
 			pps:  []peerpod.PeerPod{handDeleted, ppFor(live, vmAt("ml", "train-0", "cccc3333", t0.Add(30*time.Minute)), t0.Add(31*time.Minute))},
 			want: map[string]Verdict{"2222aaaa": Orphan, "cccc3333": InUse}, release: 1},
 		{name: "no PeerPod yet, within the longest create: creating",
-			vms: []gcpt4.ManagedVM{vmAt("ml", "train-0", "9999cccc", now.Add(-pol.Creating+time.Minute))}, pods: []Pod{live},
+			vms: []managed.VM{vmAt("ml", "train-0", "9999cccc", now.Add(-pol.Creating+time.Minute))}, pods: []Pod{live},
 			want: map[string]Verdict{"9999cccc": Creating}},
 		{name: "no PeerPod after the longest create, live pod, nothing newer: unowned, kept",
-			vms: []gcpt4.ManagedVM{vmAt("ml", "train-0", "9999cccc", t0)}, pods: []Pod{live},
+			vms: []managed.VM{vmAt("ml", "train-0", "9999cccc", t0)}, pods: []Pod{live},
 			want: map[string]Verdict{"9999cccc": Unowned}, unownedPod: "uid-train"},
 		{name: "without the CRD a live pod's VM is kept; a gone pod's collected",
-			vms: []gcpt4.ManagedVM{vmAt("ml", "train-0", "9999cccc", t0), vmAt("ml", "gone-1", "aaaa1111", t0)}, pods: []Pod{live}, noCRD: true,
+			vms: []managed.VM{vmAt("ml", "train-0", "9999cccc", t0), vmAt("ml", "gone-1", "aaaa1111", t0)}, pods: []Pod{live}, noCRD: true,
 			want: map[string]Verdict{"9999cccc": Unowned, "aaaa1111": Orphan}},
 		{name: "an orphan younger than the grace period waits",
-			vms:  []gcpt4.ManagedVM{vmAt("ml", "gone-1", "aaaa1111", now.Add(-pol.Grace+time.Minute))},
+			vms:  []managed.VM{vmAt("ml", "gone-1", "aaaa1111", now.Add(-pol.Grace+time.Minute))},
 			want: map[string]Verdict{"aaaa1111": TooYoung}},
 		{name: "a VM without a cluster label is never deleted",
-			vms:  []gcpt4.ManagedVM{func() gcpt4.ManagedVM { v := vmAt("", "old-0", "bbbb2222", t0); v.Cluster = ""; return v }()},
+			vms:  []managed.VM{func() managed.VM { v := vmAt("", "old-0", "bbbb2222", t0); v.Cluster = ""; return v }()},
 			want: map[string]Verdict{"bbbb2222": Unidentified}},
 	}
 	for _, c := range cases {
@@ -192,12 +193,12 @@ func (m *memCluster) ReleasePeerPod(_ context.Context, ns, name string) error {
 }
 
 type recordingVMs struct {
-	vms     []gcpt4.ManagedVM
+	vms     []managed.VM
 	deleted []string
 }
 
-func (r *recordingVMs) ListManagedDetail(context.Context) (gcpt4.ManagedList, error) {
-	return gcpt4.ManagedList{VMs: r.vms}, nil
+func (r *recordingVMs) ListManagedDetail(context.Context) (managed.List, error) {
+	return managed.List{VMs: r.vms}, nil
 }
 
 func (r *recordingVMs) DeleteInstance(_ context.Context, id string) error {
@@ -206,7 +207,7 @@ func (r *recordingVMs) DeleteInstance(_ context.Context, id string) error {
 }
 
 func TestNothingDeletedWhenAListFails(t *testing.T) {
-	vms := &recordingVMs{vms: []gcpt4.ManagedVM{vmAt("ml", "gone", "cccc3333", t0)}}
+	vms := &recordingVMs{vms: []managed.VM{vmAt("ml", "gone", "cccc3333", t0)}}
 	m := newMemCluster()
 	m.failPods = true
 	c := &Collector{VMs: vms, Cluster: m, Policy: DefaultPolicy(), Delete: true, Now: func() time.Time { return t0.Add(time.Hour) }, Log: quiet()}

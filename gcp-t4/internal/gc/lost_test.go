@@ -17,12 +17,12 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/peerpod"
 	"github.com/caa-gcp-t4/gcp-t4/internal/startupevents"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/eventsig"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/managed"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
-func withStatus(vm gcpt4.ManagedVM, status string) gcpt4.ManagedVM {
+func withStatus(vm managed.VM, status string) managed.VM {
 	vm.Status = status
 	return vm
 }
@@ -38,7 +38,7 @@ func TestDecideStoppedVMs(t *testing.T) {
 	owned := vmAt("ml", "train-0", "1111aaaa", young)
 	for _, c := range []struct {
 		name    string
-		vm      gcpt4.ManagedVM
+		vm      managed.VM
 		pods    []Pod
 		pps     []peerpod.PeerPod
 		want    Verdict
@@ -59,7 +59,7 @@ func TestDecideStoppedVMs(t *testing.T) {
 			vm:   withStatus(vmAt("ml", "gone-0", "4444dddd", young), "TERMINATED"),
 			want: Orphan},
 		{name: "no cluster label, TERMINATED: never deleted",
-			vm: func() gcpt4.ManagedVM {
+			vm: func() managed.VM {
 				v := withStatus(vmAt("", "old-0", "5555eeee", t0), "TERMINATED")
 				v.Cluster = ""
 				return v
@@ -76,7 +76,7 @@ func TestDecideStoppedVMs(t *testing.T) {
 			want: TooYoung},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := Decide(now, pol, []gcpt4.ManagedVM{c.vm}, c.pods, c.pps, true)
+			got := Decide(now, pol, []managed.VM{c.vm}, c.pods, c.pps, true)
 			if len(got) != 1 {
 				t.Fatalf("%d findings", len(got))
 			}
@@ -124,11 +124,11 @@ func TestVanished(t *testing.T) {
 		ppFor(podAt("ml", "g", "uid-g", corev1.PodRunning, t0), vmAt("ml", "g", "9999aaaa", t0), t0.Add(time.Minute)),
 	}
 	pods := []Pod{live, deleting, finished, fresh, retried, podAt("ml", "f", "uid-f", corev1.PodRunning, t0)}
-	got := Vanished(listedAt, pol, []gcpt4.ManagedVM{listedVM}, pods, pps)
+	got := Vanished(listedAt, pol, []managed.VM{listedVM}, pods, pps)
 	if len(got) != 1 || got[0].ID != vmA.ID || got[0].Pod.UID != "uid-a" || got[0].PeerPod != "ml/"+ppA.Name {
 		t.Fatalf("gone %+v, want only pod a's VM", got)
 	}
-	if got := Vanished(listedAt, pol, []gcpt4.ManagedVM{listedVM, vmA}, pods, pps); len(got) != 0 {
+	if got := Vanished(listedAt, pol, []managed.VM{listedVM, vmA}, pods, pps); len(got) != 0 {
 		t.Fatalf("a listed VM is gone: %+v", got)
 	}
 }
@@ -136,17 +136,17 @@ func TestVanished(t *testing.T) {
 // interruptingVMs is a provider that says what ended each VM.
 type interruptingVMs struct {
 	recordingVMs
-	causes  map[string]gcpt4.Interruption
+	causes  map[string]podevent.Interruption
 	lookups int
 }
 
-func (v *interruptingVMs) Interruption(_ context.Context, id string) (gcpt4.Interruption, error) {
+func (v *interruptingVMs) Interruption(_ context.Context, id string) (podevent.Interruption, error) {
 	v.lookups++
 	return v.causes[id], nil
 }
 
 func (v *interruptingVMs) DeleteInstance(ctx context.Context, id string) error {
-	var kept []gcpt4.ManagedVM
+	var kept []managed.VM
 	for _, vm := range v.vms {
 		if vm.ID != id {
 			kept = append(kept, vm)
@@ -167,15 +167,15 @@ func TestLostPodVMIsDeletedAndExplained(t *testing.T) {
 	vmV, vmS := withStatus(vmAt("ml", "victim", "aaaa0000", t0), "TERMINATED"), withStatus(vmAt("ml", "sibling", "bbbb0000", t0), "RUNNING")
 	for _, x := range []struct {
 		pod Pod
-		vm  gcpt4.ManagedVM
+		vm  managed.VM
 	}{{victim, vmV}, {sibling, vmS}} {
 		m.pods[x.pod.UID] = x.pod
 		pp := ppFor(x.pod, x.vm, t0.Add(time.Minute))
 		m.peerPods[pp.UID] = &pp
 	}
 	at := t0.Add(40 * time.Minute)
-	vms := &interruptingVMs{recordingVMs: recordingVMs{vms: []gcpt4.ManagedVM{vmV, vmS}},
-		causes: map[string]gcpt4.Interruption{vmV.ID: {Cause: podevent.CauseHostMaintenance, Operation: "compute.instances.terminateOnHostMaintenance", By: "system", At: at}}}
+	vms := &interruptingVMs{recordingVMs: recordingVMs{vms: []managed.VM{vmV, vmS}},
+		causes: map[string]podevent.Interruption{vmV.ID: {Cause: podevent.CauseHostMaintenance, Operation: "compute.instances.terminateOnHostMaintenance", By: "system", At: at}}}
 	metrics := NewMetrics()
 	c := &Collector{VMs: vms, Cluster: m, Policy: DefaultPolicy(), Delete: true, Now: func() time.Time { return t0.Add(time.Hour) }, Log: quiet(),
 		Observer: Report{Metrics: metrics, Now: func() time.Time { return t0.Add(time.Hour) }}}
@@ -258,7 +258,7 @@ func TestLostIsToldOnItsPodOnce(t *testing.T) {
 	gone := vmAt("ml", "failed", "bbbb0000", t0)
 	forgerVM := vmAt("ml", "forger", "cccc0000", t0)
 	at := t0.Add(40 * time.Minute)
-	preempted := &gcpt4.Interruption{Cause: podevent.CausePreempted, Operation: "compute.instances.preempted", By: "system", At: at}
+	preempted := &podevent.Interruption{Cause: podevent.CausePreempted, Operation: "compute.instances.preempted", By: "system", At: at}
 	lostPass := Pass{Findings: []Finding{{VM: vm, Verdict: Deleted, Lost: true, Pod: &victim, Interruption: preempted, Reason: "lost"}}}
 	gonePass := Pass{Gone: []GoneVM{{ID: vm.ID, Pod: victim, Interruption: preempted}, {ID: gone.ID, Pod: failedPod}, {ID: forgerVM.ID, Pod: forger}}}
 	// The provider told failedPod its podVM's start-up failed (signed); a

@@ -170,7 +170,7 @@ func (m *Metrics) Record(p Pass, err error, now time.Time) {
 // recordLost counts each lost or gone VM once, by cause; m.mu is held.
 func (m *Metrics) recordLost(p Pass) {
 	current := map[string]bool{}
-	count := func(id string, in *gcpt4.Interruption) {
+	count := func(id string, in *podevent.Interruption) {
 		current[id] = true
 		if m.lostSeen[id] {
 			return
@@ -254,7 +254,7 @@ func (e *Events) Emit(ctx context.Context, p Pass) {
 
 // LostPodMessage is the Event a lost podVM's pod gets: which VM, what
 // ended it, what the reaper did and what happens to the pod.
-func LostPodMessage(podVM, zone string, in *gcpt4.Interruption, deleted bool) string {
+func LostPodMessage(podVM, zone string, in *podevent.Interruption, deleted bool) string {
 	cause := "the reaper cannot say what ended it (its provider does not read GCE's operations)"
 	if in != nil {
 		cause = in.Text()
@@ -272,7 +272,7 @@ func LostPodMessage(podVM, zone string, in *gcpt4.Interruption, deleted bool) st
 // told. A gone VM whose start-up the provider reported failed is not
 // told: the adaptor deleted it itself, after that failure, and the pod's
 // Events already say so.
-func (e *Events) tellLost(ctx context.Context, pod Pod, instanceID string, in *gcpt4.Interruption, deleted bool) {
+func (e *Events) tellLost(ctx context.Context, pod Pod, instanceID string, in *podevent.Interruption, deleted bool) {
 	zone, podVM := splitInstanceID(instanceID)
 	key := "lost/" + pod.Namespace + "/" + podVM
 	e.mu.Lock()

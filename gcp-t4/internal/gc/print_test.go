@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/managed"
 )
 
 // TestPrintCleansVMFields: a VM's namespace, pod and node come from its
@@ -15,7 +15,7 @@ import (
 // JSON, and a newline does not start a row of its own.
 func TestPrintCleansVMFields(t *testing.T) {
 	bad := "\x1b]52;c;ZXZpbA==\x07\x1b[2J\u202e\u200b\nfake-row"
-	p := Pass{Findings: []Finding{{VM: gcpt4.ManagedVM{ID: "us-central1-a/podvm-x", Namespace: "ml" + bad, Pod: "p" + bad, Node: "n" + bad, Cluster: clusterA},
+	p := Pass{Findings: []Finding{{VM: managed.VM{ID: "us-central1-a/podvm-x", Namespace: "ml" + bad, Pod: "p" + bad, Node: "n" + bad, Cluster: clusterA},
 		Verdict: Orphan, Reason: "no PeerPod names sandbox " + bad}}}
 	for _, output := range []string{"table", "json"} {
 		var out bytes.Buffer

@@ -17,6 +17,7 @@ import (
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/managed"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 )
@@ -234,7 +235,7 @@ func (w *interleaved) churn() {
 	}
 }
 
-func (w *interleaved) ListManagedDetail(ctx context.Context) (gcpt4.ManagedList, error) {
+func (w *interleaved) ListManagedDetail(ctx context.Context) (managed.List, error) {
 	w.churn()
 	return w.vms.ListManagedDetail(ctx)
 }

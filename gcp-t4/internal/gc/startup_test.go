@@ -20,7 +20,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline"
 	"github.com/caa-gcp-t4/gcp-t4/internal/timeline/timelinetest"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/managed"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
@@ -209,7 +209,7 @@ func TestStartupListFailureLeavesThePassAlone(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "", nil)
 	})
 	m := NewMetrics()
-	vms := &recordingVMs{vms: []gcpt4.ManagedVM{vmAt("ml", "gone", "cccc3333", t0)}}
+	vms := &recordingVMs{vms: []managed.VM{vmAt("ml", "gone", "cccc3333", t0)}}
 	now := func() time.Time { return t0.Add(time.Hour) }
 	c := &Collector{VMs: vms, Cluster: newMemCluster(), Policy: DefaultPolicy(), Delete: true, Now: now, Log: quiet(),
 		Observer: Report{Metrics: m, Now: now, Startup: &Startup{Client: cs, Metrics: m, Log: quiet(), Since: t0}}}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/gc"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	toml "github.com/pelletier/go-toml/v2"
 )
@@ -358,7 +359,7 @@ func ValidateConfig(cfg map[string]string, tlsMounted bool) error {
 		errs = append(errs, err.Error())
 	} else if err := pc.Validate(); err != nil {
 		errs = append(errs, err.Error())
-	} else if _, err := gcpt4.NewCatalog("", pc.Profiles); err != nil { // GCP_PROFILES_FILE is a path in the pod
+	} else if _, err := catalog.New("", pc.Profiles); err != nil { // GCP_PROFILES_FILE is a path in the pod
 		errs = append(errs, err.Error())
 	}
 	if len(errs) > 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	kustomizetree "github.com/caa-gcp-t4/install"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/credential"
 	"github.com/distribution/reference"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -284,11 +285,11 @@ func (s Settings) Validate() error {
 		}
 	}
 	if s.Credentials != nil {
-		info, err := gcpt4.CheckCredentials("--credentials-file", s.Credentials)
+		info, err := credential.Check("--credentials-file", s.Credentials)
 		if err != nil {
 			return err
 		}
-		if info.Type != gcpt4.CredentialServiceAccount {
+		if info.Type != credential.ServiceAccount {
 			return fmt.Errorf("--credentials-file: a %s configuration goes to --wif-credential-config, which also mounts the token it reads", info.Type)
 		}
 	}
@@ -322,7 +323,7 @@ func wifAudience(data []byte) (string, error) {
 	if c.CredentialSource.File != WIFTokenPath {
 		return "", fmt.Errorf("--wif-credential-config: credential_source.file %q, want %s where the pod's projected token is; recreate it with --credential-source-file=%s", c.CredentialSource.File, WIFTokenPath, WIFTokenPath)
 	}
-	if _, err := gcpt4.CheckCredentials("Workload Identity Federation credential configuration", data); err != nil {
+	if _, err := credential.Check("Workload Identity Federation credential configuration", data); err != nil {
 		return "", err
 	}
 	return c.Audience, nil

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/credential"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -296,13 +296,13 @@ func viewOf(image, ns string, cfg map[string]string, creds, wif []byte, tlsFiles
 func describeCredentials(creds, wif []byte) string {
 	switch {
 	case creds != nil:
-		info, err := gcpt4.CheckCredentials("GCP_CREDENTIALS", creds)
+		info, err := credential.Check("GCP_CREDENTIALS", creds)
 		if err != nil {
 			return "GCP_CREDENTIALS that do not parse"
 		}
 		return info.String()
 	case wif != nil:
-		info, err := gcpt4.CheckCredentials("credential configuration", wif)
+		info, err := credential.Check("credential configuration", wif)
 		if err != nil {
 			return "a Workload Identity Federation configuration that does not parse"
 		}

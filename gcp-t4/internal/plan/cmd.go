@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
 	"io"
 	"log/slog"
 	"maps"
@@ -15,6 +14,9 @@ import (
 	"strings"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -115,11 +117,11 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.Endpoint == "" && cfg.Credentials == "" {
 		notes.Every = append(notes.Every, "no API was called: profiles, zones and the insert come from the provider's code and settings alone")
 	}
-	if len(cfg.FallbackZones) == 1 && cfg.FallbackZones[0] == gcpt4.ZonesAuto {
+	if len(cfg.FallbackZones) == 1 && cfg.FallbackZones[0] == setting.ZonesAuto {
 		notes.Plan = append(notes.Plan, "GCP_ZONES=auto: the fallback zones are discovered at run time (the region's zones offering the accelerator)")
 	}
 	notes.Every = append(notes.Every, "the boot disk is ROOT_VOLUME_SIZE GiB, or the image's size when larger; user-data is a placeholder for CAA's per-pod cloud-config")
-	catalog, err := gcpt4.NewCatalog(cfg.ProfilesFile, cfg.Profiles)
+	profiles, err := catalog.New(cfg.ProfilesFile, cfg.Profiles)
 	if err != nil {
 		return err
 	}
@@ -128,7 +130,7 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	// the plan's notes when a pod gets that profile, else among the notes
 	// true of every plan.
 	noImage := map[string]string{}
-	for _, p := range catalog.Profiles() {
+	for _, p := range profiles.Profiles() {
 		if p.ConfidentialType != "" && p.Image == "" && cfg.ProfileImages[p.Name] == "" {
 			if cfg.ProfileImages == nil {
 				cfg.ProfileImages = map[string]string{}
@@ -174,7 +176,7 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		workloads = []Workload{w}
 	}
-	pl := &Planner{Config: cfg, Catalog: catalog, Prices: tab, RuntimeClass: *runtimeClass}
+	pl := &Planner{Config: cfg, Catalog: profiles, Prices: tab, RuntimeClass: *runtimeClass}
 	var entries []Entry
 	var starts []GroupStart
 	for _, w := range workloads {

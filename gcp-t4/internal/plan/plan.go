@@ -7,6 +7,7 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/prices"
@@ -20,7 +21,7 @@ const PlaceholderCloudConfig = "#cloud-config\n# placeholder: CAA writes this po
 // Planner plans podVMs with the provider's configuration and catalog.
 type Planner struct {
 	Config       gcpt4.Config
-	Catalog      *gcpt4.Catalog
+	Catalog      *catalog.Catalog
 	Prices       *prices.Table
 	RuntimeClass string
 }
@@ -57,7 +58,7 @@ type Entry struct {
 	// (image features, disk interface, NIC, provisioning).
 	Requirements []string `json:"requirements,omitempty"`
 	// Offerings are what a create walks, in order.
-	Offerings []gcpt4.Offering `json:"offerings"`
+	Offerings []catalog.Offering `json:"offerings"`
 
 	Warnings []string `json:"warnings,omitempty"`
 	// Labels are the podVM's labels (cluster identity, node, pod).

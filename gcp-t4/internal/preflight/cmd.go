@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"google.golang.org/api/option"
 	"k8s.io/client-go/kubernetes"
 
@@ -178,7 +179,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger) []Result {
 			logger.Warn("reading nodes for the firewall checks", "err", err)
 		}
 	}
-	catalog, err := gcpt4.NewCatalog(o.Cfg.ProfilesFile, o.Cfg.Profiles)
+	cat, err := catalog.New(o.Cfg.ProfilesFile, o.Cfg.Profiles)
 	if err != nil {
 		rs = append(rs, fail("profiles", "fix GCP_PROFILES / GCP_PROFILES_FILE as the message says", "%v", err))
 	} else {
@@ -186,7 +187,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger) []Result {
 		// with neither reports both instead of the first.
 		cfgRs := checkConfig(o.Cfg, o.Cluster != nil)
 		rs = append(rs, cfgRs...)
-		g := &GCE{Cfg: o.Cfg, Catalog: catalog, NodeCIDRs: o.NodeCIDRs, NodeTags: o.NodeTags, NodeIPs: nodeIPs, NodeVMs: nodeVMs, Member: o.Member, KeyFile: o.KeyFile}
+		g := &GCE{Cfg: o.Cfg, Catalog: cat, NodeCIDRs: o.NodeCIDRs, NodeTags: o.NodeTags, NodeIPs: nodeIPs, NodeVMs: nodeVMs, Member: o.Member, KeyFile: o.KeyFile}
 		g.Caller = callerAccount(o.Cfg.Credentials, os.Getenv("GOOGLE_APPLICATION_CREDENTIALS"))
 		if g.Member == "" {
 			g.Member = memberFromCredentials(o.Cfg.Credentials)

@@ -13,6 +13,7 @@ import (
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	crmv1 "google.golang.org/api/cloudresourcemanager/v1"
 	"google.golang.org/api/cloudresourcemanager/v3"
@@ -34,7 +35,7 @@ const (
 // GCE runs the project checks with the provider's configuration.
 type GCE struct {
 	Cfg     gcpt4.Config
-	Catalog *gcpt4.Catalog
+	Catalog *catalog.Catalog
 	// NodeCIDRs are the worker nodes' addresses; empty means the podVM
 	// subnet's range (nodes and podVMs sharing a subnet).
 	NodeCIDRs []netip.Prefix
@@ -354,7 +355,7 @@ func (g *GCE) credentialsFix(code int) string {
 // bundled. Those fit chooses must be ready in every zone; the others
 // (an explicit h100-cc) only matter when a pod names them, so what they
 // lack is a warning.
-func (g *GCE) gpuUses() []gcpt4.GPUUse { return g.Cfg.GPUUses(g.Catalog) }
+func (g *GCE) gpuUses() []catalog.GPUUse { return g.Cfg.GPUUses(g.Catalog) }
 
 func (g *GCE) regionNames() []string {
 	var rs []string
@@ -368,7 +369,7 @@ func (g *GCE) regionNames() []string {
 
 func (g *GCE) checkAccelerators(ctx context.Context) []Result {
 	var rs []Result
-	auto := len(g.Cfg.FallbackZones) == 1 && g.Cfg.FallbackZones[0] == gcpt4.ZonesAuto
+	auto := len(g.Cfg.FallbackZones) == 1 && g.Cfg.FallbackZones[0] == setting.ZonesAuto
 	for _, u := range g.gpuUses() {
 		acc := u.Family.Accelerator
 		if auto && u.Automatic {
@@ -395,7 +396,7 @@ func (g *GCE) checkAccelerators(ctx context.Context) []Result {
 
 // quotaMetric is the regional quota a GPU family counts against
 // (the catalogue's row).
-func quotaMetric(f gcpt4.GPUFamily, spot bool) string {
+func quotaMetric(f catalog.GPUFamily, spot bool) string {
 	if spot {
 		return f.PreemptibleQuotaMetric
 	}

@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	"google.golang.org/api/cloudresourcemanager/v3"
 	"google.golang.org/api/iam/v1"
 )
@@ -142,7 +143,7 @@ func ProviderPermissions(cfg gcpt4.Config, tmpl *computepb.InstanceProperties) [
 	if len(cfg.NetworkTags) > 0 {
 		add("compute.instances.setTags")
 	}
-	if len(cfg.FallbackZones) == 1 && cfg.FallbackZones[0] == gcpt4.ZonesAuto {
+	if len(cfg.FallbackZones) == 1 && cfg.FallbackZones[0] == setting.ZonesAuto {
 		add("compute.acceleratorTypes.list")
 	}
 	if cfg.InstanceTemplate != "" {

@@ -24,6 +24,7 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -102,7 +103,7 @@ func TestRoleIsExactlyWhatTheProviderCalls(t *testing.T) {
 			c.ImageName, c.Subnetwork = "projects/demo-project/global/images/family/podvm-t4", ""
 		}},
 		{name: "service account", mutate: func(c *gcpt4.Config) { c.ServiceAccount = sa }},
-		{name: "zones auto", mutate: func(c *gcpt4.Config) { c.FallbackZones = []string{gcpt4.ZonesAuto} }},
+		{name: "zones auto", mutate: func(c *gcpt4.Config) { c.FallbackZones = []string{setting.ZonesAuto} }},
 		{name: "no network tags", mutate: func(c *gcpt4.Config) { c.NetworkTags = nil }},
 		{name: "cache image family", mutate: func(c *gcpt4.Config) {
 			c.CacheImage = "projects/demo-project/global/images/family/podvm-t4"
@@ -279,7 +280,7 @@ func roleConfigs(fake *gcefake.Server) map[string]struct {
 		c.ImageName, c.Subnetwork = "projects/demo-project/global/images/family/podvm-t4", ""
 	}, nil)
 	with("service account", func(c *gcpt4.Config) { c.ServiceAccount = "podvm@demo-project.iam.gserviceaccount.com" }, nil)
-	with("zones auto", func(c *gcpt4.Config) { c.FallbackZones = []string{gcpt4.ZonesAuto} }, nil)
+	with("zones auto", func(c *gcpt4.Config) { c.FallbackZones = []string{setting.ZonesAuto} }, nil)
 	with("no network tags", func(c *gcpt4.Config) { c.NetworkTags = nil }, nil)
 	with("template", func(c *gcpt4.Config) { c.ImageName, c.Network, c.Subnetwork, c.InstanceTemplate = "", "", "", "t4" },
 		&computepb.InstanceProperties{NetworkInterfaces: []*computepb.NetworkInterface{{Subnetwork: proto.String("regions/us-central1/subnetworks/default")}}})

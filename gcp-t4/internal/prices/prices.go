@@ -1,26 +1,26 @@
 // Package prices is the dated, cited price table `gcp-t4 plan` estimates
-// hourly costs from. The table itself is the provider's (gcpt4's embedded
+// hourly costs from. The table itself is the provider's (gcpt4/catalog's embedded
 // prices.json), the one it ranks shapes by, so an estimate and the shape
 // the provider picks never disagree; this package adds the currency and
 // date an estimate is shown with.
 package prices
 
 import (
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
 // Source is where prices come from, and when they were read.
-type Source = gcpt4.PriceSource
+type Source = catalog.PriceSource
 
 // Table is the price table.
 type Table struct {
-	*gcpt4.PriceTable
+	*catalog.PriceTable
 }
 
 // Load parses the provider's embedded table.
 func Load() (*Table, error) {
-	t, err := gcpt4.LoadPrices()
+	t, err := catalog.LoadPrices()
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +30,7 @@ func Load() (*Table, error) {
 // Parse reads a table strictly and checks that every price cites a listed
 // source, so an uncited number cannot slip in.
 func Parse(data []byte) (*Table, error) {
-	t, err := gcpt4.ParsePrices(data)
+	t, err := catalog.ParsePrices(data)
 	if err != nil {
 		return nil, err
 	}

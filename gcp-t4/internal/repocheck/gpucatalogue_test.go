@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 )
 
 // docs/provider.md's GPU table is the provider's catalogue, row for row:
-// a family added to gpufamilies.go, or a fact changed there, fails this
+// a family added to catalog/gpufamilies.go, or a fact changed there, fails this
 // until the doc says so too.
 func TestGPUCatalogueTable(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(root(t), "docs", "provider.md"))
@@ -25,7 +25,7 @@ func TestGPUCatalogueTable(t *testing.T) {
 	}
 	rows := strings.Split(strings.TrimSpace(doc[start+len("<!-- gpu-catalogue -->\n"):end]), "\n")[2:]
 	var want []string
-	for _, f := range gcpt4.GPUFamilies() {
+	for _, f := range catalog.GPUFamilies() {
 		how := ""
 		if f.AttachSeries != "" {
 			var counts []string

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/managed"
 
 	"github.com/caa-gcp-t4/gcp-t4/internal/caaconfig"
 	"github.com/caa-gcp-t4/gcp-t4/internal/install"
@@ -59,7 +60,7 @@ func (g guardOptions) check(ctx context.Context, cs kubernetes.Interface, dyn dy
 		}
 		return fmt.Errorf("%w: cannot list this cluster's podVMs to check none is left (%v); fix the credentials (--gcp-credentials-file, or gcloud auth application-default login), or pass --force", errGuard, err)
 	}
-	var ours, unidentified []gcpt4.ManagedVM
+	var ours, unidentified []managed.VM
 	for _, vm := range vms {
 		if vm.Unidentified() {
 			unidentified = append(unidentified, vm)
@@ -167,7 +168,7 @@ func liveKataPods(ctx context.Context, cs kubernetes.Interface) ([]string, error
 // podVMs lists this cluster's podVMs (and the unidentified ones) with the
 // installed configuration (config), completed by this process's
 // environment.
-func (g guardOptions) podVMs(ctx context.Context, cs kubernetes.Interface, ns string) ([]gcpt4.ManagedVM, *gcpt4.Provider, error) {
+func (g guardOptions) podVMs(ctx context.Context, cs kubernetes.Interface, ns string) ([]managed.VM, *gcpt4.Provider, error) {
 	cfg, err := g.config(ctx, cs, ns, os.LookupEnv)
 	if err != nil {
 		return nil, nil, err

@@ -13,6 +13,7 @@ import (
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/annotations"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 )
 
 // What a pod may choose is the cluster admin's decision, not the pod
@@ -51,7 +52,7 @@ func (c *Config) imageKey(image string) (string, error) {
 // or GCP_ALLOWED_IMAGES — in the canonical form it was compared in.
 // Every create and every plan passes here before either mode plans, so
 // template mode is held to the same list as profiles.
-func (c *Config) admitImage(catalog *Catalog, podImage string) (string, error) {
+func (c *Config) admitImage(cat *catalog.Catalog, podImage string) (string, error) {
 	if podImage == "" {
 		return "", nil
 	}
@@ -63,8 +64,8 @@ func (c *Config) admitImage(catalog *Catalog, podImage string) (string, error) {
 	for _, img := range c.ProfileImages {
 		allowed = append(allowed, img)
 	}
-	if catalog != nil {
-		for _, p := range catalog.profiles {
+	if cat != nil {
+		for _, p := range cat.Profiles() {
 			allowed = append(allowed, p.Image)
 		}
 	}
@@ -80,7 +81,7 @@ func (c *Config) admitImage(catalog *Catalog, podImage string) (string, error) {
 }
 
 // listed reports whether the admin named this shape in GCP_INSTANCE_TYPES.
-func (c *Config) listed(p Profile) bool {
+func (c *Config) listed(p catalog.Profile) bool {
 	return slices.Contains(c.InstanceTypes, p.Name) || slices.Contains(c.InstanceTypes, p.MachineType)
 }
 
@@ -88,7 +89,7 @@ func (c *Config) listed(p Profile) bool {
 // list's entries, or, with an empty list, the catalog's profile names and
 // the machine types of its non-explicit profiles (so n1-standard-8 with one
 // T4 may be named, a3-highgpu-1g may not).
-func (c *Config) nameAllowed(catalog *Catalog, name string) error {
+func (c *Config) nameAllowed(cat *catalog.Catalog, name string) error {
 	if len(c.InstanceTypes) > 0 {
 		if slices.Contains(c.InstanceTypes, name) {
 			return nil
@@ -96,7 +97,7 @@ func (c *Config) nameAllowed(catalog *Catalog, name string) error {
 		return fmt.Errorf("pod annotation %s: %q is not in GCP_INSTANCE_TYPES (%s); use one of those, or ask the cluster admin to add it", annotMachineType, name, c.InstanceTypes.String())
 	}
 	var names []string
-	for _, p := range catalog.profiles {
+	for _, p := range cat.Profiles() {
 		names = append(names, p.Name)
 		if p.Name == name || (!p.Explicit && p.MachineType == name) {
 			return nil
@@ -106,18 +107,18 @@ func (c *Config) nameAllowed(catalog *Catalog, name string) error {
 }
 
 // fitAllowed says why fit may not choose a shape, or "" if it may.
-func (c *Config) fitAllowed(p Profile) string {
+func (c *Config) fitAllowed(p catalog.Profile) string {
 	if len(c.InstanceTypes) == 0 {
 		return ""
 	}
-	if c.listed(p) || (p.Name == autoProfileName && slices.Contains(c.InstanceTypes, allowAuto)) {
+	if c.listed(p) || (p.Name == catalog.AutoProfileName && slices.Contains(c.InstanceTypes, allowAuto)) {
 		return ""
 	}
 	// A family the admin listed by accelerator is allowed automatically.
-	if f, ok := familyByAccelerator(p.gpuModel); ok && p.Name == autoProfileName && !f.Automatic && slices.Contains(c.InstanceTypes, f.Accelerator) {
+	if f, ok := p.Family(); ok && p.Name == catalog.AutoProfileName && !f.Automatic && slices.Contains(c.InstanceTypes, f.Accelerator) {
 		return ""
 	}
-	return fmt.Sprintf("%s (%s) is not in GCP_INSTANCE_TYPES (%s)", p.Name, describeProfile(p), c.InstanceTypes.String())
+	return fmt.Sprintf("%s (%s) is not in GCP_INSTANCE_TYPES (%s)", p.Name, catalog.Describe(p), c.InstanceTypes.String())
 }
 
 // familyAllowed says why fit may not choose a synthesized shape for its
@@ -125,16 +126,16 @@ func (c *Config) fitAllowed(p Profile) string {
 // (the T4's), and another family's only when the admin lists its
 // accelerator type in GCP_INSTANCE_TYPES. Profiles are not held to this:
 // they are the admin's own shapes.
-func (c *Config) familyAllowed(p Profile) string {
-	if p.Name != autoProfileName || p.gpuModel == "" {
+func (c *Config) familyAllowed(p catalog.Profile) string {
+	if p.Name != catalog.AutoProfileName || p.GPUModel() == "" {
 		return ""
 	}
-	f, ok := familyByAccelerator(p.gpuModel)
+	f, ok := p.Family()
 	if !ok || f.Automatic || slices.Contains(c.InstanceTypes, f.Accelerator) {
 		return ""
 	}
 	return fmt.Sprintf("%s holds it, but %s is not chosen automatically; name a profile or machine type with it, or ask the admin to add %s to GCP_INSTANCE_TYPES",
-		describeProfile(p), f.Accelerator, f.Accelerator)
+		catalog.Describe(p), f.Accelerator, f.Accelerator)
 }
 
 // caps are the per-pod limits in force.
@@ -154,7 +155,7 @@ type caps struct {
 // profile (h100-cc) beyond them needs the admin to raise the limit or to
 // list it. A listed N1 type counts as one T4, the least it attaches:
 // listing a machine type says nothing about how many GPUs it may carry.
-func (c *Config) podCaps(catalog *Catalog) caps {
+func (c *Config) podCaps(cat *catalog.Catalog) caps {
 	var lim caps
 	consider := func(name string, gpus, vcpus, mem int64) {
 		if gpus > lim.gpus {
@@ -167,18 +168,18 @@ func (c *Config) podCaps(catalog *Catalog) caps {
 			lim.memoryMiB, lim.fromMemory = mem, name
 		}
 	}
-	for _, p := range catalog.profiles {
+	for _, p := range cat.Profiles() {
 		if (!p.Explicit && c.fitAllowed(p) == "") || slices.Contains(c.InstanceTypes, p.Name) {
-			consider(p.Name, p.gpus, p.VCPUs, p.MemoryMiB)
+			consider(p.Name, p.GPUs(), p.VCPUs, p.MemoryMiB)
 		}
 	}
 	for _, name := range c.InstanceTypes {
-		if s, ok := lookupShape(name); ok {
-			gpus := int64(s.bundledCount)
-			if f, ok := attachedFamilyFor(name); ok && !s.sharedCore {
+		if s, ok := catalog.LookupShape(name); ok {
+			gpus := int64(s.BundledCount)
+			if f, ok := catalog.AttachedFamilyFor(name); ok && !s.SharedCore {
 				gpus = int64(f.AttachLimits[0].Count)
 			}
-			consider(name, gpus, s.vcpus, s.memoryMiB)
+			consider(name, gpus, s.VCPUs, s.MemoryMiB)
 		}
 	}
 	if len(c.InstanceTypes) > 0 {
@@ -246,11 +247,11 @@ func (l caps) memoryError(what string, n int64) error {
 
 // checkShape refuses a shape over a limit, chosen or named alike: a named
 // shape is still the admin's to size.
-func (l caps) checkShape(p Profile) error {
-	what := fmt.Sprintf("shape %s (%s)", p.Name, describeProfile(p))
+func (l caps) checkShape(p catalog.Profile) error {
+	what := fmt.Sprintf("shape %s (%s)", p.Name, catalog.Describe(p))
 	switch {
-	case p.gpus > l.gpus:
-		return l.gpuError(what, p.gpus)
+	case p.GPUs() > l.gpus:
+		return l.gpuError(what, p.GPUs())
 	case p.VCPUs > l.vcpus:
 		return l.vcpuError(what, p.VCPUs)
 	case p.MemoryMiB > l.memoryMiB:
@@ -261,7 +262,7 @@ func (l caps) checkShape(p Profile) error {
 
 // checkRequest refuses a request over a limit before any shape is sought,
 // so the error names the pod's own numbers.
-func (l caps) checkRequest(r Request, named bool) error {
+func (l caps) checkRequest(r catalog.Request, named bool) error {
 	const what = "pod request"
 	if r.GPUs > l.gpus {
 		return l.gpuError(what, r.GPUs)
@@ -286,14 +287,14 @@ func (l caps) checkRequest(r Request, named bool) error {
 // GPUs, so a CPU-only pod naming t4-4 would get four GPUs nobody counted.
 // T4s attach 1, 2 or 4 at a time, so three declared may get four. A shape
 // the admin listed in GCP_INSTANCE_TYPES by name is the admin's decision.
-func (c *Config) checkDeclaredGPUs(p Profile, r Request) error {
-	if p.gpus <= r.GPUs || c.listed(p) {
+func (c *Config) checkDeclaredGPUs(p catalog.Profile, r catalog.Request) error {
+	if p.GPUs() <= r.GPUs || c.listed(p) {
 		return nil
 	}
 	if roundsUpTo(p, r.GPUs) {
 		return nil
 	}
-	return fmt.Errorf("pod annotation %s: %q has %d GPU(s), the pod requests %d; request nvidia.com/gpu: %d, or ask the admin to list %q in GCP_INSTANCE_TYPES", annotMachineType, r.InstanceType, p.gpus, r.GPUs, p.gpus, r.InstanceType)
+	return fmt.Errorf("pod annotation %s: %q has %d GPU(s), the pod requests %d; request nvidia.com/gpu: %d, or ask the admin to list %q in GCP_INSTANCE_TYPES", annotMachineType, r.InstanceType, p.GPUs(), r.GPUs, p.GPUs(), r.InstanceType)
 }
 
 // validateAllow checks the allow-list and cap settings.
@@ -322,16 +323,17 @@ func (c *Config) validateAllow() error {
 // 1, 2 or 4 at a time, so three declared may get four), and the per-pod
 // limits the admin set. The template is the admin's one shape, so limits
 // derived from profiles do not apply to it.
-func (c *Config) checkTemplateShape(catalog *Catalog, props *computepb.InstanceProperties, spec provider.InstanceTypeSpec) error {
+func (c *Config) checkTemplateShape(cat *catalog.Catalog, props *computepb.InstanceProperties, spec provider.InstanceTypeSpec) error {
 	mt := lastSegment(props.GetMachineType())
-	p := Profile{Name: "template", MachineType: mt, gpus: templateGPUs(props)}
+	model := ""
 	if names := acceleratorNames(props); len(names) > 0 {
-		p.gpuModel = names[0]
+		model = names[0]
 	}
-	if s, ok := lookupShape(mt); ok {
-		p.VCPUs, p.MemoryMiB = s.vcpus, s.memoryMiB
+	p := catalog.Profile{Name: "template", MachineType: mt}.WithGPUs(templateGPUs(props), model)
+	if s, ok := catalog.LookupShape(mt); ok {
+		p.VCPUs, p.MemoryMiB = s.VCPUs, s.MemoryMiB
 	}
-	switch have := p.gpus; {
+	switch have := p.GPUs(); {
 	case spec.GPUs > have:
 		return fmt.Errorf("pod requests %d GPU(s) but GCP_INSTANCE_TEMPLATE %s gives %d; use a template with more GPUs or lower the pod's nvidia.com/gpu request", spec.GPUs, c.InstanceTemplate, have)
 	case have > spec.GPUs && !roundsUpTo(p, spec.GPUs):
@@ -339,16 +341,16 @@ func (c *Config) checkTemplateShape(catalog *Catalog, props *computepb.InstanceP
 	}
 	// An unknown machine type's vCPUs and memory are unknown (0): only its
 	// GPUs are checked.
-	return c.podCaps(catalog).setOnly().checkShape(p)
+	return c.podCaps(cat).setOnly().checkShape(p)
 }
 
 // roundsUpTo reports an attached-GPU shape that is the attachable count a
 // request of declared GPUs rounds up to (3 T4s → 4).
-func roundsUpTo(p Profile, declared int64) bool {
-	f, ok := familyByAccelerator(p.gpuModel)
+func roundsUpTo(p catalog.Profile, declared int64) bool {
+	f, ok := p.Family()
 	if !ok || f.AttachSeries == "" || declared <= 0 {
 		return false
 	}
-	n, ok := f.nextCount(declared)
-	return ok && int64(n) >= p.gpus
+	n, ok := f.NextCount(declared)
+	return ok && int64(n) >= p.GPUs()
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 )
 
 // refuses asserts that planning spec (PlanInsert: the image allow-list,
@@ -17,7 +18,7 @@ func refuses(t *testing.T, cfg Config, spec provider.InstanceTypeSpec, want ...s
 	t.Helper()
 	ip, err := cfg.PlanInsert(mustCatalog(t, "", ""), spec, "pod", sandbox, "")
 	if err == nil {
-		t.Fatalf("%+v: chose %s, want a refusal naming %v", spec, describeProfile(ip.Profile), want)
+		t.Fatalf("%+v: chose %s, want a refusal naming %v", spec, catalog.Describe(ip.Profile), want)
 	}
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {
@@ -71,12 +72,12 @@ func TestShapeAllowListAndCaps(t *testing.T) {
 	// A profile's machine type may be named (the Mistral example's
 	// n1-standard-8 with one T4) and gets only the declared GPUs.
 	sel := selectFor(t, cfg, mustCatalog(t, "", ""), provider.InstanceTypeSpec{InstanceType: "n1-standard-8", GPUs: 1})
-	if got := sel.firstChoice().shapeWords(); got != "n1-standard-8 + 1×nvidia-tesla-t4" {
+	if got := sel.FirstChoice().ShapeWords(); got != "n1-standard-8 + 1×nvidia-tesla-t4" {
 		t.Errorf("named n1-standard-8 with 1 GPU: %s", got)
 	}
 	// A CPU-only pod never gets a GPU by fit, whatever its size.
-	if p := selectFor(t, cfg, mustCatalog(t, "", ""), small).firstChoice().Profile; p.GPUs() != 0 {
-		t.Errorf("CPU-only pod got %s", describeProfile(p))
+	if p := selectFor(t, cfg, mustCatalog(t, "", ""), small).FirstChoice().Profile; p.GPUs() != 0 {
+		t.Errorf("CPU-only pod got %s", catalog.Describe(p))
 	}
 
 	// GCP_INSTANCE_TYPES=t4-1,t4-2 binds fit too: default_gpus: 4 does not
@@ -87,17 +88,17 @@ func TestShapeAllowListAndCaps(t *testing.T) {
 	listed.MaxGPUsPerPod = 4
 	refuses(t, listed, provider.InstanceTypeSpec{GPUs: 4}, "GCP_INSTANCE_TYPES (t4-1,t4-2)")
 	refuses(t, listed, provider.InstanceTypeSpec{InstanceType: "t4-4", GPUs: 4}, "GCP_INSTANCE_TYPES (t4-1,t4-2)")
-	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 2}).firstChoice().Profile.Name; got != "t4-2" {
+	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 2}).FirstChoice().Profile.Name; got != "t4-2" {
 		t.Errorf("2 GPUs under t4-1,t4-2: %s", got)
 	}
 	// Listing a GPU shape by name is the admin allowing it to any pod
 	// that names it, CPU-only included.
 	listed.InstanceTypes = commaList{"t4-1", "cpu-2"}
-	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{InstanceType: "t4-1"}).firstChoice().Profile.GPUs(); got != 1 {
+	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{InstanceType: "t4-1"}).FirstChoice().Profile.GPUs(); got != 1 {
 		t.Errorf("listed t4-1 named by a CPU-only pod: %d GPUs", got)
 	}
 	// ... but fit still gives a CPU-only pod a CPU-only shape.
-	if got := selectFor(t, listed, mustCatalog(t, "", ""), small).firstChoice().Profile.Name; got != "cpu-2" {
+	if got := selectFor(t, listed, mustCatalog(t, "", ""), small).FirstChoice().Profile.Name; got != "cpu-2" {
 		t.Errorf("CPU-only pod under t4-1,cpu-2: %s", got)
 	}
 	// "auto" lets fit choose automatic shapes under a list, within the
@@ -105,7 +106,7 @@ func TestShapeAllowListAndCaps(t *testing.T) {
 	listed.InstanceTypes = commaList{"t4-1", allowAuto}
 	refuses(t, listed, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, "GCP_MAX_MEMORY_PER_POD", "(t4-1, from GCP_INSTANCE_TYPES)")
 	listed.MaxVCPUsPerPod, listed.MaxMemoryPerPod = 16, 60*1024
-	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}).firstChoice().Profile.Name; got != autoProfileName {
+	if got := selectFor(t, listed, mustCatalog(t, "", ""), provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}).FirstChoice().Profile.Name; got != catalog.AutoProfileName {
 		t.Errorf("auto listed: %s", got)
 	}
 

@@ -12,6 +12,8 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 )
 
 // CacheDeviceName is the cache disk's device name, and the label of the
@@ -71,7 +73,7 @@ func checkCacheVerity(imageSetting, image, setting, value string) error {
 }
 
 // cacheVerityFor is the dm-verity value of a profile's cache disk.
-func (c *Config) cacheVerityFor(p Profile) string {
+func (c *Config) cacheVerityFor(p catalog.Profile) string {
 	if p.CacheImage != "" {
 		return p.CacheVerity
 	}
@@ -117,7 +119,7 @@ func (c *Config) validateCacheImage() error {
 
 // cacheImageFor is a profile's cache image: its own, else
 // GCP_CACHE_IMAGE; "" for none.
-func (c *Config) cacheImageFor(p Profile) string {
+func (c *Config) cacheImageFor(p catalog.Profile) string {
 	if p.CacheImage != "" {
 		return p.CacheImage
 	}
@@ -131,7 +133,7 @@ func (c *Config) cacheImageFor(p Profile) string {
 // GCE's default: a disk attached READ_ONLY cannot be auto-deleted (the
 // Compute API reference, PreservedStatePreservedDisk.autoDelete), and this
 // one is the VM's own; the podVM mounts it read-only.
-func (c *Config) cacheDisk(p Profile, zone string, iface *string) *computepb.AttachedDisk {
+func (c *Config) cacheDisk(p catalog.Profile, zone string, iface *string) *computepb.AttachedDisk {
 	image := c.cacheImageFor(p)
 	if image == "" {
 		return nil
@@ -152,7 +154,7 @@ func (c *Config) cacheDisk(p Profile, zone string, iface *string) *computepb.Att
 
 // cacheImages lists the cache images the configuration uses, each once:
 // GCP_CACHE_IMAGE and the profiles' own.
-func (c *Config) cacheImages(catalog *Catalog) []string {
+func (c *Config) cacheImages(cat *catalog.Catalog) []string {
 	var out []string
 	seen := map[string]bool{}
 	add := func(image string) {
@@ -162,8 +164,8 @@ func (c *Config) cacheImages(catalog *Catalog) []string {
 		}
 	}
 	add(c.CacheImage)
-	if catalog != nil {
-		for _, p := range catalog.profiles {
+	if cat != nil {
+		for _, p := range cat.Profiles() {
 			add(p.CacheImage)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
@@ -130,7 +131,7 @@ func regionOf(zone string) string {
 
 // autoZones reports whether fallback zones are to be discovered.
 func (c *Config) autoZones() bool {
-	return len(c.FallbackZones) == 1 && c.FallbackZones[0] == ZonesAuto
+	return len(c.FallbackZones) == 1 && c.FallbackZones[0] == setting.ZonesAuto
 }
 
 // Validate checks the configuration without calling the API; every error
@@ -143,7 +144,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("GCP_PROJECT_ID: %q is not a project ID (6-30 lowercase letters, digits, hyphens); use the ID, not the display name or number", c.ProjectID)
 	}
 	if c.Zone == "" {
-		return fmt.Errorf("GCP_ZONE (-zone) is required, e.g. us-central1-a (a zone with %s)", defaultFamily().Accelerator)
+		return fmt.Errorf("GCP_ZONE (-zone) is required, e.g. us-central1-a (a zone with %s)", catalog.DefaultFamily().Accelerator)
 	}
 	for i, z := range c.Zones() {
 		name := "GCP_ZONE"

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util/cloudinit"
@@ -308,7 +309,7 @@ func preferZones(queue, available []string) []string {
 // standard fallback is no fix to suggest.
 func (cp createPlan) spotOnly() bool {
 	for _, st := range cp.steps {
-		if sold, _ := soldModels(st.machineType); !slices.Contains(sold, setting.ProvisioningStandard) {
+		if sold, _ := catalog.SoldModels(st.machineType); !slices.Contains(sold, setting.ProvisioningStandard) {
 			return true
 		}
 	}
@@ -324,9 +325,9 @@ func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.Insta
 	if err != nil {
 		return createPlan{}, notAllowed(err)
 	}
-	chosen := sel.firstChoice().Profile
-	plan := createPlan{describe: fmt.Sprintf("profile %s: %s", chosen.Name, describeProfile(chosen)), accelerator: chosen.gpuModel}
-	for _, st := range sel.attempts() {
+	chosen := sel.FirstChoice().Profile
+	plan := createPlan{describe: fmt.Sprintf("profile %s: %s", chosen.Name, catalog.Describe(chosen)), accelerator: chosen.GPUModel()}
+	for _, st := range sel.Attempts() {
 		image, _ := p.cfg.imageFor(st.Candidate.Profile, vm.image)
 		plan.steps = append(plan.steps, p.cfg.profileStep(vm, st.Candidate.Profile, st.Model, p.diskSizeGB(image)))
 	}
@@ -334,13 +335,13 @@ func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.Insta
 }
 
 // profileStep is the walk step of a profile under a model.
-func (c *Config) profileStep(vm podVM, prof Profile, model string, diskSizeGB int64) walkStep {
+func (c *Config) profileStep(vm podVM, prof catalog.Profile, model string, diskSizeGB int64) walkStep {
 	return walkStep{
-		describe:    describeProfile(prof),
+		describe:    catalog.Describe(prof),
 		model:       model,
 		machineType: prof.MachineType,
-		accelerator: prof.gpuModel,
-		count:       prof.gpus,
+		accelerator: prof.GPUModel(),
+		count:       prof.GPUs(),
 		build: func(zone string) *computepb.Instance {
 			return c.buildInstance(vm, prof, zone, model, diskSizeGB)
 		},
@@ -408,7 +409,7 @@ func (c *Config) templateModels(props *computepb.InstanceProperties) ([]string, 
 		models = []string{own}
 	}
 	mt := lastSegment(props.GetMachineType())
-	sold, note := soldModels(mt)
+	sold, note := catalog.SoldModels(mt)
 	var out []string
 	for i, m := range models {
 		if (m == setting.ProvisioningStandard || m == setting.ProvisioningSpot) && !slices.Contains(sold, m) {

@@ -132,7 +132,7 @@ func TestEnvFormsAgainstUpstream(t *testing.T) {
 	// profile's confidentialType.
 	c = parseEnv(t, with("GCP_MACHINE_TYPE", "n2-standard-8", "DISABLECVM", "false"))
 	sel, err := c.selectShape(mustCatalog(t, "", ""), oneT4)
-	if err != nil || sel.firstChoice().Profile.MachineType != "n1-standard-4" || sel.firstChoice().Profile.ConfidentialType != "" {
+	if err != nil || sel.FirstChoice().Profile.MachineType != "n1-standard-4" || sel.FirstChoice().Profile.ConfidentialType != "" {
 		t.Errorf("upstream-only keys changed the selection: %v %v", sel, err)
 	}
 }

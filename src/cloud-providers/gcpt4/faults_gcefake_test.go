@@ -344,7 +344,7 @@ func TestSpotFallsBackToStandard(t *testing.T) {
 }
 
 func TestZonesAutoDiscovery(t *testing.T) {
-	p, fake := newTestProvider(t, func(c *Config) { c.FallbackZones = commaList{ZonesAuto} })
+	p, fake := newTestProvider(t, func(c *Config) { c.FallbackZones = commaList{setting.ZonesAuto} })
 	fake.SetStockout("us-central1-a", true)
 	fake.SetStockout("us-central1-b", true)
 	inst, err := p.CreateInstance(context.Background(), "a", sandbox, cloudConfig("a"), oneT4)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
@@ -47,8 +48,8 @@ func TestCreateCheapestShapes(t *testing.T) {
 		if lastSegment(vm.GetMachineType()) != tc.shape || gpus != tc.gpus {
 			t.Errorf("%+v: VM %s with %d GPUs, want %s with %d", tc.spec, lastSegment(vm.GetMachineType()), gpus, tc.shape, tc.gpus)
 		}
-		if vm.GetLabels()[ProfileLabel] != autoProfileName {
-			t.Errorf("%+v: caa-profile %q, want %q", tc.spec, vm.GetLabels()[ProfileLabel], autoProfileName)
+		if vm.GetLabels()[ProfileLabel] != catalog.AutoProfileName {
+			t.Errorf("%+v: caa-profile %q, want %q", tc.spec, vm.GetLabels()[ProfileLabel], catalog.AutoProfileName)
 		}
 	}
 	if n := fake.ReplaysWithAnotherBody(); n != 0 {

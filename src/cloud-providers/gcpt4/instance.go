@@ -11,6 +11,7 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
@@ -123,8 +124,8 @@ func (c *Config) networkProject() string {
 
 // nicType is the profile's NIC type: GVNIC where the series networks only
 // through it, else GCP_NIC_TYPE (empty: GCE's default, VIRTIO_NET).
-func (c *Config) nicType(p Profile) string {
-	if needsGVNIC(p.MachineType) {
+func (c *Config) nicType(p catalog.Profile) string {
+	if catalog.NeedsGVNIC(p.MachineType) {
 		return setting.NICTypeGVNIC
 	}
 	return c.NICType
@@ -139,7 +140,7 @@ func (c *Config) networkURL() string {
 }
 
 // provisioningModel is the profile's model, else the provider's.
-func (c *Config) provisioningModel(p Profile) string {
+func (c *Config) provisioningModel(p catalog.Profile) string {
 	if p.ProvisioningModel != "" {
 		return p.ProvisioningModel
 	}
@@ -182,7 +183,7 @@ func applyModel(s *computepb.Scheduling, model string, needsTerminate bool) *com
 // buildInstance is the insert body for a profile-based podVM. It never has
 // accessConfigs: podVMs get no external IP. The profile's image was
 // checked when it was selected.
-func (c *Config) buildInstance(vm podVM, p Profile, zone, model string, diskSizeGB int64) *computepb.Instance {
+func (c *Config) buildInstance(vm podVM, p catalog.Profile, zone, model string, diskSizeGB int64) *computepb.Instance {
 	image, _ := c.imageFor(p, vm.image)
 	nic := &computepb.NetworkInterface{
 		Network:   proto.String(c.networkURL()),
@@ -203,7 +204,7 @@ func (c *Config) buildInstance(vm podVM, p Profile, zone, model string, diskSize
 			DiskType:    proto.String(fmt.Sprintf("zones/%s/diskTypes/%s", zone, c.diskType(p))),
 		},
 	}
-	if needsNVMe(p.MachineType, p.ConfidentialType != "") {
+	if catalog.NeedsNVMe(p.MachineType, p.ConfidentialType != "") {
 		boot.Interface = proto.String("NVME")
 	}
 	disks := []*computepb.AttachedDisk{boot}
@@ -221,7 +222,7 @@ func (c *Config) buildInstance(vm podVM, p Profile, zone, model string, diskSize
 		Metadata:          &computepb.Metadata{Items: meta},
 		Disks:             disks,
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
-		Scheduling:        scheduling(model, p.gpus > 0 || p.ConfidentialType != ""),
+		Scheduling:        scheduling(model, p.GPUs() > 0 || p.ConfidentialType != ""),
 		Tags:              c.tags(nil),
 	}
 	if p.Accelerator != "" {
@@ -253,8 +254,8 @@ func templateGPUs(props *computepb.InstanceProperties) int64 {
 	for _, a := range props.GetGuestAccelerators() {
 		n += int64(a.GetAcceleratorCount())
 	}
-	if shape, ok := lookupShape(props.GetMachineType()); ok {
-		n += int64(shape.bundledCount)
+	if shape, ok := catalog.LookupShape(props.GetMachineType()); ok {
+		n += int64(shape.BundledCount)
 	}
 	return n
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/credential"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/gcefake"
 )
 
@@ -148,7 +149,7 @@ func TestEmptyGCPCredentialsUsesTheKeyFile(t *testing.T) {
 		t.Errorf("GCP_CREDENTIALS empty gave credentials %q: the clients must use Application Default Credentials", c.Credentials)
 	}
 	info, err := m.GetConfig().checkStartCredentials(osLookup)
-	if err != nil || info.Type != CredentialServiceAccount || info.Identity != "caa@demo-project.iam.gserviceaccount.com" {
+	if err != nil || info.Type != credential.ServiceAccount || info.Identity != "caa@demo-project.iam.gserviceaccount.com" {
 		t.Errorf("credentials at start: %+v, %v; want the key file's service account", info, err)
 	}
 	if _, _, err := start(filepath.Join(dir, "gone", "key.json")); err == nil || !strings.Contains(err.Error(), "GOOGLE_APPLICATION_CREDENTIALS "+filepath.Join(dir, "gone", "key.json")) {

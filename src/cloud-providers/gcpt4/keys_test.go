@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/credential"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
@@ -130,14 +131,14 @@ func wifConfig(tokenFile string) []byte {
 }
 
 func TestCheckCredentials(t *testing.T) {
-	info, err := CheckCredentials("GCP_CREDENTIALS", serviceAccountKey(t))
+	info, err := credential.Check("GCP_CREDENTIALS", serviceAccountKey(t))
 	if err != nil || info.Identity != "caa@demo-project.iam.gserviceaccount.com" || info.KeyID != "abc123" {
 		t.Fatalf("service account key: %+v, %v", info, err)
 	}
 	if s := info.String(); strings.Contains(s, "PRIVATE") || !strings.Contains(s, "abc123") {
 		t.Errorf("String() = %q", s)
 	}
-	if info, err := CheckCredentials("f", wifConfig("/var/run/gcp-wif/token")); err != nil || info.Type != CredentialExternalAccount {
+	if info, err := credential.Check("f", wifConfig("/var/run/gcp-wif/token")); err != nil || info.Type != credential.ExternalAccount {
 		t.Fatalf("external_account: %+v, %v", info, err)
 	}
 	var broken map[string]string
@@ -155,7 +156,7 @@ func TestCheckCredentials(t *testing.T) {
 		"bad key":         {string(brokenKey), "private_key does not parse as an RSA key"},
 		"no wif source":   {`{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/q","subject_token_type":"t","token_url":"https://sts.googleapis.com/v1/token"}`, "without a credential_source"},
 	} {
-		if _, err := CheckCredentials("GCP_CREDENTIALS", []byte(tc.data)); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "GCP_CREDENTIALS: ") {
+		if _, err := credential.Check("GCP_CREDENTIALS", []byte(tc.data)); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "GCP_CREDENTIALS: ") {
 			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
 		}
 	}

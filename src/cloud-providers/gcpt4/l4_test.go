@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
@@ -16,7 +17,7 @@ import (
 // request, and never otherwise; a pod may name it by profile or machine
 // type within the allow-list.
 func TestL4IsChosenWhenAllowedAndCheapest(t *testing.T) {
-	cat, err := NewCatalog("", "")
+	cat, err := catalog.New("", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestL4IsChosenWhenAllowedAndCheapest(t *testing.T) {
 	sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{GPUs: 1})
 	for _, c := range sel.Candidates {
 		if c.Profile.GPUModel() == "nvidia-l4" {
-			t.Fatalf("an unlisted L4 is a candidate: %s", c.shapeWords())
+			t.Fatalf("an unlisted L4 is a candidate: %s", c.ShapeWords())
 		}
 	}
 	// Eight GPUs: no T4 shape holds them, the L4's g2-standard-96 does,
@@ -41,8 +42,8 @@ func TestL4IsChosenWhenAllowedAndCheapest(t *testing.T) {
 	// (about $0.55/h, against g2-standard-4's $0.71/h) ...
 	cfg.InstanceTypes = commaList{allowAuto, "nvidia-l4"}
 	sel = selectFor(t, cfg, cat, provider.InstanceTypeSpec{GPUs: 1})
-	if got := sel.firstChoice(); got.Profile.GPUModel() != "nvidia-tesla-t4" {
-		t.Fatalf("1 GPU with the L4 listed: chose %s", got.shapeWords())
+	if got := sel.FirstChoice(); got.Profile.GPUModel() != "nvidia-tesla-t4" {
+		t.Fatalf("1 GPU with the L4 listed: chose %s", got.ShapeWords())
 	}
 	l4 := false
 	for _, c := range sel.Candidates {
@@ -53,13 +54,13 @@ func TestL4IsChosenWhenAllowedAndCheapest(t *testing.T) {
 	}
 	// ... and the L4 where it is the cheapest that holds the request.
 	sel = selectFor(t, cfg, cat, provider.InstanceTypeSpec{GPUs: 8})
-	if got := sel.firstChoice().shapeWords(); got != "g2-standard-96 + 8×nvidia-l4" {
+	if got := sel.FirstChoice().ShapeWords(); got != "g2-standard-96 + 8×nvidia-l4" {
 		t.Fatalf("8 GPUs: chose %s", got)
 	}
-	if p, _ := sel.firstChoice().Price(setting.ProvisioningStandard); p < 8 || p > 8.01 {
+	if p, _ := sel.FirstChoice().Price(setting.ProvisioningStandard); p < 8 || p > 8.01 {
 		t.Errorf("g2-standard-96 priced %.4f, want prices.json's 8.0033", p)
 	}
-	if sel.firstChoice().Profile.Accelerator != "" {
+	if sel.FirstChoice().Profile.Accelerator != "" {
 		t.Error("a bundled L4 must not be sent as guestAccelerators")
 	}
 	// Listed alone: the cheapest L4 shape at the per-GPU floor (4 vCPUs,
@@ -67,12 +68,12 @@ func TestL4IsChosenWhenAllowedAndCheapest(t *testing.T) {
 	cfg.InstanceTypes = commaList{"nvidia-l4"}
 	for gpus, want := range map[int64]string{1: "g2-standard-4 + 1×nvidia-l4", 2: "g2-standard-24 + 2×nvidia-l4", 3: "g2-standard-48 + 4×nvidia-l4"} {
 		sel = selectFor(t, cfg, cat, provider.InstanceTypeSpec{GPUs: gpus})
-		if got := sel.firstChoice().shapeWords(); got != want {
+		if got := sel.FirstChoice().ShapeWords(); got != want {
 			t.Errorf("%d GPUs, L4 only: chose %s, want %s", gpus, got, want)
 		}
 	}
 	// Named, by machine type and by a profile of the admin's.
-	cat, err = NewCatalog("", `{"profiles": [{"name": "l4-2", "machineType": "g2-standard-24"}]}`)
+	cat, err = catalog.New("", `{"profiles": [{"name": "l4-2", "machineType": "g2-standard-24"}]}`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestL4IsChosenWhenAllowedAndCheapest(t *testing.T) {
 	cfg.InstanceTypes = commaList{"l4-2", "g2-standard-8"}
 	for name, want := range map[string]string{"l4-2": "g2-standard-24 + 2×nvidia-l4", "g2-standard-8": "g2-standard-8 + 1×nvidia-l4"} {
 		sel = selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: name, GPUs: 1})
-		if got := sel.firstChoice().shapeWords(); got != want {
+		if got := sel.FirstChoice().ShapeWords(); got != want {
 			t.Errorf("named %s: %s, want %s", name, got, want)
 		}
 	}

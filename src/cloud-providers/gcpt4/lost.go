@@ -13,47 +13,6 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
-// Text says in words what ended a podVM, for its pod's Event and the
-// reaper's report.
-func (in Interruption) Text() string {
-	at := ""
-	if !in.At.IsZero() {
-		at = " at " + in.At.UTC().Format(time.RFC3339)
-	}
-	switch in.Cause {
-	case podevent.CausePreempted:
-		return "GCE preempted it" + at + " (Spot capacity reclaimed; " + in.Operation + ")"
-	case podevent.CauseHostMaintenance:
-		return "host maintenance stopped it" + at + " (a GPU VM cannot live-migrate; " + in.Operation + ")"
-	case podevent.CauseHostError:
-		return "its host failed" + at + " (" + in.Operation + ")"
-	case podevent.CauseGuestShutdown:
-		return "its guest powered it off" + at + " (" + in.Operation + ")"
-	case podevent.CauseStopped:
-		return principalKind(in.By) + " stopped it" + at + " (instances.stop; GCE's operation log names who)"
-	case podevent.CauseDeleted:
-		return principalKind(in.By) + " deleted it" + at + " (instances.delete; GCE's operation log names who)"
-	}
-	return "GCE's operations on it name no cause (GCE keeps them for a limited time, and reading them needs compute.zoneOperations.list)"
-}
-
-// principalKind names the kind of principal an operation ran as, never
-// the principal: the text goes into an Event in the pod's namespace, which
-// its tenant reads, and an account's email is the project's to tell.
-func principalKind(by string) string {
-	switch {
-	case by == "":
-		return "someone"
-	case by == "system":
-		return "GCE"
-	case strings.HasSuffix(by, ".gserviceaccount.com"):
-		return "a service account"
-	case strings.Contains(by, "@"):
-		return "a user"
-	}
-	return "a principal"
-}
-
 // tellIfLost runs when CAA deletes a podVM its pod's sandbox ran on. CAA
 // calls that for a pod that went away and, as much, when kata's shim lost
 // the podVM's agent and ended the sandbox (a real CAA v0.22.0 run on the

@@ -99,7 +99,7 @@ func TestInterruptionNamesTheCause(t *testing.T) {
 	wait(c.Stop(ctx, &computepb.StopInstanceRequest{Project: fake.Project(), Zone: zone, Instance: restarted}))
 
 	user := "demo@" + fake.Project() + ".iam.gserviceaccount.com"
-	want := map[string]Interruption{
+	want := map[string]podevent.Interruption{
 		preempted: {Cause: podevent.CausePreempted, Operation: "compute.instances.preempted", By: "system"},
 		maint:     {Cause: podevent.CauseHostMaintenance, Operation: "compute.instances.terminateOnHostMaintenance", By: "system"},
 		guest:     {Cause: podevent.CauseGuestShutdown, Operation: "compute.instances.guestTerminate", By: "system"},

@@ -13,44 +13,13 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/api/iterator"
 
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/managed"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/podevent"
 )
 
-// ManagedVM is a podVM this provider created, as found by its labels.
-type ManagedVM struct {
-	ID        string
-	Name      string
-	Zone      string
-	Pod       string
-	Namespace string
-	Sandbox   string
-	// Cluster is the caa-cluster label: this cluster's ID, or "" on a VM
-	// made before the provider labelled clusters (Unidentified).
-	Cluster     string
-	ClusterName string
-	// Node is the node whose adaptor created the VM, "" if unknown.
-	Node    string
-	Status  string
-	Created time.Time
-}
-
-// Unidentified reports a VM without a cluster label: an older install's,
-// or another tool's. It is listed and never deleted automatically, since
-// it may belong to any cluster that shares the project.
-func (vm ManagedVM) Unidentified() bool { return vm.Cluster == "" }
-
-// ManagedList is what one listing found.
-type ManagedList struct {
-	// VMs are this cluster's podVMs and the unidentified ones, by ID.
-	VMs []ManagedVM
-	// OtherClusters counts podVMs labelled with another cluster's ID,
-	// which this cluster never touches.
-	OtherClusters int
-}
-
 // ListManaged returns this cluster's podVMs and the unidentified ones (see
-// ManagedList); other clusters' are left out.
-func (p *Provider) ListManaged(ctx context.Context) ([]ManagedVM, error) {
+// managed.List); other clusters' are left out.
+func (p *Provider) ListManaged(ctx context.Context) ([]managed.VM, error) {
 	l, err := p.ListManagedDetail(ctx)
 	return l.VMs, err
 }
@@ -59,8 +28,8 @@ func (p *Provider) ListManaged(ctx context.Context) ([]ManagedVM, error) {
 // aggregated list call per page of 500 instances, whatever the number of
 // zones. The filter selects the provider's managed-by label; clusters are
 // told apart here, since GCE's filter cannot select a missing label.
-func (p *Provider) ListManagedDetail(ctx context.Context) (ManagedList, error) {
-	var out ManagedList
+func (p *Provider) ListManagedDetail(ctx context.Context) (managed.List, error) {
+	var out managed.List
 	if err := p.enter(); err != nil {
 		return out, err
 	}
@@ -76,7 +45,7 @@ func (p *Provider) ListManagedDetail(ctx context.Context) (ManagedList, error) {
 			break
 		}
 		if err != nil {
-			return ManagedList{}, fmt.Errorf("listing podVMs labelled %s=%s: %w", ManagedByLabel, ManagedByValue, err)
+			return managed.List{}, fmt.Errorf("listing podVMs labelled %s=%s: %w", ManagedByLabel, ManagedByValue, err)
 		}
 		zone := strings.TrimPrefix(pair.Key, "zones/")
 		for _, inst := range pair.Value.GetInstances() {
@@ -94,9 +63,9 @@ func (p *Provider) ListManagedDetail(ctx context.Context) (ManagedList, error) {
 
 // managedVM reads a podVM's identity from its labels, preferring the full
 // values in its metadata where a label may be truncated.
-func managedVM(zone string, inst *computepb.Instance) ManagedVM {
+func managedVM(zone string, inst *computepb.Instance) managed.VM {
 	l := inst.GetLabels()
-	vm := ManagedVM{
+	vm := managed.VM{
 		ID:          InstanceID(zone, inst.GetName()),
 		Name:        inst.GetName(),
 		Zone:        zone,
@@ -126,23 +95,6 @@ func managedVM(zone string, inst *computepb.Instance) ManagedVM {
 
 func proto32(v uint32) *uint32 { return &v }
 
-// Interruption is what GCE's operation history says ended a podVM:
-// compute/docs/instances/create-use-spot finds a preemption there
-// (operation type compute.instances.preempted), and
-// compute/docs/instances/host-maintenance-overview the host events; a
-// user's stop or delete is there too, under the user who made it.
-type Interruption struct {
-	// Cause is one of the Cause… values.
-	Cause string
-	// Operation is the operation's type, "" when none was found.
-	Operation string
-	// By is the operation's user: the principal that stopped or deleted
-	// it, or "system" for GCE's own events.
-	By string
-	// At is when the operation was inserted; zero when none was found.
-	At time.Time
-}
-
 // interruptionOps maps the operation types that end a VM's run to a
 // cause; types that start a run (insert, start, GCE's automatic restart)
 // begin a new one.
@@ -168,8 +120,8 @@ const maxInterruptionOps = 500
 // It finds no cause (podevent.CauseUnknown, no error) when GCE kept no such
 // operation. The link is built with the www.googleapis.com host, the one
 // GCE writes in every targetLink whatever endpoint the client uses.
-func (p *Provider) Interruption(ctx context.Context, instanceID string) (Interruption, error) {
-	unknown := Interruption{Cause: podevent.CauseUnknown}
+func (p *Provider) Interruption(ctx context.Context, instanceID string) (podevent.Interruption, error) {
+	unknown := podevent.Interruption{Cause: podevent.CauseUnknown}
 	if err := p.enter(); err != nil {
 		return unknown, err
 	}
@@ -211,7 +163,7 @@ func (p *Provider) Interruption(ctx context.Context, instanceID string) (Interru
 	}
 	for _, op := range ops[from:] {
 		if cause, ok := interruptionOps[op.GetOperationType()]; ok {
-			return Interruption{Cause: cause, Operation: op.GetOperationType(), By: op.GetUser(), At: at(op)}, nil
+			return podevent.Interruption{Cause: cause, Operation: op.GetOperationType(), By: op.GetUser(), At: at(op)}, nil
 		}
 	}
 	return unknown, nil

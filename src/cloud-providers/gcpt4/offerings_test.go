@@ -10,6 +10,7 @@ import (
 	"time"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
@@ -20,7 +21,7 @@ func allowH100(c *Config) {
 	c.MaxVCPUsPerPod, c.MaxMemoryPerPod = 26, 239616
 }
 
-func selectFor(t *testing.T, cfg Config, cat *Catalog, spec provider.InstanceTypeSpec) *Selection {
+func selectFor(t *testing.T, cfg Config, cat *catalog.Catalog, spec provider.InstanceTypeSpec) *catalog.Selection {
 	t.Helper()
 	sel, err := cfg.selectShape(cat, spec)
 	if err != nil {
@@ -44,19 +45,19 @@ func TestSelectCheapestShape(t *testing.T) {
 		alt     string
 	}{
 		// The case: 1 GPU and 40 GiB used to get t4-4 ($2.16/h).
-		{"1 GPU, 40 GiB", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, autoProfileName, "custom-8-40960 + 1×nvidia-tesla-t4", 0.7932, "n1-highmem-8 + 1×nvidia-tesla-t4"},
-		{"1 GPU, 40 GiB, Spot", setting.ProvisioningSpot, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, autoProfileName, "custom-8-40960 + 1×nvidia-tesla-t4", 0.2663, "n1-highmem-8 + 1×nvidia-tesla-t4"},
+		{"1 GPU, 40 GiB", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, catalog.AutoProfileName, "custom-8-40960 + 1×nvidia-tesla-t4", 0.7932, "n1-highmem-8 + 1×nvidia-tesla-t4"},
+		{"1 GPU, 40 GiB, Spot", setting.ProvisioningSpot, provider.InstanceTypeSpec{GPUs: 1, Memory: 40 * 1024}, catalog.AutoProfileName, "custom-8-40960 + 1×nvidia-tesla-t4", 0.2663, "n1-highmem-8 + 1×nvidia-tesla-t4"},
 		// Small requests keep the per-GPU floor: the t4-N shapes.
 		{"1 GPU, small", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 2, Memory: 8192}, "t4-1", "n1-standard-4 + 1×nvidia-tesla-t4", 0.54, "custom-4-15360 + 1×nvidia-tesla-t4"},
 		{"2 GPUs", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 2}, "t4-2", "n1-standard-8 + 2×nvidia-tesla-t4", 1.08, "custom-8-30720 + 2×nvidia-tesla-t4"},
 		{"3 GPUs round up to 4", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 3}, "t4-4", "n1-standard-16 + 4×nvidia-tesla-t4", 2.16, "custom-16-61440 + 4×nvidia-tesla-t4"},
-		{"1 GPU, 6 vCPU: custom beats n1-standard-8", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 6}, autoProfileName, "custom-6-15360 + 1×nvidia-tesla-t4", 0.6157, "n1-standard-8 + 1×nvidia-tesla-t4"},
+		{"1 GPU, 6 vCPU: custom beats n1-standard-8", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 6}, catalog.AutoProfileName, "custom-6-15360 + 1×nvidia-tesla-t4", 0.6157, "n1-standard-8 + 1×nvidia-tesla-t4"},
 		// Over 48 vCPUs one or two T4s cannot hold it: four can.
-		{"1 GPU, 60 vCPU needs 4 T4s", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 60}, autoProfileName, "custom-60-61440 + 4×nvidia-tesla-t4", 3.6572, "n1-standard-64 + 4×nvidia-tesla-t4"},
+		{"1 GPU, 60 vCPU needs 4 T4s", setting.ProvisioningStandard, provider.InstanceTypeSpec{GPUs: 1, VCPUs: 60}, catalog.AutoProfileName, "custom-60-61440 + 4×nvidia-tesla-t4", 3.6572, "n1-standard-64 + 4×nvidia-tesla-t4"},
 		// CPU-only pods of any size.
-		{"CPU-only 8 vCPU / 32 GiB", setting.ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, autoProfileName, "e2-standard-8", 0.2680, "e2-highmem-8"},
-		{"CPU-only 8 vCPU / 32 GiB, Spot", setting.ProvisioningSpot, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, autoProfileName, "e2-standard-8", 0.1608, "n1-highmem-8"},
-		{"CPU-only 64 vCPU / 390 GiB", setting.ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 64, Memory: 400000}, autoProfileName, "n1-highmem-64", 3.7857, "n1-highmem-96"},
+		{"CPU-only 8 vCPU / 32 GiB", setting.ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, catalog.AutoProfileName, "e2-standard-8", 0.2680, "e2-highmem-8"},
+		{"CPU-only 8 vCPU / 32 GiB, Spot", setting.ProvisioningSpot, provider.InstanceTypeSpec{VCPUs: 8, Memory: 32 * 1024}, catalog.AutoProfileName, "e2-standard-8", 0.1608, "n1-highmem-8"},
+		{"CPU-only 64 vCPU / 390 GiB", setting.ProvisioningStandard, provider.InstanceTypeSpec{VCPUs: 64, Memory: 400000}, catalog.AutoProfileName, "n1-highmem-64", 3.7857, "n1-highmem-96"},
 		{"CPU-only nothing requested", setting.ProvisioningStandard, provider.InstanceTypeSpec{}, "cpu-2", "e2-medium", 0.0335, "n1-standard-1"},
 		// Spot prices rank differently: N1 is cheaper than E2 on Spot.
 		{"CPU-only 4 vCPU, Spot", setting.ProvisioningSpot, provider.InstanceTypeSpec{VCPUs: 4, Memory: 8192}, "cpu-4", "n1-standard-4", 0.0670, "e2-standard-4"},
@@ -69,14 +70,14 @@ func TestSelectCheapestShape(t *testing.T) {
 			// limits gets it (the defaults stop at t4-4's size).
 			cfg.MaxVCPUsPerPod, cfg.MaxMemoryPerPod = 96, 1<<20
 			sel := selectFor(t, cfg, cat, tc.spec)
-			ch := sel.firstChoice()
+			ch := sel.FirstChoice()
 			price, known := ch.Price(tc.model)
-			if ch.Profile.Name != tc.profile || ch.shapeWords() != tc.shape || !known || math.Abs(price-tc.price) > 0.00005 {
-				t.Errorf("chosen %s %s $%.4f (known %v), want %s %s $%.4f", ch.Profile.Name, ch.shapeWords(), price, known, tc.profile, tc.shape, tc.price)
+			if ch.Profile.Name != tc.profile || ch.ShapeWords() != tc.shape || !known || math.Abs(price-tc.price) > 0.00005 {
+				t.Errorf("chosen %s %s $%.4f (known %v), want %s %s $%.4f", ch.Profile.Name, ch.ShapeWords(), price, known, tc.profile, tc.shape, tc.price)
 			}
 			alt, ok := sel.Alternative()
-			if !ok || alt.shapeWords() != tc.alt {
-				t.Errorf("alternative %s, want %s", alt.shapeWords(), tc.alt)
+			if !ok || alt.ShapeWords() != tc.alt {
+				t.Errorf("alternative %s, want %s", alt.ShapeWords(), tc.alt)
 			}
 			if ap, _ := alt.Price(tc.model); ap < price {
 				t.Errorf("the alternative (%.4f) is cheaper than the choice (%.4f)", ap, price)
@@ -85,16 +86,16 @@ func TestSelectCheapestShape(t *testing.T) {
 			for _, c := range sel.Candidates {
 				p := c.Profile
 				if p.GPUs() < tc.spec.GPUs || p.VCPUs < tc.spec.VCPUs || p.MemoryMiB < tc.spec.Memory || (p.GPUs() > 0) != (tc.spec.GPUs > 0) {
-					t.Errorf("candidate %s does not hold %+v", c.shapeWords(), tc.spec)
+					t.Errorf("candidate %s does not hold %+v", c.ShapeWords(), tc.spec)
 				}
-				if f, ok := familyByAccelerator(p.Accelerator); ok {
-					if err := checkAttachedShape("candidate", p.MachineType, f, p.AcceleratorCount, machineShape{vcpus: p.VCPUs, memoryMiB: p.MemoryMiB}); err != nil {
-						t.Errorf("candidate %s: %v", c.shapeWords(), err)
+				if f, ok := catalog.FamilyByAccelerator(p.Accelerator); ok {
+					if err := catalog.CheckAttachedShape("candidate", p.MachineType, f, p.AcceleratorCount, catalog.Shape{VCPUs: p.VCPUs, MemoryMiB: p.MemoryMiB}); err != nil {
+						t.Errorf("candidate %s: %v", c.ShapeWords(), err)
 					}
 				}
-				if s, _ := lookupShape(p.MachineType); s.custom {
-					if err := customN1Error(s.vcpus, s.memoryMiB); err != nil {
-						t.Errorf("candidate %s: %v", c.shapeWords(), err)
+				if s, _ := catalog.LookupShape(p.MachineType); s.Custom {
+					if err := catalog.CustomN1Error(s.VCPUs, s.MemoryMiB); err != nil {
+						t.Errorf("candidate %s: %v", c.ShapeWords(), err)
 					}
 				}
 			}
@@ -127,8 +128,8 @@ func TestSelectNamedAndRefusals(t *testing.T) {
 		{provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1}, "h100-cc", "a3-highgpu-1g + 1×nvidia-h100-80gb"},
 	} {
 		sel := selectFor(t, cfg, cat, tc.spec)
-		if !sel.Named || len(sel.Candidates) != 1 || sel.firstChoice().Profile.Name != tc.name || sel.firstChoice().shapeWords() != tc.shape {
-			t.Errorf("%+v: %s %s (named %v, %d candidates), want %s %s", tc.spec, sel.firstChoice().Profile.Name, sel.firstChoice().shapeWords(), sel.Named, len(sel.Candidates), tc.name, tc.shape)
+		if !sel.Named || len(sel.Candidates) != 1 || sel.FirstChoice().Profile.Name != tc.name || sel.FirstChoice().ShapeWords() != tc.shape {
+			t.Errorf("%+v: %s %s (named %v, %d candidates), want %s %s", tc.spec, sel.FirstChoice().Profile.Name, sel.FirstChoice().ShapeWords(), sel.Named, len(sel.Candidates), tc.name, tc.shape)
 		}
 	}
 	// The bundled H100 is never chosen by fit, even when the T4s cannot
@@ -177,8 +178,8 @@ func TestSelectHonoursDiskTypeSeries(t *testing.T) {
 	if _, err := cfg.selectShape(cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1}); err == nil || !strings.Contains(err.Error(), "pd-standard does not attach to a3-highgpu-1g") {
 		t.Errorf("pd-standard on A3: %v", err)
 	}
-	if sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{GPUs: 1}); sel.firstChoice().Profile.Name != "t4-1" {
-		t.Errorf("pd-standard on N1 is fine, got %s", sel.firstChoice().shapeWords())
+	if sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{GPUs: 1}); sel.FirstChoice().Profile.Name != "t4-1" {
+		t.Errorf("pd-standard on N1 is fine, got %s", sel.FirstChoice().ShapeWords())
 	}
 }
 
@@ -195,8 +196,8 @@ func TestConfidentialProfileIsHonest(t *testing.T) {
 	// A pod's image annotation is refused unless the admin allows the
 	// image (allow_test.go); allowed, it serves the profile.
 	cfg.AllowedImages = commaList{"projects/p/global/images/tdx"}
-	if sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1, Image: "projects/p/global/images/tdx"}); sel.firstChoice().Profile.Name != "h100-cc" {
-		t.Fatalf("image annotation: %v", sel.firstChoice())
+	if sel := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "h100-cc", GPUs: 1, Image: "projects/p/global/images/tdx"}); sel.FirstChoice().Profile.Name != "h100-cc" {
+		t.Fatalf("image annotation: %v", sel.FirstChoice())
 	}
 	cfg.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
 	cfg.SpotFallback, cfg.ProvisioningModel = true, setting.ProvisioningSpot
@@ -205,7 +206,7 @@ func TestConfidentialProfileIsHonest(t *testing.T) {
 	if strings.Join(sel.Models(), ",") != setting.ProvisioningSpot {
 		t.Errorf("h100-cc models = %v, want SPOT only", sel.Models())
 	}
-	req := strings.Join(cfg.Requirements(sel.firstChoice().Profile), "\n")
+	req := strings.Join(cfg.Requirements(sel.FirstChoice().Profile), "\n")
 	for _, want := range []string{"TDX_CAPABLE", "UEFI_COMPATIBLE", "GVNIC", "image: podvm-tdx", "not a TDX image", "NVMe", "gVNIC network interface", "sold only as Spot, Flex-start or from a reservation", "Intel Sapphire Rapids"} {
 		if !strings.Contains(req, want) {
 			t.Errorf("requirements lack %q:\n%s", want, req)
@@ -245,7 +246,7 @@ func TestStepsAndOfferings(t *testing.T) {
 	}
 	// A named shape is the only step per model.
 	named := selectFor(t, cfg, cat, provider.InstanceTypeSpec{InstanceType: "t4-1", GPUs: 1})
-	if n := len(named.attempts()); n != 2 {
+	if n := len(named.Attempts()); n != 2 {
 		t.Errorf("named t4-1 steps = %d, want 2 (SPOT, STANDARD)", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/util"
 )
 
@@ -21,10 +22,10 @@ import (
 // tools (`gcp-t4 plan`) use it so that what they show is what the provider
 // sends, not a re-implementation of it.
 type InsertPlan struct {
-	Profile Profile
+	Profile catalog.Profile
 	// Selection is every shape that fits, cheapest first; Profile is its
 	// choice.
-	Selection *Selection
+	Selection *catalog.Selection
 	// Models are the provisioning models in the order tried (SPOT, then
 	// STANDARD with GCP_SPOT_FALLBACK).
 	Models []string
@@ -51,33 +52,33 @@ type InsertPlan struct {
 // sends it base64-encoded. A nil catalog is built from the configuration.
 // Template mode is refused: its shape lives in the template, which only
 // the API can read.
-func (c *Config) PlanInsert(catalog *Catalog, spec provider.InstanceTypeSpec, podName, sandboxID, cloudConfig string) (*InsertPlan, error) {
+func (c *Config) PlanInsert(cat *catalog.Catalog, spec provider.InstanceTypeSpec, podName, sandboxID, cloudConfig string) (*InsertPlan, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if catalog == nil {
+	if cat == nil {
 		var err error
-		if catalog, err = NewCatalog(c.ProfilesFile, c.Profiles); err != nil {
+		if cat, err = catalog.New(c.ProfilesFile, c.Profiles); err != nil {
 			return nil, err
 		}
 	}
 	// The image allow-list first, as CreateInstance runs it, so that a
 	// foreign image is refused in template mode too, naming the setting.
 	var err error
-	if spec.Image, err = c.admitImage(catalog, spec.Image); err != nil {
+	if spec.Image, err = c.admitImage(cat, spec.Image); err != nil {
 		return nil, err
 	}
 	if c.InstanceTemplate != "" {
 		return nil, fmt.Errorf("GCP_INSTANCE_TEMPLATE is set: the podVM's shape comes from template %s, which only the API can read; unset it to plan with profiles", c.InstanceTemplate)
 	}
-	if err := c.checkCatalog(catalog); err != nil {
+	if err := c.checkCatalog(cat); err != nil {
 		return nil, err
 	}
-	sel, err := c.selectShape(catalog, spec)
+	sel, err := c.selectShape(cat, spec)
 	if err != nil {
 		return nil, err
 	}
-	profile := sel.firstChoice().Profile
+	profile := sel.FirstChoice().Profile
 	name := util.GenerateInstanceName(podName, sandboxID, maxInstanceName)
 	return &InsertPlan{
 		Profile:      profile,
@@ -111,7 +112,7 @@ func (p *InsertPlan) Request(zone, model string) *computepb.InsertInstanceReques
 
 // requestFor is the exact instances.insert request of one of the
 // selection's profiles for one zone and model.
-func (p *InsertPlan) requestFor(prof Profile, zone, model string) *computepb.InsertInstanceRequest {
+func (p *InsertPlan) requestFor(prof catalog.Profile, zone, model string) *computepb.InsertInstanceRequest {
 	st := p.cfg.profileStep(p.vm, prof, model, p.DiskSizeGB)
 	return &computepb.InsertInstanceRequest{
 		Project:          p.cfg.ProjectID,

@@ -6,15 +6,15 @@ package gcpt4
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 )
 
-func mustCatalog(t *testing.T, file, inline string) *Catalog {
+func mustCatalog(t *testing.T, file, inline string) *catalog.Catalog {
 	t.Helper()
-	c, err := NewCatalog(file, inline)
+	c, err := catalog.New(file, inline)
 	if err != nil {
 		t.Fatalf("NewCatalog: %v", err)
 	}
@@ -45,7 +45,7 @@ func TestUserProfiles(t *testing.T) {
 	}
 	cfg := validConfig()
 	sel, err := cfg.selectShape(c, provider.InstanceTypeSpec{InstanceType: "t4-1", GPUs: 1})
-	if err != nil || sel.firstChoice().Profile.MachineType != "n1-standard-8" {
+	if err != nil || sel.FirstChoice().Profile.MachineType != "n1-standard-8" {
 		t.Fatalf("named t4-1: %v, %v", sel, err)
 	}
 	// By fit the user's profile competes on price: it carries its name
@@ -64,63 +64,5 @@ func TestUserProfiles(t *testing.T) {
 	l4, ok := c.Lookup("l4-1")
 	if !ok || l4.GPUs() != 1 || l4.GPUModel() != "nvidia-l4" {
 		t.Fatalf("l4-1 = %+v, want 1 bundled nvidia-l4", l4)
-	}
-}
-
-func TestBadProfilesNameTheField(t *testing.T) {
-	cases := []struct {
-		doc  string
-		want string
-	}{
-		{`profiles: [{name: bad, machineType: n1-standard-4, accelerator: nvidia-tesla-t4, acceleratorCount: 3}]`, "acceleratorCount: GCE attaches 1, 2 or 4 nvidia-tesla-t4 to one VM, got 3; use 4"},
-		{`profiles: [{name: bad, machineType: n1-standard-64, accelerator: nvidia-tesla-t4, acceleratorCount: 2}]`, "machineType: n1-standard-64 has 64 vCPUs"},
-		{`profiles: [{name: bad, machineType: e2-standard-4, accelerator: nvidia-tesla-t4}]`, "attaches only to N1"},
-		{`profiles: [{name: bad, machineType: n1-standard-4, accelerator: nvidia-tesla-t4, confidentialType: TDX}]`, "N1 (the T4's machine types) has no Confidential VM"},
-		{`profiles: [{name: bad, machineType: n2d-standard-4, confidentialType: TDX}]`, "TDX does not run on n2d-standard-4"},
-		{`profiles: [{name: bad, machineType: a3-highgpu-1g, accelerator: nvidia-h100-80gb}]`, "comes with 1×nvidia-h100-80gb"},
-		{`profiles: [{name: bad, machineType: m3-ultramem-32}]`, "set vcpus and memoryMiB"},
-		{`profiles: [{name: Bad, machineType: n1-standard-4}]`, "profiles[6].name"},
-		{`profiles: [{name: bad, machineTyp: n1-standard-4}]`, "field machineTyp not found"},
-		{`profiles: [{name: bad, machineType: n1-standard-4, provisioningModel: CHEAP}]`, "provisioningModel"},
-		// GCE's own rules, each refused with the field and the fix.
-		{`profiles: [{name: bad, machineType: custom-7-16384, accelerator: nvidia-tesla-t4}]`, "1 or an even number of vCPUs"},
-		{`profiles: [{name: bad, machineType: custom-2-16384}]`, "922 to 6656 MiB per vCPU"},
-		{`profiles: [{name: bad, machineType: custom-4-10000}]`, "multiple of 256"},
-		{`profiles: [{name: bad, machineType: custom-52-65536, accelerator: nvidia-tesla-t4, acceleratorCount: 2}]`, "over GCE's limit for 2×nvidia-tesla-t4"},
-		{`profiles: [{name: bad, machineType: n1-standard-4, minCpuPlatform: "Intel Sapphire Rapids"}]`, "not a platform of n1-standard-4"},
-		{`profiles: [{name: bad, machineType: e2-standard-4, minCpuPlatform: "Intel Skylake"}]`, "takes no minimum CPU platform"},
-		{`profiles: [{name: bad, machineType: n1-standard-4, diskType: hyperdisk-balanced}]`, "does not attach to n1-standard-4"},
-		{`profiles: [{name: bad, machineType: a3-highgpu-1g, confidentialType: TDX, diskType: pd-standard}]`, "does not attach to a3-highgpu-1g"},
-		{`profiles: [{name: bad, machineType: n1-standard-4, diskType: zones/us-central1-a/diskTypes/pd-ssd}]`, "not a URL"},
-		{`profiles: [{name: bad, machineType: a3-highgpu-1g, confidentialType: TDX, provisioningModel: STANDARD}]`, "sold only as Spot, Flex-start or from a reservation"},
-	}
-	for _, tc := range cases {
-		_, err := NewCatalog("", tc.doc)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("profiles %s: error = %v, want it to contain %q", tc.doc, err, tc.want)
-		}
-	}
-}
-
-func TestLookupShape(t *testing.T) {
-	cases := map[string][2]int64{
-		"n1-standard-4":  {4, 15360},
-		"n1-highmem-8":   {8, 53248},
-		"n1-highcpu-16":  {16, 14746},
-		"custom-6-23040": {6, 23040},
-		"e2-standard-8":  {8, 32768},
-		"e2-highcpu-4":   {4, 4096},
-		"a3-highgpu-1g":  {26, 239616},
-	}
-	for mt, want := range cases {
-		s, ok := lookupShape(mt)
-		if !ok || s.vcpus != want[0] || s.memoryMiB != want[1] {
-			t.Errorf("lookupShape(%s) = %+v, %v; want %v", mt, s, ok, want)
-		}
-	}
-	for _, mt := range []string{"n1-standard-3", "n1-highmem-1", "n1-weird-4", "custom-x-1", "e2-highmem-32", "e2-standard-1"} {
-		if _, ok := lookupShape(mt); ok {
-			t.Errorf("lookupShape(%s) succeeded, want unknown", mt)
-		}
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/credential"
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
@@ -35,7 +37,7 @@ const callAttempts = 4
 // Provider creates and deletes T4 podVMs. It implements provider.Provider.
 type Provider struct {
 	cfg     Config
-	catalog *Catalog
+	catalog *catalog.Catalog
 	log     *log.Logger
 
 	instances       *compute.InstancesClient
@@ -123,15 +125,15 @@ func NewProvider(ctx context.Context, cfg Config, logger *log.Logger, extra ...o
 		return nil, err
 	}
 	if cfg.Credentials != "" {
-		if _, err := CheckCredentials("GCP_CREDENTIALS", []byte(cfg.Credentials)); err != nil {
+		if _, err := credential.Check("GCP_CREDENTIALS", []byte(cfg.Credentials)); err != nil {
 			return nil, err
 		}
 	}
-	catalog, err := NewCatalog(cfg.ProfilesFile, cfg.Profiles)
+	cat, err := catalog.New(cfg.ProfilesFile, cfg.Profiles)
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.checkCatalog(catalog); err != nil {
+	if err := cfg.checkCatalog(cat); err != nil {
 		return nil, err
 	}
 	if logger == nil {
@@ -139,7 +141,7 @@ func NewProvider(ctx context.Context, cfg Config, logger *log.Logger, extra ...o
 	}
 	p := &Provider{
 		cfg:           cfg,
-		catalog:       catalog,
+		catalog:       cat,
 		log:           logger,
 		backoff:       jitteredBackoff,
 		createTimeout: createTimeout,

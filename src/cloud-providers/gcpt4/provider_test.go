@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	provider "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers"
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 )
 
 // sandbox and oneT4 are shared by the tests with and without the emulator.
@@ -18,7 +19,7 @@ const sandbox = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde
 var oneT4 = provider.InstanceTypeSpec{GPUs: 1, VCPUs: 2, Memory: 8192}
 
 func TestConfidentialT4Refused(t *testing.T) {
-	_, err := NewCatalog("", `profiles: [{name: t4-cc, machineType: n1-standard-4, accelerator: nvidia-tesla-t4, confidentialType: SEV}]`)
+	_, err := catalog.New("", `profiles: [{name: t4-cc, machineType: n1-standard-4, accelerator: nvidia-tesla-t4, confidentialType: SEV}]`)
 	if err == nil || !strings.Contains(err.Error(), "h100-cc") {
 		t.Fatalf("want a refusal pointing to h100-cc, got %v", err)
 	}

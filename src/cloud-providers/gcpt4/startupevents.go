@@ -46,10 +46,10 @@ func (st walkStep) displayType() string {
 
 // hourly is the step's list price per hour, if the price table knows it.
 func (p *Provider) hourly(st walkStep) (float64, bool) {
-	if p.catalog == nil || p.catalog.prices == nil {
+	if p.catalog == nil || p.catalog.Prices() == nil {
 		return 0, false
 	}
-	h := p.catalog.prices.Hourly(st.displayType(), st.accelerator, st.count, st.model)
+	h := p.catalog.Prices().Hourly(st.displayType(), st.accelerator, st.count, st.model)
 	return h.Total, h.Known
 }
 

@@ -3,7 +3,11 @@
 
 package gcpt4
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
+)
 
 // This file is the drop-in's surface for the operator tools in gcp-t4/
 // (install, plan, preflight, the reaper, the adaptor binary's shutdown):
@@ -13,7 +17,7 @@ import "errors"
 // (docs/upstream.md, "What gcpt4 exports, and for whom").
 
 // Catalog returns the profiles the provider selects from.
-func (p *Provider) Catalog() *Catalog { return p.catalog }
+func (p *Provider) Catalog() *catalog.Catalog { return p.catalog }
 
 // ErrNoCapacity marks a create that failed because no tried offering had
 // capacity or quota; errors.Is finds it in CreateInstance's error.

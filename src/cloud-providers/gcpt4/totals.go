@@ -10,6 +10,8 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/api/iterator"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 )
 
 // GPU totals, the provider-side half of the cost guard: the admission
@@ -47,8 +49,8 @@ func instanceGPUs(inst *computepb.Instance) int64 {
 	for _, a := range inst.GetGuestAccelerators() {
 		n += int64(a.GetAcceleratorCount())
 	}
-	if s, ok := lookupShape(lastSegment(inst.GetMachineType())); ok {
-		n += int64(s.bundledCount)
+	if s, ok := catalog.LookupShape(lastSegment(inst.GetMachineType())); ok {
+		n += int64(s.BundledCount)
 	}
 	return n
 }

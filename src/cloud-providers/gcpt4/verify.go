@@ -15,6 +15,8 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/api/googleapi"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/catalog"
 )
 
 // verifyTimeout bounds ConfigVerifier's API checks; the adaptor calls it
@@ -182,7 +184,7 @@ func (p *Provider) verifyProfileImages(ctx context.Context, images map[string]*c
 		}
 		if len(missing) > 0 {
 			return &verifyError{fmt.Errorf("profile %s (%s): image %s lacks guest OS feature(s) %s; recreate it with --guest-os-features=%s, or set GCP_PROFILE_IMAGES=%s=IMAGE",
-				pr.Name, describeProfile(pr), image, strings.Join(missing, ", "), strings.Join(need, ","), pr.Name)}
+				pr.Name, catalog.Describe(pr), image, strings.Join(missing, ", "), strings.Join(need, ","), pr.Name)}
 		}
 	}
 	return nil
@@ -204,8 +206,8 @@ func acceleratorNames(props *computepb.InstanceProperties) []string {
 	for _, a := range props.GetGuestAccelerators() {
 		names = append(names, lastSegment(a.GetAcceleratorType()))
 	}
-	if s, ok := bundledShape(lastSegment(props.GetMachineType())); ok && !slices.Contains(names, s.bundledAccelerator) {
-		names = append(names, s.bundledAccelerator)
+	if s, ok := catalog.LookupBundled(lastSegment(props.GetMachineType())); ok && !slices.Contains(names, s.BundledAccelerator) {
+		names = append(names, s.BundledAccelerator)
 	}
 	return names
 }

@@ -13,10 +13,6 @@ import (
 	"google.golang.org/api/iterator"
 )
 
-// ZonesAuto as GCP_ZONES asks the provider to find the fallback zones
-// itself: the zones of GCP_ZONE's region that offer the accelerator.
-const ZonesAuto = "auto"
-
 // zonesFor returns the zones to try for an accelerator, primary first.
 // With GCP_ZONES=auto they are discovered with one aggregated list per
 // accelerator and kept for the provider's life: GCE adds GPU zones rarely.

@@ -18,7 +18,7 @@ import (
 //
 // This table is the emulator's own reading of GCE's documentation and is
 // deliberately not derived from the provider's catalogue
-// (gcpt4/gpufamilies.go): the provider is tested against it, so an error
+// (gcpt4/catalog/gpufamilies.go): the provider is tested against it, so an error
 // in the provider's rows must not be copied into the emulator.
 //
 // Sources:

@@ -23,6 +23,10 @@ const (
 	ProvisioningSpot     = "SPOT"
 )
 
+// ZonesAuto as GCP_ZONES asks the provider to find the fallback zones
+// itself: the zones of GCP_ZONE's region that offer the accelerator.
+const ZonesAuto = "auto"
+
 // NIC types GCE knows (NetworkInterface.nicType).
 const (
 	NICTypeGVNIC  = "GVNIC"

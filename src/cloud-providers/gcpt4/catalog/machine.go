@@ -1,7 +1,7 @@
 // (C) Copyright Confidential Containers Contributors
 // SPDX-License-Identifier: Apache-2.0
 
-package gcpt4
+package catalog
 
 import (
 	"fmt"
@@ -13,25 +13,25 @@ import (
 	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
 )
 
-// machineShape is what GCE would report for a machine type. An attached
+// Shape is what GCE would report for a machine type. An attached
 // GPU is not part of any machine type, so the shape of an N1+T4 podVM is
 // synthesized from these tables and the GPU catalogue (gpufamilies.go)
 // rather than looked up per create.
-type machineShape struct {
-	name      string
-	family    string
-	vcpus     int64
-	memoryMiB int64
-	// bundledAccelerator is set for types whose GPU comes with the machine
+type Shape struct {
+	Name      string
+	Family    string
+	VCPUs     int64
+	MemoryMiB int64
+	// BundledAccelerator is set for types whose GPU comes with the machine
 	// (A3, G2); such types must not carry guestAccelerators.
-	bundledAccelerator string
-	bundledCount       int32
-	// soldAs and soldNote restrict the provisioning models (BundledShape).
-	soldAs     []string
-	soldNote   string
-	sharedCore bool
+	BundledAccelerator string
+	BundledCount       int32
+	// SoldAs and SoldNote restrict the provisioning models (BundledShape).
+	SoldAs     []string
+	SoldNote   string
+	SharedCore bool
 	// custom marks N1 custom types (custom-<vCPUs>-<MiB>).
-	custom bool
+	Custom bool
 }
 
 // n1MiBPerVCPU is memory per vCPU in each N1 family, as GCE defines them
@@ -51,14 +51,14 @@ var (
 
 // fixedShapes are the other types the built-in profiles use or that users
 // commonly name; other types need vcpus and memoryMiB in their profile.
-var fixedShapes = map[string]machineShape{
-	"e2-micro":       {family: "e2", vcpus: 2, memoryMiB: 1024, sharedCore: true},
-	"e2-small":       {family: "e2", vcpus: 2, memoryMiB: 2048, sharedCore: true},
-	"e2-medium":      {family: "e2", vcpus: 2, memoryMiB: 4096, sharedCore: true},
-	"f1-micro":       {family: "f1", vcpus: 1, memoryMiB: 614, sharedCore: true},
-	"g1-small":       {family: "g1", vcpus: 1, memoryMiB: 1740, sharedCore: true},
-	"c3-standard-4":  {family: "c3", vcpus: 4, memoryMiB: 16384},
-	"n2d-standard-4": {family: "n2d", vcpus: 4, memoryMiB: 16384},
+var fixedShapes = map[string]Shape{
+	"e2-micro":       {Family: "e2", VCPUs: 2, MemoryMiB: 1024, SharedCore: true},
+	"e2-small":       {Family: "e2", VCPUs: 2, MemoryMiB: 2048, SharedCore: true},
+	"e2-medium":      {Family: "e2", VCPUs: 2, MemoryMiB: 4096, SharedCore: true},
+	"f1-micro":       {Family: "f1", VCPUs: 1, MemoryMiB: 614, SharedCore: true},
+	"g1-small":       {Family: "g1", VCPUs: 1, MemoryMiB: 1740, SharedCore: true},
+	"c3-standard-4":  {Family: "c3", VCPUs: 4, MemoryMiB: 16384},
+	"n2d-standard-4": {Family: "n2d", VCPUs: 4, MemoryMiB: 16384},
 }
 
 // isN1 reports whether machineType is an N1 type: predefined n1-* (not
@@ -67,8 +67,8 @@ func isN1(machineType string) bool {
 	return strings.HasPrefix(machineType, "n1-") || strings.HasPrefix(machineType, "custom-")
 }
 
-// familyOf is the machine series of a type name ("n1" for N1 custom).
-func familyOf(machineType string) string {
+// FamilyOf is the machine series of a type name ("n1" for N1 custom).
+func FamilyOf(machineType string) string {
 	if strings.HasPrefix(machineType, "custom-") {
 		return "n1"
 	}
@@ -76,13 +76,13 @@ func familyOf(machineType string) string {
 	return fam
 }
 
-// lookupShape returns the shape of a known machine type.
-func lookupShape(machineType string) (machineShape, bool) {
+// LookupShape returns the shape of a known machine type.
+func LookupShape(machineType string) (Shape, bool) {
 	if s, ok := fixedShapes[machineType]; ok {
-		s.name = machineType
+		s.Name = machineType
 		return s, true
 	}
-	if s, ok := bundledShape(machineType); ok {
+	if s, ok := LookupBundled(machineType); ok {
 		return s, true
 	}
 	family, size, ok := strings.Cut(machineType[strings.Index(machineType, "-")+1:], "-")
@@ -92,11 +92,11 @@ func lookupShape(machineType string) (machineShape, bool) {
 	case strings.HasPrefix(machineType, "n1-"):
 		if perCPU, known := n1MiBPerVCPU[family]; known && validN1Size(family, n) {
 			// GCE reports n1-highcpu memory rounded to whole MiB.
-			return machineShape{name: machineType, family: "n1", vcpus: n, memoryMiB: int64(math.Round(float64(n) * perCPU))}, true
+			return Shape{Name: machineType, Family: "n1", VCPUs: n, MemoryMiB: int64(math.Round(float64(n) * perCPU))}, true
 		}
 	case strings.HasPrefix(machineType, "e2-"):
 		if perCPU, known := e2MiBPerVCPU[family]; known && containsInt(e2Sizes[family], n) {
-			return machineShape{name: machineType, family: "e2", vcpus: n, memoryMiB: n * perCPU}, true
+			return Shape{Name: machineType, Family: "e2", VCPUs: n, MemoryMiB: n * perCPU}, true
 		}
 	}
 	// N1 custom types are custom-<vCPUs>-<MiB>.
@@ -105,10 +105,10 @@ func lookupShape(machineType string) (machineShape, bool) {
 		n, err1 := strconv.ParseInt(cpu, 10, 64)
 		m, err2 := strconv.ParseInt(mem, 10, 64)
 		if ok && err1 == nil && err2 == nil && n > 0 && m > 0 {
-			return machineShape{name: machineType, family: "n1", vcpus: n, memoryMiB: m, custom: true}, true
+			return Shape{Name: machineType, Family: "n1", VCPUs: n, MemoryMiB: m, Custom: true}, true
 		}
 	}
-	return machineShape{}, false
+	return Shape{}, false
 }
 
 func validN1Size(family string, n int64) bool {
@@ -140,8 +140,8 @@ const (
 	customMemoryStepMiB  = 256
 )
 
-// customN1Error says why GCE would refuse custom-<vcpus>-<mib>, or nil.
-func customN1Error(vcpus, mib int64) error {
+// CustomN1Error says why GCE would refuse custom-<vcpus>-<mib>, or nil.
+func CustomN1Error(vcpus, mib int64) error {
 	switch {
 	case vcpus < 1 || vcpus > n1CustomMaxVCPUs || (vcpus > 1 && vcpus%2 != 0):
 		return fmt.Errorf("an N1 custom type has 1 or an even number of vCPUs up to %d, not %d", n1CustomMaxVCPUs, vcpus)
@@ -155,7 +155,7 @@ func customN1Error(vcpus, mib int64) error {
 
 // smallestCustomN1 is the smallest valid N1 custom shape holding vcpus and
 // mib, or false when none does within maxVCPUs and maxMiB.
-func smallestCustomN1(vcpus, mib, maxVCPUs, maxMiB int64) (machineShape, bool) {
+func smallestCustomN1(vcpus, mib, maxVCPUs, maxMiB int64) (Shape, bool) {
 	v := max(vcpus, 1)
 	// Memory decides the vCPUs when it exceeds 6.5 GB per vCPU.
 	v = max(v, (mib+n1CustomMaxMiBPerCPU-1)/n1CustomMaxMiBPerCPU)
@@ -164,19 +164,19 @@ func smallestCustomN1(vcpus, mib, maxVCPUs, maxMiB int64) (machineShape, bool) {
 	}
 	m := max(mib, v*n1CustomMinMiBPerCPU)
 	m = (m + customMemoryStepMiB - 1) / customMemoryStepMiB * customMemoryStepMiB
-	if v > maxVCPUs || m > maxMiB || customN1Error(v, m) != nil {
-		return machineShape{}, false
+	if v > maxVCPUs || m > maxMiB || CustomN1Error(v, m) != nil {
+		return Shape{}, false
 	}
 	name := fmt.Sprintf("custom-%d-%d", v, m)
-	return machineShape{name: name, family: "n1", vcpus: v, memoryMiB: m, custom: true}, true
+	return Shape{Name: name, Family: "n1", VCPUs: v, MemoryMiB: m, Custom: true}, true
 }
 
 // predefinedN1 lists every predefined N1 shape.
-func predefinedN1() []machineShape {
-	var out []machineShape
+func predefinedN1() []Shape {
+	var out []Shape
 	for _, fam := range []string{"standard", "highmem", "highcpu"} {
 		for _, n := range n1Sizes {
-			if s, ok := lookupShape(fmt.Sprintf("n1-%s-%d", fam, n)); ok {
+			if s, ok := LookupShape(fmt.Sprintf("n1-%s-%d", fam, n)); ok {
 				out = append(out, s)
 			}
 		}
@@ -187,14 +187,14 @@ func predefinedN1() []machineShape {
 // predefinedE2 lists the predefined E2 shapes from e2-medium up. The
 // smaller shared-core types (e2-micro, e2-small: 1 and 2 GiB) are left
 // out: the podVM's agent and image pulls need more than they hold.
-func predefinedE2() []machineShape {
-	out := []machineShape{}
-	if s, ok := lookupShape("e2-medium"); ok {
+func predefinedE2() []Shape {
+	out := []Shape{}
+	if s, ok := LookupShape("e2-medium"); ok {
 		out = append(out, s)
 	}
 	for _, fam := range []string{"standard", "highmem", "highcpu"} {
 		for _, n := range e2Sizes[fam] {
-			if s, ok := lookupShape(fmt.Sprintf("e2-%s-%d", fam, n)); ok {
+			if s, ok := LookupShape(fmt.Sprintf("e2-%s-%d", fam, n)); ok {
 				out = append(out, s)
 			}
 		}
@@ -202,9 +202,9 @@ func predefinedE2() []machineShape {
 	return out
 }
 
-// bundledShape is a machine type of the GPU catalogue that comes with its
+// LookupBundled is a machine type of the GPU catalogue that comes with its
 // GPUs.
-func bundledShape(machineType string) (machineShape, bool) {
+func LookupBundled(machineType string) (Shape, bool) {
 	for i := range gpuFamilies {
 		f := &gpuFamilies[i]
 		for _, b := range f.Bundled {
@@ -213,17 +213,17 @@ func bundledShape(machineType string) (machineShape, bool) {
 			}
 		}
 	}
-	return machineShape{}, false
+	return Shape{}, false
 }
 
 // shape is the machine shape of a bundled type of family f.
-func (b BundledShape) shape(f *GPUFamily) machineShape {
-	return machineShape{name: b.MachineType, family: familyOf(b.MachineType), vcpus: b.VCPUs, memoryMiB: b.MemoryMiB,
-		bundledAccelerator: f.Accelerator, bundledCount: b.GPUs, soldAs: b.SoldAs, soldNote: b.SoldNote}
+func (b BundledShape) shape(f *GPUFamily) Shape {
+	return Shape{Name: b.MachineType, Family: FamilyOf(b.MachineType), VCPUs: b.VCPUs, MemoryMiB: b.MemoryMiB,
+		BundledAccelerator: f.Accelerator, BundledCount: b.GPUs, SoldAs: b.SoldAs, SoldNote: b.SoldNote}
 }
 
-// familyByAccelerator is the catalogue's row for a GCE accelerator type.
-func familyByAccelerator(accelerator string) (*GPUFamily, bool) {
+// FamilyByAccelerator is the catalogue's row for a GCE accelerator type.
+func FamilyByAccelerator(accelerator string) (*GPUFamily, bool) {
 	for i := range gpuFamilies {
 		if gpuFamilies[i].Accelerator == accelerator {
 			return &gpuFamilies[i], true
@@ -232,20 +232,20 @@ func familyByAccelerator(accelerator string) (*GPUFamily, bool) {
 	return nil, false
 }
 
-// attachedFamilyFor is the GPU a machine type of an attaching series gets
+// AttachedFamilyFor is the GPU a machine type of an attaching series gets
 // when none is named: the one its series states (the T4 for N1).
-func attachedFamilyFor(machineType string) (*GPUFamily, bool) {
-	acc := series[familyOf(machineType)].attachedGPU
+func AttachedFamilyFor(machineType string) (*GPUFamily, bool) {
+	acc := series[FamilyOf(machineType)].attachedGPU
 	if acc == "" {
 		return nil, false
 	}
-	return familyByAccelerator(acc)
+	return FamilyByAccelerator(acc)
 }
 
-// defaultFamily is the GPU the provider is built around, defaultSeries's
+// DefaultFamily is the GPU the provider is built around, defaultSeries's
 // stated one, named in messages that need an example.
-func defaultFamily() *GPUFamily {
-	f, _ := familyByAccelerator(series[defaultSeries].attachedGPU)
+func DefaultFamily() *GPUFamily {
+	f, _ := FamilyByAccelerator(series[defaultSeries].attachedGPU)
 	return f
 }
 
@@ -259,8 +259,8 @@ func (f *GPUFamily) attachLimit(count int32) (AttachLimit, bool) {
 	return AttachLimit{}, false
 }
 
-// nextCount returns the smallest attachable count that holds n GPUs.
-func (f *GPUFamily) nextCount(n int64) (int32, bool) {
+// NextCount returns the smallest attachable count that holds n GPUs.
+func (f *GPUFamily) NextCount(n int64) (int32, bool) {
 	for _, l := range f.AttachLimits {
 		if int64(l.Count) >= n {
 			return l.Count, true
@@ -269,8 +269,8 @@ func (f *GPUFamily) nextCount(n int64) (int32, bool) {
 	return 0, false
 }
 
-// maxAttach is the largest attachable count and its limit.
-func (f *GPUFamily) maxAttach() AttachLimit {
+// MaxAttach is the largest attachable count and its limit.
+func (f *GPUFamily) MaxAttach() AttachLimit {
 	return f.AttachLimits[len(f.AttachLimits)-1]
 }
 
@@ -295,28 +295,28 @@ func (f *GPUFamily) bundledTypes() []string {
 	return out
 }
 
-// checkAttachedShape rejects what GCE would reject for count GPUs of
+// CheckAttachedShape rejects what GCE would reject for count GPUs of
 // family f attached to a machine type, with a message naming field and
 // fix. field is the config path of the profile.
-func checkAttachedShape(field, machineType string, f *GPUFamily, count int32, shape machineShape) error {
+func CheckAttachedShape(field, machineType string, f *GPUFamily, count int32, shape Shape) error {
 	if f.AttachSeries == "" {
 		return fmt.Errorf("%s.accelerator: %s comes only with the machine types %s; set machineType to one of them and remove accelerator and acceleratorCount",
 			field, f.Accelerator, strings.Join(f.bundledTypes(), ", "))
 	}
-	if familyOf(machineType) != f.AttachSeries || shape.sharedCore {
+	if FamilyOf(machineType) != f.AttachSeries || shape.SharedCore {
 		return fmt.Errorf("%s.machineType: %s attaches only to %s machine types, got %q; use one such as %s-standard-4", field, f.Accelerator, strings.ToUpper(f.AttachSeries), machineType, f.AttachSeries)
 	}
 	lim, ok := f.attachLimit(count)
 	if !ok {
-		want, fits := f.nextCount(int64(count))
+		want, fits := f.NextCount(int64(count))
 		if !fits {
 			return fmt.Errorf("%s.acceleratorCount: GCE attaches %s %s to one VM, got %d; split the workload over several pods", field, f.countsText(), f.Accelerator, count)
 		}
 		return fmt.Errorf("%s.acceleratorCount: GCE attaches %s %s to one VM, got %d; use %d", field, f.countsText(), f.Accelerator, count, want)
 	}
-	if shape.vcpus > lim.MaxVCPUs || shape.memoryMiB > lim.MaxMemoryMiB {
+	if shape.VCPUs > lim.MaxVCPUs || shape.MemoryMiB > lim.MaxMemoryMiB {
 		return fmt.Errorf("%s.machineType: %s has %d vCPUs and %d MiB, over GCE's limit for %d×%s (%d vCPUs, %d MiB); use a smaller %s type or more GPUs",
-			field, machineType, shape.vcpus, shape.memoryMiB, count, f.Accelerator, lim.MaxVCPUs, lim.MaxMemoryMiB, strings.ToUpper(f.AttachSeries))
+			field, machineType, shape.VCPUs, shape.MemoryMiB, count, f.Accelerator, lim.MaxVCPUs, lim.MaxMemoryMiB, strings.ToUpper(f.AttachSeries))
 	}
 	return nil
 }
@@ -327,26 +327,26 @@ func diskTypesFor(family string) []string {
 	return series[family].diskTypes
 }
 
-// checkDiskType refuses a boot disk type the machine series does not take.
-func checkDiskType(field, machineType, diskType string) error {
-	allowed := diskTypesFor(familyOf(machineType))
+// CheckDiskType refuses a boot disk type the machine series does not take.
+func CheckDiskType(field, machineType, diskType string) error {
+	allowed := diskTypesFor(FamilyOf(machineType))
 	if allowed == nil || slices.Contains(allowed, diskType) {
 		return nil
 	}
 	return fmt.Errorf("%s: disk type %s does not attach to %s (%s series takes %s); set another disk type (GCP_DISK_TYPE, or diskType: in the profile)",
-		field, diskType, machineType, strings.ToUpper(familyOf(machineType)), strings.Join(allowed, ", "))
+		field, diskType, machineType, strings.ToUpper(FamilyOf(machineType)), strings.Join(allowed, ", "))
 }
 
-// needsNVMe reports a VM whose disks attach only through NVMe: the series'
+// NeedsNVMe reports a VM whose disks attach only through NVMe: the series'
 // rule, and every Confidential VM whatever the series
 // (confidential-computing/confidential-vm/docs/supported-configurations#limitations).
-func needsNVMe(machineType string, confidential bool) bool {
-	return confidential || series[familyOf(machineType)].nvmeOnly
+func NeedsNVMe(machineType string, confidential bool) bool {
+	return confidential || series[FamilyOf(machineType)].nvmeOnly
 }
 
-// needsGVNIC reports a series that networks only through gVNIC.
-func needsGVNIC(machineType string) bool {
-	return series[familyOf(machineType)].gvnicOnly
+// NeedsGVNIC reports a series that networks only through gVNIC.
+func NeedsGVNIC(machineType string) bool {
+	return series[FamilyOf(machineType)].gvnicOnly
 }
 
 // checkMinCPUPlatform refuses a platform the series does not offer.
@@ -354,7 +354,7 @@ func checkMinCPUPlatform(field, machineType, platform string) error {
 	if platform == "" || platform == "Automatic" {
 		return nil
 	}
-	allowed := series[familyOf(machineType)].cpuPlatforms
+	allowed := series[FamilyOf(machineType)].cpuPlatforms
 	ok := allowed != nil
 	if ok && slices.Contains(allowed, platform) {
 		return nil
@@ -365,13 +365,13 @@ func checkMinCPUPlatform(field, machineType, platform string) error {
 	return fmt.Errorf("%s.minCpuPlatform: %q is not a platform of %s; use one of %s", field, platform, machineType, strings.Join(allowed, ", "))
 }
 
-// soldModels are the provisioning models GCE sells a machine type under:
+// SoldModels are the provisioning models GCE sells a machine type under:
 // every model, unless its catalogue row says otherwise (a3-highgpu-1g only
 // as Spot, Flex-start or from a reservation; of those, the provider
 // creates Spot).
-func soldModels(machineType string) (models []string, note string) {
-	if s, ok := bundledShape(machineType); ok && len(s.soldAs) > 0 {
-		return s.soldAs, s.soldNote
+func SoldModels(machineType string) (models []string, note string) {
+	if s, ok := LookupBundled(machineType); ok && len(s.SoldAs) > 0 {
+		return s.SoldAs, s.SoldNote
 	}
 	return []string{setting.ProvisioningStandard, setting.ProvisioningSpot}, ""
 }

@@ -1,7 +1,7 @@
 // (C) Copyright Confidential Containers Contributors
 // SPDX-License-Identifier: Apache-2.0
 
-package gcpt4
+package catalog
 
 import (
 	"bytes"
@@ -141,11 +141,11 @@ func (t *PriceTable) Hourly(machineType, accelerator string, count int64, model 
 		}
 		return p.OnDemand
 	}
-	if s, ok := lookupShape(machineType); ok && s.custom {
+	if s, ok := LookupShape(machineType); ok && s.Custom {
 		rates := t.CustomN1
 		known := rates != (CustomRates{})
-		e.Host = pick("custom N1 vCPU", rates.VCPU, known)*float64(s.vcpus) +
-			pick("custom N1 memory", rates.MemoryGiB, known)*float64(s.memoryMiB)/1024
+		e.Host = pick("custom N1 vCPU", rates.VCPU, known)*float64(s.VCPUs) +
+			pick("custom N1 memory", rates.MemoryGiB, known)*float64(s.MemoryMiB)/1024
 	} else {
 		mp, ok := t.MachineTypes[machineType]
 		e.Host = pick("machine type "+machineType, mp, ok)

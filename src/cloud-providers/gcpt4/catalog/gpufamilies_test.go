@@ -1,7 +1,7 @@
 // (C) Copyright Confidential Containers Contributors
 // SPDX-License-Identifier: Apache-2.0
 
-package gcpt4
+package catalog
 
 import (
 	"slices"
@@ -50,19 +50,19 @@ func TestGPUCatalogueRows(t *testing.T) {
 			}
 		}
 		for _, b := range f.Bundled {
-			s, ok := lookupShape(b.MachineType)
-			if !ok || s.bundledAccelerator != f.Accelerator || int64(s.bundledCount) != int64(b.GPUs) || b.GPUs <= 0 || b.VCPUs <= 0 || b.MemoryMiB <= 0 {
+			s, ok := LookupShape(b.MachineType)
+			if !ok || s.BundledAccelerator != f.Accelerator || int64(s.BundledCount) != int64(b.GPUs) || b.GPUs <= 0 || b.VCPUs <= 0 || b.MemoryMiB <= 0 {
 				t.Errorf("%s: %s resolves to %+v", f.Name, b.MachineType, s)
 			}
-			if _, known := series[familyOf(b.MachineType)]; !known {
+			if _, known := series[FamilyOf(b.MachineType)]; !known {
 				t.Errorf("%s: the series of %s is not in the series table", f.Name, b.MachineType)
 			}
 			p, ok := prices.MachineTypes[b.MachineType]
 			if !ok || !p.IncludesGPU {
 				t.Errorf("%s: prices.json has no GPU-inclusive price for %s", f.Name, b.MachineType)
 			}
-			if sold, _ := soldModels(b.MachineType); !slices.Equal(sold, b.SoldAs) && len(b.SoldAs) > 0 {
-				t.Errorf("%s: soldModels = %v, row says %v", b.MachineType, sold, b.SoldAs)
+			if sold, _ := SoldModels(b.MachineType); !slices.Equal(sold, b.SoldAs) && len(b.SoldAs) > 0 {
+				t.Errorf("%s: SoldModels = %v, row says %v", b.MachineType, sold, b.SoldAs)
 			}
 		}
 		if s := f.Serving; s != nil {
@@ -76,53 +76,8 @@ func TestGPUCatalogueRows(t *testing.T) {
 			}
 		}
 	}
-	if !defaultFamily().Automatic || defaultFamily().Accelerator != "nvidia-tesla-t4" {
-		t.Errorf("the default family is %s", defaultFamily().Accelerator)
-	}
-}
-
-func TestGPUUses(t *testing.T) {
-	use := func(uses []GPUUse, acc string) (GPUUse, bool) {
-		for _, u := range uses {
-			if u.Family.Accelerator == acc {
-				return u, true
-			}
-		}
-		return GPUUse{}, false
-	}
-	catalog, err := NewCatalog("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Defaults: the T4 automatically (t4-4 is the largest podVM); h100-cc
-	// has no image, so it creates nothing and needs no zone or quota.
-	cfg := validConfig()
-	uses := cfg.GPUUses(catalog)
-	if len(uses) != 1 || uses[0].Family.Accelerator != "nvidia-tesla-t4" || !uses[0].Automatic || uses[0].MaxGPUs != 4 {
-		t.Fatalf("default uses = %+v", uses)
-	}
-	// With an image, h100-cc is a GPU pods may name: checked, not automatic.
-	cfg.ProfileImages = map[string]string{"h100-cc": "podvm-tdx"}
-	u, ok := use(cfg.GPUUses(catalog), "nvidia-h100-80gb")
-	if !ok || u.Automatic || u.MaxGPUs != 1 || !slices.Equal(u.Via, []string{"profile h100-cc"}) {
-		t.Fatalf("h100 use = %+v, %v", u, ok)
-	}
-	// Listing a bundled machine type makes its GPU nameable.
-	cfg = validConfig()
-	cfg.InstanceTypes = commaList{"t4-1", "g2-standard-8"}
-	u, ok = use(cfg.GPUUses(catalog), "nvidia-l4")
-	if !ok || u.Automatic || u.MaxGPUs != 1 {
-		t.Fatalf("listed g2-standard-8: %+v, %v", u, ok)
-	}
-	if _, found := use(cfg.GPUUses(catalog), "nvidia-tesla-t4"); !found {
-		t.Fatal("listed t4-1: no T4 use")
-	}
-	// Listing the accelerator lets fit choose it.
-	cfg.InstanceTypes = commaList{"auto", "nvidia-l4"}
-	cfg.MaxGPUsPerPod = 8
-	u, ok = use(cfg.GPUUses(catalog), "nvidia-l4")
-	if !ok || !u.Automatic || !strings.Contains(strings.Join(u.Via, ","), "GCP_INSTANCE_TYPES nvidia-l4") {
-		t.Fatalf("listed nvidia-l4: %+v, %v", u, ok)
+	if !DefaultFamily().Automatic || DefaultFamily().Accelerator != "nvidia-tesla-t4" {
+		t.Errorf("the default family is %s", DefaultFamily().Accelerator)
 	}
 }
 
@@ -130,7 +85,7 @@ func TestGPUUses(t *testing.T) {
 // the machine types that bring it.
 func TestBundledGPUIsNotAttached(t *testing.T) {
 	p := Profile{Name: "l4-on-n1", MachineType: "n1-standard-8", Accelerator: "nvidia-l4"}
-	err := p.normalize("profiles[6]")
+	err := p.Normalize("profiles[6]")
 	if err == nil || !strings.Contains(err.Error(), "nvidia-l4 comes only with the machine types g2-standard-4") {
 		t.Fatalf("l4 attached to n1: %v", err)
 	}
@@ -181,10 +136,10 @@ func TestSeriesStateTheirAttachedGPU(t *testing.T) {
 	if p := attachedGPUProblems(gpuFamilies, series); len(p) != 0 {
 		t.Errorf("with a V100 row: %v", p)
 	}
-	if f, ok := attachedFamilyFor("n1-standard-8"); !ok || f.Accelerator != "nvidia-tesla-t4" {
+	if f, ok := AttachedFamilyFor("n1-standard-8"); !ok || f.Accelerator != "nvidia-tesla-t4" {
 		t.Errorf("n1-standard-8 with a V100 row first gets %v, want the stated nvidia-tesla-t4", f)
 	}
-	if f := defaultFamily(); f == nil || f.Accelerator != "nvidia-tesla-t4" {
+	if f := DefaultFamily(); f == nil || f.Accelerator != "nvidia-tesla-t4" {
 		t.Errorf("the default family with a V100 row first is %v, want nvidia-tesla-t4", f)
 	}
 	// The same catalogue with N1 stating nothing is refused.

@@ -1,7 +1,7 @@
 // (C) Copyright Confidential Containers Contributors
 // SPDX-License-Identifier: Apache-2.0
 
-package gcpt4
+package catalog
 
 import (
 	"fmt"
@@ -53,6 +53,10 @@ type Profile struct {
 	gpus int64
 	// gpuModel is the accelerator the GPUs are, attached or bundled.
 	gpuModel string
+	// family is gpuModel's row of the GPU catalogue, resolved with it
+	// (setGPUs) so that no check looks the accelerator up by name again;
+	// nil without GPUs or for an accelerator the catalogue lacks.
+	family *GPUFamily
 }
 
 // GPUs is the number of GPUs a podVM of this profile has.
@@ -60,6 +64,25 @@ func (p Profile) GPUs() int64 { return p.gpus }
 
 // GPUModel is the accelerator type of the profile's GPUs, or "".
 func (p Profile) GPUModel() string { return p.gpuModel }
+
+// Family is the GPU catalogue's row for the profile's GPUs, resolved when
+// the profile was (Normalize, Synthesize, WithGPUs); false without GPUs or
+// for an accelerator the catalogue does not know.
+func (p Profile) Family() (*GPUFamily, bool) { return p.family, p.family != nil }
+
+// setGPUs records the profile's GPUs and resolves their family, once.
+func (p *Profile) setGPUs(count int64, model string) {
+	p.gpus, p.gpuModel = count, model
+	p.family, _ = FamilyByAccelerator(model)
+}
+
+// WithGPUs is p holding count GPUs of model: for a shape the provider did
+// not choose, whose GPUs GCE reports (an instance template's), since a
+// profile's GPUs are otherwise resolved only when it is normalized.
+func (p Profile) WithGPUs(count int64, model string) Profile {
+	p.setGPUs(count, model)
+	return p
+}
 
 // builtinProfiles are the named shapes every deployment starts with. The
 // T4 profiles are the smallest N1 type that gives each GPU four vCPUs (the
@@ -89,7 +112,7 @@ var confidentialFamilies = map[string][]string{
 
 // normalize fills derived fields and rejects what GCE would reject; field
 // names the profile in error messages, e.g. "profiles[2]".
-func (p *Profile) normalize(field string) error {
+func (p *Profile) Normalize(field string) error {
 	if !profileNameRE.MatchString(p.Name) {
 		return fmt.Errorf("%s.name: %q must be lowercase letters, digits and '-', starting with a letter (at most 63)", field, p.Name)
 	}
@@ -97,9 +120,9 @@ func (p *Profile) normalize(field string) error {
 	if p.MachineType == "" {
 		return fmt.Errorf("%s.machineType: required, e.g. n1-standard-4", field)
 	}
-	shape, known := lookupShape(p.MachineType)
-	if known && shape.custom {
-		if err := customN1Error(shape.vcpus, shape.memoryMiB); err != nil {
+	shape, known := LookupShape(p.MachineType)
+	if known && shape.Custom {
+		if err := CustomN1Error(shape.VCPUs, shape.MemoryMiB); err != nil {
 			return fmt.Errorf("%s.machineType: %s: %w", field, p.MachineType, err)
 		}
 	}
@@ -107,36 +130,36 @@ func (p *Profile) normalize(field string) error {
 		if p.VCPUs <= 0 || p.MemoryMiB <= 0 {
 			return fmt.Errorf("%s: machine type %q is not in the built-in catalogue; set vcpus and memoryMiB in the profile", field, p.MachineType)
 		}
-		shape = machineShape{vcpus: p.VCPUs, memoryMiB: p.MemoryMiB}
+		shape = Shape{VCPUs: p.VCPUs, MemoryMiB: p.MemoryMiB}
 	}
 	if p.VCPUs == 0 {
-		p.VCPUs = shape.vcpus
+		p.VCPUs = shape.VCPUs
 	}
 	if p.MemoryMiB == 0 {
-		p.MemoryMiB = shape.memoryMiB
+		p.MemoryMiB = shape.MemoryMiB
 	}
 	switch {
-	case shape.bundledAccelerator != "" && p.Accelerator != "":
-		return fmt.Errorf("%s.accelerator: %s comes with %d×%s; remove accelerator and acceleratorCount", field, p.MachineType, shape.bundledCount, shape.bundledAccelerator)
-	case shape.bundledAccelerator != "":
-		p.gpus, p.gpuModel = int64(shape.bundledCount), shape.bundledAccelerator
+	case shape.BundledAccelerator != "" && p.Accelerator != "":
+		return fmt.Errorf("%s.accelerator: %s comes with %d×%s; remove accelerator and acceleratorCount", field, p.MachineType, shape.BundledCount, shape.BundledAccelerator)
+	case shape.BundledAccelerator != "":
+		p.setGPUs(int64(shape.BundledCount), shape.BundledAccelerator)
 	case p.Accelerator == "" && p.AcceleratorCount != 0:
-		return fmt.Errorf("%s.accelerator: acceleratorCount is %d but no accelerator is named; set accelerator: %s", field, p.AcceleratorCount, defaultFamily().Accelerator)
+		return fmt.Errorf("%s.accelerator: acceleratorCount is %d but no accelerator is named; set accelerator: %s", field, p.AcceleratorCount, DefaultFamily().Accelerator)
 	case p.Accelerator != "":
 		if p.AcceleratorCount == 0 {
 			p.AcceleratorCount = 1
 		}
-		if shape.sharedCore {
+		if shape.SharedCore {
 			return fmt.Errorf("%s.machineType: GPUs cannot attach to shared-core type %s; use an N1 type such as n1-standard-4", field, p.MachineType)
 		}
+		p.setGPUs(int64(p.AcceleratorCount), p.Accelerator)
 		// A GPU the catalogue knows is held to its row; another is left
 		// to the API.
-		if f, ok := familyByAccelerator(p.Accelerator); ok {
-			if err := checkAttachedShape(field, p.MachineType, f, p.AcceleratorCount, shape); err != nil {
+		if f, ok := p.Family(); ok {
+			if err := CheckAttachedShape(field, p.MachineType, f, p.AcceleratorCount, shape); err != nil {
 				return err
 			}
 		}
-		p.gpus, p.gpuModel = int64(p.AcceleratorCount), p.Accelerator
 	}
 	if p.ConfidentialType != "" {
 		if err := checkConfidential(field, p.MachineType, p.ConfidentialType); err != nil {
@@ -150,7 +173,7 @@ func (p *Profile) normalize(field string) error {
 		if strings.Contains(p.DiskType, "/") {
 			return fmt.Errorf("%s.diskType: %q: give the disk type's name (pd-balanced), not a URL; the provider adds the zone", field, p.DiskType)
 		}
-		if err := checkDiskType(field+".diskType", p.MachineType, p.DiskType); err != nil {
+		if err := CheckDiskType(field+".diskType", p.MachineType, p.DiskType); err != nil {
 			return err
 		}
 	}
@@ -159,7 +182,7 @@ func (p *Profile) normalize(field string) error {
 	default:
 		return fmt.Errorf("%s.provisioningModel: %q is not STANDARD or SPOT", field, p.ProvisioningModel)
 	}
-	if sold, note := soldModels(p.MachineType); p.ProvisioningModel != "" && !slices.Contains(sold, p.ProvisioningModel) {
+	if sold, note := SoldModels(p.MachineType); p.ProvisioningModel != "" && !slices.Contains(sold, p.ProvisioningModel) {
 		return fmt.Errorf("%s.provisioningModel: %s: %s; set provisioningModel: %s", field, p.ProvisioningModel, note, sold[0])
 	}
 	return nil
@@ -206,9 +229,9 @@ type Catalog struct {
 	prices *PriceTable
 }
 
-// NewCatalog builds a catalog from the built-ins and user documents: the
+// New builds a catalog from the built-ins and user documents: the
 // content of a file (path) and an inline document (env), either may be empty.
-func NewCatalog(filePath, inline string) (*Catalog, error) {
+func New(filePath, inline string) (*Catalog, error) {
 	all := builtinProfiles()
 	var user []Profile
 	if filePath != "" {
@@ -242,7 +265,7 @@ func NewCatalog(filePath, inline string) (*Catalog, error) {
 		all = append(all, p)
 	}
 	for i := range all {
-		if err := all[i].normalize(fmt.Sprintf("profiles[%d]", i)); err != nil {
+		if err := all[i].Normalize(fmt.Sprintf("profiles[%d]", i)); err != nil {
 			return nil, err
 		}
 	}

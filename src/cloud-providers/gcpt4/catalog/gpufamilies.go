@@ -1,9 +1,13 @@
 // (C) Copyright Confidential Containers Contributors
 // SPDX-License-Identifier: Apache-2.0
 
-package gcpt4
+package catalog
 
-import "github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
+import (
+	"slices"
+
+	"github.com/confidential-containers/cloud-api-adaptor/src/cloud-providers/gcpt4/setting"
+)
 
 // The GPU catalogue: one row per GPU family Compute Engine sells, with
 // everything the provider and its tools need to know about it. Selection,
@@ -153,6 +157,43 @@ var gpuFamilies = []GPUFamily{
 		},
 		QuotaMetric: "NVIDIA_H100_GPUS", PreemptibleQuotaMetric: "PREEMPTIBLE_NVIDIA_H100_GPUS",
 	},
+}
+
+// GPUUse is a GPU family a configuration may create podVMs with, and how:
+// what ConfigVerifier and `gcp-t4 preflight` check zones and quota for.
+type GPUUse struct {
+	Family GPUFamily
+	// Automatic is set when fit may choose the family for any GPU pod: a
+	// configured zone without it, or too little quota, fails the checks.
+	// Otherwise only pods naming a shape that has it get it: such a zone is
+	// reported, not fatal (the adaptor must not refuse T4 pods because an
+	// explicit H100 profile exists).
+	Automatic bool
+	// MaxGPUs is the most GPUs one podVM of the family takes.
+	MaxGPUs int64
+	// Via names what brings the family in: profiles, GCP_INSTANCE_TYPES.
+	Via []string
+}
+
+// GPUFamilies is the GPU catalogue, in its order.
+func GPUFamilies() []GPUFamily { return slices.Clone(gpuFamilies) }
+
+// LookupGPUFamily finds a catalogue row by short name (t4) or GCE
+// accelerator type (nvidia-tesla-t4).
+func LookupGPUFamily(name string) (GPUFamily, bool) {
+	for _, f := range gpuFamilies {
+		if f.Name == name || f.Accelerator == name {
+			return f, true
+		}
+	}
+	return GPUFamily{}, false
+}
+
+// ShapeOf is a machine type's vCPUs and memory as the provider knows them
+// (predefined N1/E2, N1 custom, and the GPU catalogue's bundled types).
+func ShapeOf(machineType string) (vcpus, memoryMiB int64, ok bool) {
+	s, ok := LookupShape(machineType)
+	return s.VCPUs, s.MemoryMiB, ok
 }
 
 // machineSeries is one row of the machine series the provider knows: the
