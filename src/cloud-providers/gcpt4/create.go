@@ -334,6 +334,14 @@ func (p *Provider) planCreate(ctx context.Context, vm podVM, spec provider.Insta
 	return plan, nil
 }
 
+// diskSizeGB is the boot disk size for an image: the configured size,
+// raised to the image's size when ConfigVerifier learned it.
+func (p *Provider) diskSizeGB(image string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(int64(p.cfg.RootVolumeSize), p.imageSizeGB[image])
+}
+
 // profileStep is the walk step of a profile under a model.
 func (c *Config) profileStep(vm podVM, prof catalog.Profile, model string, diskSizeGB int64) walkStep {
 	return walkStep{

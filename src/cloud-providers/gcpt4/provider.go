@@ -214,18 +214,10 @@ func parseInstanceID(id string) (zone, name string) {
 	return "", id
 }
 
-// diskSizeGB is the boot disk size for an image: the configured size,
-// raised to the image's size when ConfigVerifier learned it.
 // vmLogger is p's logger with each line starting with about (which pod and
 // podVM it is about), since a Printf line carries no fields.
 func (p *Provider) vmLogger(about string) *log.Logger {
 	return log.New(p.log.Writer(), p.log.Prefix()+about, p.log.Flags())
-}
-
-func (p *Provider) diskSizeGB(image string) int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return max(int64(p.cfg.RootVolumeSize), p.imageSizeGB[image])
 }
 
 // adopt handles a name already taken: a VM of this sandbox (an earlier try
