@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -44,6 +45,9 @@ func StartForTest(t *testing.T, opts Options) (*controlplane.ControlPlane, *Node
 	// the control plane starts, so no window lets the signal kill the test
 	// with its daemons' mounts and directories left behind.
 	ctx, cancel := context.WithCancel(t.Context())
+	// The test's TempDir root (the image binary is built there): testing
+	// removes it in its clean-up, which os.Exit below skips.
+	tempRoot := filepath.Dir(t.TempDir())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	var cpStarted atomic.Pointer[controlplane.ControlPlane]
@@ -60,6 +64,7 @@ func StartForTest(t *testing.T, opts Options) (*controlplane.ControlPlane, *Node
 			if cp := cpStarted.Load(); cp != nil {
 				_ = cp.Stop()
 			}
+			_ = os.RemoveAll(tempRoot)
 			os.Stderr.WriteString("node harness: interrupted (" + s.String() + "); node and control plane removed\n")
 			os.Exit(130)
 		case <-stopped:
