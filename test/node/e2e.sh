@@ -4,7 +4,9 @@
 # real kubelet and containerd with runc and the CNI plugins, a pod run,
 # read and removed (test/node's TestPodRunsOnARealNode), and the remediation
 # sidecar repairing containerd's configuration after a GKE rewrite under a
-# running pod (TestSidecarRestoresKataRemote). With them it checks
+# running pod (TestSidecarRestoresKataRemote, with and without kata-deploy's
+# snapshotter mapping), and Ctrl-C leaving nothing (TestInterruptLeavesNothing).
+# With them it checks
 # the checkouts against the pins, builds kata's shim and CAA with our series
 # from them (test/node/kata-build.sh, cached by commit) and runs the kata
 # stage too (TestKataRemotePodThroughCAA: a GPU peer pod through kubelet,
