@@ -1,9 +1,11 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -196,6 +198,7 @@ func TestKataRemoteGPUPodThroughWebhook(t *testing.T) {
 	if !sawRequested {
 		t.Errorf("no %s Event on the pod", reasonRequested)
 	}
+	statusTimeline(ctx, t, k.GcpT4, ks.kubeconfig, name)
 	record("at Running")
 	recorded = true
 
@@ -204,4 +207,24 @@ func TestKataRemoteGPUPodThroughWebhook(t *testing.T) {
 		t.Logf("webhook, the whole run: %s", clip(l))
 	}
 	stopAndCheck(t, n, ph)
+}
+
+// statusTimeline runs `gcp-t4 status` as an operator would for the pod,
+// against the harness's API server (GCE not asked: the emulator is not in
+// peer-pods-cm's reach from here), and checks that its timeline tells the
+// start the kubelet drove: the podVM's shape, each phase the provider
+// posted up to its agent, and the bars.
+func statusTimeline(ctx context.Context, t *testing.T, gcpT4, kubeconfig, pod string) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, gcpT4, "status", "-kubeconfig", kubeconfig, "-n", gpuNamespace, "-gce=false", pod).CombinedOutput()
+	t.Logf("gcp-t4 status -n %s %s:\n%s", gpuNamespace, pod, out)
+	if err != nil {
+		t.Errorf("gcp-t4 status: %v", err)
+		return
+	}
+	for _, want := range []string{"n1-standard-4 + 1×nvidia-tesla-t4", "requested", "created", "booted", "reachable", "pod Running", "timeline ("} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("gcp-t4 status's timeline lacks %q", want)
+		}
+	}
 }
