@@ -109,21 +109,10 @@ func TestKataRemoteGPUPodThroughWebhook(t *testing.T) {
 		}
 	}()
 
-	var running time.Time
-	if err := poll(ctx, "pod Running", func() (bool, string) {
-		p, err := cs.CoreV1().Pods(gpuNamespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		if containersRunning(p) {
-			running = time.Now()
-			return true, ""
-		}
-		return false, string(p.Status.Phase) + " " + containerState(p)
-	}); err != nil {
+	if _, err := waitPodRunning(ctx, cs, gpuNamespace, name, 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("pod Running %.1fs after it was created", running.Sub(created).Seconds())
+	t.Logf("pod Running %.1fs after it was created", time.Since(created).Seconds())
 	ph.done("→ pod Running")
 
 	// What containerd handed kata's shim: the sandbox's OCI spec, its
