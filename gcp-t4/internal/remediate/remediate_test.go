@@ -457,7 +457,27 @@ func TestRestartBudget(t *testing.T) {
 	if err != nil || res.RetryIn <= 0 || f.rs.calls != 1 || len(res.Wrote) != 1 {
 		t.Fatalf("second drift within the interval: res %+v err %v calls %d; want the file written and the restart deferred", res, err, f.rs.calls)
 	}
-	now = now.Add(10 * time.Minute)
+	// The wait is told on the Node, once, with when it ends and what to
+	// do meanwhile: kata-remote pods fail to start there until then.
+	var deferred []*corev1.Event
+	for _, e := range *f.events {
+		if e.Reason == "RestartDeferred" {
+			deferred = append(deferred, e)
+		}
+	}
+	if len(deferred) != 1 || deferred[0].Type != corev1.EventTypeWarning ||
+		!strings.Contains(deferred[0].Message, "next allowed at "+now.Add(9*time.Minute).Format(time.RFC3339)) ||
+		!strings.Contains(deferred[0].Message, "systemctl restart containerd") {
+		t.Fatalf("events %v; want one Warning RestartDeferred naming when the next restart is allowed and the fix", f.reasons())
+	}
+	now = now.Add(time.Minute)
+	if _, err := r.Reconcile(context.Background()); err != nil || f.rs.calls != 1 {
+		t.Fatalf("still within the interval: %v calls %d", err, f.rs.calls)
+	}
+	if n := strings.Count(strings.Join(f.reasons(), ","), "RestartDeferred"); n != 1 {
+		t.Fatalf("RestartDeferred told %d times, want once until the node converges", n)
+	}
+	now = now.Add(9 * time.Minute)
 	if res, err := r.Reconcile(context.Background()); err != nil || !res.Restarted || f.rs.calls != 2 {
 		t.Fatalf("after the interval: %+v %v calls %d, want the restart", res, err, f.rs.calls)
 	}

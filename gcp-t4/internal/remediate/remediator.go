@@ -627,6 +627,10 @@ func (r *Remediator) ensureLoaded(ctx context.Context, node *corev1.Node, res Re
 			res.RetryIn = r.budget.Interval / 10
 			r.setReady(false)
 			r.log.Warn("restart deferred", "err", err.Error())
+			// Until then the node's containerd lacks the handler: say so
+			// where an operator looks, with the way out.
+			r.report(ctx, true, "RestartDeferred", fmt.Sprintf("%s is back in containerd's configuration files, but the running containerd started before they were written; the sidecar restarts containerd at most once per --restart-interval (%s): %v. Until then pods of RuntimeClass %s fail to start on this node; `systemctl restart containerd` on the node loads it now",
+				h.Name, r.budget.Interval, err, h.Name))
 			return res, nil
 		}
 		return res, r.fail(ctx, "RestartBudgetExhausted", err)
