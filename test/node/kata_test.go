@@ -349,10 +349,11 @@ func clip(s string) string {
 // without it.
 const kubectlBin = "/usr/bin/kubectl"
 
-// checkExec runs `kubectl exec` in the pod's container twice and checks
-// what comes back: the stand-in agent's exec'd process prints its
+// checkExec runs `kubectl exec` in the pod's container three times and
+// checks what comes back: the stand-in agent's exec'd process prints its
 // arguments and exits 0, or N for `exit N` (kubectl then exits N, "command
-// terminated with exit code N"). It logs the output, exit status and time
+// terminated with exit code N"); with `-i` and `cat`, what kubectl's stdin
+// carried comes back on its stdout and the process exits when stdin ends. It logs the output, exit status and time
 // of each, and the agent's lines about them.
 func checkExec(ctx context.Context, t *testing.T, n *Node, kubeconfig, ns, name string) error {
 	t.Helper()
@@ -361,20 +362,33 @@ func checkExec(ctx context.Context, t *testing.T, n *Node, kubeconfig, ns, name 
 		return nil
 	}
 	var errs []error
+	const typed = "typed into kubectl exec -i\nand a second line\n"
 	for _, c := range []struct {
 		args   []string
+		stdin  string // non-empty: kubectl exec -i, this on its stdin
 		status int
 		stderr string
 	}{
-		{[]string{"/sleeper", "exec", "through", "the", "chain"}, 0, ""},
-		{[]string{"/sleeper", "exit", "3"}, 3, "command terminated with exit code 3"},
+		{[]string{"/sleeper", "exec", "through", "the", "chain"}, "", 0, ""},
+		{[]string{"/sleeper", "exit", "3"}, "", 3, "command terminated with exit code 3"},
+		// Interactive: stdin through kubelet, containerd and the shim
+		// (WriteStdin, then CloseStdin at its end) to the process and
+		// back.
+		{[]string{"/sleeper", "cat"}, typed, 0, ""},
 	} {
-		args := append([]string{"--kubeconfig", kubeconfig, "-n", ns, "exec", name, "-c", "vllm", "--"}, c.args...)
+		args := []string{"--kubeconfig", kubeconfig, "-n", ns, "exec", name, "-c", "vllm"}
+		if c.stdin != "" {
+			args = append(args, "-i")
+		}
+		args = append(append(args, "--"), c.args...)
 		ectx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		start := time.Now()
 		cmd := exec.CommandContext(ectx, kubectlBin, args...)
 		var stdout, stderr strings.Builder
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if c.stdin != "" {
+			cmd.Stdin = strings.NewReader(c.stdin)
+		}
 		err := cmd.Run()
 		cancel()
 		status := 0
@@ -384,13 +398,16 @@ func checkExec(ctx context.Context, t *testing.T, n *Node, kubeconfig, ns, name 
 		}
 		t.Logf("kubectl %s: %s, exit status %d; stdout %q; stderr %q", strings.Join(args[4:], " "), time.Since(start).Round(time.Millisecond), status, stdout.String(), stderr.String())
 		want := strings.Join(c.args, " ") + "\n"
+		if c.stdin != "" {
+			want = c.stdin
+		}
 		if err != nil || status != c.status || stdout.String() != want || !strings.Contains(stderr.String(), c.stderr) {
 			errs = append(errs, fmt.Errorf("kubectl exec -- %s: %v, status %d, stdout %q, stderr %q; want status %d, stdout %q, stderr with %q",
 				strings.Join(c.args, " "), err, status, stdout.String(), stderr.String(), c.status, want, c.stderr))
 		}
 	}
 	for i := range n.PodVMLogs() {
-		for _, l := range n.LogLines(fmt.Sprintf("podvm-%d", i+1), "ExecProcess") {
+		for _, l := range n.LogLines(fmt.Sprintf("podvm-%d", i+1), "ExecProcess", "WriteStdin", "CloseStdin") {
 			t.Logf("podVM %d: %s", i+1, clip(l))
 		}
 	}

@@ -165,7 +165,10 @@ type container struct {
 
 // process is a modelled process: its output, then a wait for a signal.
 type process struct {
-	mu     sync.Mutex
+	mu sync.Mutex
+	// echo: the process is `cat` (an interactive exec): what is written to
+	// its stdin comes back on its stdout, and it exits 0 when stdin closes.
+	echo   bool
 	out    []byte
 	wake   chan struct{} // closed and replaced when out grows or the process exits
 	exited chan struct{}
@@ -186,6 +189,15 @@ func (p *process) exit(status int32) {
 		p.wake = make(chan struct{})
 		p.mu.Unlock()
 	})
+}
+
+// write appends stdin's data to an echoing process's output.
+func (p *process) write(data []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.out = append(p.out, data...)
+	close(p.wake)
+	p.wake = make(chan struct{})
 }
 
 // read returns up to n bytes of output, waiting for some; after the
@@ -352,6 +364,14 @@ func (a *agent) ExecProcess(_ context.Context, r *pb.ExecProcessRequest) (*empty
 	if r.Process != nil {
 		args = r.Process.Args
 	}
+	if len(args) == 2 && args[1] == "cat" {
+		// An interactive exec: stdin back on stdout until it closes.
+		p := newProcess("")
+		p.echo = true
+		c.procs[r.ExecId] = p
+		logger.Printf("ExecProcess %s/%s (%q): echoes its stdin, exits 0 when it closes", r.ContainerId, r.ExecId, args)
+		return empty, nil
+	}
 	p := newProcess(strings.Join(args, " ") + "\n")
 	code := execStatus(args)
 	p.exit(code)
@@ -438,10 +458,26 @@ func (a *agent) ReadStderr(ctx context.Context, r *pb.ReadStreamRequest) (*pb.Re
 }
 
 func (a *agent) WriteStdin(_ context.Context, r *pb.WriteStreamRequest) (*pb.WriteStreamResponse, error) {
+	p, err := a.proc(r.ContainerId, r.ExecId)
+	if err != nil {
+		return nil, err
+	}
+	if p.echo {
+		p.write(r.Data)
+		logger.Printf("WriteStdin %s/%s: %d bytes", r.ContainerId, r.ExecId, len(r.Data))
+	}
 	return &pb.WriteStreamResponse{Len: uint32(len(r.Data))}, nil
 }
 
-func (a *agent) CloseStdin(context.Context, *pb.CloseStdinRequest) (*emptypb.Empty, error) {
+func (a *agent) CloseStdin(_ context.Context, r *pb.CloseStdinRequest) (*emptypb.Empty, error) {
+	p, err := a.proc(r.ContainerId, r.ExecId)
+	if err != nil {
+		return nil, err
+	}
+	if p.echo {
+		logger.Printf("CloseStdin %s/%s: exits 0", r.ContainerId, r.ExecId)
+		p.exit(0)
+	}
 	return empty, nil
 }
 
