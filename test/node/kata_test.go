@@ -488,23 +488,7 @@ func startKata(t *testing.T, k *Kata) *kataRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A GPU node as the device plugin would make it: the extended resource
-	// on the Node's capacity (status is the kubelet's to write, so the
-	// admin patches it as the plugin's registration would).
-	gpuPatch := []byte(`{"status":{"capacity":{"nvidia.com/gpu":"1"}}}`)
-	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, gpuPatch, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatal(err)
-	}
-	if err := poll(ctx, "nvidia.com/gpu allocatable", func() (bool, string) {
-		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		q := node.Status.Allocatable["nvidia.com/gpu"]
-		return q.Value() == 1, "allocatable " + q.String()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	setNodeGPUs(ctx, t, cs, n.Name, 1)
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gpuNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -614,4 +598,27 @@ func containersRunning(p *corev1.Pod) bool {
 		}
 	}
 	return true
+}
+
+// setNodeGPUs makes the node a GPU node as the device plugin would: count
+// nvidia.com/gpu on the Node's capacity (status is the kubelet's to write,
+// so it is patched as the plugin's registration would), then waits for
+// kubelet's next status update to make them allocatable, which its
+// admission of a pod reads.
+func setNodeGPUs(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string, count int64) {
+	t.Helper()
+	patch := []byte(fmt.Sprintf(`{"status":{"capacity":{"nvidia.com/gpu":"%d"}}}`, count))
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, "nvidia.com/gpu allocatable", func() (bool, string) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		q := n.Status.Allocatable["nvidia.com/gpu"]
+		return q.Value() == count, "allocatable " + q.String()
+	}); err != nil {
+		t.Fatal(err)
+	}
 }

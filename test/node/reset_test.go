@@ -203,7 +203,10 @@ func (s *sidecarRun) log(t *testing.T, n *Node) {
 // import and restarted containerd, kata-remote is back in the Node's
 // runtime handlers and the pod runs every container and is Ready. It
 // fails the test if that does not happen within 6 minutes.
-func gkeResetAndWatch(ctx context.Context, t *testing.T, n *Node, cs kubernetes.Interface, ns, pod string) {
+//
+// inWindow, when not nil, runs right after GKE's restart, while containerd
+// runs without kata-remote and before the sidecar's repair.
+func gkeResetAndWatch(ctx context.Context, t *testing.T, n *Node, cs kubernetes.Interface, ns, pod string, inWindow func()) {
 	t.Helper()
 	orig, err := os.ReadFile(n.ContainerdConfig())
 	if err != nil {
@@ -221,6 +224,10 @@ func gkeResetAndWatch(ctx context.Context, t *testing.T, n *Node, cs kubernetes.
 		t.Fatalf("GKE's restart of containerd: %v", err)
 	}
 	t.Logf("%s GKE's config written, containerd restarted by \"GKE\" (not the sidecar)", since())
+	if inWindow != nil {
+		inWindow()
+		t.Logf("%s in the window: done", since())
+	}
 	lastPod, lastHandlers, lastFile := "", "", ""
 	podStates := 0 // the pod's states seen, the first included
 	var restored, restarted, handlerBack, podBack time.Duration
@@ -322,12 +329,10 @@ func TestKataRemoteContainerdConfigReset(t *testing.T) {
 	k.Remediation = true
 	ks := startKata(t, &k)
 	ph, ctx, cs, n, pp := ks.ph, ks.ctx, ks.cs, ks.n, ks.pp
-	// Two GPU pods: the device plugin's count, as startKata sets it.
-	gpuPatch := []byte(`{"status":{"capacity":{"nvidia.com/gpu":"2"}}}`)
-	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, gpuPatch, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatal(err)
-	}
-	const ns, first, second = gpuNamespace, "vllm", "vllm-after"
+	// Three GPU pods at once, allocatable before the first: kubelet
+	// admits the window's pod at once, before its next status update.
+	setNodeGPUs(ctx, t, cs, n.Name, 3)
+	const ns, first, second, window = gpuNamespace, "vllm", "vllm-after", "vllm-window"
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, gpuPod(n.Name, first), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -343,9 +348,36 @@ func TestKataRemoteContainerdConfigReset(t *testing.T) {
 	ph.done("sidecar up and Ready")
 	side.log(t, n)
 
-	gkeResetAndWatch(ctx, t, n, cs, ns, first)
+	// A kata-remote pod created in the window between GKE's restart of
+	// containerd (no kata-remote) and the sidecar's (kata-remote back).
+	var windowCreated time.Time
+	gkeResetAndWatch(ctx, t, n, cs, ns, first, func() {
+		windowCreated = time.Now()
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, gpuPod(n.Name, window), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	side.log(t, n)
 	logEvents(ctx, t, cs, ns, first)
+	if p, err := waitPodRunning(ctx, cs, ns, window, 5*time.Minute); err != nil {
+		t.Error(err)
+	} else {
+		t.Logf("pod %s, created in the window, Running %.1fs after it was created: %s", window, time.Since(windowCreated).Seconds(), podSeen(p))
+	}
+	failed := 0
+	if evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + window}); err == nil {
+		for _, e := range evs.Items {
+			if e.Reason == "FailedCreatePodSandBox" {
+				failed += int(max(e.Count, 1))
+			}
+		}
+	}
+	t.Logf("pod %s: %d FailedCreatePodSandBox before it ran", window, failed)
+	logEvents(ctx, t, cs, ns, window)
+	for _, l := range n.LogLines("kubelet", window, "no runtime for") {
+		t.Logf("kubelet: %s", clip(l))
+	}
+	ph.done("the window's pod Running")
 	after, err := cs.CoreV1().Pods(ns).Get(ctx, first, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +401,7 @@ func TestKataRemoteContainerdConfigReset(t *testing.T) {
 	ph.done("new kata-remote pod Running")
 	side.log(t, n)
 
-	for _, name := range []string{first, second} {
+	for _, name := range []string{first, second, window} {
 		if err := cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Error(err)
 		}
@@ -535,7 +567,7 @@ func testSidecarRestoresKataRemote(t *testing.T, withNydus bool) {
 	side := startSidecar(ctx, t, n, cp, cs, bin, installNamespace)
 	ph.done("sidecar up and Ready")
 	side.log(t, n)
-	gkeResetAndWatch(ctx, t, n, cs, ns, first)
+	gkeResetAndWatch(ctx, t, n, cs, ns, first, nil)
 	side.log(t, n)
 	after, err := cs.CoreV1().Pods(ns).Get(ctx, first, metav1.GetOptions{})
 	if err != nil {
