@@ -110,7 +110,8 @@ func parseInstallTo(args []string, stdout, stderr io.Writer) (*installOptions, *
 		About: []string{"Installs or upgrades CAA with gcp-t4: renders install/overlays/gcp-t4 (embedded), detects GKE, " +
 			"validates peer-pods-cm with the provider's own rules, prints the settings diff and applies with server-side " +
 			"apply. An upgrade keeps every setting already installed (image, peer-pods-cm keys, credentials, " +
-			"certificates) unless a flag changes it; --unset KEY, --use-adc and --no-tls-certs remove. docs/install.md."},
+			"certificates) unless a flag changes it; --unset KEY, --use-adc and --no-tls-certs remove. A change that restarts CAA " +
+			"while kata-remote pods run on its nodes restarts them too: refused without --restart-peer-pods. docs/install.md."},
 	})
 	o.cluster.Register(fs)
 	var project, zone, podImage, network, subnetwork string

@@ -88,8 +88,10 @@ func KataPods(ctx context.Context, cs kubernetes.Interface) ([]KataPod, error) {
 // alone gives the template the API server would store, defaults and
 // other managers' fields included, so a rendering that differs from the
 // live object only in what the server fills in is no change. false when
-// no DaemonSet is live (a first install), or when the result's
-// updateStrategy is OnDelete (the template changes, no pod is replaced).
+// no DaemonSet is live (a first install), when the result's
+// updateStrategy is OnDelete (the template changes, no pod is replaced),
+// or when another field manager's fields conflict (Apply then stops at
+// the DaemonSet without changing it).
 // It writes nothing.
 func (c Cluster) rollsCAA(ctx context.Context, ds *unstructured.Unstructured, force bool) (bool, error) {
 	r := refOf(ds)
@@ -105,6 +107,12 @@ func (c Cluster) rollsCAA(ctx context.Context, ds *unstructured.Unstructured, fo
 		return false, fmt.Errorf("read %s: %w", r, err)
 	}
 	after, err := c.applyOne(ctx, ri, ds, ApplyOptions{DryRun: true, ForceConflicts: force})
+	if apierrors.IsConflict(err) {
+		// Another manager owns fields of the template: Apply stops at
+		// this DaemonSet with the same conflict and its fix, leaving it
+		// as it is, so this run rolls nothing.
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("dry-run apply %s to see whether CAA restarts: %w", r, err)
 	}

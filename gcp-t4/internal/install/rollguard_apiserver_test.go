@@ -26,8 +26,7 @@ func (e *env) kataPodOn(t *testing.T, ns, name, rc, node string, phase corev1.Po
 	ctx := t.Context()
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{RuntimeClassName: &rc, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
-	p, err := e.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
+	if _, err := e.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s/%s: %v", ns, name, err)
 	}
 	t.Cleanup(func() {
@@ -42,7 +41,7 @@ func (e *env) kataPodOn(t *testing.T, ns, name, rc, node string, phase corev1.Po
 		}
 	}
 	if phase != "" {
-		p, err = e.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		p, err := e.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
