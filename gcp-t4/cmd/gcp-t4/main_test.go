@@ -47,7 +47,7 @@ func TestHelpWalk(t *testing.T) {
 		var out, errb bytes.Buffer
 		program().Run(append(strings.Fields(path), "-h"), &out, &errb)
 		text := out.String()
-		// install lists 25 flags of its own, two lines each.
+		// install lists 26 flags of its own, two lines each.
 		if n := strings.Count(text, "\n"); n > 70 {
 			t.Errorf("gcp-t4 %s -h is %d lines; want it short:\n%s", path, n, text)
 		}
@@ -103,6 +103,11 @@ func TestHelpRegressions(t *testing.T) {
 	// checked first, as misuse.
 	if code, out, errs := help("demo", "-nope"); code != 2 || out != "" || !strings.Contains(errs, "gcp-t4 demo: flag provided but not defined: -nope") || !strings.Contains(errs, "usage: gcp-t4 demo") {
 		t.Errorf("gcp-t4 demo -nope: exit %d, stdout %q, stderr:\n%s\nwant exit 2, the flag named, then the usage, on stderr", code, out, errs)
+	}
+	// install rolled CAA, and every peer pod with it, unannounced: its
+	// help names the refusal and the flag that overrides it.
+	if _, out, _ := help("install", "-h"); !strings.Contains(out, "-restart-peer-pods\n") || !strings.Contains(out, "refused without --restart-peer-pods") {
+		t.Errorf("gcp-t4 install -h does not say that a change restarting peer pods is refused, nor the flag:\n%s", out)
 	}
 	// --version was an unknown command.
 	for _, v := range []string{"version", "--version", "-version"} {

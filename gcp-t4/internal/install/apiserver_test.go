@@ -90,6 +90,7 @@ func AgainstAPIServer(t *testing.T, uninstallMain MainFunc) {
 	run("CriticalPodsAdmitted", e.testCriticalPods)
 	run("PruneAfterRollout", e.testPruneAfterRollout)
 	run("HelmReleaseRefused", e.testHelmReleaseRefused)
+	run("RollRefusedUnderPeerPods", e.testRollGuard)
 	run("InstallMDWalkthrough", e.testWalkthrough)
 	run("RunbookMistralTP2", e.testRunbook)
 }

@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -72,6 +73,9 @@ type installOptions struct {
 	gke, runtimeClass     Mode
 	costGuard             Mode
 	dryRun, render, force bool
+	// restartPeerPods lets a change that rolls CAA restart the peer pods
+	// on its nodes (checkRoll).
+	restartPeerPods       bool
 	wait                  bool
 	timeout, pollInterval time.Duration
 	rolloutTimeout        time.Duration
@@ -106,7 +110,8 @@ func parseInstallTo(args []string, stdout, stderr io.Writer) (*installOptions, *
 		About: []string{"Installs or upgrades CAA with gcp-t4: renders install/overlays/gcp-t4 (embedded), detects GKE, " +
 			"validates peer-pods-cm with the provider's own rules, prints the settings diff and applies with server-side " +
 			"apply. An upgrade keeps every setting already installed (image, peer-pods-cm keys, credentials, " +
-			"certificates) unless a flag changes it; --unset KEY, --use-adc and --no-tls-certs remove. docs/install.md."},
+			"certificates) unless a flag changes it; --unset KEY, --use-adc and --no-tls-certs remove. A change that restarts CAA " +
+			"while kata-remote pods run on its nodes restarts them too: refused without --restart-peer-pods. docs/install.md."},
 	})
 	o.cluster.Register(fs)
 	var project, zone, podImage, network, subnetwork string
@@ -139,6 +144,7 @@ func parseInstallTo(args []string, stdout, stderr io.Writer) (*installOptions, *
 	fs.StringVar(&o.req.CreateContainerTimeout, "create-container-timeout", "", "kata-remote's create_container_timeout (the agent's CreateContainer, guest pull included), set by the remediation sidecar on each node, which is Ready only while the effective value is at least this; 0 leaves kata-remote's configuration alone; default: the installed one, else "+defCCT)
 	fs.BoolVar(&o.dryRun, "dry-run", false, "read what is installed, print the settings diff and have the API server validate every object (server-side dry run); change nothing")
 	fs.BoolVar(&o.render, "render", false, "print the manifests the flags alone render, Secret data redacted; contacts no cluster")
+	fs.BoolVar(&o.restartPeerPods, RestartPeerPodsFlag, false, "apply a change that restarts CAA (its pod template: settings, key, image) although kata-remote pods run on its nodes: each restarts on a new podVM and its old podVM bills until the reaper's pass; without it install refuses (exit 2) and lists them")
 	fs.BoolVar(&o.force, "force-conflicts", false, "take over fields another field manager set to other values")
 	fs.BoolVar(&o.wait, "wait", true, "wait for the DaemonSet rollout (objects no longer rendered are pruned after it)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the apply (pruning included) and, separately, for the rollout")
@@ -272,6 +278,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, logger *
 	}
 	if err := runInstall(ctx, o, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "gcp-t4 install: %v\n", err)
+		// A refusal to restart peer pods is a choice left to the user
+		// (its message names the flag), not a failure: exit 2, as above.
+		if errors.Is(err, errRollRefused) {
+			return 2
+		}
 		return 1
 	}
 	return 0
@@ -418,6 +429,9 @@ func runInstall(ctx context.Context, o *installOptions, stdout, stderr io.Writer
 	cl := Cluster{Dynamic: c.Dynamic, Mapper: c.Mapper, Namespace: s.Namespace}
 	actx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	if err := checkRoll(actx, c.Kube, cl, objs, o.restartPeerPods, o.dryRun, o.force, stdout, stderr); err != nil {
+		return err
+	}
 	res, err := cl.Apply(actx, objs, ApplyOptions{ForceConflicts: o.force, DryRun: o.dryRun})
 	if err != nil {
 		return err

@@ -641,9 +641,14 @@ func (e *env) testWalkthrough(t *testing.T) {
 				t.Fatalf("the example pod: %v", err)
 			}
 			w.createPlannedPodVM(t)
+			// The scheduler's and the kubelet's part: the pod ran on the
+			// peer-pods node and completed, as the guide says, so the
+			// next step's roll of CAA restarts no peer pod.
+			w.podCompleted(t, "default", "cuda-vectoradd", n.Name)
 		case "upgrade":
 			mustContain(t, "upgrade", w.out[step], `~ GCP_ZONES: "" → "auto"`, "dry run: the API server accepted", "keeping the service account key already installed", "rollout done",
-				"would configure ConfigMap/"+Namespace+"/peer-pods-cm", "would configure DaemonSet/"+Namespace+"/"+DaemonSetName, "would configure Deployment/"+Namespace+"/"+ReaperName)
+				"would configure ConfigMap/"+Namespace+"/peer-pods-cm", "would configure DaemonSet/"+Namespace+"/"+DaemonSetName, "would configure Deployment/"+Namespace+"/"+ReaperName,
+				"CAA restarts on every node (its pod template changes); no kata-remote pod is running or starting, so no peer pod restarts")
 			if strings.Contains(w.out[step], "(0 would change)") {
 				t.Errorf("the dry run reports nothing would change:\n%s", w.out[step])
 			}
@@ -663,6 +668,24 @@ func (e *env) testWalkthrough(t *testing.T) {
 			}
 		}
 		t.Logf("step %s:\n%s", step, strings.TrimSpace(w.out[step]))
+	}
+}
+
+// podCompleted binds the pod to node and reports it Succeeded.
+func (w *walk) podCompleted(t *testing.T, ns, name, node string) {
+	t.Helper()
+	ctx := t.Context()
+	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Target: corev1.ObjectReference{Kind: "Node", Name: node}}
+	if err := w.e.cs.CoreV1().Pods(ns).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("bind pod %s/%s to %s: %v", ns, name, node, err)
+	}
+	p, err := w.e.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodSucceeded
+	if _, err := w.e.cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("pod %s/%s status: %v", ns, name, err)
 	}
 }
 

@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -142,27 +139,18 @@ func releaseAll(ctx context.Context, dyn dynamic.Interface, dryRun bool, stdout 
 }
 
 // liveKataPods are the pods of the kata-remote RuntimeClass that have not
-// finished, as namespace/name.
+// finished, as namespace/name (install.KataPods, which install's roll
+// check shares; names cleaned for the terminal).
 func liveKataPods(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
-	var out []string
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		list, err := cs.CoreV1().Pods("").List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("%w: listing pods to find kata-remote ones: %v", errGuard, err)
-		}
-		for _, p := range list.Items {
-			if p.Spec.RuntimeClassName != nil && *p.Spec.RuntimeClassName == install.RuntimeClassName &&
-				p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-				out = append(out, p.Namespace+"/"+p.Name)
-			}
-		}
-		if list.Continue == "" {
-			sort.Strings(out)
-			return out, nil
-		}
-		opts.Continue = list.Continue
+	pods, err := install.KataPods(ctx, cs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errGuard, err)
 	}
+	out := make([]string, 0, len(pods))
+	for _, p := range pods {
+		out = append(out, p.String())
+	}
+	return out, nil
 }
 
 // podVMs lists this cluster's podVMs (and the unidentified ones) with the
