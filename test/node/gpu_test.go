@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -188,6 +189,7 @@ func TestKataRemoteGPUPodThroughWebhook(t *testing.T) {
 		t.Errorf("no %s Event on the pod", reasonRequested)
 	}
 	statusTimeline(ctx, t, k.GcpT4, ks.kubeconfig, name)
+	installRefusesToRoll(ctx, t, k.GcpT4, n.InstallArgs(&k, pp), name)
 	record("at Running")
 	recorded = true
 
@@ -216,4 +218,41 @@ func statusTimeline(ctx context.Context, t *testing.T, gcpT4, kubeconfig, pod st
 			t.Errorf("gcp-t4 status's timeline lacks %q", want)
 		}
 	}
+}
+
+// installRefusesToRoll changes a setting with `gcp-t4 install` while the
+// GPU pod runs, as an admin would: the change would restart CAA, which
+// ends the pod's sandbox (TestKataRemoteCAARollingUpdate), so install must
+// refuse with exit 2, name the pod and write nothing; --dry-run lists it
+// and exits 0.
+func installRefusesToRoll(ctx context.Context, t *testing.T, gcpT4 string, args []string, pod string) {
+	t.Helper()
+	changed := append(slices.Clone(args), "--set", "GCP_ZONES=us-central1-b")
+	for _, dry := range []bool{false, true} {
+		a := changed
+		if dry {
+			a = append(slices.Clone(changed), "--dry-run")
+		}
+		out, err := exec.CommandContext(ctx, gcpT4, a...).CombinedOutput()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("gcp-t4 install: %v", err)
+		}
+		t.Logf("gcp-t4 install --set GCP_ZONES=us-central1-b (dry run %v) under the Running pod: exit %d\n%s", dry, code, lastLines(string(out), 8))
+		want, wantCode := "refusing to restart CAA under running peer pods; nothing was changed", 2
+		if dry {
+			want, wantCode = "a real run refuses this change", 0
+		}
+		if code != wantCode || !strings.Contains(string(out), want) || !strings.Contains(string(out), "pod "+gpuNamespace+"/"+pod) {
+			t.Errorf("gcp-t4 install under the Running pod (dry run %v): exit %d, want %d, %q and the pod named", dry, code, wantCode, want)
+		}
+	}
+}
+
+func lastLines(s string, k int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-k):], "\n")
 }

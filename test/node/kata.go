@@ -371,6 +371,26 @@ var (
 	controlLine = regexp.MustCompile(`GCE emulator test control: (\S+)`)
 )
 
+// InstallArgs are the `gcp-t4 install` arguments that put our manifests on
+// this node's API server: the demo's install (gcp-t4/internal/demo
+// serve.go) with the emulator's endpoint and the stage's options.
+func (n *Node) InstallArgs(k *Kata, pp *PeerPods) []string {
+	args := []string{"install", "--kubeconfig", n.cp.Kubeconfig, "--project", pp.Project, "--zone", "us-central1-a",
+		"--podvm-image", "podvm-t4", "--network", "global/networks/default", "--subnetwork", "default",
+		"--set", "GCP_ENDPOINT=" + pp.GCE, "--set", "GCP_ZONES=us-central1-b,us-central1-f",
+		"--runtimeclass=on", "--wait=false"}
+	if len(k.Cache) > 0 {
+		args = append(args, "--set", "GCP_CACHE_IMAGE="+CacheImage, "--set", "GCP_CACHE_VERITY="+CacheVerity)
+	}
+	if k.Remediation {
+		args = append(args, "--gke=on")
+	}
+	if k.Spot {
+		args = append(args, "--set", "GCP_PROVISIONING_MODEL=SPOT")
+	}
+	return args
+}
+
 // StartPeerPods runs the rest of the kata stage against the node: the GCE
 // emulator, `gcp-t4 install` (our manifests: RBAC, CRD, RuntimeClass, the
 // DaemonSet and its ConfigMap, pointed at the emulator), and CAA as the
@@ -415,20 +435,7 @@ func (n *Node) StartPeerPods(ctx context.Context, k *Kata) (*PeerPods, error) {
 		return nil, err
 	}
 
-	// The demo's install (gcp-t4/internal/demo serve.go), on this node.
-	args := []string{"install", "--kubeconfig", n.cp.Kubeconfig, "--project", pp.Project, "--zone", "us-central1-a",
-		"--podvm-image", "podvm-t4", "--network", "global/networks/default", "--subnetwork", "default",
-		"--set", "GCP_ENDPOINT=" + pp.GCE, "--set", "GCP_ZONES=us-central1-b,us-central1-f",
-		"--runtimeclass=on", "--wait=false"}
-	if len(k.Cache) > 0 {
-		args = append(args, "--set", "GCP_CACHE_IMAGE="+CacheImage, "--set", "GCP_CACHE_VERITY="+CacheVerity)
-	}
-	if k.Remediation {
-		args = append(args, "--gke=on")
-	}
-	if k.Spot {
-		args = append(args, "--set", "GCP_PROVISIONING_MODEL=SPOT")
-	}
+	args := n.InstallArgs(k, pp)
 	out, err := exec.CommandContext(ctx, k.GcpT4, args...).CombinedOutput()
 	if err := os.WriteFile(n.path("gcp-t4-install.log"), out, 0o600); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
