@@ -74,7 +74,7 @@ func interruptAt(t *testing.T, phase string) {
 	}
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 130 || !strings.Contains(stderr.String(), "node harness: interrupted (interrupt)") {
-		t.Fatalf("after SIGINT at %q: %v, want exit 130 and the harness's line; stderr:\n%s", phase, err, stderr.String())
+		t.Fatalf("after SIGINT at %q: %v, want exit 130 and the harness's line; stderr:\n%s\nits output ends:\n%s", phase, err, stderr.String(), strings.Join(seen[max(0, len(seen)-30):], "\n"))
 	}
 	t.Logf("SIGINT at %q: exit 130 %.1fs later: %s", phase, time.Since(sent).Seconds(), strings.TrimSpace(stderr.String()))
 	after := leftovers(t, tmp)

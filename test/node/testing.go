@@ -52,10 +52,11 @@ func StartForTest(t *testing.T, opts Options) (*controlplane.ControlPlane, *Node
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	var cpStarted atomic.Pointer[controlplane.ControlPlane]
 	var started atomic.Pointer[Node]
-	startDone, stopped := make(chan struct{}), make(chan struct{})
+	startDone, stopped, interrupted := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		select {
 		case s := <-sig:
+			close(interrupted)
 			cancel()
 			<-startDone
 			if n := started.Load(); n != nil {
@@ -70,7 +71,19 @@ func StartForTest(t *testing.T, opts Options) (*controlplane.ControlPlane, *Node
 		case <-stopped:
 		}
 	}()
+	// A test the teardown below makes fail (its API server gone) ends,
+	// and its clean-ups run, while the handler still removes things; the
+	// process must not exit before the handler does, so each clean-up
+	// here waits for it instead of running.
+	waitIfInterrupted := func() {
+		select {
+		case <-interrupted:
+			select {} // the handler exits the process
+		default:
+		}
+	}
 	t.Cleanup(func() {
+		waitIfInterrupted()
 		signal.Stop(sig)
 		close(stopped)
 		cancel()
@@ -82,6 +95,7 @@ func StartForTest(t *testing.T, opts Options) (*controlplane.ControlPlane, *Node
 	}
 	cpStarted.Store(cp)
 	t.Cleanup(func() {
+		waitIfInterrupted()
 		if err := cp.Stop(); err != nil {
 			t.Errorf("stop control plane: %v", err)
 		}
@@ -95,6 +109,7 @@ func StartForTest(t *testing.T, opts Options) (*controlplane.ControlPlane, *Node
 		t.Fatalf("start node: %v\ncontrol plane logs:\n%s", err, cp.LogTail(2000))
 	}
 	t.Cleanup(func() {
+		waitIfInterrupted()
 		if t.Failed() {
 			t.Logf("kubelet log ends:\n%s\ncontainerd log ends:\n%s", n.LogTail("kubelet", 4000), n.LogTail("containerd", 3000))
 		}
