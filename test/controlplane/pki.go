@@ -136,29 +136,50 @@ func writePKI(dir string) (pki, error) {
 // certificate's CN and O, as kube-apiserver's x509 authenticator reads
 // them), valid as long as the CA.
 func signClient(ca *x509.Certificate, caKey *ecdsa.PrivateKey, user string, groups []string) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("control plane: client key for %s: %w", user, err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return nil, nil, fmt.Errorf("control plane: client serial: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: user, Organization: groups},
-		NotBefore:    ca.NotBefore,
-		NotAfter:     ca.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	certPEM, keyPEM, err = issue(ca, caKey, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: user, Organization: groups},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("control plane: client certificate for %s: %w", user, err)
 	}
+	return certPEM, keyPEM, nil
+}
+
+// ServingCert issues a serving certificate for a server the API server
+// calls (an admission webhook), signed by the control plane's CA, whose
+// PEM is the file CAFile names: the caBundle to give the API server.
+func (cp *ControlPlane) ServingCert(cn string, dnsNames []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
+	certPEM, keyPEM, err = issue(cp.pki.caCert, cp.pki.caKey, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		DNSNames:    dnsNames,
+		IPAddresses: ips,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("control plane: serving certificate for %s: %w", cn, err)
+	}
+	return certPEM, keyPEM, nil
+}
+
+// issue signs tmpl (its names and usage) with a fresh key, a random
+// serial and the CA's validity.
+func issue(ca *x509.Certificate, caKey *ecdsa.PrivateKey, tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tmpl.SerialNumber, err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62)); err != nil {
+		return nil, nil, err
+	}
+	tmpl.NotBefore, tmpl.NotAfter, tmpl.KeyUsage = ca.NotBefore, ca.NotAfter, x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("control plane: client key for %s: %w", user, err)
+		return nil, nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil

@@ -2,15 +2,9 @@ package node
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -47,60 +41,6 @@ const (
 	// pkg/mutating/mutating-webhook.go).
 	webhookName = "mwebhook.peerpods.io"
 )
-
-// webhookCert makes a CA and a serving certificate for 127.0.0.1 signed
-// by it; it returns the CA's PEM (the caBundle) and the serving pair's.
-func webhookCert() (caPEM, certPEM, keyPEM []byte, err error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	now := time.Now()
-	ca := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "node harness peer-pods webhook CA"},
-		NotBefore:             now.Add(-time.Minute),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		// The Service's DNS name the chart's certificate names, and the
-		// address the API server calls here.
-		Subject:     pkix.Name{CommonName: webhookPrefix + "webhook-service." + webhookNamespace + ".svc"},
-		DNSNames:    []string{webhookPrefix + "webhook-service." + webhookNamespace + ".svc"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:   now.Add(-time.Minute),
-		NotAfter:    now.Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
-}
 
 // webhookConfiguration is the chart's MutatingWebhookConfiguration
 // (templates/webhook-config.yaml at v0.22.0, failurePolicy Fail, its
@@ -193,9 +133,17 @@ func (n *Node) StartWebhook(ctx context.Context, bin string) error {
 		return fmt.Errorf("node: %w", err)
 	}
 
-	caPEM, certPEM, keyPEM, err := webhookCert()
+	// Signed by the control plane's CA, which is then the caBundle. The
+	// Service's DNS name the chart's certificate names, and the address
+	// the API server calls here.
+	svc := webhookPrefix + "webhook-service." + webhookNamespace + ".svc"
+	certPEM, keyPEM, err := n.cp.ServingCert(svc, []string{svc}, []net.IP{net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return fmt.Errorf("node: webhook certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(n.cp.CAFile())
+	if err != nil {
+		return fmt.Errorf("node: the control plane's CA: %w", err)
 	}
 	tmp := n.path("webhook-tmp")
 	certDir := filepath.Join(tmp, "k8s-webhook-server", "serving-certs")

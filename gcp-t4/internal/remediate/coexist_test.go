@@ -217,8 +217,7 @@ func TestKataDeployWithoutASnapshotterMapping(t *testing.T) {
 			kdHandler := sub(n.dump(), rt)
 			node := labelled(true)
 			r := n.remediatorWith(n.config(), Deps{Node: func(context.Context) (*corev1.Node, error) { return node, nil }})
-			want := DefaultHandler()
-			want.Snapshotter, want.SnapshotterAddress, want.ExportsRoot = "", "", ""
+			want := DefaultHandler().WithoutSnapshotter()
 			check := func(when string, res Result) {
 				t.Helper()
 				if !res.Converged || res.Plan.Handler.Snapshotter != "" {

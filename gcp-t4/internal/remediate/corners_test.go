@@ -144,7 +144,7 @@ func TestExistingHandlerWithoutDefaultPaths(t *testing.T) {
 			// node may run no nydus; TestKataDeployWithoutASnapshotterMapping).
 			h := DefaultHandler()
 			h.RuntimePath, h.ConfigPath = shim, conf
-			h.Snapshotter, h.SnapshotterAddress, h.ExportsRoot = "", "", ""
+			h = h.WithoutSnapshotter()
 			assertLoaded(t, n, h)
 			if res.Plan.Handler.Snapshotter != "" {
 				t.Errorf("planned snapshotter %q, want the existing handler's (none)", res.Plan.Handler.Snapshotter)

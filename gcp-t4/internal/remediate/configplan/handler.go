@@ -60,6 +60,13 @@ func KataDeployHandler() Handler {
 	}
 }
 
+// WithoutSnapshotter is h on containerd's default snapshotter: no
+// snapshotter, so no proxy plugin address or root either.
+func (h Handler) WithoutSnapshotter() Handler {
+	h.Snapshotter, h.SnapshotterAddress, h.ExportsRoot = "", "", ""
+	return h
+}
+
 var tomlName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 // Validate names the first bad field and the flag that sets it.

@@ -118,7 +118,7 @@ func DetectKataDeploy(kataDir, config, name string, run containerdrelease.Runtim
 		h.Name = name
 		h.RuntimePath = filepath.Join(KataDeployDir, "bin", "containerd-shim-kata-v2")
 		if !exists(filepath.Join(kataDir, KataDeployNydus, "containerd-nydus-grpc")) {
-			h.Snapshotter, h.SnapshotterAddress, h.ExportsRoot = "", "", ""
+			h = h.WithoutSnapshotter()
 		}
 		kd.Handler = &h
 	}
